@@ -1,0 +1,8 @@
+//! The `[hook]` section of a profile, as written by people.
+
+use serde::{Deserialize, Serialize};
+
+/// Placeholder until the hook issue lands: the section is accepted and kept verbatim.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HookConfig {}
