@@ -1,1 +1,13 @@
-//! StepProof.
+//! StepProof: run an AI coding agent (or any command) inside a Linux sandbox built from user,
+//! mount, pid, ipc, uts and network namespaces, with no capabilities and `no_new_privs`.
+//!
+//! The profile (`profile`) becomes a plan of plain data (`sandbox::plan`) that `stepproof
+//! explain` prints and the thin executors (`sandbox::mounts`, `sandbox::init`,
+//! `supervisor::spawn`) apply.
+#![deny(unsafe_code)]
+
+pub mod cli;
+pub mod doctor;
+pub mod profile;
+pub mod sandbox;
+pub mod supervisor;

@@ -6,3 +6,10 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HookConfig {}
+
+impl HookConfig {
+    /// A child profile's section on top of its parent's.
+    pub fn merge(_base: HookConfig, child: HookConfig) -> HookConfig {
+        child
+    }
+}

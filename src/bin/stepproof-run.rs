@@ -1,1 +1,83 @@
-fn main() {}
+//! `stepproof-run`: run a command inside the StepProof sandbox.
+
+use clap::Parser;
+use std::ffi::OsString;
+use std::path::PathBuf;
+use stepproof::cli;
+use stepproof::supervisor::spawn;
+use stepproof::supervisor::status::Outcome;
+
+/// Run COMMAND inside a Linux sandbox: workspace writable, home read-only, secrets hidden,
+/// no capabilities, its own pid/mount/user/ipc/uts/net namespaces.
+///
+/// Exit codes: the command's own; 125 StepProof failed (bad profile, missing kernel feature,
+/// set-up error); 126 not executable; 127 not found; 128+N killed by signal N.
+#[derive(Parser, Debug)]
+#[command(
+    name = "stepproof-run",
+    version,
+    after_help = "Examples:\n  stepproof-run -- claude                      # interactive, at the terminal\n  stepproof-run --profile profiles/ci.toml -- claude -p \"fix the tests\"\n  stepproof-run --workspace ~/src/app -- cargo test"
+)]
+struct Args {
+    /// Profile file (TOML); the built-in default when omitted.
+    #[arg(long, value_name = "FILE")]
+    profile: Option<PathBuf>,
+    /// The directory the command may write; the current directory when omitted.
+    #[arg(long, value_name = "DIR")]
+    workspace: Option<PathBuf>,
+    /// More output on stderr (-v: what is enforced, -vv: every step).
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    verbose: u8,
+    /// Write a JSON status (which side an exit code came from) to FILE.
+    #[arg(long, value_name = "FILE")]
+    status_file: Option<PathBuf>,
+    /// The command and its arguments.
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
+    command: Vec<OsString>,
+}
+
+fn main() {
+    let args = match Args::try_parse() {
+        Ok(args) => args,
+        Err(e) => {
+            let code = if e.use_stderr() { 125 } else { 0 };
+            let _ = e.print();
+            std::process::exit(code);
+        }
+    };
+    cli::init_logging(args.verbose);
+    let outcome = match cli::load_plan(args.profile.as_deref(), args.workspace.as_deref()) {
+        Ok((profile, plan)) => {
+            if args.verbose > 0 {
+                eprint!("{}", cli::explain_text(&profile, &plan));
+            }
+            spawn::run(&plan, &args.command)
+        }
+        Err(e) => Outcome::failed(e.to_string()),
+    };
+    match &outcome {
+        Outcome::StepproofError { message, .. } => eprintln!("stepproof-run: {message}"),
+        Outcome::NotFound { message, .. } | Outcome::NotExecutable { message, .. } => {
+            eprintln!(
+                "stepproof-run: {}: {message}",
+                args.command[0].to_string_lossy()
+            )
+        }
+        _ => {}
+    }
+    if let Some(path) = &args.status_file {
+        let json = serde_json::to_string_pretty(&outcome).unwrap_or_default();
+        if let Err(e) = std::fs::write(path, json + "\n") {
+            eprintln!(
+                "stepproof-run: writing the status file {}: {e}",
+                path.display()
+            );
+        }
+    }
+    std::process::exit(outcome.exit_code());
+}

@@ -1,1 +1,102 @@
-fn main() {}
+//! `stepproof`: explain a profile, check this machine.
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use stepproof::{cli, doctor};
+
+/// StepProof: inspect what a profile enforces and what this machine supports.
+#[derive(Parser, Debug)]
+#[command(
+    name = "stepproof",
+    version,
+    after_help = "Examples:\n  stepproof explain                            # the built-in default profile, here\n  stepproof explain --profile profiles/ci.toml --json\n  stepproof doctor"
+)]
+struct Args {
+    #[command(subcommand)]
+    command: Command,
+    /// More output on stderr.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Print the effective plan (every mount, hidden and protected path, environment) and the
+    /// policy hash of what the profile asks for.
+    Explain {
+        #[arg(long, value_name = "FILE")]
+        profile: Option<PathBuf>,
+        #[arg(long, value_name = "DIR")]
+        workspace: Option<PathBuf>,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Which kernel features exist here and whether the default profile can be enforced.
+    Doctor {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn main() {
+    let args = Args::parse();
+    cli::init_logging(args.verbose);
+    let code = match args.command {
+        Command::Explain {
+            profile,
+            workspace,
+            json,
+        } => match cli::load_plan(profile.as_deref(), workspace.as_deref()) {
+            Ok((profile, plan)) => {
+                if json {
+                    println!(
+                        "{}",
+                        serde_json::to_string_pretty(&cli::explain_json(&profile, &plan))
+                            .unwrap_or_default()
+                    );
+                } else {
+                    print!("{}", cli::explain_text(&profile, &plan));
+                }
+                0
+            }
+            Err(e) => {
+                eprintln!("stepproof: {e}");
+                125
+            }
+        },
+        Command::Doctor { json } => {
+            let checks = doctor::run_checks();
+            let ok = doctor::default_profile_enforceable(&checks);
+            if json {
+                let value =
+                    serde_json::json!({ "checks": checks, "default_profile_enforceable": ok });
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&value).unwrap_or_default()
+                );
+            } else {
+                for c in &checks {
+                    let mark = if c.available {
+                        "ok  "
+                    } else if c.required_by_default {
+                        "FAIL"
+                    } else {
+                        "warn"
+                    };
+                    println!("{mark} {:<40} {}", c.feature, c.detail);
+                }
+                println!(
+                    "default profile: {}",
+                    if ok {
+                        "can be enforced here"
+                    } else {
+                        "CANNOT be enforced here"
+                    }
+                );
+            }
+            if ok { 0 } else { 1 }
+        }
+    };
+    std::process::exit(code);
+}

@@ -1,0 +1,195 @@
+//! What the two binaries share: finding the facts of this machine, building the plan, printing
+//! it, and logging.
+
+use crate::profile::{NetworkMode, Profile, ProfileError};
+use crate::sandbox::plan::{HostFacts, PlanError, SandboxPlan, build_plan};
+use crate::supervisor::spawn::{describe_identity, idmapped_mounts_work};
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error(transparent)]
+    Profile(#[from] ProfileError),
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    #[error("{what} {path}: {source}")]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// Quiet by default; `-v` for info, `-vv` for debug, or `STEPPROOF_LOG` for anything finer.
+pub fn init_logging(verbosity: u8) {
+    use tracing_subscriber::EnvFilter;
+    let default = match verbosity {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter =
+        EnvFilter::try_from_env("STEPPROOF_LOG").unwrap_or_else(|_| EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .without_time()
+        .try_init();
+}
+
+fn canonical(path: &Path, what: &'static str) -> Result<PathBuf, CliError> {
+    path.canonicalize().map_err(|source| CliError::Io {
+        what,
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// The caller's home: `$HOME` when it is an absolute path, else the password database.
+fn caller_home(uid: u32) -> PathBuf {
+    if let Some(home) = std::env::var_os("HOME").map(PathBuf::from)
+        && home.is_absolute()
+    {
+        return home.canonicalize().unwrap_or(home);
+    }
+    nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+        .ok()
+        .flatten()
+        .map(|u| u.dir)
+        .unwrap_or_else(|| PathBuf::from("/"))
+}
+
+pub fn gather_facts(workspace: Option<&Path>) -> Result<HostFacts, CliError> {
+    let cwd_raw = std::env::current_dir().map_err(|source| CliError::Io {
+        what: "reading the current directory",
+        path: ".".into(),
+        source,
+    })?;
+    let cwd = canonical(&cwd_raw, "resolving the current directory")?;
+    let workspace = match workspace {
+        Some(w) => canonical(w, "resolving the workspace")?,
+        None => cwd.clone(),
+    };
+    if !workspace.is_dir() {
+        return Err(CliError::Io {
+            what: "the workspace is not a directory:",
+            path: workspace,
+            source: std::io::Error::from(std::io::ErrorKind::NotADirectory),
+        });
+    }
+    let uid = nix::unistd::getuid().as_raw();
+    let gid = nix::unistd::getgid().as_raw();
+    let home = caller_home(uid);
+    let idmapped_mounts = uid == 0
+        && idmapped_mounts_work(&workspace)
+        && (!home.is_dir() || idmapped_mounts_work(&home));
+    Ok(HostFacts {
+        uid,
+        gid,
+        groups: nix::unistd::getgroups()
+            .map(|g| g.into_iter().map(|g| g.as_raw()).collect())
+            .unwrap_or_default(),
+        home,
+        workspace,
+        cwd,
+        env: std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+            .collect(),
+        idmapped_mounts,
+        passwd: std::fs::read_to_string("/etc/passwd").unwrap_or_default(),
+        group: std::fs::read_to_string("/etc/group").unwrap_or_default(),
+    })
+}
+
+pub fn load_plan(
+    profile: Option<&Path>,
+    workspace: Option<&Path>,
+) -> Result<(Profile, SandboxPlan), CliError> {
+    let profile = Profile::load(profile)?;
+    let facts = gather_facts(workspace)?;
+    let plan = build_plan(&profile, &facts)?;
+    Ok((profile, plan))
+}
+
+pub fn namespaces(plan: &SandboxPlan) -> Vec<&'static str> {
+    let mut list = vec!["user", "mount", "pid", "ipc", "uts", "cgroup"];
+    if plan.network == NetworkMode::None {
+        list.push("net");
+    }
+    list
+}
+
+/// `stepproof explain` as text: everything the sandbox will do, in order.
+pub fn explain_text(profile: &Profile, plan: &SandboxPlan) -> String {
+    let mut out = String::new();
+    let mut line = |s: String| {
+        out.push_str(&s);
+        out.push('\n');
+    };
+    line(format!(
+        "profile: {} ({})",
+        profile.name,
+        profile.origins.join(" <- ")
+    ));
+    if !profile.description.is_empty() {
+        line(format!("  {}", profile.description));
+    }
+    line(format!("policy-hash: {}", plan.policy_hash));
+    line(format!("assurance: {:?}", profile.assurance).to_lowercase());
+    line(format!("identity: {}", describe_identity(plan)));
+    line(format!("namespaces: {}", namespaces(plan).join(" ")));
+    line(format!(
+        "network: {}",
+        match plan.network {
+            NetworkMode::None => "none (loopback only)",
+            NetworkMode::Host => "HOST (unfiltered access to the host's network)",
+        }
+    ));
+    line(format!(
+        "workspace: {} (read-write)",
+        plan.workspace.display()
+    ));
+    line(format!("home: {}", plan.home.display()));
+    line(format!("cwd: {}", plan.cwd.display()));
+    line("mounts, in order:".into());
+    for op in &plan.mounts {
+        line(format!("  {op}"));
+    }
+    line("protected paths (read-only where they exist; checked after the run):".into());
+    for p in &plan.protected_paths {
+        let state = if p.exists() { "exists" } else { "absent" };
+        line(format!("  {} ({state})", p.display()));
+    }
+    line(format!(
+        "environment allow-list: {}",
+        profile.process.env.join(" ")
+    ));
+    line(format!(
+        "environment passed: {}",
+        plan.env
+            .iter()
+            .map(|(k, _)| k.as_str())
+            .collect::<Vec<_>>()
+            .join(" ")
+    ));
+    line(format!(
+        "environment dropped: {}",
+        plan.env_dropped.join(" ")
+    ));
+    for note in &plan.notes {
+        line(format!("note: {note}"));
+    }
+    out
+}
+
+/// `stepproof explain --json`.
+pub fn explain_json(profile: &Profile, plan: &SandboxPlan) -> serde_json::Value {
+    serde_json::json!({
+        "profile": profile.name,
+        "origins": profile.origins,
+        "policy_hash": plan.policy_hash,
+        "requested": profile,
+        "namespaces": namespaces(plan),
+        "plan": plan,
+    })
+}

@@ -1,0 +1,143 @@
+//! `stepproof doctor`: which kernel features this machine offers, and whether the default
+//! profile can be enforced here.
+
+use crate::sandbox::sys::{self, CloneResult};
+use nix::sys::wait::{WaitStatus, waitpid};
+use nix::unistd::Pid;
+use serde::Serialize;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    pub feature: &'static str,
+    pub available: bool,
+    pub required_by_default: bool,
+    pub detail: String,
+}
+
+/// Clones a child into `flags` namespaces; the child exits at once. Reports the errno on failure.
+fn can_clone(flags: libc::c_int) -> Result<(), std::io::Error> {
+    match sys::clone_with_namespaces(flags)? {
+        CloneResult::Child => sys::exit_now(0),
+        CloneResult::Parent { child } => match waitpid(Pid::from_raw(child), None) {
+            Ok(WaitStatus::Exited(_, 0)) => Ok(()),
+            other => Err(std::io::Error::other(format!(
+                "probe child ended with {other:?}"
+            ))),
+        },
+    }
+}
+
+fn read_sysctl(path: &str) -> Option<String> {
+    std::fs::read_to_string(path)
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+pub fn run_checks() -> Vec<Check> {
+    let mut checks = Vec::new();
+    let userns = can_clone(libc::CLONE_NEWUSER);
+    let mut userns_detail = match &userns {
+        Ok(()) => "a user namespace can be created".to_string(),
+        Err(e) => format!("cannot create a user namespace: {e}"),
+    };
+    if userns.is_err() {
+        if let Some(v) = read_sysctl("/proc/sys/user/max_user_namespaces") {
+            userns_detail.push_str(&format!("; user.max_user_namespaces = {v}"));
+        }
+        if let Some(v) = read_sysctl("/proc/sys/kernel/unprivileged_userns_clone") {
+            userns_detail.push_str(&format!("; kernel.unprivileged_userns_clone = {v}"));
+        }
+        if let Some(v) = read_sysctl("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") {
+            userns_detail.push_str(&format!(
+                "; kernel.apparmor_restrict_unprivileged_userns = {v} (Ubuntu 24.04+: set it to 0, or give stepproof-run an AppArmor profile with `userns`)"
+            ));
+        }
+    }
+    checks.push(Check {
+        feature: "user namespaces",
+        available: userns.is_ok(),
+        required_by_default: true,
+        detail: userns_detail,
+    });
+    let all = libc::CLONE_NEWUSER
+        | libc::CLONE_NEWNS
+        | libc::CLONE_NEWPID
+        | libc::CLONE_NEWIPC
+        | libc::CLONE_NEWUTS
+        | libc::CLONE_NEWCGROUP;
+    let full = can_clone(all);
+    checks.push(Check {
+        feature: "mount, pid, ipc, uts, cgroup namespaces",
+        available: full.is_ok(),
+        required_by_default: true,
+        detail: match full {
+            Ok(()) => "all can be created inside a new user namespace".into(),
+            Err(e) => format!("cannot be created: {e}"),
+        },
+    });
+    let net = can_clone(libc::CLONE_NEWUSER | libc::CLONE_NEWNET);
+    checks.push(Check {
+        feature: "network namespaces",
+        available: net.is_ok(),
+        required_by_default: true,
+        detail: match net {
+            Ok(()) => "a network namespace can be created".into(),
+            Err(e) => format!("cannot be created: {e}"),
+        },
+    });
+    let landlock = sys::landlock_abi_version();
+    checks.push(Check {
+        feature: "Landlock",
+        available: landlock.is_ok(),
+        required_by_default: false,
+        detail: match landlock {
+            Ok(abi) => format!("ABI {abi}{}", if abi >= 6 { "" } else { " (ABI 6 needs Linux 6.12)" }),
+            Err(e) => format!("unavailable: {e} (needs Linux 5.13+ with `lsm=landlock,…` on the kernel command line)"),
+        },
+    });
+    let seccomp = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Seccomp:"))
+                .map(str::to_string)
+        });
+    checks.push(Check {
+        feature: "seccomp",
+        available: seccomp.is_some(),
+        required_by_default: false,
+        detail: seccomp.unwrap_or_else(|| "the kernel was built without CONFIG_SECCOMP".into()),
+    });
+    let uid = nix::unistd::getuid().as_raw();
+    let (idmap_ok, idmap_detail) = if uid == 0 {
+        let dir = std::env::temp_dir();
+        let ok = crate::supervisor::spawn::idmapped_mounts_work(&dir);
+        let cwd_ok = std::env::current_dir()
+            .map(|d| crate::supervisor::spawn::idmapped_mounts_work(&d))
+            .unwrap_or(false);
+        (
+            ok && cwd_ok,
+            format!(
+                "{} (here: {}, {}: {}); needed because root runs the command as an unprivileged uid",
+                if ok && cwd_ok { "work" } else { "do NOT work" },
+                if cwd_ok { "yes" } else { "no" },
+                dir.display(),
+                if ok { "yes" } else { "no" }
+            ),
+        )
+    } else {
+        (true, "not needed: the command runs as your own uid".into())
+    };
+    checks.push(Check {
+        feature: "idmapped mounts",
+        available: idmap_ok,
+        required_by_default: uid == 0,
+        detail: idmap_detail,
+    });
+    checks
+}
+
+/// True when every feature the default profile needs is present.
+pub fn default_profile_enforceable(checks: &[Check]) -> bool {
+    checks.iter().all(|c| c.available || !c.required_by_default)
+}

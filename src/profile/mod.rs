@@ -1,0 +1,471 @@
+//! Profiles: the TOML files security reviewers read. Loading (with `extends`), validation with
+//! file/line/column errors, and the hash of the requested policy.
+
+mod paths;
+
+pub use paths::{PathSpec, PathSpecError};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+use stepproof_hook::config::HookConfig;
+
+/// Built-in profiles, compiled in. `default` is used when no profile is given.
+pub const BUILTIN: &[(&str, &str)] = &[
+    ("default", include_str!("../../profiles/default.toml")),
+    ("ci", include_str!("../../profiles/ci.toml")),
+    ("strict", include_str!("../../profiles/strict.toml")),
+];
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileError {
+    #[error("reading profile {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{origin}:{line}:{column}: {message}")]
+    Syntax {
+        origin: String,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    #[error("{origin}: {message}")]
+    Invalid { origin: String, message: String },
+    #[error("{origin}: `extends` chain is too deep or loops (at {name})")]
+    ExtendsLoop { origin: String, name: String },
+}
+
+/// How much of the kernel layers the profile insists on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Assurance {
+    /// Every layer the profile names must be enforced, or the launch is refused (exit 125).
+    #[default]
+    Strict,
+    /// Run with what the kernel offers and report what was dropped.
+    BestEffort,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NetworkMode {
+    /// A network namespace with loopback only.
+    #[default]
+    None,
+    /// The host's network, unfiltered. Reported loudly.
+    Host,
+}
+
+/// One profile file as written: every field optional so that `extends` can tell "unset" from
+/// "set to the default".
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProfileFile {
+    name: Option<String>,
+    description: Option<String>,
+    extends: Option<String>,
+    assurance: Option<Assurance>,
+    #[serde(default)]
+    filesystem: FilesystemFile,
+    #[serde(default)]
+    process: ProcessFile,
+    #[serde(default)]
+    network: NetworkFile,
+    hook: Option<HookConfig>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FilesystemFile {
+    #[serde(default)]
+    system: Vec<PathSpec>,
+    #[serde(default)]
+    read_only: Vec<PathSpec>,
+    #[serde(default)]
+    writable: Vec<PathSpec>,
+    #[serde(default)]
+    hidden: Vec<PathSpec>,
+    #[serde(default)]
+    protected: Vec<String>,
+    hide_other_projects: Option<bool>,
+    mask_home_sockets: Option<bool>,
+    tmp_size_mib: Option<u64>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProcessFile {
+    #[serde(default)]
+    env: Vec<String>,
+    #[serde(default)]
+    set_env: std::collections::BTreeMap<String, String>,
+    sandbox_uid: Option<u32>,
+    allow_root_fallback: Option<bool>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NetworkFile {
+    mode: Option<NetworkMode>,
+}
+
+/// The effective, merged profile: what the user asked for, with `~` and the workspace still
+/// symbolic. Its canonical JSON is what the policy hash covers.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Profile {
+    pub name: String,
+    pub description: String,
+    /// Where each layer came from, outermost first (for `explain`; not hashed).
+    #[serde(skip)]
+    pub origins: Vec<String>,
+    pub assurance: Assurance,
+    pub filesystem: Filesystem,
+    pub process: Process,
+    pub network: Network,
+    pub hook: Option<HookConfig>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Filesystem {
+    /// Host system directories shown read-only (a missing one is skipped: distributions differ).
+    pub system: Vec<PathSpec>,
+    /// Further paths shown read-only; each must exist.
+    pub read_only: Vec<PathSpec>,
+    /// Further paths shown read-write; each must exist.
+    pub writable: Vec<PathSpec>,
+    /// Paths replaced by an empty, unreadable stand-in (the secret catalogue).
+    pub hidden: Vec<PathSpec>,
+    /// Persistence paths, relative to the workspace and to every nested repository.
+    pub protected: Vec<String>,
+    pub hide_other_projects: bool,
+    pub mask_home_sockets: bool,
+    pub tmp_size_mib: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Process {
+    /// Environment variables passed through (exact names, or a prefix ending in `*`).
+    pub env: Vec<String>,
+    /// Variables set inside whatever the caller has.
+    pub set_env: std::collections::BTreeMap<String, String>,
+    /// The uid and gid the command gets inside when StepProof is invoked as root.
+    pub sandbox_uid: u32,
+    /// Invoked as root on a file system without idmapped mounts: run as uid 0 without
+    /// capabilities instead of refusing. Never for a profile with a hook.
+    pub allow_root_fallback: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Network {
+    pub mode: NetworkMode,
+}
+
+const MAX_EXTENDS_DEPTH: usize = 8;
+pub const DEFAULT_SANDBOX_UID: u32 = 1000;
+
+impl Profile {
+    /// The built-in default profile.
+    pub fn builtin_default() -> Result<Profile, ProfileError> {
+        Profile::load(None)
+    }
+
+    /// Loads a profile file, or the built-in default when `path` is `None`.
+    pub fn load(path: Option<&Path>) -> Result<Profile, ProfileError> {
+        let mut layers = Vec::new();
+        let (mut origin, mut text, mut base_dir) = match path {
+            None => builtin_source("default").expect("the default profile is compiled in"),
+            Some(p) => file_source(p)?,
+        };
+        loop {
+            let file = parse_file(&origin, &text)?;
+            let extends = file.extends.clone();
+            layers.push((origin.clone(), file));
+            let Some(parent) = extends else { break };
+            if layers.len() > MAX_EXTENDS_DEPTH || layers.iter().any(|(o, _)| *o == parent) {
+                return Err(ProfileError::ExtendsLoop {
+                    origin,
+                    name: parent,
+                });
+            }
+            (origin, text, base_dir) = match builtin_source(&parent) {
+                Some(found) => found,
+                None => {
+                    let parent_path = match &base_dir {
+                        Some(dir) => dir.join(&parent),
+                        None => PathBuf::from(&parent),
+                    };
+                    if !parent_path.exists() {
+                        return Err(ProfileError::Invalid {
+                            origin,
+                            message: format!(
+                                "extends = {parent:?}: no built-in profile of that name ({}) and no file at {}",
+                                BUILTIN
+                                    .iter()
+                                    .map(|(n, _)| *n)
+                                    .collect::<Vec<_>>()
+                                    .join(", "),
+                                parent_path.display()
+                            ),
+                        });
+                    }
+                    file_source(&parent_path)?
+                }
+            };
+        }
+        // Merge from the root of the chain outwards.
+        let mut merged = ProfileFile::default();
+        let mut origins = Vec::new();
+        for (origin, layer) in layers.into_iter().rev() {
+            merged = merge(merged, layer);
+            origins.push(origin);
+        }
+        let origin = origins.last().cloned().unwrap_or_default();
+        resolve(merged, origins).map_err(|message| ProfileError::Invalid { origin, message })
+    }
+
+    /// `sha256:` of the canonical JSON of the requested policy.
+    pub fn policy_hash(&self) -> String {
+        let value = serde_json::to_value(self).expect("a profile always serializes");
+        let canonical = serde_json::to_string(&value).expect("a JSON value always serializes");
+        format!(
+            "sha256:{}",
+            hex::encode(Sha256::digest(canonical.as_bytes()))
+        )
+    }
+}
+
+fn builtin_source(name: &str) -> Option<(String, String, Option<PathBuf>)> {
+    BUILTIN
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(n, text)| (format!("<built-in {n}>"), text.to_string(), None))
+}
+
+fn file_source(path: &Path) -> Result<(String, String, Option<PathBuf>), ProfileError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ProfileError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let dir = path.parent().map(Path::to_path_buf);
+    Ok((path.display().to_string(), text, dir))
+}
+
+fn parse_file(origin: &str, text: &str) -> Result<ProfileFile, ProfileError> {
+    toml::from_str::<ProfileFile>(text).map_err(|e| {
+        let (line, column) = e
+            .span()
+            .map(|span| line_column(text, span.start))
+            .unwrap_or((1, 1));
+        ProfileError::Syntax {
+            origin: origin.to_string(),
+            line,
+            column,
+            message: e.message().trim().to_string(),
+        }
+    })
+}
+
+/// 1-based line and column of a byte offset.
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
+}
+
+fn append_unique<T: PartialEq>(mut base: Vec<T>, more: Vec<T>) -> Vec<T> {
+    for item in more {
+        if !base.contains(&item) {
+            base.push(item);
+        }
+    }
+    base
+}
+
+/// A child layer overrides scalars it sets; lists are unions, so that extending a profile can
+/// never silently un-hide a secret or un-protect a path.
+fn merge(base: ProfileFile, child: ProfileFile) -> ProfileFile {
+    let mut set_env = base.process.set_env;
+    set_env.extend(child.process.set_env);
+    ProfileFile {
+        name: child.name.or(base.name),
+        description: child.description.or(base.description),
+        extends: None,
+        assurance: child.assurance.or(base.assurance),
+        filesystem: FilesystemFile {
+            system: append_unique(base.filesystem.system, child.filesystem.system),
+            read_only: append_unique(base.filesystem.read_only, child.filesystem.read_only),
+            writable: append_unique(base.filesystem.writable, child.filesystem.writable),
+            hidden: append_unique(base.filesystem.hidden, child.filesystem.hidden),
+            protected: append_unique(base.filesystem.protected, child.filesystem.protected),
+            hide_other_projects: child
+                .filesystem
+                .hide_other_projects
+                .or(base.filesystem.hide_other_projects),
+            mask_home_sockets: child
+                .filesystem
+                .mask_home_sockets
+                .or(base.filesystem.mask_home_sockets),
+            tmp_size_mib: child
+                .filesystem
+                .tmp_size_mib
+                .or(base.filesystem.tmp_size_mib),
+        },
+        process: ProcessFile {
+            env: append_unique(base.process.env, child.process.env),
+            set_env,
+            sandbox_uid: child.process.sandbox_uid.or(base.process.sandbox_uid),
+            allow_root_fallback: child
+                .process
+                .allow_root_fallback
+                .or(base.process.allow_root_fallback),
+        },
+        network: NetworkFile {
+            mode: child.network.mode.or(base.network.mode),
+        },
+        hook: match (base.hook, child.hook) {
+            (Some(b), Some(c)) => Some(HookConfig::merge(b, c)),
+            (b, c) => c.or(b),
+        },
+    }
+}
+
+fn resolve(file: ProfileFile, origins: Vec<String>) -> Result<Profile, String> {
+    let fs = file.filesystem;
+    for p in &fs.protected {
+        if p.starts_with('/') || p.starts_with('~') || p.split('/').any(|c| c == "..") {
+            return Err(format!(
+                "filesystem.protected: {p:?} must be relative to the workspace (no `/`, `~` or `..`)"
+            ));
+        }
+    }
+    for spec in fs.writable.iter() {
+        if spec.is_filesystem_root() {
+            return Err("filesystem.writable: `/` cannot be writable".into());
+        }
+    }
+    let tmp_size_mib = fs.tmp_size_mib.unwrap_or(1024);
+    if tmp_size_mib == 0 {
+        return Err("filesystem.tmp_size_mib must be at least 1".into());
+    }
+    for name in file.process.env.iter().chain(file.process.set_env.keys()) {
+        let bare = name.strip_suffix('*').unwrap_or(name);
+        if bare.is_empty() && name != "*" || bare.contains(['=', '\0', '*']) {
+            return Err(format!(
+                "process.env: {name:?} is not a variable name or prefix*"
+            ));
+        }
+    }
+    let sandbox_uid = file.process.sandbox_uid.unwrap_or(DEFAULT_SANDBOX_UID);
+    if sandbox_uid == 0 {
+        return Err("process.sandbox_uid must not be 0: the command never runs as root".into());
+    }
+    Ok(Profile {
+        name: file.name.unwrap_or_else(|| "unnamed".into()),
+        description: file.description.unwrap_or_default(),
+        origins,
+        assurance: file.assurance.unwrap_or_default(),
+        filesystem: Filesystem {
+            system: fs.system,
+            read_only: fs.read_only,
+            writable: fs.writable,
+            hidden: fs.hidden,
+            protected: fs.protected,
+            hide_other_projects: fs.hide_other_projects.unwrap_or(true),
+            mask_home_sockets: fs.mask_home_sockets.unwrap_or(true),
+            tmp_size_mib,
+        },
+        process: Process {
+            env: file.process.env,
+            set_env: file.process.set_env,
+            sandbox_uid,
+            allow_root_fallback: file.process.allow_root_fallback.unwrap_or(false),
+        },
+        network: Network {
+            mode: file.network.mode.unwrap_or_default(),
+        },
+        hook: file.hook,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load_text(text: &str) -> Result<Profile, ProfileError> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.toml");
+        std::fs::write(&path, text).unwrap();
+        Profile::load(Some(&path))
+    }
+
+    #[test]
+    fn builtin_profiles_load() {
+        for (name, _) in BUILTIN {
+            let (origin, text, _) = builtin_source(name).unwrap();
+            parse_file(&origin, &text).unwrap();
+        }
+        let p = Profile::builtin_default().unwrap();
+        assert_eq!(p.name, "default");
+        assert!(
+            p.filesystem
+                .hidden
+                .contains(&PathSpec::parse("~/.ssh").unwrap())
+        );
+    }
+
+    #[test]
+    fn unknown_key_names_line_and_column() {
+        let err = load_text("name = \"x\"\n[filesystem]\nwritabel = []\n").unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains(":3:1:"), "{text}");
+        assert!(text.contains("writabel"), "{text}");
+    }
+
+    #[test]
+    fn wrong_type_is_refused() {
+        let err = load_text("[network]\nmode = \"sometimes\"\n").unwrap_err();
+        assert!(err.to_string().contains(":2:8:"), "{err}");
+    }
+
+    #[test]
+    fn extends_unions_lists_and_overrides_scalars() {
+        let p = load_text(
+            "extends = \"default\"\nname = \"mine\"\n[filesystem]\nhidden = [\"~/.vault\"]\n[network]\nmode = \"host\"\n",
+        )
+        .unwrap();
+        let base = Profile::builtin_default().unwrap();
+        assert_eq!(p.name, "mine");
+        assert_eq!(p.network.mode, NetworkMode::Host);
+        assert_eq!(p.filesystem.hidden.len(), base.filesystem.hidden.len() + 1);
+        assert_ne!(p.policy_hash(), base.policy_hash());
+    }
+
+    #[test]
+    fn extends_loop_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.toml"), "extends = \"b.toml\"\n").unwrap();
+        std::fs::write(dir.path().join("b.toml"), "extends = \"a.toml\"\n").unwrap();
+        let err = Profile::load(Some(&dir.path().join("a.toml"))).unwrap_err();
+        assert!(matches!(err, ProfileError::ExtendsLoop { .. }), "{err}");
+    }
+
+    #[test]
+    fn hash_is_stable_and_symbolic() {
+        let a = Profile::builtin_default().unwrap().policy_hash();
+        let b = Profile::builtin_default().unwrap().policy_hash();
+        assert_eq!(a, b);
+        assert!(a.starts_with("sha256:") && a.len() == 7 + 64);
+    }
+
+    #[test]
+    fn bad_values_are_refused() {
+        assert!(load_text("[process]\nsandbox_uid = 0\n").is_err());
+        assert!(load_text("[filesystem]\nprotected = [\"../x\"]\n").is_err());
+        assert!(load_text("[filesystem]\nwritable = [\"/\"]\n").is_err());
+        assert!(load_text("[filesystem]\nhidden = [\"\"]\n").is_err());
+        assert!(load_text("[process]\nenv = [\"A=B\"]\n").is_err());
+    }
+}

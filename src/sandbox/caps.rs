@@ -1,0 +1,65 @@
+//! Capabilities: every set cleared, the bounding set first (it needs CAP_SETPCAP, which goes
+//! with the others), so that no later `execve` — not even of a setuid or file-capability
+//! binary, nor as uid 0 in the root fallback — can gain one back.
+
+use caps::{CapSet, Capability};
+
+#[derive(Debug, thiserror::Error)]
+#[error("dropping capabilities ({step}): {source}")]
+pub struct CapsError {
+    step: &'static str,
+    source: caps::errors::CapsError,
+}
+
+/// Empties the bounding set. Needs CAP_SETPCAP, so it comes before the other sets are cleared.
+pub fn drop_bounding_set() -> Result<(), CapsError> {
+    for cap in caps::all() {
+        match caps::drop(None, CapSet::Bounding, cap) {
+            Ok(()) => {}
+            // Capabilities the running kernel does not know are not in the set to begin with.
+            Err(_) if !caps::has_cap(None, CapSet::Bounding, cap).unwrap_or(false) => {}
+            Err(source) => {
+                return Err(CapsError {
+                    step: "bounding set",
+                    source,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Clears ambient, inheritable, effective and permitted (in an order the kernel accepts).
+pub fn clear_all_sets() -> Result<(), CapsError> {
+    for (set, step) in [
+        (CapSet::Ambient, "ambient set"),
+        (CapSet::Inheritable, "inheritable set"),
+        (CapSet::Effective, "effective set"),
+        (CapSet::Permitted, "permitted set"),
+    ] {
+        caps::clear(None, set).map_err(|source| CapsError { step, source })?;
+    }
+    Ok(())
+}
+
+/// True when the calling thread holds no capability in any set.
+pub fn holds_none() -> bool {
+    [
+        CapSet::Effective,
+        CapSet::Permitted,
+        CapSet::Inheritable,
+        CapSet::Ambient,
+        CapSet::Bounding,
+    ]
+    .into_iter()
+    .all(|set| caps::read(None, set).map(|s| s.is_empty()).unwrap_or(false))
+}
+
+/// For reports: the capability names in a set.
+pub fn names(set: CapSet) -> Vec<String> {
+    let mut names: Vec<String> = caps::read(None, set)
+        .map(|s| s.into_iter().map(|c: Capability| c.to_string()).collect())
+        .unwrap_or_default();
+    names.sort();
+    names
+}

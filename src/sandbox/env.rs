@@ -1,0 +1,102 @@
+//! The command's environment: built from the profile's allow-list, never inherited whole.
+
+use crate::profile::Profile;
+use crate::sandbox::plan::{HostFacts, Identity, IdentityMode, SANDBOX_USER_NAME};
+use std::path::Path;
+
+const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin";
+
+/// Words that make a variable name look like it holds a secret. Such a variable passes only
+/// when the profile lists its exact name, never through a `PREFIX*` pattern.
+const SECRET_MARKERS: &[&str] = &[
+    "TOKEN",
+    "SECRET",
+    "PASSWORD",
+    "PASSWD",
+    "CREDENTIAL",
+    "_KEY",
+    "APIKEY",
+    "PRIVATE",
+    "SESSION",
+    "COOKIE",
+    "AUTH",
+];
+
+pub fn looks_secret(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    upper.starts_with("AWS_") || SECRET_MARKERS.iter().any(|m| upper.contains(m))
+}
+
+fn allowed(name: &str, allow: &[String]) -> bool {
+    if name.starts_with("LD_") {
+        return false;
+    }
+    allow.iter().any(|pattern| match pattern.strip_suffix('*') {
+        Some(prefix) => name.starts_with(prefix) && !looks_secret(name),
+        None => pattern == name,
+    })
+}
+
+/// Returns the environment to pass and the names of the caller's variables left out.
+pub fn build_environment(
+    profile: &Profile,
+    facts: &HostFacts,
+    identity: &Identity,
+    home: &Path,
+) -> (Vec<(String, String)>, Vec<String>) {
+    let mut env: Vec<(String, String)> = Vec::new();
+    let mut dropped = Vec::new();
+    for (name, value) in &facts.env {
+        if allowed(name, &profile.process.env) {
+            env.push((name.clone(), value.clone()));
+        } else {
+            dropped.push(name.clone());
+        }
+    }
+    let mut set = |name: &str, value: String| {
+        env.retain(|(n, _)| n != name);
+        env.push((name.to_string(), value));
+    };
+    set("HOME", home.display().to_string());
+    if identity.mode == IdentityMode::RootRemapped {
+        set("USER", SANDBOX_USER_NAME.into());
+        set("LOGNAME", SANDBOX_USER_NAME.into());
+    }
+    if !facts.env.iter().any(|(n, _)| n == "PATH")
+        || !profile.process.env.iter().any(|p| p == "PATH")
+    {
+        set("PATH", DEFAULT_PATH.into());
+    }
+    set("TMPDIR", "/tmp".into());
+    set("STEPPROOF", "1".into());
+    set("STEPPROOF_PROFILE", profile.name.clone());
+    for (name, value) in &profile.process.set_env {
+        set(name, value.clone());
+    }
+    env.retain(|(n, _)| !n.starts_with("LD_"));
+    env.sort();
+    dropped.sort();
+    dropped.dedup();
+    (env, dropped)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_need_an_exact_listing() {
+        let allow = vec![
+            "GITHUB_TOKEN".to_string(),
+            "MY_*".to_string(),
+            "LD_PRELOAD".to_string(),
+        ];
+        assert!(allowed("GITHUB_TOKEN", &allow));
+        assert!(allowed("MY_SETTING", &allow));
+        assert!(!allowed("MY_API_KEY", &allow));
+        assert!(!allowed("MY_SECRET", &allow));
+        assert!(!allowed("LD_PRELOAD", &allow));
+        assert!(!allowed("AWS_SECRET_ACCESS_KEY", &allow));
+        assert!(looks_secret("NPM_TOKEN") && looks_secret("DB_PASSWORD") && !looks_secret("PATH"));
+    }
+}

@@ -1,0 +1,371 @@
+//! The sandbox's pid 1 and the start of the command. The init builds the view, becomes the
+//! sandbox user, starts the command, reaps orphans, forwards signals, reports to the
+//! supervisor, and takes everything down with it when the supervisor goes away.
+
+use crate::sandbox::caps;
+use crate::sandbox::mounts::{self, IdmappedTrees};
+use crate::sandbox::plan::{IdentityMode, SandboxPlan};
+use crate::sandbox::sys::{self, CloneResult};
+use crate::supervisor::status::InitEvent;
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::signal::{Signal, kill};
+use nix::sys::signalfd::{SfdFlags, SigSet, SignalFd};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::{Gid, Pid, Uid};
+use std::ffi::CString;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, AsRawFd, IntoRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+/// Everything the init needs, handed over across the clone.
+pub struct InitArgs<'a> {
+    pub plan: &'a SandboxPlan,
+    pub argv: Vec<CString>,
+    pub envp: Vec<CString>,
+    /// Readable once the supervisor has written our id maps.
+    pub go: OwnedFd,
+    /// Where `InitEvent`s go.
+    pub status: OwnedFd,
+    /// Its write end stays with the supervisor: hang-up means the supervisor is gone.
+    pub lifeline: OwnedFd,
+    /// The command's terminal, in interactive runs.
+    pub tty: Option<OwnedFd>,
+    pub idmapped: IdmappedTrees,
+    /// The signals the supervisor blocked; the init takes them through a signalfd.
+    pub signals: SigSet,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error("setting the hostname: {0}")]
+    Hostname(nix::Error),
+    #[error("bringing up loopback in the new network namespace: {0}")]
+    Loopback(std::io::Error),
+    #[error(transparent)]
+    Mount(#[from] mounts::MountError),
+    #[error(transparent)]
+    Caps(#[from] caps::CapsError),
+    #[error("becoming the sandbox user ({step}): {source}")]
+    Identity {
+        step: &'static str,
+        source: std::io::Error,
+    },
+    #[error("{step}: {source}")]
+    Process {
+        step: &'static str,
+        source: std::io::Error,
+    },
+}
+
+fn report(status: &mut File, event: &InitEvent) {
+    if let Ok(mut line) = serde_json::to_vec(event) {
+        line.push(b'\n');
+        let _ = status.write_all(&line);
+    }
+}
+
+/// The init's whole life. Returns its exit code (the supervisor reads the real outcome from the
+/// status pipe).
+pub fn run_init(args: InitArgs<'_>) -> i32 {
+    let mut status = File::from(args.status);
+    let mut byte = [0u8; 1];
+    if !matches!(File::from(args.go).read(&mut byte), Ok(1)) {
+        // The supervisor failed to map our ids and is going away.
+        return 125;
+    }
+    if let Err(e) = enter_sandbox(args.plan, args.idmapped) {
+        report(
+            &mut status,
+            &InitEvent::SetupFailed {
+                message: e.to_string(),
+            },
+        );
+        return 125;
+    }
+    let signals = match SignalFd::with_flags(
+        &args.signals,
+        SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK,
+    ) {
+        Ok(fd) => fd,
+        Err(e) => {
+            report(
+                &mut status,
+                &InitEvent::SetupFailed {
+                    message: format!("creating the init's signalfd: {e}"),
+                },
+            );
+            return 125;
+        }
+    };
+    let command = match start_command(args.plan, &args.argv, &args.envp, args.tty) {
+        Ok(pid) => pid,
+        Err((step, errno, message)) => {
+            report(
+                &mut status,
+                &InitEvent::ExecFailed {
+                    step,
+                    errno,
+                    message,
+                },
+            );
+            return 125;
+        }
+    };
+    report(
+        &mut status,
+        &InitEvent::Started {
+            pid: command.as_raw(),
+        },
+    );
+    supervise(command, &signals, &args.lifeline, &mut status);
+    0
+}
+
+/// The one ordered set-up list of the sandbox itself (the supervisor has already cloned us into
+/// new user, mount, pid, ipc, uts (and net) namespaces and written our id maps).
+fn enter_sandbox(plan: &SandboxPlan, idmapped: IdmappedTrees) -> Result<(), SetupError> {
+    // The host's name is nobody's business inside.
+    nix::unistd::sethostname(&plan.hostname).map_err(SetupError::Hostname)?;
+    // A new network namespace starts with loopback down; local test servers need it.
+    if plan.network == crate::profile::NetworkMode::None {
+        sys::bring_loopback_up().map_err(SetupError::Loopback)?;
+    }
+    // Become the sandbox user before building the view: files the set-up creates (mount points,
+    // stand-ins) must belong to an id that exists in this namespace. Capabilities in the new
+    // namespace survive the change (uid 0 is not mapped here, so no "root → non-root" clearing).
+    become_sandbox_user(plan)?;
+    // The file system view, ending with pivot_root and the old root detached.
+    mounts::build_view(plan, idmapped)?;
+    // Emptying the bounding set needs CAP_SETPCAP, which the next step gives up.
+    caps::drop_bounding_set()?;
+    caps::clear_all_sets()?;
+    // The uid change reset these two: no ptrace or /proc/1/mem of the init, and death with the
+    // supervisor (the lifeline pipe covers the window before this call).
+    sys::set_not_dumpable().map_err(|source| SetupError::Process {
+        step: "PR_SET_DUMPABLE",
+        source,
+    })?;
+    sys::set_parent_death_signal(libc::SIGKILL).map_err(|source| SetupError::Process {
+        step: "PR_SET_PDEATHSIG",
+        source,
+    })?;
+    Ok(())
+}
+
+fn become_sandbox_user(plan: &SandboxPlan) -> Result<(), SetupError> {
+    let identity = &plan.identity;
+    let fail = |step| {
+        move |e: nix::Error| SetupError::Identity {
+            step,
+            source: e.into(),
+        }
+    };
+    if identity.mode != IdentityMode::Caller {
+        // Invoked as root: root's supplementary groups (and with them, e.g., the docker group)
+        // must not come along. An unprivileged caller cannot drop them (setgroups is denied).
+        sys::clear_supplementary_groups().map_err(|source| SetupError::Identity {
+            step: "setgroups",
+            source,
+        })?;
+    }
+    let gid = Gid::from_raw(identity.inside_gid);
+    let uid = Uid::from_raw(identity.inside_uid);
+    nix::unistd::setresgid(gid, gid, gid).map_err(fail("setresgid"))?;
+    nix::unistd::setresuid(uid, uid, uid).map_err(fail("setresuid"))?;
+    Ok(())
+}
+
+type ExecFailure = (String, i32, String);
+
+/// Forks the command. The child runs `exec_command` and never returns; a failure before or in
+/// `execve` comes back over a close-on-exec pipe, so success is known exactly when it closes.
+fn start_command(
+    plan: &SandboxPlan,
+    argv: &[CString],
+    envp: &[CString],
+    tty: Option<OwnedFd>,
+) -> Result<Pid, ExecFailure> {
+    let io_fail = |step: &str, e: std::io::Error| {
+        (
+            step.to_string(),
+            e.raw_os_error().unwrap_or(0),
+            e.to_string(),
+        )
+    };
+    let (err_read, err_write) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| io_fail("pipe2", e.into()))?;
+    match sys::fork().map_err(|e| io_fail("fork", e))? {
+        CloneResult::Child => {
+            drop(err_read);
+            let (step, error) = exec_command(plan, argv, envp, tty, &err_write);
+            let errno = error.raw_os_error().unwrap_or(0);
+            let mut message = Vec::new();
+            message.extend_from_slice(&errno.to_ne_bytes());
+            message.extend_from_slice(step.as_bytes());
+            message.push(0);
+            message.extend_from_slice(error.to_string().as_bytes());
+            let _ = File::from(err_write).write_all(&message);
+            sys::exit_now(127);
+        }
+        CloneResult::Parent { child } => {
+            drop(err_write);
+            drop(tty);
+            let mut buf = Vec::new();
+            let _ = File::from(err_read).read_to_end(&mut buf);
+            if buf.len() < 4 {
+                return Ok(Pid::from_raw(child));
+            }
+            let _ = waitpid(Pid::from_raw(child), None);
+            let errno = i32::from_ne_bytes([buf[0], buf[1], buf[2], buf[3]]);
+            let rest = String::from_utf8_lossy(&buf[4..]).into_owned();
+            let (step, message) = rest.split_once('\0').unwrap_or((&rest, ""));
+            Err((step.to_string(), errno, message.to_string()))
+        }
+    }
+}
+
+/// In the forked child: the command's own set-up, in order, then `execve`. Returns only on
+/// failure, with the step that failed.
+fn exec_command(
+    plan: &SandboxPlan,
+    argv: &[CString],
+    envp: &[CString],
+    tty: Option<OwnedFd>,
+    err_pipe: &OwnedFd,
+) -> (&'static str, std::io::Error) {
+    macro_rules! step {
+        ($name:expr, $e:expr) => {
+            if let Err(e) = $e {
+                return ($name, std::io::Error::from(e));
+            }
+        };
+    }
+    // The supervisor's blocked signals and Rust's ignored SIGPIPE are not the command's.
+    sys::reset_signals_for_exec();
+    // A new session: no controlling terminal in common with the user (no TIOCSTI into it).
+    step!("setsid", nix::unistd::setsid());
+    // Raw from here on: close_range below closes it, and no destructor may close it twice.
+    if let Some(tty) = tty.map(IntoRawFd::into_raw_fd) {
+        step!("TIOCSCTTY", sys::set_controlling_terminal(tty));
+        for target in 0..=2 {
+            step!("dup2", sys::dup2(tty, target));
+        }
+    }
+    // Nothing inherited beyond stdio: not the supervisor's pipes, not the caller's descriptors.
+    let keep = err_pipe.as_fd().as_raw_fd() as u32;
+    step!("close_range", sys::close_fd_range(3, keep - 1));
+    step!("close_range", sys::close_fd_range(keep + 1, u32::MAX));
+    step!("chdir", nix::unistd::chdir(&plan.cwd));
+    // No key of the caller's session keyring is reachable.
+    step!(
+        "joining a new session keyring",
+        sys::join_new_session_keyring()
+    );
+    // Nothing the command executes can gain privileges (setuid bits, file capabilities).
+    step!("PR_SET_NO_NEW_PRIVS", sys::set_no_new_privs());
+    // The init gave up its capabilities before forking; make sure none survived.
+    if !caps::holds_none() {
+        step!(
+            "checking capabilities",
+            Err::<(), _>(std::io::Error::other("a capability survived the drop"))
+        );
+    }
+    ("execve", exec_in_path(argv, envp))
+}
+
+/// `execvpe` with the sandbox's own PATH (glibc's would search the supervisor's).
+fn exec_in_path(argv: &[CString], envp: &[CString]) -> std::io::Error {
+    let name = argv[0].as_bytes();
+    if name.contains(&b'/') {
+        return sys::execve(&argv[0], argv, envp);
+    }
+    let path = envp
+        .iter()
+        .find_map(|e| e.as_bytes().strip_prefix(b"PATH="))
+        .unwrap_or(b"/usr/bin:/bin");
+    let mut denied = None;
+    for dir in path.split(|b| *b == b':') {
+        let dir = if dir.is_empty() { b".".as_slice() } else { dir };
+        let candidate =
+            Path::new(std::ffi::OsStr::from_bytes(dir)).join(std::ffi::OsStr::from_bytes(name));
+        let Ok(candidate) = CString::new(candidate.as_os_str().as_bytes()) else {
+            continue;
+        };
+        let error = sys::execve(&candidate, argv, envp);
+        match error.raw_os_error() {
+            Some(libc::EACCES) => denied = Some(error),
+            Some(libc::ENOENT) | Some(libc::ENOTDIR) => {}
+            _ => return error,
+        }
+    }
+    denied.unwrap_or_else(|| std::io::Error::from_raw_os_error(libc::ENOENT))
+}
+
+/// The init's loop: reap, forward, report; end the sandbox when the command ends or the
+/// supervisor goes away.
+fn supervise(command: Pid, signals: &SignalFd, lifeline: &OwnedFd, status: &mut File) {
+    loop {
+        let mut fds = [
+            PollFd::new(signals.as_fd(), PollFlags::POLLIN),
+            PollFd::new(lifeline.as_fd(), PollFlags::POLLIN),
+        ];
+        match poll(&mut fds, PollTimeout::NONE) {
+            Ok(_) => {}
+            Err(nix::Error::EINTR) => continue,
+            Err(_) => break,
+        }
+        if fds[1].any().unwrap_or(true) {
+            // The supervisor is gone: nothing inside may outlive it.
+            break;
+        }
+        while let Ok(Some(info)) = signals.read_signal() {
+            let sig = info.ssi_signo as i32;
+            if sig == libc::SIGCHLD {
+                if let Some(last) = reap(command, status) {
+                    report(status, &last);
+                    kill_everything();
+                    return;
+                }
+            } else if let Ok(signal) = Signal::try_from(sig) {
+                // The command leads its own process group (setsid); reach all of it.
+                let _ = kill(Pid::from_raw(-command.as_raw()), signal);
+            }
+        }
+    }
+    kill_everything();
+}
+
+/// Reaps every child that changed state; returns the command's final event once it ended.
+fn reap(command: Pid, status: &mut File) -> Option<InitEvent> {
+    let mut last = None;
+    loop {
+        match waitpid(None, Some(WaitPidFlag::WNOHANG | WaitPidFlag::WUNTRACED)) {
+            Ok(WaitStatus::Exited(pid, code)) if pid == command => {
+                last = Some(InitEvent::Exited { code });
+            }
+            Ok(WaitStatus::Signaled(pid, signal, _)) if pid == command => {
+                last = Some(InitEvent::Signaled {
+                    signal: signal as i32,
+                });
+            }
+            Ok(WaitStatus::Stopped(pid, signal)) if pid == command => {
+                report(
+                    status,
+                    &InitEvent::Stopped {
+                        signal: signal as i32,
+                    },
+                );
+            }
+            Ok(WaitStatus::StillAlive) | Err(_) => return last,
+            Ok(_) => {}
+        }
+    }
+}
+
+/// As pid 1, `kill(-1)` reaches every other process of the sandbox.
+fn kill_everything() {
+    let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
+    while waitpid(None, None).is_ok() {}
+}

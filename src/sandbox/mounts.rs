@@ -1,0 +1,281 @@
+//! Executes the plan's mount list inside the new mount namespace, in bubblewrap's order:
+//! private propagation → a staging tmpfs as root (the old root kept at /oldroot for sources) →
+//! the new root on tmpfs → each mount op → detach the old root → pivot into the new root.
+
+use crate::sandbox::plan::{Access, MountOp, SandboxPlan};
+use crate::sandbox::sys::{self, MountFlags};
+use nix::mount::{MntFlags, MsFlags, mount, umount2};
+use std::collections::VecDeque;
+use std::fs;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::{PermissionsExt, symlink};
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, thiserror::Error)]
+#[error("{step} {path}: {source}{hint}")]
+pub struct MountError {
+    pub step: String,
+    pub path: PathBuf,
+    pub source: io::Error,
+    pub hint: &'static str,
+}
+
+fn err(step: impl Into<String>, path: &Path) -> impl FnOnce(io::Error) -> MountError {
+    let step = step.into();
+    let path = path.to_path_buf();
+    move |source| MountError {
+        step,
+        path,
+        source,
+        hint: "",
+    }
+}
+
+fn nix_err(step: impl Into<String>, path: &Path) -> impl FnOnce(nix::Error) -> MountError {
+    let f = err(step, path);
+    move |e| f(io::Error::from(e))
+}
+
+const STAGING: &str = "/tmp";
+const OLD_ROOT: &str = "/oldroot";
+const NEW_ROOT: &str = "/newroot";
+const HIDDEN_FILE: &str = "/hidden-file";
+
+/// The detached idmapped trees the supervisor prepared, in the order of the plan's
+/// `IdmappedBind` ops.
+pub type IdmappedTrees = VecDeque<OwnedFd>;
+
+/// Builds the whole view and pivots into it. Runs in the sandbox init, with capabilities in the
+/// new user namespace, before anything of the command's runs.
+pub fn build_view(plan: &SandboxPlan, mut idmapped: IdmappedTrees) -> Result<(), MountError> {
+    // No mount or unmount here may propagate back to the host.
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+        None::<&str>,
+    )
+    .map_err(nix_err("making mounts private at", Path::new("/")))?;
+    enter_staging_root()?;
+    mount(
+        Some("tmpfs"),
+        NEW_ROOT,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some("mode=0755"),
+    )
+    .map_err(nix_err(
+        "mounting the new root tmpfs at",
+        Path::new(NEW_ROOT),
+    ))?;
+    fs::write(HIDDEN_FILE, b"").map_err(err("creating", Path::new(HIDDEN_FILE)))?;
+    fs::set_permissions(HIDDEN_FILE, fs::Permissions::from_mode(0))
+        .map_err(err("chmod", Path::new(HIDDEN_FILE)))?;
+
+    for (index, op) in plan.mounts.iter().enumerate() {
+        apply(op, index, &mut idmapped)?;
+    }
+
+    // The old root is no longer needed: detach it so nothing inside can reach the host tree.
+    umount2(OLD_ROOT, MntFlags::MNT_DETACH)
+        .map_err(nix_err("detaching the old root", Path::new(OLD_ROOT)))?;
+    std::env::set_current_dir(NEW_ROOT).map_err(err("chdir", Path::new(NEW_ROOT)))?;
+    sys::pivot_root(Path::new("."), Path::new("."))
+        .map_err(err("pivot_root into", Path::new(NEW_ROOT)))?;
+    umount2(".", MntFlags::MNT_DETACH)
+        .map_err(nix_err("detaching the staging root", Path::new("/")))?;
+    std::env::set_current_dir("/").map_err(err("chdir", Path::new("/")))?;
+    Ok(())
+}
+
+/// A tmpfs becomes the root, with the host's root at /oldroot: every source is then read from
+/// /oldroot, so no source can be shadowed by a mount made for the new view.
+fn enter_staging_root() -> Result<(), MountError> {
+    let staging = Path::new(STAGING);
+    mount(
+        Some("tmpfs"),
+        staging,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some("mode=0755,size=16m"),
+    )
+    .map_err(nix_err("mounting the staging tmpfs at", staging))?;
+    std::env::set_current_dir(staging).map_err(err("chdir", staging))?;
+    for dir in ["newroot", "oldroot"] {
+        fs::create_dir(dir).map_err(err("creating", &staging.join(dir)))?;
+    }
+    sys::pivot_root(Path::new("."), Path::new("oldroot"))
+        .map_err(err("pivot_root into", staging))?;
+    std::env::set_current_dir("/").map_err(err("chdir", Path::new("/")))
+}
+
+fn outside(path: &Path) -> PathBuf {
+    Path::new(OLD_ROOT).join(path.strip_prefix("/").unwrap_or(path))
+}
+
+fn inside(path: &Path) -> PathBuf {
+    Path::new(NEW_ROOT).join(path.strip_prefix("/").unwrap_or(path))
+}
+
+/// Creates the mount point: a directory, or an empty file when the source is not a directory.
+fn ensure_mount_point(target: &Path, directory: bool) -> Result<(), MountError> {
+    if fs::symlink_metadata(target).is_ok() {
+        return Ok(());
+    }
+    if directory {
+        return fs::create_dir_all(target).map_err(err("creating mount point", target));
+    }
+    if let Some(parent) = target.parent() {
+        fs::create_dir_all(parent).map_err(err("creating mount point", parent))?;
+    }
+    fs::File::create(target)
+        .map(drop)
+        .map_err(err("creating mount point", target))
+}
+
+fn bind(source: &Path, target: &Path, step: &str) -> Result<(), MountError> {
+    let directory = source.is_dir();
+    ensure_mount_point(target, directory)?;
+    mount(
+        Some(source),
+        target,
+        None::<&str>,
+        MsFlags::MS_BIND | MsFlags::MS_REC,
+        None::<&str>,
+    )
+    .map_err(nix_err(format!("{step} {} onto", source.display()), target))
+}
+
+fn restrict(target: &Path, read_only: bool, nodev: bool) -> Result<(), MountError> {
+    let flags = MountFlags {
+        read_only,
+        nosuid: true,
+        nodev,
+    };
+    sys::mount_setattr(target, true, flags).map_err(err("restricting the mount", target))
+}
+
+fn tmpfs(target: &Path, options: &str, flags: MsFlags) -> Result<(), MountError> {
+    ensure_mount_point(target, true)?;
+    mount(
+        Some("tmpfs"),
+        target,
+        Some("tmpfs"),
+        flags | MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some(options),
+    )
+    .map_err(nix_err("mounting tmpfs at", target))
+}
+
+fn apply(op: &MountOp, index: usize, idmapped: &mut IdmappedTrees) -> Result<(), MountError> {
+    tracing::debug!(%op, "mount");
+    match op {
+        MountOp::Bind { src, dst, access } => {
+            let target = inside(dst);
+            bind(&outside(src), &target, "binding")?;
+            restrict(&target, *access == Access::ReadOnly, true)
+        }
+        MountOp::IdmappedBind { dst, .. } => {
+            let target = inside(dst);
+            let tree = idmapped.pop_front().ok_or_else(|| MountError {
+                step: "attaching idmapped mount (none prepared)".into(),
+                path: dst.clone(),
+                source: io::Error::from(io::ErrorKind::NotFound),
+                hint: "",
+            })?;
+            ensure_mount_point(&target, true)?;
+            sys::move_mount_to(&tree, &target)
+                .map_err(err("attaching the idmapped mount at", &target))
+        }
+        MountOp::Tmpfs {
+            dst,
+            mode,
+            size_mib,
+        } => {
+            let mut options = format!("mode={mode:o}");
+            if let Some(size) = size_mib {
+                options.push_str(&format!(",size={size}m"));
+            }
+            tmpfs(&inside(dst), &options, MsFlags::empty())
+        }
+        MountOp::Proc { dst } => {
+            let target = inside(dst);
+            ensure_mount_point(&target, true)?;
+            let flags =
+                MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC | MsFlags::MS_RDONLY;
+            mount(Some("proc"), &target, Some("proc"), flags, None::<&str>).map_err(|e| MountError {
+                step: "mounting a fresh /proc at".into(),
+                path: target.clone(),
+                source: e.into(),
+                hint: " (the kernel refuses a new proc when the host's /proc is partly covered, as in some containers)",
+            })
+        }
+        MountOp::Devpts { dst } => {
+            let target = inside(dst);
+            ensure_mount_point(&target, true)?;
+            mount(
+                Some("devpts"),
+                &target,
+                Some("devpts"),
+                MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
+                Some("newinstance,ptmxmode=0666,mode=620"),
+            )
+            .map_err(nix_err("mounting devpts at", &target))
+        }
+        MountOp::DevNode { src, dst } => {
+            let target = inside(dst);
+            bind(&outside(src), &target, "binding device")?;
+            let flags = MountFlags {
+                read_only: false,
+                nosuid: true,
+                nodev: false,
+            };
+            sys::mount_setattr(&target, false, flags).map_err(err("restricting the mount", &target))
+        }
+        MountOp::Symlink { target, dst } => {
+            let link = inside(dst);
+            if fs::symlink_metadata(&link).is_ok() {
+                return Ok(());
+            }
+            if let Some(parent) = link.parent() {
+                fs::create_dir_all(parent).map_err(err("creating", parent))?;
+            }
+            symlink(target, &link).map_err(err("creating symlink", &link))
+        }
+        MountOp::HideDir { dst, .. } => tmpfs(
+            &inside(dst),
+            "mode=000,size=4k,nr_inodes=1",
+            MsFlags::MS_RDONLY | MsFlags::MS_NOEXEC,
+        ),
+        MountOp::HideFile { dst, .. } => {
+            let target = inside(dst);
+            bind(Path::new(HIDDEN_FILE), &target, "hiding with")?;
+            restrict(&target, true, true)
+        }
+        MountOp::ReadOnlyInPlace { path } => {
+            let target = inside(path);
+            bind(&target, &target, "re-binding")?;
+            restrict(&target, true, true)
+        }
+        MountOp::File { dst, contents } => {
+            let staged = PathBuf::from(format!("/generated-{index}"));
+            fs::write(&staged, contents).map_err(err("writing", &staged))?;
+            fs::set_permissions(&staged, fs::Permissions::from_mode(0o644))
+                .map_err(err("chmod", &staged))?;
+            let target = inside(dst);
+            bind(&staged, &target, "binding generated file")?;
+            restrict(&target, true, true)
+        }
+        MountOp::ReadOnlyRoot => {
+            let flags = MountFlags {
+                read_only: true,
+                nosuid: true,
+                nodev: true,
+            };
+            sys::mount_setattr(Path::new(NEW_ROOT), false, flags)
+                .map_err(err("making the new root read-only", Path::new(NEW_ROOT)))
+        }
+    }
+}

@@ -1,0 +1,112 @@
+//! User namespace id maps, written by the supervisor from outside (the only side allowed to map
+//! ids other than its own), and the user namespace that idmapped mounts borrow their mapping from.
+
+use crate::sandbox::plan::{Identity, IdentityMode};
+use crate::sandbox::sys::{self, CloneResult};
+use nix::sys::wait::waitpid;
+use nix::unistd::Pid;
+use std::fs::{self, File};
+use std::io::{self, Read};
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+#[error("{step} {path}: {source}{hint}")]
+pub struct NamespaceError {
+    pub step: &'static str,
+    pub path: PathBuf,
+    pub source: io::Error,
+    pub hint: &'static str,
+}
+
+pub const USERNS_HINT: &str = " (unprivileged user namespaces may be disabled: check `sysctl user.max_user_namespaces`, `kernel.unprivileged_userns_clone`, or Ubuntu's `kernel.apparmor_restrict_unprivileged_userns`; run `stepproof doctor`)";
+
+fn write_proc(
+    pid: i32,
+    file: &str,
+    contents: &str,
+    step: &'static str,
+) -> Result<(), NamespaceError> {
+    let path = PathBuf::from(format!("/proc/{pid}/{file}"));
+    fs::write(&path, contents).map_err(|source| NamespaceError {
+        step,
+        path,
+        source,
+        hint: "",
+    })
+}
+
+/// Writes the child's uid and gid maps. A caller that is not root can only map itself and must
+/// first give up `setgroups` in the child (the kernel's rule for unprivileged gid maps).
+pub fn write_id_maps(child: i32, identity: &Identity) -> Result<(), NamespaceError> {
+    if identity.mode == IdentityMode::Caller {
+        write_proc(child, "setgroups", "deny", "denying setgroups in")?;
+    }
+    write_proc(
+        child,
+        "uid_map",
+        &format!("{} {} 1\n", identity.inside_uid, identity.outside_uid),
+        "writing the uid map",
+    )?;
+    write_proc(
+        child,
+        "gid_map",
+        &format!("{} {} 1\n", identity.inside_gid, identity.outside_gid),
+        "writing the gid map",
+    )
+}
+
+/// A user namespace whose only mapping is host root → `outside_id`: given to an idmapped mount,
+/// it makes root's files appear as the sandbox user's, and files the sandbox user creates land
+/// on disk as root's.
+pub fn root_to_sandbox_userns(outside_id: u32) -> Result<OwnedFd, NamespaceError> {
+    let (read_end, write_end) = nix::unistd::pipe().map_err(|e| NamespaceError {
+        step: "creating a pipe for",
+        path: "the idmap user namespace".into(),
+        source: e.into(),
+        hint: "",
+    })?;
+    match sys::clone_with_namespaces(libc::CLONE_NEWUSER).map_err(|source| NamespaceError {
+        step: "creating",
+        path: "the idmap user namespace".into(),
+        source,
+        hint: USERNS_HINT,
+    })? {
+        CloneResult::Child => {
+            drop(write_end);
+            // Wait until the parent has what it needs, then vanish.
+            let mut byte = [0u8; 1];
+            let _ = File::from(read_end).read(&mut byte);
+            sys::exit_now(0);
+        }
+        CloneResult::Parent { child } => {
+            drop(read_end);
+            let result = (|| {
+                write_proc(
+                    child,
+                    "uid_map",
+                    &format!("0 {outside_id} 1\n"),
+                    "writing the uid map",
+                )?;
+                write_proc(
+                    child,
+                    "gid_map",
+                    &format!("0 {outside_id} 1\n"),
+                    "writing the gid map",
+                )?;
+                let path = PathBuf::from(format!("/proc/{child}/ns/user"));
+                File::open(&path)
+                    .map(OwnedFd::from)
+                    .map_err(|source| NamespaceError {
+                        step: "opening",
+                        path,
+                        source,
+                        hint: "",
+                    })
+            })();
+            drop(write_end);
+            let _ = waitpid(Pid::from_raw(child), None);
+            result
+        }
+    }
+}

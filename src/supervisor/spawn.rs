@@ -1,0 +1,474 @@
+//! The supervisor's side of a run: it clones the sandbox init into new namespaces, maps its ids
+//! from outside, relays the terminal, forwards signals and job control, and turns what the init
+//! reports into StepProof's exit code. It never enters the sandbox.
+
+use crate::profile::NetworkMode;
+use crate::sandbox::init::{InitArgs, run_init};
+use crate::sandbox::mounts::IdmappedTrees;
+use crate::sandbox::namespaces::{self, USERNS_HINT};
+use crate::sandbox::plan::{Access, IdentityMode, MountOp, ROOT_MODE_OUTSIDE_ID, SandboxPlan};
+use crate::sandbox::sys::{self, CloneResult, MountFlags};
+use crate::supervisor::pty::{RawTerminal, copy_window_size, open_pty_like};
+use crate::supervisor::status::{InitEvent, Outcome};
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::signal::{Signal, kill};
+use nix::sys::signalfd::{SfdFlags, SigSet, SignalFd};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::Pid;
+use std::ffi::{CString, OsString};
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    #[error("the command line contains a NUL byte")]
+    NulInArgument,
+    #[error("{step}: {source}{hint}")]
+    Os {
+        step: String,
+        source: io::Error,
+        hint: &'static str,
+    },
+    #[error(transparent)]
+    Namespace(#[from] namespaces::NamespaceError),
+}
+
+fn os(step: impl Into<String>) -> impl FnOnce(io::Error) -> LaunchError {
+    let step = step.into();
+    move |source| LaunchError::Os {
+        step,
+        source,
+        hint: "",
+    }
+}
+
+fn nix_os(step: impl Into<String>) -> impl FnOnce(nix::Error) -> LaunchError {
+    let f = os(step);
+    move |e| f(e.into())
+}
+
+/// Signals the supervisor handles itself (through a signalfd) instead of dying of them.
+fn handled_signals() -> SigSet {
+    let mut set = SigSet::empty();
+    for sig in [
+        Signal::SIGCHLD,
+        Signal::SIGINT,
+        Signal::SIGTERM,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+        Signal::SIGUSR1,
+        Signal::SIGUSR2,
+        Signal::SIGWINCH,
+        Signal::SIGTSTP,
+        Signal::SIGTTIN,
+        Signal::SIGTTOU,
+        Signal::SIGCONT,
+        Signal::SIGALRM,
+    ] {
+        set.add(sig);
+    }
+    set
+}
+
+/// Detached idmapped copies of the trees the plan binds through an id mapping (root
+/// invocations), created here because only host root may create them.
+pub fn prepare_idmapped_trees(plan: &SandboxPlan) -> Result<IdmappedTrees, LaunchError> {
+    let mut trees = IdmappedTrees::new();
+    let wanted: Vec<(&std::path::Path, Access)> = plan
+        .mounts
+        .iter()
+        .filter_map(|m| match m {
+            MountOp::IdmappedBind { src, access, .. } => Some((src.as_path(), *access)),
+            _ => None,
+        })
+        .collect();
+    if wanted.is_empty() {
+        return Ok(trees);
+    }
+    let userns = namespaces::root_to_sandbox_userns(ROOT_MODE_OUTSIDE_ID)?;
+    for (src, access) in wanted {
+        let tree = sys::open_tree_clone(src).map_err(os(format!("open_tree {}", src.display())))?;
+        let flags = MountFlags {
+            read_only: access == Access::ReadOnly,
+            nosuid: true,
+            nodev: true,
+        };
+        sys::idmap_detached_tree(&tree, &userns, flags).map_err(|source| LaunchError::Os {
+            step: format!("idmapping {}", src.display()),
+            source,
+            hint: " (this file system may not support idmapped mounts)",
+        })?;
+        trees.push_back(tree);
+    }
+    Ok(trees)
+}
+
+/// Whether idmapped mounts work for `path` here (asked only when invoked as root).
+pub fn idmapped_mounts_work(path: &std::path::Path) -> bool {
+    let Ok(userns) = namespaces::root_to_sandbox_userns(ROOT_MODE_OUTSIDE_ID) else {
+        return false;
+    };
+    let Ok(tree) = sys::open_tree_clone(path) else {
+        return false;
+    };
+    sys::idmap_detached_tree(&tree, &userns, MountFlags::default()).is_ok()
+}
+
+/// Runs `command` in the sandbox the plan describes and reports how it ended. Never panics on
+/// the way out without restoring the terminal.
+pub fn run(plan: &SandboxPlan, command: &[OsString]) -> Outcome {
+    match launch(plan, command) {
+        Ok(outcome) => outcome,
+        Err(e) => Outcome::failed(e.to_string()),
+    }
+}
+
+fn launch(plan: &SandboxPlan, command: &[OsString]) -> Result<Outcome, LaunchError> {
+    let argv = command
+        .iter()
+        .map(|a| CString::new(a.as_bytes()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| LaunchError::NulInArgument)?;
+    let envp = plan
+        .env
+        .iter()
+        .map(|(k, v)| CString::new(format!("{k}={v}")))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| LaunchError::NulInArgument)?;
+    let idmapped = prepare_idmapped_trees(plan)?;
+
+    let stdin = io::stdin();
+    let stdout = io::stdout();
+    let interactive = nix::unistd::isatty(stdin.as_fd()).unwrap_or(false)
+        && nix::unistd::isatty(stdout.as_fd()).unwrap_or(false);
+    let pty = if interactive {
+        Some(open_pty_like(stdin.as_fd()).map_err(os("opening a pseudo-terminal"))?)
+    } else {
+        None
+    };
+
+    let signals = handled_signals();
+    signals.thread_block().map_err(nix_os("blocking signals"))?;
+    let signal_fd = SignalFd::with_flags(&signals, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
+        .map_err(nix_os("creating a signalfd"))?;
+    let pipe =
+        || nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(nix_os("creating a pipe"));
+    let (go_read, go_write) = pipe()?;
+    let (status_read, status_write) = pipe()?;
+    let (lifeline_read, lifeline_write) = pipe()?;
+
+    let mut flags = libc::CLONE_NEWUSER
+        | libc::CLONE_NEWNS
+        | libc::CLONE_NEWPID
+        | libc::CLONE_NEWIPC
+        | libc::CLONE_NEWUTS
+        | libc::CLONE_NEWCGROUP;
+    if plan.network == NetworkMode::None {
+        flags |= libc::CLONE_NEWNET;
+    }
+    let (master, slave) = match pty {
+        Some(p) => (Some(p.master), Some(p.slave)),
+        None => (None, None),
+    };
+    let child = match sys::clone_with_namespaces(flags).map_err(|source| LaunchError::Os {
+        step: "creating the sandbox namespaces (clone)".into(),
+        source,
+        hint: USERNS_HINT,
+    })? {
+        CloneResult::Child => {
+            drop((go_write, status_read, lifeline_write, master, signal_fd));
+            let code = run_init(InitArgs {
+                plan,
+                argv,
+                envp,
+                go: go_read,
+                status: status_write,
+                lifeline: lifeline_read,
+                tty: slave,
+                idmapped,
+                signals,
+            });
+            sys::exit_now(code);
+        }
+        CloneResult::Parent { child } => Pid::from_raw(child),
+    };
+    drop((go_read, status_write, lifeline_read, slave, idmapped));
+
+    if let Err(e) = namespaces::write_id_maps(child.as_raw(), &plan.identity) {
+        drop(go_write);
+        let _ = kill(child, Signal::SIGKILL);
+        let _ = waitpid(child, None);
+        return Err(e.into());
+    }
+    File::from(go_write)
+        .write_all(b"g")
+        .map_err(os("starting the sandbox init"))?;
+
+    let terminal = match &master {
+        Some(_) => Some(
+            RawTerminal::enter(stdin.as_fd()).map_err(os("putting the terminal in raw mode"))?,
+        ),
+        None => None,
+    };
+    let outcome = Relay {
+        child,
+        signal_fd,
+        status: File::from(status_read),
+        status_buf: Vec::new(),
+        master,
+        terminal,
+        final_event: None,
+        init_exit: None,
+        pending_input: Vec::new(),
+    }
+    .run();
+    drop(lifeline_write);
+    Ok(outcome)
+}
+
+/// The supervisor's event loop for one run.
+struct Relay<'t> {
+    child: Pid,
+    signal_fd: SignalFd,
+    status: File,
+    status_buf: Vec<u8>,
+    master: Option<OwnedFd>,
+    terminal: Option<RawTerminal<'t>>,
+    final_event: Option<InitEvent>,
+    init_exit: Option<WaitStatus>,
+    /// Keystrokes not yet accepted by the command's terminal.
+    pending_input: Vec<u8>,
+}
+
+impl Relay<'_> {
+    fn run(mut self) -> Outcome {
+        let mut status_open = true;
+        let mut stdin_open = self.terminal.is_some();
+        if let Some(master) = &self.master {
+            let _ = nix::fcntl::fcntl(
+                master,
+                nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+            );
+        }
+        loop {
+            let master_open = self.master.is_some();
+            if self.init_exit.is_some() && !status_open && !master_open {
+                break;
+            }
+            let stdin = io::stdin();
+            let mut fds = vec![PollFd::new(self.signal_fd.as_fd(), PollFlags::POLLIN)];
+            let status_idx = status_open.then(|| {
+                fds.push(PollFd::new(self.status.as_fd(), PollFlags::POLLIN));
+                fds.len() - 1
+            });
+            let stdin_idx = (stdin_open && self.pending_input.is_empty()).then(|| {
+                fds.push(PollFd::new(stdin.as_fd(), PollFlags::POLLIN));
+                fds.len() - 1
+            });
+            let master_idx = self.master.as_ref().map(|m| {
+                let mut events = PollFlags::POLLIN;
+                if !self.pending_input.is_empty() {
+                    events |= PollFlags::POLLOUT;
+                }
+                fds.push(PollFd::new(m.as_fd(), events));
+                fds.len() - 1
+            });
+            match poll(&mut fds, PollTimeout::NONE) {
+                Ok(_) => {}
+                Err(nix::Error::EINTR) => continue,
+                Err(_) => break,
+            }
+            let ready = |i: Option<usize>| i.is_some_and(|i| fds[i].any().unwrap_or(false));
+            let (sig_ready, status_ready, stdin_ready, master_ready) = (
+                fds[0].any().unwrap_or(false),
+                ready(status_idx),
+                ready(stdin_idx),
+                ready(master_idx),
+            );
+            drop(fds);
+            if sig_ready {
+                self.handle_signals();
+            }
+            if status_ready && !self.read_status() {
+                status_open = false;
+            }
+            if stdin_ready && !self.read_stdin() {
+                stdin_open = false;
+            }
+            if master_ready && !self.pump_master() {
+                self.master = None;
+            }
+        }
+        if let Some(term) = self.terminal.as_mut() {
+            term.restore();
+        }
+        self.outcome()
+    }
+
+    fn handle_signals(&mut self) {
+        while let Ok(Some(info)) = self.signal_fd.read_signal() {
+            let Ok(signal) = Signal::try_from(info.ssi_signo as i32) else {
+                continue;
+            };
+            match signal {
+                Signal::SIGCHLD => {
+                    if let Ok(status) = waitpid(self.child, Some(WaitPidFlag::WNOHANG))
+                        && status != WaitStatus::StillAlive
+                    {
+                        self.init_exit = Some(status);
+                    }
+                }
+                Signal::SIGWINCH => {
+                    if let (Some(term), Some(master)) = (&self.terminal, &self.master) {
+                        copy_window_size(term.fd(), master);
+                    }
+                }
+                Signal::SIGCONT => self.resume(),
+                // Keyboard job control reaches us only without a pty; hand it to the command.
+                _ => {
+                    let _ = kill(self.child, signal);
+                }
+            }
+        }
+    }
+
+    /// Back from a stop (`fg`): terminal raw again, size refreshed, command continued.
+    fn resume(&mut self) {
+        if let Some(term) = self.terminal.as_mut() {
+            let _ = term.make_raw();
+            if let Some(master) = &self.master {
+                copy_window_size(term.fd(), master);
+            }
+        }
+        let _ = kill(self.child, Signal::SIGCONT);
+    }
+
+    /// The command stopped: give the user's shell its terminal back and stop as bare would.
+    fn suspend(&mut self) {
+        if let Some(term) = self.terminal.as_mut() {
+            term.restore();
+        }
+        let _ = kill(Pid::this(), Signal::SIGSTOP);
+    }
+
+    /// Returns false at end of file.
+    fn read_status(&mut self) -> bool {
+        let mut buf = [0u8; 4096];
+        let n = match self.status.read(&mut buf) {
+            Ok(0) => return false,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => return true,
+            Err(_) => return false,
+        };
+        self.status_buf.extend_from_slice(&buf[..n]);
+        while let Some(pos) = self.status_buf.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = self.status_buf.drain(..=pos).collect();
+            let Ok(event) = serde_json::from_slice::<InitEvent>(&line) else {
+                continue;
+            };
+            tracing::debug!(?event, "init");
+            match event {
+                InitEvent::Started { .. } => {}
+                InitEvent::Stopped { .. } => self.suspend(),
+                other => self.final_event = Some(other),
+            }
+        }
+        true
+    }
+
+    /// Returns false at end of file.
+    fn read_stdin(&mut self) -> bool {
+        let mut buf = [0u8; 4096];
+        match nix::unistd::read(io::stdin().as_fd(), &mut buf) {
+            Ok(0) => false,
+            Ok(n) => {
+                self.pending_input.extend_from_slice(&buf[..n]);
+                true
+            }
+            Err(nix::Error::EINTR) | Err(nix::Error::EAGAIN) => true,
+            Err(_) => false,
+        }
+    }
+
+    /// Moves output to stdout and pending keystrokes to the command. Returns false once the
+    /// command's side of the terminal is closed for good.
+    fn pump_master(&mut self) -> bool {
+        let Some(master) = &self.master else {
+            return false;
+        };
+        if !self.pending_input.is_empty() {
+            match nix::unistd::write(master, &self.pending_input) {
+                Ok(n) => {
+                    self.pending_input.drain(..n);
+                }
+                Err(nix::Error::EAGAIN) | Err(nix::Error::EINTR) => {}
+                Err(_) => self.pending_input.clear(),
+            }
+        }
+        let mut buf = [0u8; 16384];
+        match nix::unistd::read(master.as_fd(), &mut buf) {
+            Ok(0) => false,
+            Ok(n) => {
+                write_all_fd(io::stdout().as_fd(), &buf[..n]);
+                true
+            }
+            Err(nix::Error::EAGAIN) | Err(nix::Error::EINTR) => true,
+            // EIO: every holder of the command's terminal has closed it.
+            Err(_) => false,
+        }
+    }
+
+    fn outcome(self) -> Outcome {
+        match self.final_event {
+            Some(InitEvent::Exited { code }) => Outcome::Exited {
+                exit_code: code,
+                command_exit_code: code,
+            },
+            Some(InitEvent::Signaled { signal }) => Outcome::Signaled {
+                exit_code: 128 + signal,
+                signal,
+            },
+            Some(InitEvent::ExecFailed {
+                step,
+                errno,
+                message,
+            }) => Outcome::from_exec_failure(&step, errno, &message),
+            Some(InitEvent::SetupFailed { message }) => {
+                Outcome::failed(format!("building the sandbox: {message}"))
+            }
+            _ => Outcome::failed(format!(
+                "the sandbox init ended without reporting the command's status ({:?})",
+                self.init_exit
+            )),
+        }
+    }
+}
+
+fn write_all_fd(fd: BorrowedFd<'_>, mut data: &[u8]) {
+    while !data.is_empty() {
+        match nix::unistd::write(fd, data) {
+            Ok(n) => data = &data[n..],
+            Err(nix::Error::EINTR) => {}
+            Err(nix::Error::EAGAIN) => {
+                let mut fds = [PollFd::new(fd, PollFlags::POLLOUT)];
+                let _ = poll(&mut fds, PollTimeout::NONE);
+            }
+            Err(_) => return,
+        }
+    }
+}
+
+/// Identity modes in words, for reports.
+pub fn describe_identity(plan: &SandboxPlan) -> String {
+    let id = &plan.identity;
+    match id.mode {
+        IdentityMode::Caller => format!("uid {} gid {} (the caller)", id.inside_uid, id.inside_gid),
+        IdentityMode::RootRemapped => format!(
+            "uid {} inside, host uid {} (invoked as root; workspace and home idmapped)",
+            id.inside_uid, id.outside_uid
+        ),
+        IdentityMode::RootFallback => "uid 0 WITHOUT capabilities (root fallback)".into(),
+    }
+}

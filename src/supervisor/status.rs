@@ -1,0 +1,93 @@
+//! What the sandbox init tells the supervisor, one JSON line per event, over a pipe. The
+//! supervisor trusts it only as far as the init is trusted: it runs our code, before the
+//! command and outside its reach (other uid or not dumpable, pid 1).
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "kebab-case")]
+pub enum InitEvent {
+    /// The command's `execve` succeeded.
+    Started {
+        pid: i32,
+    },
+    /// The command stopped (Ctrl-Z or a stop signal).
+    Stopped {
+        signal: i32,
+    },
+    Exited {
+        code: i32,
+    },
+    Signaled {
+        signal: i32,
+    },
+    /// `execve` failed (or a step right before it): `errno` of that step.
+    ExecFailed {
+        step: String,
+        errno: i32,
+        message: String,
+    },
+    /// Building the sandbox failed: nothing of the command ran.
+    SetupFailed {
+        message: String,
+    },
+}
+
+/// How the run ended, from the caller's point of view.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "status", rename_all = "kebab-case")]
+pub enum Outcome {
+    /// The command exited with this code.
+    Exited {
+        exit_code: i32,
+        command_exit_code: i32,
+    },
+    /// The command was killed by a signal.
+    Signaled { exit_code: i32, signal: i32 },
+    /// The command was not found (127).
+    NotFound { exit_code: i32, message: String },
+    /// The command could not be executed (126).
+    NotExecutable { exit_code: i32, message: String },
+    /// StepProof itself failed (125): the command did not run, or the sandbox broke.
+    StepproofError { exit_code: i32, message: String },
+}
+
+pub const EXIT_STEPPROOF_FAILED: i32 = 125;
+pub const EXIT_NOT_EXECUTABLE: i32 = 126;
+pub const EXIT_NOT_FOUND: i32 = 127;
+
+impl Outcome {
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Outcome::Exited { exit_code, .. }
+            | Outcome::Signaled { exit_code, .. }
+            | Outcome::NotFound { exit_code, .. }
+            | Outcome::NotExecutable { exit_code, .. }
+            | Outcome::StepproofError { exit_code, .. } => *exit_code,
+        }
+    }
+
+    pub fn failed(message: impl Into<String>) -> Outcome {
+        Outcome::StepproofError {
+            exit_code: EXIT_STEPPROOF_FAILED,
+            message: message.into(),
+        }
+    }
+
+    pub fn from_exec_failure(step: &str, errno: i32, message: &str) -> Outcome {
+        let message = format!("{step}: {message}");
+        if step == "execve" && errno == libc::ENOENT {
+            Outcome::NotFound {
+                exit_code: EXIT_NOT_FOUND,
+                message,
+            }
+        } else if step == "execve" {
+            Outcome::NotExecutable {
+                exit_code: EXIT_NOT_EXECUTABLE,
+                message,
+            }
+        } else {
+            Outcome::failed(message)
+        }
+    }
+}
