@@ -1,0 +1,254 @@
+//! Shared helpers for the integration tests: the real binaries, a planted home and workspace,
+//! runs as root and as the dedicated unprivileged test user, and the skip/fail rule.
+#![allow(dead_code)]
+
+use std::ffi::OsStr;
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+pub const RUN: &str = env!("CARGO_BIN_EXE_stepproof-run");
+pub const STEPPROOF: &str = env!("CARGO_BIN_EXE_stepproof");
+
+/// The dedicated unprivileged user (not 65534, the overflow id: ownership checks must mean
+/// something). `.ci/run` creates it; the tests create it too when run as root by hand.
+pub const TEST_USER: &str = "stepproof-test";
+pub const TEST_UID: u32 = 4711;
+
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
+}
+
+/// A test that needs something this machine lacks: says so locally, fails in CI.
+pub fn skip_or_fail(reason: &str) {
+    if in_ci() {
+        panic!("required in CI but unavailable: {reason}");
+    }
+    eprintln!("skipped: {reason}");
+}
+
+pub fn is_root() -> bool {
+    nix::unistd::getuid().is_root()
+}
+
+/// True when this machine can build the sandbox (user namespaces and friends); otherwise
+/// skips (or fails in CI).
+pub fn sandbox_available() -> bool {
+    let out = Command::new(STEPPROOF).arg("doctor").output().expect("run stepproof doctor");
+    if out.status.success() {
+        return true;
+    }
+    skip_or_fail(&format!(
+        "the kernel cannot build the sandbox here: {}",
+        String::from_utf8_lossy(&out.stdout)
+    ));
+    false
+}
+
+/// Makes sure the test user exists (as root); returns its uid and gid.
+pub fn ensure_test_user() -> Option<(u32, u32)> {
+    if !is_root() {
+        skip_or_fail("running as the unprivileged test user needs the tests to run as root");
+        return None;
+    }
+    if nix::unistd::User::from_name(TEST_USER).ok().flatten().is_none() {
+        let status = Command::new("useradd")
+            .args(["--create-home", "--uid", &TEST_UID.to_string(), "--shell", "/bin/sh", "--user-group", TEST_USER])
+            .status();
+        if !status.is_ok_and(|s| s.success()) && nix::unistd::User::from_name(TEST_USER).ok().flatten().is_none() {
+            skip_or_fail("could not create the test user with useradd");
+            return None;
+        }
+    }
+    let user = nix::unistd::User::from_name(TEST_USER).ok().flatten()?;
+    Some((user.uid.as_raw(), user.gid.as_raw()))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Who {
+    Root,
+    User,
+}
+
+/// A planted home (with secrets) and a workspace inside it, owned by whoever runs the sandbox.
+pub struct World {
+    pub who: Who,
+    pub base: PathBuf,
+    pub home: PathBuf,
+    pub workspace: PathBuf,
+    pub owner: (u32, u32),
+}
+
+pub const SECRET: &str = "TOP-SECRET-7c1d";
+
+impl World {
+    pub fn new(who: Who) -> Option<World> {
+        if !sandbox_available() {
+            return None;
+        }
+        let owner = match who {
+            Who::Root => {
+                if !is_root() {
+                    skip_or_fail("root runs need the tests to run as root");
+                    return None;
+                }
+                (0, 0)
+            }
+            Who::User => ensure_test_user()?,
+        };
+        let base = tempfile::Builder::new().prefix("stepproof-test-").tempdir().unwrap().keep();
+        fs::set_permissions(&base, fs::Permissions::from_mode(0o755)).unwrap();
+        let home = base.join("home");
+        let workspace = home.join("src/project");
+        fs::create_dir_all(&workspace).unwrap();
+        fs::create_dir_all(home.join("src/other-project")).unwrap();
+        fs::write(home.join("src/other-project/notes.txt"), SECRET).unwrap();
+        fs::write(home.join(".bashrc"), "# home rc\n").unwrap();
+        for (path, contents) in [
+            (".ssh/id_rsa", SECRET),
+            (".aws/credentials", SECRET),
+            (".netrc", SECRET),
+            (".config/gh/hosts.yml", SECRET),
+            (".docker/config.json", SECRET),
+            (".git-credentials", SECRET),
+            (".claude.json", SECRET),
+        ] {
+            let p = home.join(path);
+            fs::create_dir_all(p.parent().unwrap()).unwrap();
+            fs::write(&p, contents).unwrap();
+        }
+        fs::create_dir_all(workspace.join(".git/hooks")).unwrap();
+        fs::write(workspace.join(".git/config"), "[core]\n\tbare = false\n").unwrap();
+        fs::write(workspace.join(".git/hooks/pre-commit"), "#!/bin/sh\nexit 0\n").unwrap();
+        fs::create_dir_all(workspace.join(".vscode")).unwrap();
+        fs::write(workspace.join(".vscode/tasks.json"), "{}").unwrap();
+        fs::write(workspace.join("README"), "project\n").unwrap();
+        std::os::unix::fs::symlink(home.join(".ssh/id_rsa"), workspace.join("innocent-link")).unwrap();
+        chown_tree(&home, owner);
+        fs::set_permissions(&home, fs::Permissions::from_mode(0o700)).unwrap();
+        Some(World {
+            who,
+            base,
+            home,
+            workspace,
+            owner,
+        })
+    }
+
+    /// `stepproof-run [extra…] -- args…` from the workspace, as `who`, with HOME = the planted home.
+    pub fn command<S: AsRef<OsStr>>(&self, extra: &[&str], args: &[S]) -> Command {
+        let mut cmd = match self.who {
+            Who::Root => Command::new(RUN),
+            Who::User => {
+                let mut c = Command::new("setpriv");
+                c.arg(format!("--reuid={}", self.owner.0))
+                    .arg(format!("--regid={}", self.owner.1))
+                    .arg("--clear-groups")
+                    .arg("--")
+                    .arg(RUN);
+                c
+            }
+        };
+        cmd.args(extra).arg("--").args(args);
+        cmd.current_dir(&self.workspace)
+            .env_clear()
+            .env("HOME", &self.home)
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("LANG", "C.UTF-8")
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    pub fn run<S: AsRef<OsStr>>(&self, args: &[S]) -> Output {
+        self.command(&[], args).output().expect("start stepproof-run")
+    }
+
+    pub fn sh(&self, script: &str) -> Output {
+        self.run(&["/bin/sh", "-c", script])
+    }
+
+    /// Runs Python probes inside: `checks` is a list of (name, expression); each line of the
+    /// result says `name OK value` or `name ERR ERRNO_NAME`.
+    pub fn probe(&self, checks: &[(&str, &str)]) -> Probes {
+        let mut code = String::from(
+            "import os, errno, socket\ndef t(n, f):\n    try:\n        r = f()\n        print(n, 'OK', repr(r))\n    except OSError as e:\n        print(n, 'ERR', errno.errorcode.get(e.errno, e.errno))\n",
+        );
+        for (name, expr) in checks {
+            code.push_str(&format!("t({name:?}, lambda: {expr})\n"));
+        }
+        let out = self.run(&["/usr/bin/python3", "-c", &code]);
+        assert!(out.status.success(), "probe failed: {}", describe(&out));
+        Probes(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.base);
+    }
+}
+
+pub struct Probes(pub String);
+
+impl Probes {
+    pub fn get(&self, name: &str) -> &str {
+        self.0
+            .lines()
+            .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(' ')))
+            .unwrap_or_else(|| panic!("no probe {name} in:\n{}", self.0))
+    }
+
+    #[track_caller]
+    pub fn expect_err(&self, name: &str, errno: &str) {
+        let got = self.get(name);
+        assert_eq!(got, format!("ERR {errno}"), "probe {name}: wanted {errno}, got {got}\n{}", self.0);
+    }
+
+    #[track_caller]
+    pub fn expect_ok(&self, name: &str) -> &str {
+        let got = self.get(name);
+        assert!(got.starts_with("OK"), "probe {name}: wanted success, got {got}\n{}", self.0);
+        got
+    }
+}
+
+pub fn chown_tree(path: &Path, (uid, gid): (u32, u32)) {
+    let _ = std::os::unix::fs::lchown(path, Some(uid), Some(gid));
+    if path.is_dir() && !path.is_symlink() {
+        for entry in fs::read_dir(path).unwrap().flatten() {
+            chown_tree(&entry.path(), (uid, gid));
+        }
+    }
+}
+
+pub fn describe(out: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Declares a test twice: once as root, once as the dedicated unprivileged user.
+#[macro_export]
+macro_rules! both {
+    ($name:ident, $body:expr) => {
+        mod $name {
+            use super::*;
+            #[test]
+            fn as_root() {
+                if let Some(w) = World::new(Who::Root) {
+                    ($body)(&w)
+                }
+            }
+            #[test]
+            fn as_user() {
+                if let Some(w) = World::new(Who::User) {
+                    ($body)(&w)
+                }
+            }
+        }
+    };
+}
