@@ -6,6 +6,7 @@ use crate::sandbox::caps;
 use crate::sandbox::mounts::{self, IdmappedTrees};
 use crate::sandbox::plan::{IdentityMode, SandboxPlan};
 use crate::sandbox::sys::{self, CloneResult};
+use crate::supervisor::pty::{TerminalRequest, open_terminal_inside};
 use crate::supervisor::status::InitEvent;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{Signal, kill};
@@ -30,8 +31,8 @@ pub struct InitArgs<'a> {
     pub status: OwnedFd,
     /// Its write end stays with the supervisor: hang-up means the supervisor is gone.
     pub lifeline: OwnedFd,
-    /// The command's terminal, in interactive runs.
-    pub tty: Option<OwnedFd>,
+    /// Interactive runs: the terminal to create inside for the command.
+    pub terminal: Option<TerminalRequest>,
     pub idmapped: IdmappedTrees,
     /// The signals the supervisor blocked; the init takes them through a signalfd.
     pub signals: SigSet,
@@ -99,7 +100,30 @@ pub fn run_init(args: InitArgs<'_>) -> i32 {
             return 125;
         }
     };
-    let command = match start_command(args.plan, &args.argv, &args.envp, args.tty) {
+    // A session of the sandbox's own: the command's process group lives in it, with the init as
+    // its parent in another group, so the group is not orphaned and Ctrl-Z can stop it.
+    if let Err(e) = nix::unistd::setsid() {
+        report(
+            &mut status,
+            &InitEvent::SetupFailed {
+                message: format!("setsid in the init: {e}"),
+            },
+        );
+        return 125;
+    }
+    let tty = match args.terminal.map(open_terminal_inside).transpose() {
+        Ok(tty) => tty,
+        Err(e) => {
+            report(
+                &mut status,
+                &InitEvent::SetupFailed {
+                    message: format!("creating the command's terminal: {e}"),
+                },
+            );
+            return 125;
+        }
+    };
+    let command = match start_command(args.plan, &args.argv, &args.envp, tty) {
         Ok(pid) => pid,
         Err((step, errno, message)) => {
             report(
@@ -211,6 +235,8 @@ fn start_command(
         }
         CloneResult::Parent { child } => {
             drop(err_write);
+            // Also from this side, so neither order of the two processes leaves a window.
+            let _ = nix::unistd::setpgid(Pid::from_raw(child), Pid::from_raw(child));
             drop(tty);
             let mut buf = Vec::new();
             let _ = File::from(err_read).read_to_end(&mut buf);
@@ -242,17 +268,22 @@ fn exec_command(
             }
         };
     }
-    // The supervisor's blocked signals and Rust's ignored SIGPIPE are not the command's.
-    sys::reset_signals_for_exec();
-    // A new session: no controlling terminal in common with the user (no TIOCSTI into it).
-    step!("setsid", nix::unistd::setsid());
+    // The command leads a process group of its own in the init's session (which has no
+    // terminal in common with the user's: no TIOCSTI into it). It takes the foreground of its
+    // terminal while SIGTTOU is still blocked.
+    step!(
+        "setpgid",
+        nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0))
+    );
     // Raw from here on: close_range below closes it, and no destructor may close it twice.
     if let Some(tty) = tty.map(IntoRawFd::into_raw_fd) {
-        step!("TIOCSCTTY", sys::set_controlling_terminal(tty));
+        step!("tcsetpgrp", sys::set_foreground_group(tty));
         for target in 0..=2 {
             step!("dup2", sys::dup2(tty, target));
         }
     }
+    // The supervisor's blocked signals and Rust's ignored SIGPIPE are not the command's.
+    sys::reset_signals_for_exec();
     // Nothing inherited beyond stdio: not the supervisor's pipes, not the caller's descriptors.
     let keep = err_pipe.as_fd().as_raw_fd() as u32;
     step!("close_range", sys::close_fd_range(3, keep - 1));

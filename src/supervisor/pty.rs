@@ -1,25 +1,94 @@
 //! The terminal relay: when stdin and stdout are terminals, the command gets a fresh
-//! pseudo-terminal of its own (it can never push keystrokes into the user's terminal), and the
-//! user's terminal is put in raw mode and restored on every way out.
+//! pseudo-terminal of its own, created inside the sandbox's own devpts (so `tty` and `ttyname`
+//! work there) and handed to the supervisor, which relays it. The command can never push
+//! keystrokes into the user's terminal, and the user's terminal is put in raw mode and restored
+//! on every way out.
 
 use crate::sandbox::sys;
-use nix::pty::{OpenptyResult, openpty};
+use nix::pty::{grantpt, posix_openpt, ptsname_r, unlockpt};
+use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
 use nix::sys::termios::{self, SetArg, Termios};
-use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::io::{self, IoSlice, IoSliceMut};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, IntoRawFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
 
-/// Opens a pseudo-terminal with the window size and modes of the user's terminal.
-pub fn open_pty_like(user_tty: BorrowedFd<'_>) -> io::Result<OpenptyResult> {
-    let size = sys::get_window_size(user_tty.as_raw_fd()).ok();
-    let modes = termios::tcgetattr(user_tty).ok();
-    let pty = openpty(size.as_ref(), modes.as_ref()).map_err(io::Error::from)?;
-    // The master stays with the supervisor only.
-    nix::fcntl::fcntl(
-        &pty.master,
-        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+/// What the supervisor asks of the init for an interactive run: the user's terminal modes and
+/// size for the new terminal, and where to send its master side.
+pub struct TerminalRequest {
+    pub modes: Termios,
+    pub size: libc::winsize,
+    pub channel: OwnedFd,
+}
+
+impl TerminalRequest {
+    /// Reads the user's terminal; `channel` is the init's end of a socketpair.
+    pub fn from_user_terminal(
+        user_tty: BorrowedFd<'_>,
+        channel: OwnedFd,
+    ) -> io::Result<TerminalRequest> {
+        Ok(TerminalRequest {
+            modes: termios::tcgetattr(user_tty).map_err(io::Error::from)?,
+            size: sys::get_window_size(user_tty.as_raw_fd())?,
+            channel,
+        })
+    }
+}
+
+/// In the init, after the view is built: opens a terminal in the sandbox's devpts with the
+/// user's modes and size, makes it the init's controlling terminal, sends the master side to
+/// the supervisor and returns the slave side for the command.
+pub fn open_terminal_inside(request: TerminalRequest) -> io::Result<OwnedFd> {
+    let flags =
+        nix::fcntl::OFlag::O_RDWR | nix::fcntl::OFlag::O_NOCTTY | nix::fcntl::OFlag::O_CLOEXEC;
+    let master = posix_openpt(flags).map_err(io::Error::from)?;
+    grantpt(&master).map_err(io::Error::from)?;
+    unlockpt(&master).map_err(io::Error::from)?;
+    let name = ptsname_r(&master).map_err(io::Error::from)?;
+    let slave: OwnedFd = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(&name)?
+        .into();
+    termios::tcsetattr(&slave, SetArg::TCSANOW, &request.modes).map_err(io::Error::from)?;
+    sys::set_window_size(slave.as_raw_fd(), &request.size)?;
+    sys::set_controlling_terminal(slave.as_raw_fd())?;
+    // PtyMaster gives its descriptor up through into_raw_fd; nothing else owns it after that.
+    let master = sys::own_fd(master.into_raw_fd());
+    send_fd(&request.channel, &master)?;
+    Ok(slave)
+}
+
+fn send_fd(channel: &OwnedFd, fd: &OwnedFd) -> io::Result<()> {
+    let fds = [fd.as_raw_fd()];
+    let cmsg = [ControlMessage::ScmRights(&fds)];
+    let iov = [IoSlice::new(b"m")];
+    sendmsg::<()>(channel.as_raw_fd(), &iov, &cmsg, MsgFlags::empty(), None)
+        .map(drop)
+        .map_err(io::Error::from)
+}
+
+/// In the supervisor: the master side sent by the init, or `None` if the init closed the channel
+/// first (it then reports why over the status pipe).
+pub fn receive_terminal(channel: &OwnedFd) -> io::Result<Option<OwnedFd>> {
+    let mut byte = [0u8; 1];
+    let mut iov = [IoSliceMut::new(&mut byte)];
+    let mut space = nix::cmsg_space!([std::os::fd::RawFd; 1]);
+    let msg = recvmsg::<()>(
+        channel.as_raw_fd(),
+        &mut iov,
+        Some(&mut space),
+        MsgFlags::MSG_CMSG_CLOEXEC,
     )
     .map_err(io::Error::from)?;
-    Ok(pty)
+    for cmsg in msg.cmsgs().map_err(io::Error::from)? {
+        if let ControlMessageOwned::ScmRights(fds) = cmsg
+            && let Some(fd) = fds.first()
+        {
+            return Ok(Some(sys::own_fd(*fd)));
+        }
+    }
+    Ok(None)
 }
 
 /// Copies the user's window size onto the command's terminal; the kernel then sends SIGWINCH

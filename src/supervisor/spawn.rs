@@ -8,7 +8,7 @@ use crate::sandbox::mounts::IdmappedTrees;
 use crate::sandbox::namespaces::{self, USERNS_HINT};
 use crate::sandbox::plan::{Access, IdentityMode, MountOp, ROOT_MODE_OUTSIDE_ID, SandboxPlan};
 use crate::sandbox::sys::{self, CloneResult, MountFlags};
-use crate::supervisor::pty::{RawTerminal, copy_window_size, open_pty_like};
+use crate::supervisor::pty::{RawTerminal, TerminalRequest, copy_window_size, receive_terminal};
 use crate::supervisor::status::{InitEvent, Outcome};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{Signal, kill};
@@ -143,10 +143,20 @@ fn launch(plan: &SandboxPlan, command: &[OsString]) -> Result<Outcome, LaunchErr
     let stdout = io::stdout();
     let interactive = nix::unistd::isatty(stdin.as_fd()).unwrap_or(false)
         && nix::unistd::isatty(stdout.as_fd()).unwrap_or(false);
-    let pty = if interactive {
-        Some(open_pty_like(stdin.as_fd()).map_err(os("opening a pseudo-terminal"))?)
+    // The command's terminal is created inside the sandbox; its master side comes back here.
+    let (terminal_request, terminal_channel) = if interactive {
+        let (ours, theirs) = nix::sys::socket::socketpair(
+            nix::sys::socket::AddressFamily::Unix,
+            nix::sys::socket::SockType::SeqPacket,
+            None,
+            nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+        )
+        .map_err(nix_os("creating the terminal channel"))?;
+        let request = TerminalRequest::from_user_terminal(stdin.as_fd(), theirs)
+            .map_err(os("reading the terminal's modes and size"))?;
+        (Some(request), Some(ours))
     } else {
-        None
+        (None, None)
     };
 
     let signals = handled_signals();
@@ -168,17 +178,19 @@ fn launch(plan: &SandboxPlan, command: &[OsString]) -> Result<Outcome, LaunchErr
     if plan.network == NetworkMode::None {
         flags |= libc::CLONE_NEWNET;
     }
-    let (master, slave) = match pty {
-        Some(p) => (Some(p.master), Some(p.slave)),
-        None => (None, None),
-    };
     let child = match sys::clone_with_namespaces(flags).map_err(|source| LaunchError::Os {
         step: "creating the sandbox namespaces (clone)".into(),
         source,
         hint: USERNS_HINT,
     })? {
         CloneResult::Child => {
-            drop((go_write, status_read, lifeline_write, master, signal_fd));
+            drop((
+                go_write,
+                status_read,
+                lifeline_write,
+                terminal_channel,
+                signal_fd,
+            ));
             let code = run_init(InitArgs {
                 plan,
                 argv,
@@ -186,7 +198,7 @@ fn launch(plan: &SandboxPlan, command: &[OsString]) -> Result<Outcome, LaunchErr
                 go: go_read,
                 status: status_write,
                 lifeline: lifeline_read,
-                tty: slave,
+                terminal: terminal_request,
                 idmapped,
                 signals,
             });
@@ -194,7 +206,13 @@ fn launch(plan: &SandboxPlan, command: &[OsString]) -> Result<Outcome, LaunchErr
         }
         CloneResult::Parent { child } => Pid::from_raw(child),
     };
-    drop((go_read, status_write, lifeline_read, slave, idmapped));
+    drop((
+        go_read,
+        status_write,
+        lifeline_read,
+        terminal_request,
+        idmapped,
+    ));
 
     if let Err(e) = namespaces::write_id_maps(child.as_raw(), &plan.identity) {
         drop(go_write);
@@ -205,6 +223,13 @@ fn launch(plan: &SandboxPlan, command: &[OsString]) -> Result<Outcome, LaunchErr
     File::from(go_write)
         .write_all(b"g")
         .map_err(os("starting the sandbox init"))?;
+    let master = match &terminal_channel {
+        Some(channel) => {
+            receive_terminal(channel).map_err(os("receiving the command's terminal"))?
+        }
+        None => None,
+    };
+    drop(terminal_channel);
 
     let terminal = match &master {
         Some(_) => Some(

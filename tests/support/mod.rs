@@ -35,7 +35,10 @@ pub fn is_root() -> bool {
 /// True when this machine can build the sandbox (user namespaces and friends); otherwise
 /// skips (or fails in CI).
 pub fn sandbox_available() -> bool {
-    let out = Command::new(STEPPROOF).arg("doctor").output().expect("run stepproof doctor");
+    let out = Command::new(STEPPROOF)
+        .arg("doctor")
+        .output()
+        .expect("run stepproof doctor");
     if out.status.success() {
         return true;
     }
@@ -52,11 +55,28 @@ pub fn ensure_test_user() -> Option<(u32, u32)> {
         skip_or_fail("running as the unprivileged test user needs the tests to run as root");
         return None;
     }
-    if nix::unistd::User::from_name(TEST_USER).ok().flatten().is_none() {
+    if nix::unistd::User::from_name(TEST_USER)
+        .ok()
+        .flatten()
+        .is_none()
+    {
         let status = Command::new("useradd")
-            .args(["--create-home", "--uid", &TEST_UID.to_string(), "--shell", "/bin/sh", "--user-group", TEST_USER])
+            .args([
+                "--create-home",
+                "--uid",
+                &TEST_UID.to_string(),
+                "--shell",
+                "/bin/sh",
+                "--user-group",
+                TEST_USER,
+            ])
             .status();
-        if !status.is_ok_and(|s| s.success()) && nix::unistd::User::from_name(TEST_USER).ok().flatten().is_none() {
+        if !status.is_ok_and(|s| s.success())
+            && nix::unistd::User::from_name(TEST_USER)
+                .ok()
+                .flatten()
+                .is_none()
+        {
             skip_or_fail("could not create the test user with useradd");
             return None;
         }
@@ -97,7 +117,11 @@ impl World {
             }
             Who::User => ensure_test_user()?,
         };
-        let base = tempfile::Builder::new().prefix("stepproof-test-").tempdir().unwrap().keep();
+        let base = tempfile::Builder::new()
+            .prefix("stepproof-test-")
+            .tempdir()
+            .unwrap()
+            .keep();
         fs::set_permissions(&base, fs::Permissions::from_mode(0o755)).unwrap();
         let home = base.join("home");
         let workspace = home.join("src/project");
@@ -120,11 +144,16 @@ impl World {
         }
         fs::create_dir_all(workspace.join(".git/hooks")).unwrap();
         fs::write(workspace.join(".git/config"), "[core]\n\tbare = false\n").unwrap();
-        fs::write(workspace.join(".git/hooks/pre-commit"), "#!/bin/sh\nexit 0\n").unwrap();
+        fs::write(
+            workspace.join(".git/hooks/pre-commit"),
+            "#!/bin/sh\nexit 0\n",
+        )
+        .unwrap();
         fs::create_dir_all(workspace.join(".vscode")).unwrap();
         fs::write(workspace.join(".vscode/tasks.json"), "{}").unwrap();
         fs::write(workspace.join("README"), "project\n").unwrap();
-        std::os::unix::fs::symlink(home.join(".ssh/id_rsa"), workspace.join("innocent-link")).unwrap();
+        std::os::unix::fs::symlink(home.join(".ssh/id_rsa"), workspace.join("innocent-link"))
+            .unwrap();
         chown_tree(&home, owner);
         fs::set_permissions(&home, fs::Permissions::from_mode(0o700)).unwrap();
         Some(World {
@@ -161,7 +190,9 @@ impl World {
     }
 
     pub fn run<S: AsRef<OsStr>>(&self, args: &[S]) -> Output {
-        self.command(&[], args).output().expect("start stepproof-run")
+        self.command(&[], args)
+            .output()
+            .expect("start stepproof-run")
     }
 
     pub fn sh(&self, script: &str) -> Output {
@@ -202,13 +233,22 @@ impl Probes {
     #[track_caller]
     pub fn expect_err(&self, name: &str, errno: &str) {
         let got = self.get(name);
-        assert_eq!(got, format!("ERR {errno}"), "probe {name}: wanted {errno}, got {got}\n{}", self.0);
+        assert_eq!(
+            got,
+            format!("ERR {errno}"),
+            "probe {name}: wanted {errno}, got {got}\n{}",
+            self.0
+        );
     }
 
     #[track_caller]
     pub fn expect_ok(&self, name: &str) -> &str {
         let got = self.get(name);
-        assert!(got.starts_with("OK"), "probe {name}: wanted success, got {got}\n{}", self.0);
+        assert!(
+            got.starts_with("OK"),
+            "probe {name}: wanted success, got {got}\n{}",
+            self.0
+        );
         got
     }
 }

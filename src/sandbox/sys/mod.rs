@@ -373,3 +373,17 @@ pub fn dup2(old: RawFd, new: RawFd) -> io::Result<()> {
     let ret = unsafe { libc::dup2(old, new) };
     check(ret as libc::c_long).map(drop)
 }
+
+/// Takes ownership of a descriptor number that the caller has just received from the kernel
+/// (an SCM_RIGHTS message, `into_raw_fd`) and that nothing else owns.
+pub fn own_fd(fd: RawFd) -> OwnedFd {
+    // SAFETY: by this function's contract the descriptor is open and has no other owner.
+    unsafe { OwnedFd::from_raw_fd(fd) }
+}
+
+/// Makes the caller's process group the foreground group of the terminal on `fd`.
+pub fn set_foreground_group(fd: RawFd) -> io::Result<()> {
+    // SAFETY: plain integer arguments; the descriptor is a terminal the caller holds.
+    let ret = unsafe { libc::tcsetpgrp(fd, libc::getpgrp()) };
+    check(ret as libc::c_long).map(drop)
+}
