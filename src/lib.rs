@@ -1,1 +1,5 @@
 //! StepProof.
+#![deny(unsafe_code)]
+
+pub mod probes;
+pub mod sandbox;
