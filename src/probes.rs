@@ -76,6 +76,7 @@ pub fn all_probes() -> &'static [&'static str] {
         "proc_mem",
         "kill",
         "abstract_unix",
+        "tcp_connect",
         "write",
         "read",
     ]
@@ -94,7 +95,7 @@ pub fn control_probes() -> &'static [&'static str] {
 }
 
 fn errno_text(e: i32) -> String {
-    format!("{} ({e})", io::Error::from_raw_os_error(e))
+    io::Error::from_raw_os_error(e).to_string()
 }
 
 fn from_answer(name: &str, what: &str, ans: sys::Answer) -> ProbeOutcome {
@@ -197,6 +198,7 @@ fn terminal(arg: Option<&str>) -> Result<(std::fs::File, String), String> {
 /// | `proc_mem` | open `/proc/PID/mem` for writing (writes 0 bytes) | pid (default: parent) |
 /// | `kill` | `kill(pid, 0)` (Landlock signal scope) | pid (required) |
 /// | `abstract_unix` | connect to abstract socket `@NAME` | name (required) |
+/// | `tcp_connect` | connect to 127.0.0.1:PORT (Landlock TCP rules) | port (required) |
 /// | `write`, `read` | create+write / read a file | path (required) |
 ///
 /// Controls (expected to work): `netlink_route`, `tcp_socket`, `unix_socket`,
@@ -396,19 +398,20 @@ pub fn run_probe(spec: &str) -> ProbeOutcome {
             }
             out
         }
-        "personality_query" => from_answer(
-            n,
-            "personality(0xffffffff)",
-            sys::personality(0xffff_ffff),
-        ),
+        "personality_query" => {
+            from_answer(n, "personality(0xffffffff)", sys::personality(0xffff_ffff))
+        }
         "fork" => from_answer(n, "clone(SIGCHLD)", sys::clone_flags(0)),
         "proc_mem" => match pid_arg(arg) {
             Ok(pid) => {
                 let path = format!("/proc/{pid}/mem");
-                let r = OpenOptions::new().write(true).open(&path).and_then(|mut f| {
-                    f.write_all(&[])?;
-                    Ok(format!("{path} opened for writing"))
-                });
+                let r = OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .and_then(|mut f| {
+                        f.write_all(&[])?;
+                        Ok(format!("{path} opened for writing"))
+                    });
                 from_io(n, &format!("open({path}, O_WRONLY)"), r)
             }
             Err(e) => not_attempted(n, e),
@@ -431,6 +434,14 @@ pub fn run_probe(spec: &str) -> ProbeOutcome {
                 from_io(n, &format!("connect(@{sock})"), r)
             }
             None => not_attempted(n, "abstract_unix needs a name: abstract_unix:NAME".into()),
+        },
+        "tcp_connect" => match arg.map(str::parse::<u16>) {
+            Some(Ok(port)) => {
+                let r = std::net::TcpStream::connect(("127.0.0.1", port))
+                    .map(|_| format!("connected to 127.0.0.1:{port}"));
+                from_io(n, &format!("connect(127.0.0.1:{port})"), r)
+            }
+            _ => not_attempted(n, "tcp_connect needs a port: tcp_connect:PORT".into()),
         },
         "write" => match arg {
             Some(path) => {

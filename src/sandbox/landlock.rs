@@ -625,7 +625,10 @@ mod tests {
 
     #[test]
     fn best_effort_records_what_was_dropped() {
-        let mut p = plan(vec![rule("/", FsAccess::ReadExecute)], Assurance::BestEffort);
+        let mut p = plan(
+            vec![rule("/", FsAccess::ReadExecute)],
+            Assurance::BestEffort,
+        );
         p.tcp = Some(TcpPolicy {
             bind: vec![],
             connect: vec![443],
@@ -633,7 +636,12 @@ mod tests {
         let spec = build_ruleset(&p, 3, &dir).unwrap();
         assert!(spec.scopes.is_empty() && spec.net.is_empty());
         let dropped = spec.dropped.join("\n");
-        for needle in ["ioctl_dev", "scopes signal", "TCP port rules", "ABI 4 (Linux 6.7)"] {
+        for needle in [
+            "ioctl_dev",
+            "scopes signal",
+            "TCP port rules",
+            "ABI 4 (Linux 6.7)",
+        ] {
             assert!(dropped.contains(needle), "{needle} missing from {dropped}");
         }
         let none = build_ruleset(&p, 0, &dir).unwrap();
@@ -661,10 +669,19 @@ mod tests {
         assert!(!names[1].contains(&"ioctl_dev".to_string()));
         assert_eq!(
             names[2],
-            ["write_file", "read_file", "read_dir", "truncate", "ioctl_dev"]
+            [
+                "write_file",
+                "read_file",
+                "read_dir",
+                "truncate",
+                "ioctl_dev"
+            ]
         );
         // A file gets no directory-only rights.
-        assert_eq!(names[3], ["write_file", "read_file", "truncate", "ioctl_dev"]);
+        assert_eq!(
+            names[3],
+            ["write_file", "read_file", "truncate", "ioctl_dev"]
+        );
         assert_eq!(spec.rules.len(), 4);
         assert_eq!(spec.skipped.len(), 1);
         assert!(spec.skipped[0].contains("/missing/x"));

@@ -163,7 +163,11 @@ mod tests {
             ..Limits::default()
         };
         assert_eq!(plan_limits(&l).len(), 5);
-        assert!(plan_limits(&l).iter().all(|s| resource_of(&s.name).is_some()));
+        assert!(
+            plan_limits(&l)
+                .iter()
+                .all(|s| resource_of(&s.name).is_some())
+        );
     }
 
     #[test]

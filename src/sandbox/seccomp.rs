@@ -117,7 +117,10 @@ pub enum Cmp {
     Eq(u64),
     Ne(u64),
     /// `arg & mask == value`
-    MaskedEq { mask: u64, value: u64 },
+    MaskedEq {
+        mask: u64,
+        value: u64,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -228,7 +231,10 @@ pub fn rule_table() -> Vec<SyscallRule> {
     }
     t.extend([
         always("pivot_root", "changes the root the sandbox is built on"),
-        always("chroot", "changes the root; classic escape with a leaked fd"),
+        always(
+            "chroot",
+            "changes the root; classic escape with a leaked fd",
+        ),
         always(
             "setns",
             "joins another namespace through an inherited or opened fd",
@@ -258,7 +264,10 @@ pub fn rule_table() -> Vec<SyscallRule> {
         reason: "flags live in memory seccomp cannot read; ENOSYS makes libc fall back to clone",
     });
     t.extend([
-        always("bpf", "loads programs into the kernel; large attack surface"),
+        always(
+            "bpf",
+            "loads programs into the kernel; large attack surface",
+        ),
         always(
             "perf_event_open",
             "kernel and cross-process profiling; large attack surface",
@@ -268,7 +277,10 @@ pub fn rule_table() -> Vec<SyscallRule> {
             "kernel keyrings are shared beyond the sandbox (user and session keys)",
         ),
         always("add_key", "kernel keyrings are shared beyond the sandbox"),
-        always("request_key", "kernel keyrings; can call out to a host helper"),
+        always(
+            "request_key",
+            "kernel keyrings; can call out to a host helper",
+        ),
         always(
             "userfaultfd",
             "stalls kernel memory accesses; a staple of kernel exploits",
@@ -498,7 +510,7 @@ pub enum SeccompError {
 }
 
 // Classic BPF opcodes and seccomp return values (linux/filter.h, linux/seccomp.h).
-const BPF_LD_W_ABS: u16 = 0x00 | 0x00 | 0x20;
+const BPF_LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
 const BPF_JMP_JA: u16 = 0x05;
 const BPF_JMP_JEQ_K: u16 = 0x05 | 0x10;
 const BPF_JMP_JGT_K: u16 = 0x05 | 0x20;
@@ -611,12 +623,11 @@ pub fn compile_table(table: &[SyscallRule], arch: Arch) -> Result<Vec<BpfProgram
                 .iter()
                 .map(|c| to_seccompiler_condition(c, rule.syscall, arch))
                 .collect::<Result<Vec<_>, _>>()?;
-            let rule =
-                SeccompRule::new(conditions).map_err(|source| SeccompError::Condition {
-                    syscall: rule.syscall.to_string(),
-                    arch: arch.name(),
-                    source,
-                })?;
+            let rule = SeccompRule::new(conditions).map_err(|source| SeccompError::Condition {
+                syscall: rule.syscall.to_string(),
+                arch: arch.name(),
+                source,
+            })?;
             chain.push(rule);
         }
     }
@@ -770,10 +781,10 @@ impl SeccompData {
         match offset {
             0 => Some(self.nr as u32),
             4 => Some(self.arch),
-            16..=63 if offset % 4 == 0 => {
+            16..=63 if offset.is_multiple_of(4) => {
                 let arg = self.args[((offset - 16) / 8) as usize];
                 // Little endian: the low word comes first.
-                Some(if (offset - 16) % 8 == 0 {
+                Some(if (offset - 16).is_multiple_of(8) {
                     arg as u32
                 } else {
                     (arg >> 32) as u32
@@ -978,7 +989,10 @@ mod tests {
     fn hot_syscalls_have_no_rule() {
         let table = rule_table();
         for name in HOT {
-            assert!(table.iter().all(|r| r.syscall != *name), "{name} has a rule");
+            assert!(
+                table.iter().all(|r| r.syscall != *name),
+                "{name} has a rule"
+            );
         }
     }
 

@@ -151,7 +151,7 @@ pub fn perf_event_open_self() -> Answer {
             0i32,  // this thread
             -1i32, // any cpu
             -1i32, // no group
-            8u64, // PERF_FLAG_FD_CLOEXEC
+            8u64,  // PERF_FLAG_FD_CLOEXEC
         )
     };
     close_fd(answer(ret))
@@ -181,10 +181,11 @@ pub fn name_to_handle(path: &str) -> Result<Vec<u8>, i32> {
     if ret < 0 { Err(errno()) } else { Ok(buf) }
 }
 
-/// `open_by_handle_at(mount fd of "/", handle, O_RDONLY)`; the fd is closed.
+/// `open_by_handle_at(mount fd of "/", handle, O_RDONLY)`; the fd is closed. The mount fd is
+/// an `O_PATH` fd, which Landlock does not check, so the answer is `open_by_handle_at`'s own.
 pub fn open_by_handle(handle: &mut [u8]) -> Answer {
-    // SAFETY: opening "/" read-only with a static C string.
-    let mount_fd = unsafe { libc::open(c"/".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    // SAFETY: opening "/" as O_PATH with a static C string.
+    let mount_fd = unsafe { libc::open(c"/".as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
     if mount_fd < 0 {
         return Err(errno());
     }
