@@ -181,14 +181,12 @@ pub fn name_to_handle(path: &str) -> Result<Vec<u8>, i32> {
     if ret < 0 { Err(errno()) } else { Ok(buf) }
 }
 
-/// `open_by_handle_at(mount fd of "/", handle, O_RDONLY)`; the fd is closed. The mount fd is
-/// an `O_PATH` fd, which Landlock does not check, so the answer is `open_by_handle_at`'s own.
+/// `open_by_handle_at(mount fd of "/", handle, O_RDONLY)`; the fd is closed. When "/" cannot
+/// be opened (Landlock), the mount fd is `AT_FDCWD`, so the answer is `open_by_handle_at`'s own.
 pub fn open_by_handle(handle: &mut [u8]) -> Answer {
-    // SAFETY: opening "/" as O_PATH with a static C string.
-    let mount_fd = unsafe { libc::open(c"/".as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
-    if mount_fd < 0 {
-        return Err(errno());
-    }
+    // SAFETY: opening "/" read-only with a static C string.
+    let root_fd = unsafe { libc::open(c"/".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    let mount_fd = if root_fd < 0 { libc::AT_FDCWD } else { root_fd };
     // SAFETY: `handle` is a file_handle header followed by its handle bytes.
     let ret = unsafe {
         libc::syscall(
@@ -199,8 +197,10 @@ pub fn open_by_handle(handle: &mut [u8]) -> Answer {
         )
     };
     let ret = close_fd(answer(ret));
-    // SAFETY: `mount_fd` was opened above and is closed once.
-    unsafe { libc::close(mount_fd) };
+    if root_fd >= 0 {
+        // SAFETY: `root_fd` was opened above and is closed once.
+        unsafe { libc::close(root_fd) };
+    }
     ret
 }
 
