@@ -1,0 +1,50 @@
+/* Syscall-heavy loops for scripts/bench-syscalls.sh: prints nanoseconds per operation.
+ * usage: loop getppid|stat|openclose N PATH */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 4) {
+        fprintf(stderr, "usage: %s getppid|stat|openclose N PATH\n", argv[0]);
+        return 2;
+    }
+    const char *mode = argv[1];
+    long n = atol(argv[2]);
+    const char *path = argv[3];
+    struct stat st;
+    volatile long sink = 0;
+    double t0 = now_ns();
+    if (strcmp(mode, "getppid") == 0) {
+        /* the raw syscall: glibc does not cache getppid, but be explicit */
+        for (long i = 0; i < n; i++) sink += syscall(SYS_getppid);
+    } else if (strcmp(mode, "stat") == 0) {
+        for (long i = 0; i < n; i++) {
+            if (stat(path, &st) != 0) { perror(path); return 1; }
+            sink += st.st_size;
+        }
+    } else if (strcmp(mode, "openclose") == 0) {
+        for (long i = 0; i < n; i++) {
+            int fd = open(path, O_RDONLY | O_CLOEXEC);
+            if (fd < 0) { perror(path); return 1; }
+            close(fd);
+        }
+    } else {
+        fprintf(stderr, "unknown mode %s\n", mode);
+        return 2;
+    }
+    double t1 = now_ns();
+    printf("%.1f\n", (t1 - t0) / (double)n);
+    return sink == -1;
+}
