@@ -19,11 +19,14 @@ use std::process::{Command, Stdio};
 use kernel::{ExecAs, HelperSpec, Sibling, probe_with, run_helper, skip_or_fail};
 use stepproof::probes::{all_probes, control_probes, typical_plan};
 use stepproof::sandbox::landlock::{
-    Assurance, FsAccess, LandlockPlan, LandlockRule, TcpPolicy, kernel_abi,
+    Assurance, FsAccess, LandlockPlan, LandlockRule, TcpPolicy, grant_except, kernel_abi, list_dir,
 };
 use stepproof::sandbox::rlimits::Limits;
 
 type Test = (&'static str, fn());
+
+/// Makes this binary call `skip_or_fail` and exit (see `skip_fails_under_ci`).
+const SKIP_CHECK_ENV: &str = "STEPPROOF_KERNEL_SKIP_CHECK";
 
 const TESTS: &[Test] = &[
     (
@@ -41,6 +44,10 @@ const TESTS: &[Test] = &[
     ),
     ("landlock_tcp_port_rules", landlock_tcp_port_rules),
     (
+        "landlock_degraded_grant_except_hides_a_secret",
+        landlock_degraded_grant_except_hides_a_secret,
+    ),
+    (
         "rlimits_applied_and_read_back",
         rlimits_applied_and_read_back,
     ),
@@ -49,11 +56,16 @@ const TESTS: &[Test] = &[
         setuid_binaries_gain_nothing_under_no_new_privs,
     ),
     ("all_layers_stop_every_probe", all_layers_stop_every_probe),
+    ("skip_fails_under_ci", skip_fails_under_ci),
 ];
 
 fn main() {
     if let Ok(spec) = std::env::var(kernel::HELPER_ENV) {
         kernel::helper_main(&spec);
+    }
+    if let Ok(reason) = std::env::var(SKIP_CHECK_ENV) {
+        skip_or_fail(&reason);
+        return;
     }
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.iter().any(|a| a == "--list") {
@@ -558,4 +570,63 @@ fn all_layers_stop_every_probe() {
         "escaped or not attempted:\n{}",
         escaped.join("\n")
     );
+}
+
+/// Degraded hosts: no mount hides `~/.ssh`, Landlock alone must, by granting its siblings.
+fn landlock_degraded_grant_except_hides_a_secret() {
+    if !landlock_available(6) {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let home = std::fs::canonicalize(d.path()).unwrap();
+    std::fs::create_dir_all(home.join(".ssh")).unwrap();
+    std::fs::create_dir_all(home.join("src")).unwrap();
+    std::fs::write(home.join(".ssh/id_ed25519"), "PRIVATE").unwrap();
+    std::fs::write(home.join("src/main.rs"), "fn main() {}").unwrap();
+    std::fs::write(home.join(".bashrc"), "# rc").unwrap();
+    let hidden = vec![home.join(".ssh")];
+    let expansion = grant_except(&home, FsAccess::ReadExecute, &hidden, &list_dir).unwrap();
+    assert!(
+        !expansion.losses.is_empty(),
+        "the expansion must say what it loses"
+    );
+    let mut rules = system_rules();
+    rules.extend(expansion.rules);
+    let spec = HelperSpec {
+        landlock: Some(LandlockPlan {
+            rules,
+            scope_signals_and_abstract_unix: true,
+            tcp: None,
+            assurance: Assurance::Strict,
+        }),
+        ..HelperSpec::default()
+    };
+    let secret = format!("read:{}", home.join(".ssh/id_ed25519").display());
+    let control = probe_with(&HelperSpec::default(), &secret, None);
+    assert!(control.escaped, "control: {}", control.detail);
+    let out = probe_with(&spec, &secret, None);
+    assert_eq!(out.errno, Some(libc::EACCES), "{}", out.detail);
+    for visible in ["src/main.rs", ".bashrc"] {
+        let probe = format!("read:{}", home.join(visible).display());
+        let out = probe_with(&spec, &probe, None);
+        assert!(out.escaped, "{probe}: {}", out.detail);
+    }
+}
+
+/// The skip helper skips loudly locally and fails when `CI` is set.
+fn skip_fails_under_ci() {
+    let run = |ci: bool| {
+        let mut cmd = Command::new(std::env::current_exe().unwrap());
+        cmd.env(SKIP_CHECK_ENV, "feature X missing")
+            .env_remove("CI");
+        if ci {
+            cmd.env("CI", "1");
+        }
+        cmd.output().unwrap()
+    };
+    let local = run(false);
+    assert!(local.status.success());
+    assert!(String::from_utf8_lossy(&local.stderr).contains("skipped: feature X missing"));
+    let ci = run(true);
+    assert!(!ci.status.success(), "under CI a skip must fail");
 }

@@ -31,6 +31,7 @@ pub fn skip_or_fail(reason: &str) {
 
 /// What the helper process should do, in order: limits, Landlock, seccomp, then the probes.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct HelperSpec {
     pub limits: Option<Limits>,
     pub landlock: Option<LandlockPlan>,
