@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Syscall-heavy loops (getppid, stat, open+close) under four configurations, interleaved:
+# Syscall-heavy loops (getppid, stat, open+close) and `git status` on a GIT_FILES-file
+# repository, under four configurations, interleaved:
 #   bare     the loop alone
 #   floor    the physical floor: an allow-all seccomp filter + a two-rule Landlock ruleset
-#            (read on /, everything on the workspace): the cost any seccomp + Landlock has
+#            (read on /, everything on the workspace; plus /dev/null, which git opens
+#            read-write): the cost any seccomp + Landlock has
 #   full     our seccomp table + a realistic Landlock plan + limits (no namespaces)
 #   sandbox  the whole sandbox, when STEPPROOF_RUN points at stepproof-run (skipped otherwise)
 # Prints the median ns/op of each over ROUNDS rounds and the ratios full/bare, full/floor
@@ -10,6 +12,7 @@
 #
 # Environment:
 #   ROUNDS (10)  N_GETPPID (2000000)  N_STAT (500000)  N_OPEN (300000)
+#   GIT_FILES (20000, 0 = no git status column)  N_GIT (5 runs per measurement)
 #   LAYERS_EXEC   command taking `floor|full WORKSPACE -- CMD…` (e.g. "stepproof __layers");
 #                 default: build scripts/bench-syscalls/layers-exec (release) and use it
 #   STEPPROOF_RUN path to stepproof-run; STEPPROOF_RUN_ARGS (default "--") go before the loop,
@@ -21,6 +24,8 @@ ROUNDS=${ROUNDS:-10}
 N_GETPPID=${N_GETPPID:-2000000}
 N_STAT=${N_STAT:-500000}
 N_OPEN=${N_OPEN:-300000}
+GIT_FILES=${GIT_FILES:-20000}
+N_GIT=${N_GIT:-5}
 PIN_CPU=${PIN_CPU-1}
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -29,6 +34,24 @@ trap 'rm -rf "$work"' EXIT
 
 gcc -O2 -o "$work/loop" "$here/bench-syscalls/loop.c"
 echo "stepproof benchmark file" >"$work/file"
+export LOOP_OUT=$work/out
+modes=(getppid stat openclose)
+if ((GIT_FILES > 0)) && command -v git >/dev/null; then
+    echo "creating a $GIT_FILES-file git repository …" >&2
+    repo=$work/repo
+    mkdir -p "$repo"
+    (
+        cd "$repo"
+        git init -q
+        for ((d = 0; d < (GIT_FILES + 99) / 100; d++)); do
+            mkdir "d$d"
+            for ((f = 0; f < 100 && d * 100 + f < GIT_FILES; f++)); do echo "$d $f" >"d$d/f$f"; done
+        done
+        git add -A
+        git -c user.name=bench -c user.email=bench@example.invalid commit -qm init
+    )
+    modes+=(gitstatus)
+fi
 
 if [[ -n ${LAYERS_EXEC:-} ]]; then
     read -r -a layers <<<"$LAYERS_EXEC"
@@ -58,6 +81,7 @@ iterations() {
     getppid) echo "$N_GETPPID" ;;
     stat) echo "$N_STAT" ;;
     openclose) echo "$N_OPEN" ;;
+    gitstatus) echo "$N_GIT" ;;
     esac
 }
 
@@ -65,15 +89,17 @@ run_one() { # config mode -> ns/op
     local config=$1 mode=$2 n
     n=$(iterations "$mode")
     local loop=("$work/loop" "$mode" "$n" "$work/file")
+    if [[ $mode == gitstatus ]]; then
+        loop=("$work/loop" run "$n" git -C "$repo" status --porcelain)
+    fi
     case $config in
     bare) "${pin[@]}" "${loop[@]}" ;;
     floor) "${pin[@]}" "${layers[@]}" floor "$work" -- "${loop[@]}" ;;
     full) "${pin[@]}" "${layers[@]}" full "$work" -- "${loop[@]}" ;;
-    sandbox) (cd "$work" && "${pin[@]}" "$STEPPROOF_RUN" "${run_args[@]}" ./loop "$mode" "$n" "$work/file") ;;
+    sandbox) (cd "$work" && "${pin[@]}" "$STEPPROOF_RUN" "${run_args[@]}" "${loop[@]}") ;;
     esac
 }
 
-modes=(getppid stat openclose)
 results=$work/results
 : >"$results"
 for ((r = 0; r < ROUNDS; r++)); do
@@ -97,7 +123,7 @@ median() { # mode config
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print "nan" }'; }
 
 echo
-echo "kernel $(uname -r), $ROUNDS interleaved rounds, medians in ns/op"
+echo "kernel $(uname -r), $ROUNDS interleaved rounds, medians in ns/op (gitstatus: ns per run)"
 header=$(printf "%-10s" mode)
 for c in "${configs[@]}"; do header+=$(printf " %9s" "$c"); done
 header+=$(printf " %10s %10s" full/bare full/floor)

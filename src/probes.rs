@@ -475,8 +475,8 @@ pub fn run_probe(spec: &str) -> ProbeOutcome {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum LayerSet {
-    /// The benchmark's physical floor: an allow-all seccomp filter and a two-rule Landlock
-    /// ruleset (read on `/`, everything on the workspace).
+    /// The benchmark's physical floor: an allow-all seccomp filter and the Landlock ruleset of
+    /// [`floor_plan`] (read on `/`, everything on the workspace, `/dev/null`).
     Floor,
     /// The real thing minus namespaces: [`typical_plan`] + the full seccomp table + limits.
     Full,
@@ -529,10 +529,16 @@ pub fn typical_plan(workspace: &Path) -> LandlockPlan {
     }
 }
 
-/// The two-rule Landlock plan of the physical floor.
+/// The Landlock plan of the physical floor: read on `/`, everything on the workspace (the
+/// issue's two rules), plus `/dev/null` as a device, which git opens read-write at start (a rule
+/// on a path of its own does not change the cost of opening anything else).
 pub fn floor_plan(workspace: &Path) -> LandlockPlan {
     LandlockPlan {
         rules: vec![
+            LandlockRule {
+                path: "/dev/null".into(),
+                access: FsAccess::Device,
+            },
             LandlockRule {
                 path: "/".into(),
                 access: FsAccess::ReadExecute,
