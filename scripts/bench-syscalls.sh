@@ -123,7 +123,7 @@ median() { # mode config
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print "nan" }'; }
 
 echo
-echo "kernel $(uname -r), $ROUNDS interleaved rounds, medians in ns/op (gitstatus: ns per run)"
+echo "kernel $(uname -r), $ROUNDS interleaved rounds, medians in ns/op (gitstatus: µs per run)"
 header=$(printf "%-10s" mode)
 for c in "${configs[@]}"; do header+=$(printf " %9s" "$c"); done
 header+=$(printf " %10s %10s" full/bare full/floor)

@@ -1,6 +1,6 @@
 /* Syscall-heavy loops for scripts/bench-syscalls.sh: prints nanoseconds per operation.
  * usage: loop getppid|stat|openclose N PATH
- *        loop run N CMD [ARGS...]   (runs CMD once untimed, then N times; stdout to $LOOP_OUT,
+ *        loop run N CMD [ARGS...]   (µs per run; runs CMD once untimed, then N times; stdout to $LOOP_OUT,
  *                                    default /dev/null) */
 #include <fcntl.h>
 #include <stdio.h>
@@ -43,7 +43,7 @@ int main(int argc, char **argv) {
         double t0 = now_ns();
         for (long i = 0; i < n; i++)
             if (run_cmd(&argv[3]) != 0) { fprintf(stderr, "%s failed\n", argv[3]); return 1; }
-        printf("%.1f\n", (now_ns() - t0) / (double)n);
+        printf("%.1f\n", (now_ns() - t0) / (double)n / 1000.0); /* microseconds per run */
         return 0;
     }
     if (argc != 4) {
