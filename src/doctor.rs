@@ -85,7 +85,13 @@ pub fn run_checks() -> Vec<Check> {
             Err(e) => format!("cannot be created: {e}"),
         },
     });
-    let landlock = sys::landlock_abi_version();
+    let landlock = sys::kernel::landlock_abi_version().and_then(|abi| {
+        if abi > 0 {
+            Ok(abi)
+        } else {
+            Err(std::io::Error::from_raw_os_error(libc::EOPNOTSUPP))
+        }
+    });
     checks.push(Check {
         feature: "Landlock",
         available: landlock.is_ok(),

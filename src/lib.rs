@@ -1,5 +1,6 @@
 //! StepProof: run an AI coding agent (or any command) inside a Linux sandbox built from user,
-//! mount, pid, ipc, uts and network namespaces, with no capabilities and `no_new_privs`.
+//! mount, pid, ipc, uts and network namespaces, Landlock and seccomp, with no capabilities and
+//! `no_new_privs`.
 //!
 //! The profile (`profile`) becomes a plan of plain data (`sandbox::plan`) that `stepproof
 //! explain` prints and the thin executors (`sandbox::mounts`, `sandbox::init`,
@@ -8,6 +9,7 @@
 
 pub mod cli;
 pub mod doctor;
+pub mod probes;
 pub mod profile;
 pub mod sandbox;
 pub mod supervisor;

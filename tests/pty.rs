@@ -49,6 +49,8 @@ impl Session {
                 Ok(())
             });
         }
+        // The test waits for it itself (waitpid with WUNTRACED, which std's Child cannot do).
+        #[allow(clippy::zombie_processes)]
         let child = cmd.spawn().unwrap();
         Session {
             master: pty.master,

@@ -31,6 +31,9 @@ struct Args {
     /// Write a JSON status (which side an exit code came from) to FILE.
     #[arg(long, value_name = "FILE")]
     status_file: Option<PathBuf>,
+    /// Write the assurance report (what was actually enforced) as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    report: Option<PathBuf>,
     /// The command and its arguments.
     #[arg(
         required = true,
@@ -51,15 +54,28 @@ fn main() {
         }
     };
     cli::init_logging(args.verbose);
-    let outcome = match cli::load_plan(args.profile.as_deref(), args.workspace.as_deref()) {
+    let (outcome, report) = match cli::load_plan(args.profile.as_deref(), args.workspace.as_deref())
+    {
         Ok((profile, plan)) => {
             if args.verbose > 0 {
                 eprint!("{}", cli::explain_text(&profile, &plan));
             }
-            spawn::run(&plan, &args.command)
+            let result = spawn::run(&plan, &args.command);
+            (result.outcome, result.report)
         }
-        Err(e) => Outcome::failed(e.to_string()),
+        Err(e) => (Outcome::failed(e.to_string()), None),
     };
+    if let Some(report) = &report {
+        let json = serde_json::to_string_pretty(report).unwrap_or_default();
+        if args.verbose > 0 {
+            eprintln!("enforced: {json}");
+        }
+        if let Some(path) = &args.report
+            && let Err(e) = std::fs::write(path, json + "\n")
+        {
+            eprintln!("stepproof-run: writing the report {}: {e}", path.display());
+        }
+    }
     match &outcome {
         Outcome::StepproofError { message, .. } => eprintln!("stepproof-run: {message}"),
         Outcome::NotFound { message, .. } | Outcome::NotExecutable { message, .. } => {

@@ -37,16 +37,9 @@ pub enum ProfileError {
     ExtendsLoop { origin: String, name: String },
 }
 
-/// How much of the kernel layers the profile insists on.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Assurance {
-    /// Every layer the profile names must be enforced, or the launch is refused (exit 125).
-    #[default]
-    Strict,
-    /// Run with what the kernel offers and report what was dropped.
-    BestEffort,
-}
+/// How much of the kernel layers the profile insists on (`strict`: Landlock ABI 6 or refuse).
+pub use crate::sandbox::landlock::Assurance;
+pub use crate::sandbox::rlimits::Limits;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -103,6 +96,7 @@ struct ProcessFile {
     set_env: std::collections::BTreeMap<String, String>,
     sandbox_uid: Option<u32>,
     allow_root_fallback: Option<bool>,
+    limits: Option<Limits>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -155,6 +149,8 @@ pub struct Process {
     /// Invoked as root on a file system without idmapped mounts: run as uid 0 without
     /// capabilities instead of refusing. Never for a profile with a hook.
     pub allow_root_fallback: bool,
+    /// Resource limits (a `[process.limits]` table in a child profile replaces the parent's).
+    pub limits: Limits,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -321,6 +317,7 @@ fn merge(base: ProfileFile, child: ProfileFile) -> ProfileFile {
                 .process
                 .allow_root_fallback
                 .or(base.process.allow_root_fallback),
+            limits: child.process.limits.or(base.process.limits),
         },
         network: NetworkFile {
             mode: child.network.mode.or(base.network.mode),
@@ -382,6 +379,7 @@ fn resolve(file: ProfileFile, origins: Vec<String>) -> Result<Profile, String> {
             set_env: file.process.set_env,
             sandbox_uid,
             allow_root_fallback: file.process.allow_root_fallback.unwrap_or(false),
+            limits: file.process.limits.unwrap_or_default(),
         },
         network: Network {
             mode: file.network.mode.unwrap_or_default(),

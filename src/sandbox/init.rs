@@ -5,7 +5,9 @@
 use crate::sandbox::caps;
 use crate::sandbox::mounts::{self, IdmappedTrees};
 use crate::sandbox::plan::{IdentityMode, SandboxPlan};
+use crate::sandbox::report::CommandEnforcement;
 use crate::sandbox::sys::{self, CloneResult};
+use crate::sandbox::{landlock, rlimits, seccomp};
 use crate::supervisor::pty::{TerminalRequest, open_terminal_inside};
 use crate::supervisor::status::InitEvent;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
@@ -34,6 +36,8 @@ pub struct InitArgs<'a> {
     /// Interactive runs: the terminal to create inside for the command.
     pub terminal: Option<TerminalRequest>,
     pub idmapped: IdmappedTrees,
+    /// Compiled before the clone (compiling allocates a lot); installed last before execve.
+    pub seccomp: Vec<seccompiler::BpfProgram>,
     /// The signals the supervisor blocked; the init takes them through a signalfd.
     pub signals: SigSet,
 }
@@ -123,8 +127,8 @@ pub fn run_init(args: InitArgs<'_>) -> i32 {
             return 125;
         }
     };
-    let command = match start_command(args.plan, &args.argv, &args.envp, tty) {
-        Ok(pid) => pid,
+    let command = match start_command(args.plan, &args.argv, &args.envp, tty, &args.seccomp) {
+        Ok(started) => started,
         Err((step, errno, message)) => {
             report(
                 &mut status,
@@ -137,10 +141,12 @@ pub fn run_init(args: InitArgs<'_>) -> i32 {
             return 125;
         }
     };
+    let (command, enforcement) = command;
     report(
         &mut status,
         &InitEvent::Started {
             pid: command.as_raw(),
+            enforcement,
         },
     );
     supervise(command, &signals, &args.lifeline, &mut status);
@@ -203,14 +209,16 @@ fn become_sandbox_user(plan: &SandboxPlan) -> Result<(), SetupError> {
 
 type ExecFailure = (String, i32, String);
 
-/// Forks the command. The child runs `exec_command` and never returns; a failure before or in
-/// `execve` comes back over a close-on-exec pipe, so success is known exactly when it closes.
+/// Forks the command. The child runs `exec_command` and never returns. Over a close-on-exec
+/// pipe it sends what it enforced (`R` + JSON line) and, on failure, the step and errno (`E`);
+/// success is known exactly when the pipe closes without an `E` record.
 fn start_command(
     plan: &SandboxPlan,
     argv: &[CString],
     envp: &[CString],
     tty: Option<OwnedFd>,
-) -> Result<Pid, ExecFailure> {
+    seccomp: &[seccompiler::BpfProgram],
+) -> Result<(Pid, Option<CommandEnforcement>), ExecFailure> {
     let io_fail = |step: &str, e: std::io::Error| {
         (
             step.to_string(),
@@ -223,9 +231,9 @@ fn start_command(
     match sys::fork().map_err(|e| io_fail("fork", e))? {
         CloneResult::Child => {
             drop(err_read);
-            let (step, error) = exec_command(plan, argv, envp, tty, &err_write);
+            let (step, error) = exec_command(plan, argv, envp, tty, seccomp, &err_write);
             let errno = error.raw_os_error().unwrap_or(0);
-            let mut message = Vec::new();
+            let mut message = vec![b'E'];
             message.extend_from_slice(&errno.to_ne_bytes());
             message.extend_from_slice(step.as_bytes());
             message.push(0);
@@ -240,13 +248,23 @@ fn start_command(
             drop(tty);
             let mut buf = Vec::new();
             let _ = File::from(err_read).read_to_end(&mut buf);
-            if buf.len() < 4 {
-                return Ok(Pid::from_raw(child));
+            let mut rest = buf.as_slice();
+            let mut enforcement = None;
+            if let Some(record) = rest.strip_prefix(b"R") {
+                let end = record
+                    .iter()
+                    .position(|b| *b == b'\n')
+                    .unwrap_or(record.len());
+                enforcement = serde_json::from_slice(&record[..end]).ok();
+                rest = record.get(end + 1..).unwrap_or_default();
             }
+            let Some(failure) = rest.strip_prefix(b"E").filter(|f| f.len() >= 4) else {
+                return Ok((Pid::from_raw(child), enforcement));
+            };
             let _ = waitpid(Pid::from_raw(child), None);
-            let errno = i32::from_ne_bytes([buf[0], buf[1], buf[2], buf[3]]);
-            let rest = String::from_utf8_lossy(&buf[4..]).into_owned();
-            let (step, message) = rest.split_once('\0').unwrap_or((&rest, ""));
+            let errno = i32::from_ne_bytes([failure[0], failure[1], failure[2], failure[3]]);
+            let text = String::from_utf8_lossy(&failure[4..]).into_owned();
+            let (step, message) = text.split_once('\0').unwrap_or((&text, ""));
             Err((step.to_string(), errno, message.to_string()))
         }
     }
@@ -259,12 +277,14 @@ fn exec_command(
     argv: &[CString],
     envp: &[CString],
     tty: Option<OwnedFd>,
+    seccomp: &[seccompiler::BpfProgram],
     err_pipe: &OwnedFd,
 ) -> (&'static str, std::io::Error) {
     macro_rules! step {
         ($name:expr, $e:expr) => {
-            if let Err(e) = $e {
-                return ($name, std::io::Error::from(e));
+            match $e {
+                Ok(value) => value,
+                Err(e) => return ($name, std::io::Error::other(e.to_string())),
             }
         };
     }
@@ -289,6 +309,11 @@ fn exec_command(
     step!("close_range", sys::close_fd_range(3, keep - 1));
     step!("close_range", sys::close_fd_range(keep + 1, u32::MAX));
     step!("chdir", nix::unistd::chdir(&plan.cwd));
+    // Limits before anything else runs under them.
+    let limits = step!(
+        "setting resource limits",
+        rlimits::apply_limits(&plan.limits)
+    );
     // No key of the caller's session keyring is reachable.
     step!(
         "joining a new session keyring",
@@ -296,6 +321,9 @@ fn exec_command(
     );
     // Nothing the command executes can gain privileges (setuid bits, file capabilities).
     step!("PR_SET_NO_NEW_PRIVS", sys::set_no_new_privs());
+    // Landlock mirrors the view (and scopes signals and abstract sockets to this domain). It is
+    // applied here, in the command, so that the init stays outside the domain.
+    let landlock = step!("Landlock", landlock::apply_landlock(&plan.landlock));
     // The init gave up its capabilities before forking; make sure none survived.
     if !caps::holds_none() {
         step!(
@@ -303,6 +331,23 @@ fn exec_command(
             Err::<(), _>(std::io::Error::other("a capability survived the drop"))
         );
     }
+    let enforcement = CommandEnforcement {
+        landlock,
+        limits,
+        no_new_privs: true,
+        capabilities_empty: true,
+    };
+    if let Ok(json) = serde_json::to_vec(&enforcement) {
+        let mut record = vec![b'R'];
+        record.extend_from_slice(&json);
+        record.push(b'\n');
+        step!(
+            "reporting enforcement",
+            nix::unistd::write(err_pipe, &record)
+        );
+    }
+    // seccomp last: from here on the denied system calls are gone, execve stays allowed.
+    step!("seccomp", seccomp::apply_seccomp_on_current_thread(seccomp));
     ("execve", exec_in_path(argv, envp))
 }
 

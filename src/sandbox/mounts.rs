@@ -71,7 +71,7 @@ pub fn build_view(plan: &SandboxPlan, mut idmapped: IdmappedTrees) -> Result<(),
         Path::new(NEW_ROOT),
     ))?;
     fs::write(HIDDEN_FILE, b"").map_err(err("creating", Path::new(HIDDEN_FILE)))?;
-    fs::set_permissions(HIDDEN_FILE, fs::Permissions::from_mode(0))
+    fs::set_permissions(HIDDEN_FILE, fs::Permissions::from_mode(0o000))
         .map_err(err("chmod", Path::new(HIDDEN_FILE)))?;
 
     for (index, op) in plan.mounts.iter().enumerate() {

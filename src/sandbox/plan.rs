@@ -3,8 +3,9 @@
 //! the thin executor in `mounts.rs` and `spawn.rs` applies. Building it reads the file system
 //! (what exists, what is a socket) but changes nothing.
 
-use crate::profile::{NetworkMode, Profile};
+use crate::profile::{Limits, NetworkMode, Profile};
 use crate::sandbox::env::build_environment;
+use crate::sandbox::landlock::{FsAccess, LandlockPlan, LandlockRule};
 use serde::Serialize;
 use std::collections::BTreeSet;
 use std::fs;
@@ -152,6 +153,10 @@ pub struct SandboxPlan {
     pub env: Vec<(String, String)>,
     /// Names of variables of the caller that were not passed (values never recorded).
     pub env_dropped: Vec<String>,
+    /// Landlock, mirroring the view at mount granularity (hidden paths are the mounts' job:
+    /// Landlock cannot carve an exception out of a granted directory).
+    pub landlock: LandlockPlan,
+    pub limits: Limits,
     /// Things a reader should know (bounds reached, groups kept, …).
     pub notes: Vec<String>,
 }
@@ -328,6 +333,14 @@ pub fn build_plan(profile: &Profile, facts: &HostFacts) -> Result<SandboxPlan, P
     mounts.push(MountOp::ReadOnlyRoot);
 
     let (env, env_dropped) = build_environment(profile, facts, &identity, &home);
+    let landlock = LandlockPlan {
+        rules: landlock_rules(&mounts)?,
+        scope_signals_and_abstract_unix: true,
+        // Port rules would only break the agent's own loopback servers inside a network
+        // namespace; with the host's network they are no help against an allow-list either.
+        tcp: None,
+        assurance: profile.assurance,
+    };
     let cwd = if facts.cwd.starts_with(&workspace) {
         facts.cwd.clone()
     } else {
@@ -346,8 +359,45 @@ pub fn build_plan(profile: &Profile, facts: &HostFacts) -> Result<SandboxPlan, P
         protected_paths,
         env,
         env_dropped,
+        landlock,
+        limits: profile.process.limits.clone(),
         notes,
     })
+}
+
+/// The Landlock rules that mirror the mount list: read-execute where the view is read-only,
+/// read-write where it is writable, device rights on the device nodes and terminals.
+fn landlock_rules(mounts: &[MountOp]) -> Result<Vec<LandlockRule>, PlanError> {
+    let list_root = LandlockRule::new("/", FsAccess::ListDirectories)
+        .map_err(|e| PlanError::Refused(format!("Landlock rule for /: {e}")))?;
+    let mut rules = vec![list_root];
+    for op in mounts {
+        let (path, access) = match op {
+            MountOp::Bind { dst, access, .. } | MountOp::IdmappedBind { dst, access, .. } => (
+                dst,
+                match access {
+                    Access::ReadOnly => FsAccess::ReadExecute,
+                    Access::ReadWrite => FsAccess::ReadWrite,
+                },
+            ),
+            // /dev itself is only listed; its nodes get their own rules.
+            MountOp::Tmpfs { dst, .. } if dst == Path::new("/dev") => (dst, FsAccess::ReadExecute),
+            MountOp::Tmpfs { dst, .. } => (dst, FsAccess::ReadWrite),
+            MountOp::Proc { dst } => (dst, FsAccess::ReadExecute),
+            MountOp::Devpts { dst } | MountOp::DevNode { dst, .. } => (dst, FsAccess::Device),
+            MountOp::Symlink { .. }
+            | MountOp::HideDir { .. }
+            | MountOp::HideFile { .. }
+            | MountOp::ReadOnlyInPlace { .. }
+            | MountOp::File { .. }
+            | MountOp::ReadOnlyRoot => continue,
+        };
+        let rule = LandlockRule::new(path.clone(), access).map_err(|e| {
+            PlanError::Refused(format!("Landlock rule for {}: {e}", path.display()))
+        })?;
+        rules.push(rule);
+    }
+    Ok(rules)
 }
 
 fn choose_identity(

@@ -7,6 +7,8 @@ use crate::sandbox::init::{InitArgs, run_init};
 use crate::sandbox::mounts::IdmappedTrees;
 use crate::sandbox::namespaces::{self, USERNS_HINT};
 use crate::sandbox::plan::{Access, IdentityMode, MountOp, ROOT_MODE_OUTSIDE_ID, SandboxPlan};
+use crate::sandbox::report::{AssuranceReport, CommandEnforcement};
+use crate::sandbox::seccomp;
 use crate::sandbox::sys::{self, CloneResult, MountFlags};
 use crate::supervisor::pty::{RawTerminal, TerminalRequest, copy_window_size, receive_terminal};
 use crate::supervisor::status::{InitEvent, Outcome};
@@ -116,16 +118,25 @@ pub fn idmapped_mounts_work(path: &std::path::Path) -> bool {
     sys::idmap_detached_tree(&tree, &userns, MountFlags::default()).is_ok()
 }
 
+/// How a run ended, and what was enforced while it ran.
+pub struct RunResult {
+    pub outcome: Outcome,
+    pub report: Option<AssuranceReport>,
+}
+
 /// Runs `command` in the sandbox the plan describes and reports how it ended. Never panics on
 /// the way out without restoring the terminal.
-pub fn run(plan: &SandboxPlan, command: &[OsString]) -> Outcome {
+pub fn run(plan: &SandboxPlan, command: &[OsString]) -> RunResult {
     match launch(plan, command) {
-        Ok(outcome) => outcome,
-        Err(e) => Outcome::failed(e.to_string()),
+        Ok(result) => result,
+        Err(e) => RunResult {
+            outcome: Outcome::failed(e.to_string()),
+            report: None,
+        },
     }
 }
 
-fn launch(plan: &SandboxPlan, command: &[OsString]) -> Result<Outcome, LaunchError> {
+fn launch(plan: &SandboxPlan, command: &[OsString]) -> Result<RunResult, LaunchError> {
     let argv = command
         .iter()
         .map(|a| CString::new(a.as_bytes()))
@@ -137,6 +148,13 @@ fn launch(plan: &SandboxPlan, command: &[OsString]) -> Result<Outcome, LaunchErr
         .map(|(k, v)| CString::new(format!("{k}={v}")))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|_| LaunchError::NulInArgument)?;
+    let arch = seccomp::Arch::native();
+    let seccomp_filters = seccomp::compile_filters(arch).map_err(|e| LaunchError::Os {
+        step: "compiling the seccomp filter".into(),
+        source: io::Error::other(e.to_string()),
+        hint: "",
+    })?;
+    let seccomp_report = seccomp::report(arch, &seccomp_filters);
     let idmapped = prepare_idmapped_trees(plan)?;
 
     let stdin = io::stdin();
@@ -200,6 +218,7 @@ fn launch(plan: &SandboxPlan, command: &[OsString]) -> Result<Outcome, LaunchErr
                 lifeline: lifeline_read,
                 terminal: terminal_request,
                 idmapped,
+                seccomp: seccomp_filters,
                 signals,
             });
             sys::exit_now(code);
@@ -237,7 +256,7 @@ fn launch(plan: &SandboxPlan, command: &[OsString]) -> Result<Outcome, LaunchErr
         ),
         None => None,
     };
-    let outcome = Relay {
+    let relay = Relay {
         child,
         signal_fd,
         status: File::from(status_read),
@@ -247,10 +266,15 @@ fn launch(plan: &SandboxPlan, command: &[OsString]) -> Result<Outcome, LaunchErr
         final_event: None,
         init_exit: None,
         pending_input: Vec::new(),
-    }
-    .run();
+        enforcement: None,
+    };
+    let outcome = relay.run();
     drop(lifeline_write);
-    Ok(outcome)
+    let report = AssuranceReport::new(plan, seccomp_report, outcome.1);
+    Ok(RunResult {
+        outcome: outcome.0,
+        report: Some(report),
+    })
 }
 
 /// The supervisor's event loop for one run.
@@ -265,10 +289,11 @@ struct Relay<'t> {
     init_exit: Option<WaitStatus>,
     /// Keystrokes not yet accepted by the command's terminal.
     pending_input: Vec<u8>,
+    enforcement: Option<CommandEnforcement>,
 }
 
 impl Relay<'_> {
-    fn run(mut self) -> Outcome {
+    fn run(mut self) -> (Outcome, Option<CommandEnforcement>) {
         let mut status_open = true;
         let mut stdin_open = self.terminal.is_some();
         if let Some(master) = &self.master {
@@ -329,7 +354,8 @@ impl Relay<'_> {
         if let Some(term) = self.terminal.as_mut() {
             term.restore();
         }
-        self.outcome()
+        let enforcement = self.enforcement.take();
+        (self.outcome(), enforcement)
     }
 
     fn handle_signals(&mut self) {
@@ -395,7 +421,7 @@ impl Relay<'_> {
             };
             tracing::debug!(?event, "init");
             match event {
-                InitEvent::Started { .. } => {}
+                InitEvent::Started { enforcement, .. } => self.enforcement = enforcement,
                 InitEvent::Stopped { .. } => self.suspend(),
                 other => self.final_event = Some(other),
             }

@@ -7,9 +7,10 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "kebab-case")]
 pub enum InitEvent {
-    /// The command's `execve` succeeded.
+    /// The command's `execve` succeeded, under what its process reported as enforced.
     Started {
         pid: i32,
+        enforcement: Option<crate::sandbox::report::CommandEnforcement>,
     },
     /// The command stopped (Ctrl-Z or a stop signal).
     Stopped {

@@ -2,13 +2,15 @@
 //!
 //! Everything here is a thin, documented wrapper that returns `io::Result` and owns its file
 //! descriptors at once; the rest of the crate is `#![deny(unsafe_code)]`.
-#![allow(unsafe_code)]
 
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+
+pub mod kernel;
+pub mod probe;
 
 fn cstring(path: &Path) -> io::Result<CString> {
     CString::new(path.as_os_str().as_bytes())
@@ -348,22 +350,6 @@ pub fn reset_signals_for_exec() {
         libc::sigemptyset(&mut empty);
         libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
     }
-}
-
-/// The Landlock ABI version the kernel offers (`landlock_create_ruleset(NULL, 0, VERSION)`), or
-/// the errno that says why there is none.
-pub fn landlock_abi_version() -> io::Result<i32> {
-    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
-    // SAFETY: with a NULL attribute pointer and size 0 this call only returns the ABI version.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_landlock_create_ruleset,
-            std::ptr::null::<libc::c_void>(),
-            0usize,
-            LANDLOCK_CREATE_RULESET_VERSION,
-        )
-    };
-    check(ret).map(|v| v as i32)
 }
 
 /// `dup2(2)` on raw descriptor numbers (used right before exec, where ownership no longer

@@ -1,0 +1,59 @@
+//! The assurance report: what was actually enforced, as opposed to what was asked for. The
+//! command's own process reports its part (Landlock, limits) right before `execve`; the
+//! supervisor adds what it did itself and writes the whole with `--report`.
+
+use crate::sandbox::landlock::LandlockReport;
+use crate::sandbox::plan::{Identity, SandboxPlan};
+use crate::sandbox::rlimits::AppliedLimit;
+use crate::sandbox::seccomp::SeccompReport;
+use serde::{Deserialize, Serialize};
+
+/// Measured in the command's process, after every layer and right before `execve`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommandEnforcement {
+    pub landlock: LandlockReport,
+    pub limits: Vec<AppliedLimit>,
+    pub no_new_privs: bool,
+    pub capabilities_empty: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct AssuranceReport {
+    pub stepproof_version: &'static str,
+    pub profile: String,
+    pub policy_hash: String,
+    pub namespaces: Vec<&'static str>,
+    pub identity: Identity,
+    pub network: crate::profile::NetworkMode,
+    pub seccomp: SeccompReport,
+    /// `None` when the command never started.
+    pub command: Option<CommandEnforcement>,
+    /// Anything asked for but not enforced, and why.
+    pub dropped: Vec<String>,
+    pub notes: Vec<String>,
+}
+
+impl AssuranceReport {
+    pub fn new(
+        plan: &SandboxPlan,
+        seccomp: SeccompReport,
+        command: Option<CommandEnforcement>,
+    ) -> AssuranceReport {
+        let mut dropped = Vec::new();
+        if let Some(c) = &command {
+            dropped.extend(c.landlock.dropped.iter().map(|d| format!("landlock: {d}")));
+        }
+        AssuranceReport {
+            stepproof_version: env!("CARGO_PKG_VERSION"),
+            profile: plan.profile.clone(),
+            policy_hash: plan.policy_hash.clone(),
+            namespaces: crate::cli::namespaces(plan),
+            identity: plan.identity.clone(),
+            network: plan.network,
+            seccomp,
+            command,
+            dropped,
+            notes: plan.notes.clone(),
+        }
+    }
+}
