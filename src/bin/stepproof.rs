@@ -2,7 +2,7 @@
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
-use stepproof::{cli, doctor};
+use stepproof::{cli, doctor, probes};
 
 /// StepProof: inspect what a profile enforces and what this machine supports.
 #[derive(Parser, Debug)]
@@ -37,12 +37,55 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// (Internal) Try one forbidden thing and print what the kernel answered, as JSON. Used by
+    /// the escape tests inside the sandbox.
+    #[command(name = "__probe", hide = true)]
+    Probe {
+        /// `NAME` or `NAME:ARG`; `list` prints the names.
+        spec: String,
+    },
+    /// (Internal) Run CMD under Landlock + seccomp without namespaces: `floor` (allow-all
+    /// seccomp, two Landlock rules) or `full` (the real tables). For the syscall benchmark.
+    #[command(name = "__layers", hide = true)]
+    Layers {
+        #[arg(value_parser = ["floor", "full"])]
+        layers: String,
+        workspace: PathBuf,
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        command: Vec<std::ffi::OsString>,
+    },
 }
 
 fn main() {
     let args = Args::parse();
     cli::init_logging(args.verbose);
     let code = match args.command {
+        Command::Probe { spec } => {
+            if spec == "list" {
+                for name in probes::all_probes().iter().chain(probes::control_probes()) {
+                    println!("{name}");
+                }
+                0
+            } else {
+                let outcome = probes::run_probe(&spec);
+                println!("{}", serde_json::to_string(&outcome).unwrap_or_default());
+                0
+            }
+        }
+        Command::Layers {
+            layers,
+            workspace,
+            command,
+        } => {
+            let set = if layers == "floor" {
+                probes::LayerSet::Floor
+            } else {
+                probes::LayerSet::Full
+            };
+            let error = probes::exec_under_layers(set, &workspace, &command);
+            eprintln!("stepproof __layers: {error}");
+            125
+        }
         Command::Explain {
             profile,
             workspace,

@@ -205,6 +205,9 @@ pub fn build_plan(profile: &Profile, facts: &HostFacts) -> Result<SandboxPlan, P
         ));
     }
     let resolve = |spec: &crate::profile::PathSpec| spec.resolve(&home, &workspace);
+    // Invoked as root, everything bound from the caller's side (not the system directories)
+    // goes through an idmapped mount: root's files there appear as the sandbox user's, and the
+    // init, already that user, needs no access to root's private directories to mount them.
     let personal_bind = |src: &Path, access| match identity.mode {
         IdentityMode::RootRemapped => MountOp::IdmappedBind {
             src: src.to_path_buf(),
@@ -277,19 +280,11 @@ pub fn build_plan(profile: &Profile, facts: &HostFacts) -> Result<SandboxPlan, P
     mounts.push(personal_bind(&workspace, Access::ReadWrite));
     for spec in &profile.filesystem.writable {
         let path = existing(resolve(spec), "filesystem.writable")?;
-        mounts.push(MountOp::Bind {
-            src: path.clone(),
-            dst: path,
-            access: Access::ReadWrite,
-        });
+        mounts.push(personal_bind(&path, Access::ReadWrite));
     }
     for spec in &profile.filesystem.read_only {
         let path = existing(resolve(spec), "filesystem.read_only")?;
-        mounts.push(MountOp::Bind {
-            src: path.clone(),
-            dst: path,
-            access: Access::ReadOnly,
-        });
+        mounts.push(personal_bind(&path, Access::ReadOnly));
     }
 
     // What must not be seen.

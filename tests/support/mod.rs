@@ -91,6 +91,23 @@ pub enum Who {
     User,
 }
 
+/// A copy of `stepproof-run` the test user can execute whatever the permissions of the
+/// checkout's parent directories (CI clones wherever it likes).
+pub fn run_binary_for_user() -> &'static Path {
+    static COPY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    COPY.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("stepproof-bin-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+        let copy = dir.join("stepproof-run");
+        let staged = dir.join(".stepproof-run.tmp");
+        fs::copy(RUN, &staged).unwrap();
+        fs::set_permissions(&staged, fs::Permissions::from_mode(0o755)).unwrap();
+        fs::rename(&staged, &copy).unwrap();
+        copy
+    })
+}
+
 /// A planted home (with secrets) and a workspace inside it, owned by whoever runs the sandbox.
 pub struct World {
     pub who: Who,
@@ -175,7 +192,7 @@ impl World {
                     .arg(format!("--regid={}", self.owner.1))
                     .arg("--clear-groups")
                     .arg("--")
-                    .arg(RUN);
+                    .arg(run_binary_for_user());
                 c
             }
         };
