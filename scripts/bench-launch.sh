@@ -175,10 +175,10 @@ cmd_of() { # variant -> sets the array $cmd
 }
 
 echo "bwrap command line:"
-printf '  %q' "${bwrap_cmd[@]}"
+printf ' '; printf ' %q' "${bwrap_cmd[@]}"
 echo
 echo "stepproof-run command line (from $ws):"
-printf '  %q' "${stepproof_cmd[@]}"
+printf ' '; printf ' %q' "${stepproof_cmd[@]}"
 echo
 
 # --- check, then warm up -----------------------------------------------------------------

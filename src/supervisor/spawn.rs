@@ -22,6 +22,7 @@ use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
+use std::sync::OnceLock;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {
@@ -74,30 +75,39 @@ fn handled_signals() -> SigSet {
     set
 }
 
+/// The user namespace idmapped mounts borrow their mapping from (host root → the sandbox
+/// user's host id). Creating one costs a clone and a wait, so a run makes it once and uses it
+/// for the capability check and for every tree.
+fn idmap_userns() -> Result<&'static OwnedFd, LaunchError> {
+    static USERNS: OnceLock<Result<OwnedFd, String>> = OnceLock::new();
+    USERNS
+        .get_or_init(|| {
+            namespaces::root_to_sandbox_userns(ROOT_MODE_OUTSIDE_ID).map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(|message| LaunchError::Os {
+            step: "creating the idmap user namespace".into(),
+            source: io::Error::other(message.clone()),
+            hint: USERNS_HINT,
+        })
+}
+
 /// Detached idmapped copies of the trees the plan binds through an id mapping (root
 /// invocations), created here because only host root may create them.
 pub fn prepare_idmapped_trees(plan: &SandboxPlan) -> Result<IdmappedTrees, LaunchError> {
     let mut trees = IdmappedTrees::new();
-    let wanted: Vec<(&std::path::Path, Access)> = plan
-        .mounts
-        .iter()
-        .filter_map(|m| match m {
-            MountOp::IdmappedBind { src, access, .. } => Some((src.as_path(), *access)),
-            _ => None,
-        })
-        .collect();
-    if wanted.is_empty() {
-        return Ok(trees);
-    }
-    let userns = namespaces::root_to_sandbox_userns(ROOT_MODE_OUTSIDE_ID)?;
-    for (src, access) in wanted {
+    for op in &plan.mounts {
+        let MountOp::IdmappedBind { src, access, .. } = op else {
+            continue;
+        };
+        let userns = idmap_userns()?;
         let tree = sys::open_tree_clone(src).map_err(os(format!("open_tree {}", src.display())))?;
         let flags = MountFlags {
-            read_only: access == Access::ReadOnly,
+            read_only: *access == Access::ReadOnly,
             nosuid: true,
             nodev: true,
         };
-        sys::idmap_detached_tree(&tree, &userns, flags).map_err(|source| LaunchError::Os {
+        sys::idmap_detached_tree(&tree, userns, flags).map_err(|source| LaunchError::Os {
             step: format!("idmapping {}", src.display()),
             source,
             hint: " (this file system may not support idmapped mounts)",
@@ -109,13 +119,13 @@ pub fn prepare_idmapped_trees(plan: &SandboxPlan) -> Result<IdmappedTrees, Launc
 
 /// Whether idmapped mounts work for `path` here (asked only when invoked as root).
 pub fn idmapped_mounts_work(path: &std::path::Path) -> bool {
-    let Ok(userns) = namespaces::root_to_sandbox_userns(ROOT_MODE_OUTSIDE_ID) else {
+    let Ok(userns) = idmap_userns() else {
         return false;
     };
     let Ok(tree) = sys::open_tree_clone(path) else {
         return false;
     };
-    sys::idmap_detached_tree(&tree, &userns, MountFlags::default()).is_ok()
+    sys::idmap_detached_tree(&tree, userns, MountFlags::default()).is_ok()
 }
 
 /// How a run ended, and what was enforced while it ran.
