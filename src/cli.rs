@@ -30,11 +30,17 @@ pub fn init_logging(verbosity: u8) {
     };
     let filter =
         EnvFilter::try_from_env("STEPPROOF_LOG").unwrap_or_else(|_| EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .without_time()
-        .try_init();
+        .with_writer(std::io::stderr);
+    // Timestamps only when asked for through STEPPROOF_LOG (they show where launch time goes).
+    let _ = if std::env::var_os("STEPPROOF_LOG").is_some() {
+        builder
+            .with_timer(tracing_subscriber::fmt::time::uptime())
+            .try_init()
+    } else {
+        builder.without_time().try_init()
+    };
 }
 
 fn canonical(path: &Path, what: &'static str) -> Result<PathBuf, CliError> {
@@ -106,7 +112,9 @@ pub fn load_plan(
     workspace: Option<&Path>,
 ) -> Result<(Profile, SandboxPlan), CliError> {
     let profile = Profile::load(profile)?;
+    tracing::debug!("profile loaded");
     let facts = gather_facts(workspace)?;
+    tracing::debug!("facts gathered");
     let plan = build_plan(&profile, &facts)?;
     Ok((profile, plan))
 }

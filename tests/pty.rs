@@ -157,7 +157,8 @@ both!(echoes_input_and_restores_the_terminal, |w: &World| {
 });
 
 both!(follows_a_window_resize, |w: &World| {
-    let script = "import signal, os, sys, time\nsignal.signal(signal.SIGWINCH, lambda *a: print('size', os.get_terminal_size(), flush=True))\nprint('start', os.get_terminal_size(), flush=True)\nsys.stdin.readline()\n";
+    // os.write, not print: the handler may run while the first line is still being printed.
+    let script = "import signal, os, sys\nsignal.signal(signal.SIGWINCH, lambda *a: os.write(1, f'size {os.get_terminal_size()}\\n'.encode()))\nos.write(1, f'start {os.get_terminal_size()}\\n'.encode())\nsys.stdin.readline()\n";
     let mut s = Session::start(w, &["/usr/bin/python3", "-c", script]);
     s.expect("columns=80, lines=24");
     let size = libc::winsize {

@@ -60,7 +60,9 @@ fn main() {
             if args.verbose > 0 {
                 eprint!("{}", cli::explain_text(&profile, &plan));
             }
+            tracing::debug!("plan built");
             let result = spawn::run(&plan, &args.command);
+            tracing::debug!("run ended");
             (result.outcome, result.report)
         }
         Err(e) => (Outcome::failed(e.to_string()), None),

@@ -36,8 +36,9 @@ pub struct InitArgs<'a> {
     /// Interactive runs: the terminal to create inside for the command.
     pub terminal: Option<TerminalRequest>,
     pub idmapped: IdmappedTrees,
-    /// Compiled before the clone (compiling allocates a lot); installed last before execve.
-    pub seccomp: Vec<seccompiler::BpfProgram>,
+    /// The supervisor sends the compiled seccomp filters here (encoded) while the init builds
+    /// the view; installed last before execve.
+    pub seccomp: OwnedFd,
     /// The signals the supervisor blocked; the init takes them through a signalfd.
     pub signals: SigSet,
 }
@@ -46,7 +47,7 @@ pub struct InitArgs<'a> {
 pub enum SetupError {
     #[error("setting the hostname: {0}")]
     Hostname(nix::Error),
-    #[error("bringing up loopback in the new network namespace: {0}")]
+    #[error("creating the network namespace or bringing up its loopback: {0}")]
     Loopback(std::io::Error),
     #[error(transparent)]
     Mount(#[from] mounts::MountError),
@@ -75,11 +76,26 @@ fn report(status: &mut File, event: &InitEvent) {
 /// status pipe).
 pub fn run_init(args: InitArgs<'_>) -> i32 {
     let mut status = File::from(args.status);
+    // A network namespace of our own, made here rather than in the clone so that its cost (the
+    // largest of all namespaces) overlaps with the supervisor writing our id maps; the
+    // capabilities it needs are ours from the clone on. Loopback up for local test servers.
+    if args.plan.network == crate::profile::NetworkMode::None
+        && let Err(e) = new_network_namespace()
+    {
+        report(
+            &mut status,
+            &InitEvent::SetupFailed {
+                message: e.to_string(),
+            },
+        );
+        return 125;
+    }
     let mut byte = [0u8; 1];
     if !matches!(File::from(args.go).read(&mut byte), Ok(1)) {
         // The supervisor failed to map our ids and is going away.
         return 125;
     }
+    tracing::debug!("init: maps written");
     if let Err(e) = enter_sandbox(args.plan, args.idmapped) {
         report(
             &mut status,
@@ -127,7 +143,21 @@ pub fn run_init(args: InitArgs<'_>) -> i32 {
             return 125;
         }
     };
-    let command = match start_command(args.plan, &args.argv, &args.envp, tty, &args.seccomp) {
+    let mut encoded = Vec::new();
+    let filters = File::from(args.seccomp)
+        .read_to_end(&mut encoded)
+        .ok()
+        .and_then(|_| seccomp::decode_filters(&encoded));
+    let Some(filters) = filters else {
+        report(
+            &mut status,
+            &InitEvent::SetupFailed {
+                message: "no seccomp filter came from the supervisor: refusing to start the command without it".into(),
+            },
+        );
+        return 125;
+    };
+    let command = match start_command(args.plan, &args.argv, &args.envp, tty, &filters) {
         Ok(started) => started,
         Err((step, errno, message)) => {
             report(
@@ -142,6 +172,7 @@ pub fn run_init(args: InitArgs<'_>) -> i32 {
         }
     };
     let (command, enforcement) = command;
+    tracing::debug!("init: command started");
     report(
         &mut status,
         &InitEvent::Started {
@@ -158,10 +189,6 @@ pub fn run_init(args: InitArgs<'_>) -> i32 {
 fn enter_sandbox(plan: &SandboxPlan, idmapped: IdmappedTrees) -> Result<(), SetupError> {
     // The host's name is nobody's business inside.
     nix::unistd::sethostname(&plan.hostname).map_err(SetupError::Hostname)?;
-    // A new network namespace starts with loopback down; local test servers need it.
-    if plan.network == crate::profile::NetworkMode::None {
-        sys::bring_loopback_up().map_err(SetupError::Loopback)?;
-    }
     // Become the sandbox user before building the view: files the set-up creates (mount points,
     // stand-ins) must belong to an id that exists in this namespace. Capabilities in the new
     // namespace survive the change (uid 0 is not mapped here, so no "root → non-root" clearing).
@@ -182,6 +209,12 @@ fn enter_sandbox(plan: &SandboxPlan, idmapped: IdmappedTrees) -> Result<(), Setu
         source,
     })?;
     Ok(())
+}
+
+fn new_network_namespace() -> Result<(), SetupError> {
+    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)
+        .map_err(|e| SetupError::Loopback(e.into()))?;
+    sys::bring_loopback_up().map_err(SetupError::Loopback)
 }
 
 fn become_sandbox_user(plan: &SandboxPlan) -> Result<(), SetupError> {

@@ -2,11 +2,9 @@
 //! ids other than its own), and the user namespace that idmapped mounts borrow their mapping from.
 
 use crate::sandbox::plan::{Identity, IdentityMode};
-use crate::sandbox::sys::{self, CloneResult};
-use nix::sys::wait::waitpid;
-use nix::unistd::Pid;
+use crate::sandbox::sys;
 use std::fs::{self, File};
-use std::io::{self, Read};
+use std::io;
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 
@@ -58,55 +56,48 @@ pub fn write_id_maps(child: i32, identity: &Identity) -> Result<(), NamespaceErr
 
 /// A user namespace whose only mapping is host root → `outside_id`: given to an idmapped mount,
 /// it makes root's files appear as the sandbox user's, and files the sandbox user creates land
-/// on disk as root's.
+/// on disk as root's. Its holder process is released at once and never waited for here (it is
+/// reaped when the supervisor exits): waiting cost a scheduling round trip on every launch.
 pub fn root_to_sandbox_userns(outside_id: u32) -> Result<OwnedFd, NamespaceError> {
-    let (read_end, write_end) = nix::unistd::pipe().map_err(|e| NamespaceError {
-        step: "creating a pipe for",
-        path: "the idmap user namespace".into(),
-        source: e.into(),
-        hint: "",
-    })?;
-    match sys::clone_with_namespaces(libc::CLONE_NEWUSER).map_err(|source| NamespaceError {
-        step: "creating",
+    let fail = |step, source| NamespaceError {
+        step,
         path: "the idmap user namespace".into(),
         source,
         hint: USERNS_HINT,
-    })? {
-        CloneResult::Child => {
-            drop(write_end);
-            // Wait until the parent has what it needs, then vanish.
-            let mut byte = [0u8; 1];
-            let _ = File::from(read_end).read(&mut byte);
-            sys::exit_now(0);
-        }
-        CloneResult::Parent { child } => {
-            drop(read_end);
-            let result = (|| {
-                write_proc(
-                    child,
-                    "uid_map",
-                    &format!("0 {outside_id} 1\n"),
-                    "writing the uid map",
-                )?;
-                write_proc(
-                    child,
-                    "gid_map",
-                    &format!("0 {outside_id} 1\n"),
-                    "writing the gid map",
-                )?;
-                let path = PathBuf::from(format!("/proc/{child}/ns/user"));
-                File::open(&path)
-                    .map(OwnedFd::from)
-                    .map_err(|source| NamespaceError {
-                        step: "opening",
-                        path,
-                        source,
-                        hint: "",
-                    })
-            })();
-            drop(write_end);
-            let _ = waitpid(Pid::from_raw(child), None);
-            result
-        }
-    }
+    };
+    let (release_read, release_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(|e| fail("creating a pipe for", e.into()))?;
+    let holder =
+        sys::spawn_user_namespace_holder(&release_read).map_err(|e| fail("creating", e))?;
+    let child = holder.pid;
+    let result = (|| {
+        write_proc(
+            child,
+            "uid_map",
+            &format!("0 {outside_id} 1\n"),
+            "writing the uid map",
+        )?;
+        write_proc(
+            child,
+            "gid_map",
+            &format!("0 {outside_id} 1\n"),
+            "writing the gid map",
+        )?;
+        let path = PathBuf::from(format!("/proc/{child}/ns/user"));
+        File::open(&path)
+            .map(OwnedFd::from)
+            .map_err(|source| NamespaceError {
+                step: "opening",
+                path,
+                source,
+                hint: "",
+            })
+    })();
+    // A byte, not end-of-file: the holder has its own copy of the write end (it shares our
+    // memory, not our descriptor table).
+    let _ = nix::unistd::write(&release_write, b"x");
+    // The holder's stack must outlive it; it exits within microseconds of the release, but
+    // nothing here waits to know, so the stack is kept for the life of the process.
+    std::mem::forget(holder);
+    result
 }

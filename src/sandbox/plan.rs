@@ -178,7 +178,7 @@ fn names_only<S: serde::Serializer>(env: &[(String, String)], s: S) -> Result<S:
 }
 
 const SCAN_ENTRY_LIMIT: usize = 20_000;
-const SOCKET_SCAN_DEPTH: usize = 4;
+const SOCKET_SCAN_DEPTH: usize = 3;
 const NESTED_REPO_DEPTH: usize = 6;
 const SHELL_RC_FILES: &[&str] = &[
     ".bashrc",
@@ -543,9 +543,19 @@ fn other_projects(workspace: &Path, home: &Path, notes: &mut Vec<String>) -> Vec
     found
 }
 
-/// Unix sockets under the home, breadth first so that shallow ones are found before the bound.
+/// Unix sockets under the home: every bound one the kernel lists in /proc/net/unix (any depth),
+/// plus a shallow breadth-first scan for socket files whose listener lives in another network
+/// namespace (connect() on a path crosses namespaces).
 fn home_sockets(home: &Path, skip: &[PathBuf], notes: &mut Vec<String>) -> Vec<PathBuf> {
-    let mut found = Vec::new();
+    let mut found: BTreeSet<PathBuf> = fs::read_to_string("/proc/net/unix")
+        .unwrap_or_default()
+        .lines()
+        .skip(1)
+        .filter_map(|line| line.split_whitespace().nth(7))
+        .map(PathBuf::from)
+        .filter(|path| path.starts_with(home) && !skip.iter().any(|s| path.starts_with(s)))
+        .filter(|path| fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket()))
+        .collect();
     let mut queue = std::collections::VecDeque::from([(home.to_path_buf(), 0usize)]);
     let mut seen = 0usize;
     while let Some((dir, depth)) = queue.pop_front() {
@@ -559,7 +569,7 @@ fn home_sockets(home: &Path, skip: &[PathBuf], notes: &mut Vec<String>) -> Vec<P
                     "socket scan of {} stopped after {SCAN_ENTRY_LIMIT} entries",
                     home.display()
                 ));
-                return found;
+                return found.into_iter().collect();
             }
             let path = entry.path();
             if skip.iter().any(|s| path.starts_with(s)) {
@@ -569,13 +579,13 @@ fn home_sockets(home: &Path, skip: &[PathBuf], notes: &mut Vec<String>) -> Vec<P
                 continue;
             };
             if kind.is_socket() {
-                found.push(path);
+                found.insert(path);
             } else if kind.is_dir() && depth + 1 < SOCKET_SCAN_DEPTH {
                 queue.push_back((path, depth + 1));
             }
         }
     }
-    found
+    found.into_iter().collect()
 }
 
 /// Every persistence path of the workspace and its nested repositories, existing or not.
@@ -821,6 +831,10 @@ mod tests {
         fs::write(home.join(".netrc"), "machine x").unwrap();
         fs::create_dir_all(home.join(".run")).unwrap();
         let _sock = std::os::unix::net::UnixListener::bind(home.join(".run/agent.sock")).unwrap();
+        // Deeper than the scan goes: found through /proc/net/unix.
+        fs::create_dir_all(home.join(".a/b/c/d")).unwrap();
+        let _deep =
+            std::os::unix::net::UnixListener::bind(home.join(".a/b/c/d/deep.sock")).unwrap();
 
         let profile = Profile::builtin_default().unwrap();
         let plan = build_plan(&profile, &facts(&home, &ws, 1234)).unwrap();
@@ -854,6 +868,10 @@ mod tests {
         }));
         assert!(has(&MountOp::HideFile {
             dst: home.join(".run/agent.sock"),
+            reason: HideReason::UnixSocket
+        }));
+        assert!(has(&MountOp::HideFile {
+            dst: home.join(".a/b/c/d/deep.sock"),
             reason: HideReason::UnixSocket
         }));
         for path in [ws.join(".git/hooks"), ws.join("sub/.git/hooks")] {

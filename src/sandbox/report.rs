@@ -25,7 +25,8 @@ pub struct AssuranceReport {
     pub namespaces: Vec<&'static str>,
     pub identity: Identity,
     pub network: crate::profile::NetworkMode,
-    pub seccomp: SeccompReport,
+    /// `None` when the filter could not be compiled (the command then never started).
+    pub seccomp: Option<SeccompReport>,
     /// `None` when the command never started.
     pub command: Option<CommandEnforcement>,
     /// Anything asked for but not enforced, and why.
@@ -36,7 +37,7 @@ pub struct AssuranceReport {
 impl AssuranceReport {
     pub fn new(
         plan: &SandboxPlan,
-        seccomp: SeccompReport,
+        seccomp: Option<SeccompReport>,
         command: Option<CommandEnforcement>,
     ) -> AssuranceReport {
         let mut dropped = Vec::new();

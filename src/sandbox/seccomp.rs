@@ -1178,3 +1178,60 @@ mod tests {
         ));
     }
 }
+
+/// Serializes compiled filters for the trip to the sandbox init over a pipe (the supervisor
+/// compiles them while the init builds the view, on the other core).
+pub fn encode_filters(filters: &[BpfProgram]) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(&(filters.len() as u32).to_le_bytes());
+    for program in filters {
+        out.extend_from_slice(&(program.len() as u32).to_le_bytes());
+        for insn in program {
+            out.extend_from_slice(&insn.code.to_le_bytes());
+            out.push(insn.jt);
+            out.push(insn.jf);
+            out.extend_from_slice(&insn.k.to_le_bytes());
+        }
+    }
+    out
+}
+
+/// The inverse of [`encode_filters`]; `None` for anything truncated or malformed.
+pub fn decode_filters(mut bytes: &[u8]) -> Option<Vec<BpfProgram>> {
+    fn take<const N: usize>(bytes: &mut &[u8]) -> Option<[u8; N]> {
+        let (head, rest) = bytes.split_first_chunk::<N>()?;
+        *bytes = rest;
+        Some(*head)
+    }
+    let count = u32::from_le_bytes(take::<4>(&mut bytes)?) as usize;
+    let mut filters = Vec::with_capacity(count.min(16));
+    for _ in 0..count {
+        let len = u32::from_le_bytes(take::<4>(&mut bytes)?) as usize;
+        if len == 0 || len > 4096 {
+            return None;
+        }
+        let mut program = Vec::with_capacity(len);
+        for _ in 0..len {
+            let code = u16::from_le_bytes(take::<2>(&mut bytes)?);
+            let [jt, jf] = take::<2>(&mut bytes)?;
+            let k = u32::from_le_bytes(take::<4>(&mut bytes)?);
+            program.push(sock_filter { code, jt, jf, k });
+        }
+        filters.push(program);
+    }
+    (bytes.is_empty() && !filters.is_empty()).then_some(filters)
+}
+
+#[cfg(test)]
+mod encoding_tests {
+    use super::*;
+
+    #[test]
+    fn filters_survive_the_pipe() {
+        let filters = compile_filters(Arch::native()).unwrap();
+        let bytes = encode_filters(&filters);
+        assert_eq!(decode_filters(&bytes), Some(filters));
+        assert_eq!(decode_filters(&bytes[..bytes.len() - 1]), None);
+        assert_eq!(decode_filters(&[]), None);
+    }
+}

@@ -158,14 +158,8 @@ fn launch(plan: &SandboxPlan, command: &[OsString]) -> Result<RunResult, LaunchE
         .map(|(k, v)| CString::new(format!("{k}={v}")))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|_| LaunchError::NulInArgument)?;
-    let arch = seccomp::Arch::native();
-    let seccomp_filters = seccomp::compile_filters(arch).map_err(|e| LaunchError::Os {
-        step: "compiling the seccomp filter".into(),
-        source: io::Error::other(e.to_string()),
-        hint: "",
-    })?;
-    let seccomp_report = seccomp::report(arch, &seccomp_filters);
     let idmapped = prepare_idmapped_trees(plan)?;
+    tracing::debug!("idmapped trees ready");
 
     let stdin = io::stdin();
     let stdout = io::stdout();
@@ -196,16 +190,18 @@ fn launch(plan: &SandboxPlan, command: &[OsString]) -> Result<RunResult, LaunchE
     let (go_read, go_write) = pipe()?;
     let (status_read, status_write) = pipe()?;
     let (lifeline_read, lifeline_write) = pipe()?;
+    let (seccomp_read, seccomp_write) = pipe()?;
 
-    let mut flags = libc::CLONE_NEWUSER
+    let flags = libc::CLONE_NEWUSER
         | libc::CLONE_NEWNS
         | libc::CLONE_NEWPID
         | libc::CLONE_NEWIPC
         | libc::CLONE_NEWUTS
         | libc::CLONE_NEWCGROUP;
-    if plan.network == NetworkMode::None {
-        flags |= libc::CLONE_NEWNET;
-    }
+    // The network namespace, the costliest to create, is made by the init itself (it has the
+    // capabilities in its new user namespace at once), so that its cost overlaps with the
+    // supervisor's own work below.
+    let _ = NetworkMode::None;
     let child = match sys::clone_with_namespaces(flags).map_err(|source| LaunchError::Os {
         step: "creating the sandbox namespaces (clone)".into(),
         source,
@@ -216,6 +212,7 @@ fn launch(plan: &SandboxPlan, command: &[OsString]) -> Result<RunResult, LaunchE
                 go_write,
                 status_read,
                 lifeline_write,
+                seccomp_write,
                 terminal_channel,
                 signal_fd,
             ));
@@ -228,7 +225,7 @@ fn launch(plan: &SandboxPlan, command: &[OsString]) -> Result<RunResult, LaunchE
                 lifeline: lifeline_read,
                 terminal: terminal_request,
                 idmapped,
-                seccomp: seccomp_filters,
+                seccomp: seccomp_read,
                 signals,
             });
             sys::exit_now(code);
@@ -239,10 +236,12 @@ fn launch(plan: &SandboxPlan, command: &[OsString]) -> Result<RunResult, LaunchE
         go_read,
         status_write,
         lifeline_read,
+        seccomp_read,
         terminal_request,
         idmapped,
     ));
 
+    tracing::debug!("sandbox cloned");
     if let Err(e) = namespaces::write_id_maps(child.as_raw(), &plan.identity) {
         drop(go_write);
         let _ = kill(child, Signal::SIGKILL);
@@ -252,6 +251,20 @@ fn launch(plan: &SandboxPlan, command: &[OsString]) -> Result<RunResult, LaunchE
     File::from(go_write)
         .write_all(b"g")
         .map_err(os("starting the sandbox init"))?;
+    // Compiled here, on this core, while the init builds the view on the other; the init waits
+    // for it before starting the command, and refuses to start it without one.
+    let arch = seccomp::Arch::native();
+    let seccomp_report = match seccomp::compile_filters(arch) {
+        Ok(filters) => {
+            let _ = File::from(seccomp_write).write_all(&seccomp::encode_filters(&filters));
+            Some(seccomp::report(arch, &filters))
+        }
+        Err(e) => {
+            tracing::error!("compiling the seccomp filter: {e}");
+            drop(seccomp_write);
+            None
+        }
+    };
     let master = match &terminal_channel {
         Some(channel) => {
             receive_terminal(channel).map_err(os("receiving the command's terminal"))?

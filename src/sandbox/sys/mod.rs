@@ -373,3 +373,49 @@ pub fn set_foreground_group(fd: RawFd) -> io::Result<()> {
     let ret = unsafe { libc::tcsetpgrp(fd, libc::getpgrp()) };
     check(ret as libc::c_long).map(drop)
 }
+
+/// A child process that exists only to hold a new user namespace open while its creator writes
+/// the maps and opens `/proc/<pid>/ns/user`. It shares our memory (`CLONE_VM`: no page tables
+/// copied, which made a plain fork the slowest step of a root launch) and runs only
+/// async-signal-safe code on a stack of its own: it blocks reading `release` and exits.
+pub struct NamespaceHolder {
+    pub pid: libc::pid_t,
+    /// The child's stack: it must outlive the child, so it lives as long as this value.
+    _stack: Box<[u8]>,
+}
+
+extern "C" fn hold_until_released(arg: *mut libc::c_void) -> libc::c_int {
+    let fd = arg as usize as libc::c_int;
+    let mut byte = 0u8;
+    // SAFETY: read into a byte on this thread's own stack; then _exit, which touches no shared
+    // state (no destructors, no atexit handlers, no allocator).
+    unsafe {
+        libc::read(fd, (&mut byte as *mut u8).cast(), 1);
+        libc::_exit(0)
+    }
+}
+
+/// Starts a [`NamespaceHolder`] in a new user namespace. `release` is the read end of a pipe:
+/// a byte written to it lets the holder exit.
+pub fn spawn_user_namespace_holder(release: &OwnedFd) -> io::Result<NamespaceHolder> {
+    const STACK: usize = 64 * 1024;
+    let mut stack = vec![0u8; STACK].into_boxed_slice();
+    // The stack grows down on every architecture we build for; align the top to 16 bytes.
+    let top = (stack.as_mut_ptr() as usize + STACK) & !0xf;
+    let flags = libc::CLONE_VM | libc::CLONE_NEWUSER | libc::SIGCHLD;
+    // SAFETY: `hold_until_released` only reads from the pipe and calls _exit; its stack is the
+    // buffer above, kept alive by the returned holder for longer than the child can run; the
+    // argument is a plain descriptor number smuggled through the pointer.
+    let pid = unsafe {
+        libc::clone(
+            hold_until_released,
+            top as *mut libc::c_void,
+            flags,
+            release.as_raw_fd() as usize as *mut libc::c_void,
+        )
+    };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(NamespaceHolder { pid, _stack: stack })
+}
