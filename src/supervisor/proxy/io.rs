@@ -83,7 +83,7 @@ pub enum HeadError {
     Closed,
     #[error("connection closed in the middle of a message head")]
     Truncated,
-    #[error("message head larger than {MAX_HEAD} bytes")]
+    #[error("message head larger than {MAX_HEAD} bytes or {MAX_HEADERS} headers")]
     TooLarge,
     #[error("timed out waiting for the message head")]
     Timeout,
@@ -144,6 +144,9 @@ where
         let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let mut req = httparse::Request::new(&mut headers);
         match req.parse(input.buffered()) {
+            Ok(httparse::Status::Complete(len)) if len > MAX_HEAD => {
+                return Err(HeadError::TooLarge);
+            }
             Ok(httparse::Status::Complete(len)) => {
                 let head = RequestHead {
                     method: req.method.unwrap_or_default().to_owned(),
@@ -155,6 +158,7 @@ where
                 return Ok(head);
             }
             Ok(httparse::Status::Partial) => {}
+            Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooLarge),
             Err(e) => return Err(HeadError::Malformed(e.to_string())),
         }
         if input.buffered().len() >= MAX_HEAD {
@@ -188,6 +192,9 @@ pub fn read_response_head<R: Read>(input: &mut Input<R>) -> Result<ResponseHead,
         let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let mut resp = httparse::Response::new(&mut headers);
         match resp.parse(input.buffered()) {
+            Ok(httparse::Status::Complete(len)) if len > MAX_HEAD => {
+                return Err(HeadError::TooLarge);
+            }
             Ok(httparse::Status::Complete(len)) => {
                 let head = ResponseHead {
                     code: resp.code.unwrap_or_default(),
@@ -198,6 +205,7 @@ pub fn read_response_head<R: Read>(input: &mut Input<R>) -> Result<ResponseHead,
                 return Ok(head);
             }
             Ok(httparse::Status::Partial) => {}
+            Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooLarge),
             Err(e) => return Err(HeadError::Malformed(e.to_string())),
         }
         if input.buffered().len() >= MAX_HEAD {

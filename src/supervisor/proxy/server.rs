@@ -109,8 +109,14 @@ pub trait Handler: Send + Sync + 'static {
     fn overflow(&self, stream: Self::Stream);
 }
 
+/// A connection being served: its sockets (to close at shutdown) and its thread (to join).
+struct Connection {
+    sockets: Sockets,
+    thread: JoinHandle<()>,
+}
+
 struct Shared {
-    connections: Mutex<HashMap<u64, (Sockets, Option<JoinHandle<()>>)>>,
+    connections: Mutex<HashMap<u64, Connection>>,
     stopping: Arc<AtomicBool>,
 }
 
@@ -177,14 +183,13 @@ impl Server {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .drain()
+            .map(|(_, connection)| connection)
             .collect();
-        for (_, (sockets, _)) in &connections {
-            sockets.shutdown_all();
+        for connection in &connections {
+            connection.sockets.shutdown_all();
         }
-        for (_, (_, handle)) in connections {
-            if let Some(handle) = handle {
-                let _ = handle.join();
-            }
+        for connection in connections {
+            let _ = connection.thread.join();
         }
     }
 }
@@ -235,7 +240,7 @@ where
             .connections
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        connections.retain(|_, (_, handle)| handle.as_ref().is_some_and(|h| !h.is_finished()));
+        connections.retain(|_, connection| !connection.thread.is_finished());
         if connections.len() >= MAX_CONNECTIONS {
             drop(connections);
             handler.overflow(stream);
@@ -256,8 +261,8 @@ where
             .stack_size(super::CONNECTION_STACK)
             .spawn(move || conn_handler.handle(stream, &conn_sockets));
         match spawned {
-            Ok(handle) => {
-                connections.insert(id, (sockets, Some(handle)));
+            Ok(thread) => {
+                connections.insert(id, Connection { sockets, thread });
             }
             Err(e) => {
                 // The stream moved into the failed closure and is closed with it.
