@@ -93,6 +93,32 @@ fn reply_len(body: &str) -> usize {
 }
 
 #[test]
+fn unreachable_allowed_host_is_a_502_recorded_as_an_error() {
+    // A port nobody listens on: bind, note the port, close.
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let p = start_proxy(
+        &[format!("down.test:{port}"), "nxdomain.test".into()],
+        &["127.0.0.1"],
+        ScriptedResolver::new(&[("down.test", &["127.0.0.1"])]),
+    );
+    let reply = p.connect(&format!("down.test:{port}"));
+    assert_eq!(reply.status, 502);
+    assert!(reply.body().contains("cannot connect to down.test"));
+    let r = p.record();
+    assert!(r.allowed, "{r:?}");
+    assert_eq!(r.rule, format!("allow down.test:{port}"));
+    assert!(r.error.unwrap().contains("connecting to 127.0.0.1"));
+    let reply = p.connect("nxdomain.test:443");
+    assert_eq!(reply.status, 502);
+    assert!(reply.body().contains("cannot resolve nxdomain.test"));
+    assert!(p.record().error.unwrap().contains("cannot resolve"));
+}
+
+#[test]
 fn plain_http_needs_port_80_named() {
     let p = start_proxy(
         &allow(&["web.test", "port80.test:80"]),
@@ -925,6 +951,23 @@ mod gateway {
             origin.seen.lock().unwrap().is_empty(),
             "the key must not reach an untrusted server"
         );
+    }
+
+    #[test]
+    fn a_credential_with_a_line_break_is_never_sent() {
+        let origin = tls_origin();
+        let g = start_gateway(
+            &origin,
+            &origin.ca,
+            Credential::ApiKey("k\r\nX-Injected: 1".into()),
+        );
+        let mut c = g.client();
+        c.write_all(b"GET /v1/models HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            .unwrap();
+        let (head, _) = read_response(&mut c);
+        assert!(head.starts_with("HTTP/1.1 500"), "{head}");
+        assert!(g.record().error.is_some());
+        assert!(origin.seen.lock().unwrap().is_empty());
     }
 
     #[test]

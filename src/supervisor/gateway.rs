@@ -43,13 +43,17 @@ impl fmt::Debug for Credential {
 }
 
 impl Credential {
-    fn header(&self) -> Vec<u8> {
-        match self {
-            Credential::ApiKey(key) => format!("x-api-key: {key}\r\n").into_bytes(),
-            Credential::OAuthToken(token) => {
-                format!("Authorization: Bearer {token}\r\n").into_bytes()
-            }
+    /// The header line to add; `None` if the secret holds control characters (a line break
+    /// would let it write headers of its own) or is empty.
+    fn header(&self) -> Option<Vec<u8>> {
+        let (name, value) = match self {
+            Credential::ApiKey(key) => ("x-api-key: ", key.clone()),
+            Credential::OAuthToken(token) => ("Authorization: Bearer ", token.clone()),
+        };
+        if value.is_empty() || value.bytes().any(|b| b.is_ascii_control()) {
+            return None;
         }
+        Some(format!("{name}{value}\r\n").into_bytes())
     }
 }
 
@@ -245,6 +249,17 @@ impl GatewayHandler {
                 return Some(false);
             }
         };
+        let Some(credential_line) = self.credential.header() else {
+            let why = "the configured credential is empty or holds control characters";
+            record.error = Some(why.into());
+            let _ = write_status(
+                &mut &*client,
+                500,
+                "Internal Server Error",
+                &format!("StepProof gateway: {why}\n"),
+            );
+            return Some(false);
+        };
         let client_keep = wants_keep_alive(&head.headers, head.minor);
         if expects_continue(&head.headers) {
             // Answered here rather than relayed: the gateway sends the body only as it reads it,
@@ -256,7 +271,7 @@ impl GatewayHandler {
                 return Some(false);
             }
         }
-        let forwarded = self.forwarded_head(&head.method, &path, &head.headers);
+        let forwarded = self.forwarded_head(&head.method, &path, &head.headers, &credential_line);
 
         // Reuse the upstream connection only if it is still open and quiet.
         if upstream.as_ref().is_some_and(|u| !is_reusable(u)) {
@@ -369,7 +384,13 @@ impl GatewayHandler {
 
     /// The request as sent upstream: `Host` set to the upstream, the client's credentials and
     /// hop-by-hop headers removed, the real credential added.
-    fn forwarded_head(&self, method: &str, path: &str, headers: &[Header]) -> Vec<u8> {
+    fn forwarded_head(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[Header],
+        credential_line: &[u8],
+    ) -> Vec<u8> {
         let named_by_connection: Vec<String> = http::header_values(headers, "connection")
             .flat_map(|v| v.split(|b| *b == b','))
             .map(|v| String::from_utf8_lossy(v).trim().to_ascii_lowercase())
@@ -404,7 +425,7 @@ impl GatewayHandler {
             out.extend_from_slice(value);
             out.extend_from_slice(b"\r\n");
         }
-        out.extend_from_slice(&self.credential.header());
+        out.extend_from_slice(credential_line);
         out.extend_from_slice(b"\r\n");
         out
     }

@@ -31,7 +31,7 @@ use self::io::{HeadError, Input, RequestHead};
 use self::server::{Handler, Server, Sock, Sockets};
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
-use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::Arc;
 use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant};
@@ -90,6 +90,9 @@ pub struct ConnectionRecord {
     pub port: u16,
     /// The address connected to (or refused), `ip:port`.
     pub resolved: Option<String>,
+    /// Whether the policy let the attempt through: the name matched an allow entry and the
+    /// address passed the check. Network failures after that (DNS, refused connection) stay
+    /// `true` and are in `error`.
     pub allowed: bool,
     /// The allow entry that matched (and the `allow_addresses` entry that admitted a special
     /// address), or why the attempt was refused.
@@ -268,9 +271,18 @@ impl ProxyHandler {
         record.error = stats.error;
     }
 
+    /// Answers with the refusal. A policy refusal (403, 400) is recorded as not allowed with
+    /// the reason as its rule; a network failure (502) keeps the allow rule and is an error.
     fn deny(&self, client: &TcpStream, record: &mut ConnectionRecord, r: Refusal) {
-        record.allowed = false;
-        record.rule = r.body.clone();
+        if r.code == 502 {
+            record.allowed = true;
+            if record.error.is_none() {
+                record.error = Some(r.body.clone());
+            }
+        } else {
+            record.allowed = false;
+            record.rule = r.body.clone();
+        }
         refuse(client, r.code, r.phrase, &r.body, DRAIN);
     }
 
@@ -281,83 +293,64 @@ impl ProxyHandler {
         target: &Target,
         record: &mut ConnectionRecord,
     ) -> Result<TcpStream, Refusal> {
+        let bad_gateway = |body: String| refusal(502, "Bad Gateway", body);
         let candidates = match &target.host {
             Host::Ip(ip) => vec![SocketAddr::new(*ip, target.port)],
             Host::Name(name) => match self.resolver.resolve(name, target.port) {
                 Ok(addrs) if !addrs.is_empty() => addrs,
-                Ok(_) => {
-                    record.error = Some("no addresses".into());
-                    return Err(refusal(
-                        502,
-                        "Bad Gateway",
-                        format!("StepProof: {name} has no addresses"),
-                    ));
-                }
+                Ok(_) => return Err(bad_gateway(format!("StepProof: {name} has no addresses"))),
                 Err(e) => {
-                    record.error = Some(format!("resolving: {e}"));
-                    return Err(refusal(
-                        502,
-                        "Bad Gateway",
-                        format!("StepProof: cannot resolve {name}: {e}"),
-                    ));
+                    return Err(bad_gateway(format!(
+                        "StepProof: cannot resolve {name}: {e}"
+                    )));
                 }
             },
         };
-        let mut refused = Vec::new();
-        let mut last_error = None;
+        let mut refused: Vec<(SocketAddr, SpecialRange)> = Vec::new();
+        let mut failed: Option<(SocketAddr, std::io::Error)> = None;
         for addr in candidates {
             let addr = SocketAddr::new(address::canonical(addr.ip()), addr.port());
-            match self.allow.check_address(addr.ip()) {
+            let admitted = match self.allow.check_address(addr.ip()) {
+                Ok(admitted) => admitted,
                 Err(range) => {
-                    refused.push(format!("{} ({range})", addr.ip()));
+                    refused.push((addr, range));
                     continue;
                 }
-                Ok(admitted) => {
+            };
+            match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT) {
+                Ok(stream) => {
                     record.resolved = Some(addr.to_string());
                     if let Some(entry) = admitted {
-                        record.rule = format!(
-                            "allow {}; address {} allowed by allow_addresses {entry}",
-                            record.rule.trim_start_matches("allow "),
+                        record.rule.push_str(&format!(
+                            "; address {} allowed by allow_addresses {entry}",
                             addr.ip()
-                        );
+                        ));
                     }
-                    match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT) {
-                        Ok(stream) => return Ok(stream),
-                        Err(e) => last_error = Some((addr, e)),
-                    }
+                    return Ok(stream);
                 }
+                Err(e) => failed = Some((addr, e)),
             }
         }
-        if let Some((addr, e)) = last_error {
-            // The name was allowed; the failure is the network's, recorded as an error.
-            record.allowed = true;
+        if let Some((addr, e)) = failed {
+            record.resolved = Some(addr.to_string());
             record.error = Some(format!("connecting to {addr}: {e}"));
-            let _ = &refused;
-            return Err(Refusal {
-                code: 502,
-                phrase: "Bad Gateway",
-                body: format!("StepProof: cannot connect to {} ({addr}): {e}", target.host),
-            });
+            return Err(bad_gateway(format!(
+                "StepProof: cannot connect to {} ({addr}): {e}",
+                target.host
+            )));
         }
-        let first = refused.first().map(String::as_str).unwrap_or_default();
-        record.resolved = refused.first().map(|r| {
-            let ip = r.split(' ').next().unwrap_or_default();
-            match ip.parse::<IpAddr>() {
-                Ok(ip) => SocketAddr::new(ip, target.port).to_string(),
-                Err(_) => ip.to_owned(),
-            }
-        });
+        record.resolved = refused.first().map(|(addr, _)| addr.to_string());
+        let listed: Vec<String> = refused
+            .iter()
+            .map(|(addr, range)| format!("{} ({range})", addr.ip()))
+            .collect();
         Err(refusal(
             403,
             "Forbidden",
             format!(
                 "StepProof: {} resolves to {}, which this profile does not allow (name the address in allow_addresses to allow it)",
                 target.host,
-                if refused.len() > 1 {
-                    refused.join(", ")
-                } else {
-                    first.to_owned()
-                }
+                listed.join(", ")
             ),
         ))
     }
