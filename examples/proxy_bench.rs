@@ -47,7 +47,11 @@ fn run_proxy(args: &[String]) {
     let (tx, rx) = std::sync::mpsc::channel();
     let handle = proxy::serve(listener, compiled, Arc::new(SystemResolver), tx);
     let mut line = String::new();
-    while std::io::stdin().lock().read_line(&mut line).is_ok_and(|n| n > 0) {}
+    while std::io::stdin()
+        .lock()
+        .read_line(&mut line)
+        .is_ok_and(|n| n > 0)
+    {}
     handle.shutdown();
     eprintln!("records: {}", rx.try_iter().count());
 }
@@ -85,7 +89,11 @@ fn open(addr: &str, target: Option<&String>) -> TcpStream {
             s.read_exact(&mut byte).expect("proxy reply");
             head.push(byte[0]);
         }
-        assert!(head.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&head));
+        assert!(
+            head.starts_with(b"HTTP/1.1 200"),
+            "{}",
+            String::from_utf8_lossy(&head)
+        );
     }
     s
 }
