@@ -4,7 +4,7 @@
 //! a placeholder). Responses are relayed as they arrive: server-sent events stream through.
 
 use crate::supervisor::proxy::io::{self as http, Framing, HeadError, Header, Input};
-use crate::supervisor::proxy::server::{Handler, Server, Sock, Sockets};
+use crate::supervisor::proxy::server::{Handler, Refused, Server, Sock, Sockets};
 use crate::supervisor::proxy::{ConnectionRecord, HEAD_TIMEOUT, MAX_CONNECTIONS};
 use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ClientConnection, StreamOwned};
@@ -173,17 +173,22 @@ impl Handler for GatewayHandler {
         }
     }
 
-    fn overflow(&self, client: UnixStream) {
-        let body = format!(
-            "StepProof: the credential gateway is already serving {MAX_CONNECTIONS} connections\n"
-        );
+    fn refuse(&self, client: UnixStream, why: Refused) {
+        let body = match why {
+            Refused::Full => format!(
+                "StepProof: the credential gateway is already serving {MAX_CONNECTIONS} connections\n"
+            ),
+            Refused::ShuttingDown => {
+                "StepProof: the credential gateway is shutting down\n".to_owned()
+            }
+        };
         let _ = client.set_write_timeout(Some(Duration::from_secs(1)));
         let _ = write_status(&mut &client, 503, "Service Unavailable", &body);
         let _ = self.records.send(ConnectionRecord {
             host: self.upstream.host.clone(),
             port: self.upstream.port,
             rule: body.trim_end().to_owned(),
-            error: Some("over the connection limit".into()),
+            error: Some(format!("{why:?}")),
             ..ConnectionRecord::default()
         });
     }

@@ -28,7 +28,7 @@ pub use address::SpecialRange;
 pub use host::{AllowListError, CompiledAllowList, DEFAULT_ALLOW_PORT, Host, HostError};
 
 use self::io::{HeadError, Input, RequestHead};
-use self::server::{Handler, Server, Sock, Sockets};
+use self::server::{Handler, Refused, Server, Sock, Sockets};
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -156,10 +156,13 @@ impl Handler for ProxyHandler {
         let _ = self.records.send(record);
     }
 
-    fn overflow(&self, client: TcpStream) {
-        let reason = format!(
-            "StepProof: the proxy is already serving {MAX_CONNECTIONS} connections; try again later"
-        );
+    fn refuse(&self, client: TcpStream, why: Refused) {
+        let reason = match why {
+            Refused::Full => format!(
+                "StepProof: the proxy is already serving {MAX_CONNECTIONS} connections; try again later"
+            ),
+            Refused::ShuttingDown => "StepProof: the proxy is shutting down".to_owned(),
+        };
         refuse(
             &client,
             503,
@@ -169,7 +172,7 @@ impl Handler for ProxyHandler {
         );
         let _ = self.records.send(ConnectionRecord {
             rule: reason,
-            error: Some("over the connection limit".into()),
+            error: Some(format!("{why:?}")),
             ..ConnectionRecord::default()
         });
     }

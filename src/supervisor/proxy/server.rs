@@ -102,11 +102,20 @@ impl Listen for UnixListener {
     }
 }
 
-/// What a server does with each connection; `overflow` answers one refused for the cap.
+/// Why a connection is turned away without being served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// `MAX_CONNECTIONS` are being served.
+    Full,
+    /// It was still waiting in the listen queue when shutdown began.
+    ShuttingDown,
+}
+
+/// What a server does with each connection; `refuse` answers (and records) one turned away.
 pub trait Handler: Send + Sync + 'static {
     type Stream;
     fn handle(&self, stream: Self::Stream, sockets: &Sockets);
-    fn overflow(&self, stream: Self::Stream);
+    fn refuse(&self, stream: Self::Stream, why: Refused);
 }
 
 /// A connection being served: its sockets (to close at shutdown) and its thread (to join).
@@ -220,6 +229,12 @@ where
             }
         }
         if fds[1].any().unwrap_or(true) || shared.stopping.load(Ordering::SeqCst) {
+            // Connections already queued are answered too, so each still leaves a record.
+            while let Ok(stream) = listener.accept_stream() {
+                if L::stream_blocking(&stream).is_ok() {
+                    handler.refuse(stream, Refused::ShuttingDown);
+                }
+            }
             return;
         }
         let stream = match listener.accept_stream() {
@@ -243,7 +258,7 @@ where
         connections.retain(|_, connection| !connection.thread.is_finished());
         if connections.len() >= MAX_CONNECTIONS {
             drop(connections);
-            handler.overflow(stream);
+            handler.refuse(stream, Refused::Full);
             continue;
         }
         let sockets = Sockets {
