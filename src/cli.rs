@@ -121,7 +121,7 @@ pub fn load_plan(
 
 pub fn namespaces(plan: &SandboxPlan) -> Vec<&'static str> {
     let mut list = vec!["user", "mount", "pid", "ipc", "uts", "cgroup"];
-    if plan.network == NetworkMode::None {
+    if plan.network != NetworkMode::Host {
         list.push("net");
     }
     list
@@ -149,10 +149,26 @@ pub fn explain_text(profile: &Profile, plan: &SandboxPlan) -> String {
     line(format!(
         "network: {}",
         match plan.network {
-            NetworkMode::None => "none (loopback only)",
-            NetworkMode::Host => "HOST (unfiltered access to the host's network)",
+            NetworkMode::None => "none (loopback only)".to_string(),
+            NetworkMode::Allowlist => format!(
+                "allowlist (loopback only; HTTP(S) proxy on 127.0.0.1:{} served from outside)",
+                profile.network.proxy_port
+            ),
+            NetworkMode::Host => "HOST (unfiltered access to the host's network)".to_string(),
         }
     ));
+    if plan.network == NetworkMode::Allowlist {
+        line(format!(
+            "network allow: {}",
+            profile.network.allow.allow.join(" ")
+        ));
+        if !profile.network.allow.allow_addresses.is_empty() {
+            line(format!(
+                "network allow_addresses: {}",
+                profile.network.allow.allow_addresses.join(" ")
+            ));
+        }
+    }
     line(format!(
         "workspace: {} (read-write)",
         plan.workspace.display()

@@ -4,6 +4,10 @@ use clap::Parser;
 use std::ffi::OsString;
 use std::path::PathBuf;
 use stepproof::cli;
+use stepproof::profile::Profile;
+use stepproof::sandbox::plan::build_plan;
+use stepproof::sandbox::report::AssuranceReport;
+use stepproof::supervisor::audit_sink::{AuditSink, AuditSinkError};
 use stepproof::supervisor::spawn;
 use stepproof::supervisor::status::Outcome;
 
@@ -34,6 +38,10 @@ struct Args {
     /// Write the assurance report (what was actually enforced) as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     report: Option<PathBuf>,
+    /// The run's audit log (JSON Lines, written outside the sandbox); by default a new file under
+    /// ~/.local/state/stepproof/runs/.
+    #[arg(long, value_name = "FILE")]
+    audit_log: Option<PathBuf>,
     /// The command and its arguments.
     #[arg(
         required = true,
@@ -42,6 +50,74 @@ struct Args {
         value_name = "COMMAND"
     )]
     command: Vec<OsString>,
+}
+
+/// The audit log: a failure to open the one asked for with `--audit-log` stops the run; the
+/// default one only warns (the run is not less protected without it).
+fn open_audit_log(
+    args: &Args,
+    home: &std::path::Path,
+) -> Result<Option<AuditSink>, AuditSinkError> {
+    let explicit = args.audit_log.is_some();
+    let path = args
+        .audit_log
+        .clone()
+        .unwrap_or_else(|| AuditSink::default_path(home));
+    match AuditSink::open(&path) {
+        Ok(sink) => {
+            if args.verbose > 0 {
+                eprintln!("audit log: {}", sink.path().display());
+            }
+            Ok(Some(sink))
+        }
+        Err(e) if explicit => Err(e),
+        Err(e) => {
+            tracing::warn!("{e}; running without an audit log");
+            Ok(None)
+        }
+    }
+}
+
+/// Profile and facts, then the audit log (before the plan, so that its directory exists and is
+/// hidden like the rest of StepProof's state), then the plan and the run.
+fn launch(args: &Args) -> Result<(Outcome, Option<AssuranceReport>), String> {
+    let profile = Profile::load(args.profile.as_deref()).map_err(|e| e.to_string())?;
+    let facts = cli::gather_facts(args.workspace.as_deref()).map_err(|e| e.to_string())?;
+    let audit = open_audit_log(args, &facts.home).map_err(|e| e.to_string())?;
+    let plan = build_plan(&profile, &facts).map_err(|e| e.to_string())?;
+    if let Some(audit) = &audit {
+        let argv: Vec<String> = args
+            .command
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        audit.record(
+            "supervisor",
+            "run-start",
+            &serde_json::json!({
+                "argv": argv,
+                "profile": plan.profile,
+                "policy_hash": plan.policy_hash,
+                "stepproof_version": env!("CARGO_PKG_VERSION"),
+                "workspace": plan.workspace,
+            }),
+        );
+    }
+    if args.verbose > 0 {
+        eprint!("{}", cli::explain_text(&profile, &plan));
+    }
+    tracing::debug!("plan built");
+    let result = spawn::run(&plan, &args.command, audit.as_ref());
+    tracing::debug!("run ended");
+    if let Some(audit) = &audit {
+        audit.record(
+            "supervisor",
+            "run-end",
+            &serde_json::json!({ "outcome": result.outcome, "enforced": result.report }),
+        );
+        audit.sync();
+    }
+    Ok((result.outcome, result.report))
 }
 
 fn main() {
@@ -54,18 +130,9 @@ fn main() {
         }
     };
     cli::init_logging(args.verbose);
-    let (outcome, report) = match cli::load_plan(args.profile.as_deref(), args.workspace.as_deref())
-    {
-        Ok((profile, plan)) => {
-            if args.verbose > 0 {
-                eprint!("{}", cli::explain_text(&profile, &plan));
-            }
-            tracing::debug!("plan built");
-            let result = spawn::run(&plan, &args.command);
-            tracing::debug!("run ended");
-            (result.outcome, result.report)
-        }
-        Err(e) => (Outcome::failed(e.to_string()), None),
+    let (outcome, report) = match launch(&args) {
+        Ok(done) => done,
+        Err(message) => (Outcome::failed(message), None),
     };
     if let Some(report) = &report {
         let json = serde_json::to_string_pretty(report).unwrap_or_default();

@@ -47,9 +47,17 @@ pub enum NetworkMode {
     /// A network namespace with loopback only.
     #[default]
     None,
+    /// A network namespace with loopback only, and an HTTP(S) proxy served by the supervisor
+    /// from outside that reaches only the allow-listed names.
+    Allowlist,
     /// The host's network, unfiltered. Reported loudly.
     Host,
 }
+
+pub use crate::supervisor::proxy::AllowList;
+
+/// The port of the proxy inside the sandbox's own network namespace (loopback only).
+pub const DEFAULT_PROXY_PORT: u16 = 3128;
 
 /// One profile file as written: every field optional so that `extends` can tell "unset" from
 /// "set to the default".
@@ -103,6 +111,11 @@ struct ProcessFile {
 #[serde(deny_unknown_fields)]
 struct NetworkFile {
     mode: Option<NetworkMode>,
+    #[serde(default)]
+    allow: Vec<String>,
+    #[serde(default)]
+    allow_addresses: Vec<String>,
+    proxy_port: Option<u16>,
 }
 
 /// The effective, merged profile: what the user asked for, with `~` and the workspace still
@@ -156,6 +169,9 @@ pub struct Process {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Network {
     pub mode: NetworkMode,
+    /// For `allowlist`: the names (and special addresses) the proxy lets through.
+    pub allow: AllowList,
+    pub proxy_port: u16,
 }
 
 const MAX_EXTENDS_DEPTH: usize = 8;
@@ -321,6 +337,12 @@ fn merge(base: ProfileFile, child: ProfileFile) -> ProfileFile {
         },
         network: NetworkFile {
             mode: child.network.mode.or(base.network.mode),
+            allow: append_unique(base.network.allow, child.network.allow),
+            allow_addresses: append_unique(
+                base.network.allow_addresses,
+                child.network.allow_addresses,
+            ),
+            proxy_port: child.network.proxy_port.or(base.network.proxy_port),
         },
         hook: match (base.hook, child.hook) {
             (Some(b), Some(c)) => Some(HookConfig::merge(b, c)),
@@ -381,8 +403,21 @@ fn resolve(file: ProfileFile, origins: Vec<String>) -> Result<Profile, String> {
             allow_root_fallback: file.process.allow_root_fallback.unwrap_or(false),
             limits: file.process.limits.unwrap_or_default(),
         },
-        network: Network {
-            mode: file.network.mode.unwrap_or_default(),
+        network: {
+            let allow = AllowList {
+                allow: file.network.allow,
+                allow_addresses: file.network.allow_addresses,
+            };
+            allow.compile().map_err(|e| format!("network: {e}"))?;
+            let proxy_port = file.network.proxy_port.unwrap_or(DEFAULT_PROXY_PORT);
+            if proxy_port == 0 {
+                return Err("network.proxy_port must not be 0".into());
+            }
+            Network {
+                mode: file.network.mode.unwrap_or_default(),
+                allow,
+                proxy_port,
+            }
         },
         hook: file.hook,
     })
@@ -465,5 +500,7 @@ mod tests {
         assert!(load_text("[filesystem]\nwritable = [\"/\"]\n").is_err());
         assert!(load_text("[filesystem]\nhidden = [\"\"]\n").is_err());
         assert!(load_text("[process]\nenv = [\"A=B\"]\n").is_err());
+        let err = load_text("[network]\nmode = \"allowlist\"\nallow = [\"*\"]\n").unwrap_err();
+        assert!(err.to_string().contains("`*`"), "{err}");
     }
 }

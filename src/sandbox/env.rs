@@ -1,6 +1,6 @@
 //! The command's environment: built from the profile's allow-list, never inherited whole.
 
-use crate::profile::Profile;
+use crate::profile::{NetworkMode, Profile};
 use crate::sandbox::plan::{HostFacts, Identity, IdentityMode, SANDBOX_USER_NAME};
 use std::path::Path;
 
@@ -68,6 +68,23 @@ pub fn build_environment(
         set("PATH", DEFAULT_PATH.into());
     }
     set("TMPDIR", "/tmp".into());
+    if profile.network.mode == NetworkMode::Allowlist {
+        // Everything that honours a proxy goes through the supervisor's; nothing else leaves.
+        let proxy = format!("http://127.0.0.1:{}", profile.network.proxy_port);
+        for name in [
+            "HTTPS_PROXY",
+            "https_proxy",
+            "HTTP_PROXY",
+            "http_proxy",
+            "ALL_PROXY",
+            "all_proxy",
+        ] {
+            set(name, proxy.clone());
+        }
+        for name in ["NO_PROXY", "no_proxy"] {
+            set(name, "localhost,127.0.0.1,::1".into());
+        }
+    }
     set("STEPPROOF", "1".into());
     set("STEPPROOF_PROFILE", profile.name.clone());
     for (name, value) in &profile.process.set_env {

@@ -35,6 +35,9 @@ pub struct InitArgs<'a> {
     pub lifeline: OwnedFd,
     /// Interactive runs: the terminal to create inside for the command.
     pub terminal: Option<TerminalRequest>,
+    /// `allowlist` networks: where to send the proxy's listening socket, made inside the
+    /// sandbox's network namespace and served by the supervisor from outside.
+    pub proxy_channel: Option<OwnedFd>,
     pub idmapped: IdmappedTrees,
     /// The supervisor sends the compiled seccomp filters here (encoded) while the init builds
     /// the view; installed last before execve.
@@ -79,13 +82,24 @@ pub fn run_init(args: InitArgs<'_>) -> i32 {
     // A network namespace of our own, made here rather than in the clone so that its cost (the
     // largest of all namespaces) overlaps with the supervisor writing our id maps; the
     // capabilities it needs are ours from the clone on. Loopback up for local test servers.
-    if args.plan.network == crate::profile::NetworkMode::None
+    if args.plan.network != crate::profile::NetworkMode::Host
         && let Err(e) = new_network_namespace()
     {
         report(
             &mut status,
             &InitEvent::SetupFailed {
                 message: e.to_string(),
+            },
+        );
+        return 125;
+    }
+    if let Some(channel) = args.proxy_channel
+        && let Err(e) = listen_for_proxy(args.plan, &channel)
+    {
+        report(
+            &mut status,
+            &InitEvent::SetupFailed {
+                message: format!("opening the proxy's port inside the sandbox: {e}"),
             },
         );
         return 125;
@@ -209,6 +223,13 @@ fn enter_sandbox(plan: &SandboxPlan, idmapped: IdmappedTrees) -> Result<(), Setu
         source,
     })?;
     Ok(())
+}
+
+/// Listens on the proxy port on the sandbox's loopback and hands the socket to the supervisor,
+/// which serves it from the host's network namespace.
+fn listen_for_proxy(plan: &SandboxPlan, channel: &OwnedFd) -> std::io::Result<()> {
+    let listener = std::net::TcpListener::bind(("127.0.0.1", plan.proxy_port))?;
+    crate::supervisor::fdpass::send_fd(channel, &listener)
 }
 
 fn new_network_namespace() -> Result<(), SetupError> {

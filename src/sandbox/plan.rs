@@ -141,6 +141,10 @@ pub struct SandboxPlan {
     pub identity: Identity,
     pub hostname: String,
     pub network: NetworkMode,
+    /// The proxy's port on the sandbox's loopback (`allowlist`).
+    pub proxy_port: u16,
+    /// What the proxy lets through (`allowlist`).
+    pub allow: crate::profile::AllowList,
     pub workspace: PathBuf,
     pub home: PathBuf,
     pub cwd: PathBuf,
@@ -347,6 +351,8 @@ pub fn build_plan(profile: &Profile, facts: &HostFacts) -> Result<SandboxPlan, P
         identity,
         hostname: "stepproof".into(),
         network: profile.network.mode,
+        proxy_port: profile.network.proxy_port,
+        allow: profile.network.allow.clone(),
         workspace,
         home,
         cwd,

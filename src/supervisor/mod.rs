@@ -1,6 +1,8 @@
 //! The supervisor: everything that stays outside the sandbox — the launch, the terminal relay,
 //! signals and job control, the exit code, the network proxy and the credential gateway.
 
+pub mod audit_sink;
+pub mod fdpass;
 pub mod gateway;
 pub mod proxy;
 pub mod pty;

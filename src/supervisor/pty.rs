@@ -5,10 +5,10 @@
 //! on every way out.
 
 use crate::sandbox::sys;
+use crate::supervisor::fdpass::{receive_fd, send_fd};
 use nix::pty::{grantpt, posix_openpt, ptsname_r, unlockpt};
-use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
 use nix::sys::termios::{self, SetArg, Termios};
-use std::io::{self, IoSlice, IoSliceMut};
+use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, IntoRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 
@@ -59,36 +59,10 @@ pub fn open_terminal_inside(request: TerminalRequest) -> io::Result<OwnedFd> {
     Ok(slave)
 }
 
-fn send_fd(channel: &OwnedFd, fd: &OwnedFd) -> io::Result<()> {
-    let fds = [fd.as_raw_fd()];
-    let cmsg = [ControlMessage::ScmRights(&fds)];
-    let iov = [IoSlice::new(b"m")];
-    sendmsg::<()>(channel.as_raw_fd(), &iov, &cmsg, MsgFlags::empty(), None)
-        .map(drop)
-        .map_err(io::Error::from)
-}
-
 /// In the supervisor: the master side sent by the init, or `None` if the init closed the channel
 /// first (it then reports why over the status pipe).
 pub fn receive_terminal(channel: &OwnedFd) -> io::Result<Option<OwnedFd>> {
-    let mut byte = [0u8; 1];
-    let mut iov = [IoSliceMut::new(&mut byte)];
-    let mut space = nix::cmsg_space!([std::os::fd::RawFd; 1]);
-    let msg = recvmsg::<()>(
-        channel.as_raw_fd(),
-        &mut iov,
-        Some(&mut space),
-        MsgFlags::MSG_CMSG_CLOEXEC,
-    )
-    .map_err(io::Error::from)?;
-    for cmsg in msg.cmsgs().map_err(io::Error::from)? {
-        if let ControlMessageOwned::ScmRights(fds) = cmsg
-            && let Some(fd) = fds.first()
-        {
-            return Ok(Some(sys::own_fd(*fd)));
-        }
-    }
-    Ok(None)
+    receive_fd(channel)
 }
 
 /// Copies the user's window size onto the command's terminal; the kernel then sends SIGWINCH

@@ -10,8 +10,10 @@ use crate::sandbox::plan::{Access, IdentityMode, MountOp, ROOT_MODE_OUTSIDE_ID, 
 use crate::sandbox::report::{AssuranceReport, CommandEnforcement};
 use crate::sandbox::seccomp;
 use crate::sandbox::sys::{self, CloneResult, MountFlags};
+use crate::supervisor::audit_sink::AuditSink;
 use crate::supervisor::pty::{RawTerminal, TerminalRequest, copy_window_size, receive_terminal};
 use crate::supervisor::status::{InitEvent, Outcome};
+use crate::supervisor::{fdpass, proxy};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{Signal, kill};
 use nix::sys::signalfd::{SfdFlags, SigSet, SignalFd};
@@ -128,6 +130,38 @@ pub fn idmapped_mounts_work(path: &std::path::Path) -> bool {
     sys::idmap_detached_tree(&tree, userns, MountFlags::default()).is_ok()
 }
 
+/// Serves the allow-list proxy on the socket the init opened inside; every connection attempt
+/// goes to the audit log.
+fn start_proxy(
+    listener: std::net::TcpListener,
+    allow: proxy::CompiledAllowList,
+    audit: Option<&AuditSink>,
+) -> (proxy::ProxyHandle, std::thread::JoinHandle<()>) {
+    let (tx, rx) = std::sync::mpsc::channel::<proxy::ConnectionRecord>();
+    let handle = proxy::serve(
+        listener,
+        allow,
+        std::sync::Arc::new(proxy::SystemResolver),
+        tx,
+    );
+    let audit = audit.map(|a| a.clone_handle());
+    let drain = std::thread::spawn(move || {
+        for record in rx {
+            tracing::info!(
+                host = %record.host,
+                port = record.port,
+                allowed = record.allowed,
+                rule = %record.rule,
+                "network"
+            );
+            if let Some(audit) = &audit {
+                audit.record("supervisor", "network", &record);
+            }
+        }
+    });
+    (handle, drain)
+}
+
 /// How a run ended, and what was enforced while it ran.
 pub struct RunResult {
     pub outcome: Outcome,
@@ -136,8 +170,8 @@ pub struct RunResult {
 
 /// Runs `command` in the sandbox the plan describes and reports how it ended. Never panics on
 /// the way out without restoring the terminal.
-pub fn run(plan: &SandboxPlan, command: &[OsString]) -> RunResult {
-    match launch(plan, command) {
+pub fn run(plan: &SandboxPlan, command: &[OsString], audit: Option<&AuditSink>) -> RunResult {
+    match launch(plan, command, audit) {
         Ok(result) => result,
         Err(e) => RunResult {
             outcome: Outcome::failed(e.to_string()),
@@ -146,7 +180,11 @@ pub fn run(plan: &SandboxPlan, command: &[OsString]) -> RunResult {
     }
 }
 
-fn launch(plan: &SandboxPlan, command: &[OsString]) -> Result<RunResult, LaunchError> {
+fn launch(
+    plan: &SandboxPlan,
+    command: &[OsString],
+    audit: Option<&AuditSink>,
+) -> Result<RunResult, LaunchError> {
     let argv = command
         .iter()
         .map(|a| CString::new(a.as_bytes()))
@@ -181,6 +219,18 @@ fn launch(plan: &SandboxPlan, command: &[OsString]) -> Result<RunResult, LaunchE
         (None, None)
     };
 
+    let (proxy_channel_ours, proxy_channel_theirs) = if plan.network == NetworkMode::Allowlist {
+        let (ours, theirs) = fdpass::channel().map_err(os("creating the proxy channel"))?;
+        (Some(ours), Some(theirs))
+    } else {
+        (None, None)
+    };
+    let allow = plan.allow.compile().map_err(|e| LaunchError::Os {
+        step: "compiling the network allow-list".into(),
+        source: io::Error::other(e.to_string()),
+        hint: "",
+    })?;
+
     let signals = handled_signals();
     signals.thread_block().map_err(nix_os("blocking signals"))?;
     let signal_fd = SignalFd::with_flags(&signals, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
@@ -201,7 +251,6 @@ fn launch(plan: &SandboxPlan, command: &[OsString]) -> Result<RunResult, LaunchE
     // The network namespace, the costliest to create, is made by the init itself (it has the
     // capabilities in its new user namespace at once), so that its cost overlaps with the
     // supervisor's own work below.
-    let _ = NetworkMode::None;
     let child = match sys::clone_with_namespaces(flags).map_err(|source| LaunchError::Os {
         step: "creating the sandbox namespaces (clone)".into(),
         source,
@@ -214,6 +263,7 @@ fn launch(plan: &SandboxPlan, command: &[OsString]) -> Result<RunResult, LaunchE
                 lifeline_write,
                 seccomp_write,
                 terminal_channel,
+                proxy_channel_ours,
                 signal_fd,
             ));
             let code = run_init(InitArgs {
@@ -224,6 +274,7 @@ fn launch(plan: &SandboxPlan, command: &[OsString]) -> Result<RunResult, LaunchE
                 status: status_write,
                 lifeline: lifeline_read,
                 terminal: terminal_request,
+                proxy_channel: proxy_channel_theirs,
                 idmapped,
                 seccomp: seccomp_read,
                 signals,
@@ -238,6 +289,7 @@ fn launch(plan: &SandboxPlan, command: &[OsString]) -> Result<RunResult, LaunchE
         lifeline_read,
         seccomp_read,
         terminal_request,
+        proxy_channel_theirs,
         idmapped,
     ));
 
@@ -265,6 +317,13 @@ fn launch(plan: &SandboxPlan, command: &[OsString]) -> Result<RunResult, LaunchE
             None
         }
     };
+    let proxy = match &proxy_channel_ours {
+        Some(channel) => fdpass::receive_fd(channel)
+            .map_err(os("receiving the proxy's socket"))?
+            .map(|fd| start_proxy(std::net::TcpListener::from(fd), allow, audit)),
+        None => None,
+    };
+    drop(proxy_channel_ours);
     let master = match &terminal_channel {
         Some(channel) => {
             receive_terminal(channel).map_err(os("receiving the command's terminal"))?
@@ -293,6 +352,10 @@ fn launch(plan: &SandboxPlan, command: &[OsString]) -> Result<RunResult, LaunchE
     };
     let outcome = relay.run();
     drop(lifeline_write);
+    if let Some((handle, drain)) = proxy {
+        handle.shutdown();
+        let _ = drain.join();
+    }
     let report = AssuranceReport::new(plan, seccomp_report, outcome.1);
     Ok(RunResult {
         outcome: outcome.0,
