@@ -206,3 +206,145 @@ both!(many_parallel_connections, |w: &World| {
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(text.matches("hello").count(), 32, "{}", describe(&out));
 });
+
+/// A TLS origin for `api.test` on 127.0.0.1 with a fresh test CA (written as PEM to `ca_path`).
+/// It answers every request with whether it saw `expected_key` as `x-api-key`, and whether the
+/// placeholder reached it.
+fn start_tls_origin(ca_path: &std::path::Path, expected_key: &'static str) -> u16 {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    use std::io::BufRead;
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+    fs::write(ca_path, ca_cert.pem()).unwrap();
+    let issuer = Issuer::new(ca_params, ca_key);
+    let leaf_key = KeyPair::generate().unwrap();
+    let leaf = CertificateParams::new(vec!["api.test".to_owned()])
+        .unwrap()
+        .signed_by(&leaf_key, &issuer)
+        .unwrap();
+    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into());
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = std::sync::Arc::new(
+        rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![leaf.der().clone()], key)
+            .unwrap(),
+    );
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for tcp in listener.incoming().flatten() {
+            let config = config.clone();
+            std::thread::spawn(move || {
+                let conn = rustls::ServerConnection::new(config).unwrap();
+                let mut tls = std::io::BufReader::new(rustls::StreamOwned::new(conn, tcp));
+                let mut head = String::new();
+                loop {
+                    let mut line = String::new();
+                    if tls.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    head.push_str(&line);
+                    if line == "\r\n" {
+                        break;
+                    }
+                }
+                let lower = head.to_ascii_lowercase();
+                if let Some(len) = lower
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length: "))
+                {
+                    let mut body = vec![0u8; len.trim().parse().unwrap()];
+                    let _ = tls.read_exact(&mut body);
+                }
+                let real =
+                    lower.contains(&format!("x-api-key: {}", expected_key.to_ascii_lowercase()));
+                let placeholder = lower.contains("placeholder");
+                let body = format!("real-key-seen={real} placeholder-seen={placeholder}\n");
+                let _ = write!(
+                    tls.get_mut(),
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = tls.get_mut().flush();
+            });
+        }
+    });
+    port
+}
+
+both!(credential_gateway_adds_the_real_key_outside, |w: &World| {
+    const KEY: &str = "sk-ant-test-real-key-0123456789";
+    let ca = w.base.join("test-ca.pem");
+    let port = start_tls_origin(&ca, KEY);
+    fs::set_permissions(&ca, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let profile = w.base.join("gateway.toml");
+    fs::write(
+        &profile,
+        format!(
+            "extends = \"default\"\n[network.gateway]\nupstream = \"api.test:{port}\"\nconnect = \"127.0.0.1:{port}\"\nca_file = \"{}\"\ncredential = \"env:STEPPROOF_TEST_KEY\"\n",
+            ca.display()
+        ),
+    )
+    .unwrap();
+    let log = audit_dir(w).join("audit.jsonl");
+    let script = r#"env | grep -c sk-ant-test-real-key || true
+curl -s --unix-socket "$ANTHROPIC_UNIX_SOCKET" -H "x-api-key: $ANTHROPIC_API_KEY" -H 'content-type: application/json' -d '{}' "$ANTHROPIC_BASE_URL/v1/messages"
+"#;
+    let out = w
+        .command(
+            &[
+                "--profile",
+                profile.to_str().unwrap(),
+                "--audit-log",
+                log.to_str().unwrap(),
+            ],
+            &["/bin/sh", "-c", script],
+        )
+        .env("STEPPROOF_TEST_KEY", KEY)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(
+        text.starts_with("0\n"),
+        "the real key is in the sandbox's environment: {}",
+        describe(&out)
+    );
+    assert!(
+        text.contains("real-key-seen=true placeholder-seen=false"),
+        "{}",
+        describe(&out)
+    );
+    let records: Vec<serde_json::Value> = fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|r: &serde_json::Value| r["kind"] == "gateway")
+        .collect();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert!(
+        !fs::read_to_string(&log).unwrap().contains(KEY),
+        "the key reached the audit log"
+    );
+
+    // Without the credential in the supervisor's environment, nothing starts.
+    let out = w
+        .command(
+            &["--profile", profile.to_str().unwrap()],
+            &["/bin/sh", "-c", "touch ran"],
+        )
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("STEPPROOF_TEST_KEY is not set"),
+        "{}",
+        describe(&out)
+    );
+    assert!(!w.workspace.join("ran").exists());
+});

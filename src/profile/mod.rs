@@ -56,6 +56,26 @@ pub enum NetworkMode {
 
 pub use crate::supervisor::proxy::AllowList;
 
+/// The optional credential gateway: the agent talks plain HTTP to a unix socket inside
+/// (`ANTHROPIC_UNIX_SOCKET`), the supervisor forwards each request over TLS to `upstream` and
+/// adds the real credential, which never enters the sandbox (the agent has a placeholder).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GatewayConfig {
+    /// `host` or `host:port` (443 unless named); the certificate is checked for `host`.
+    pub upstream: String,
+    /// Where to connect instead of resolving `upstream` (`ip:port`; a local test server).
+    #[serde(default)]
+    pub connect: Option<String>,
+    /// Extra PEM roots to trust for `upstream` (a corporate or test CA); the public web roots
+    /// otherwise.
+    #[serde(default)]
+    pub ca_file: Option<PathSpec>,
+    /// `env:NAME` (the supervisor's environment, e.g. `env:ANTHROPIC_API_KEY`) or
+    /// `claude-login` (the OAuth token in ~/.claude/.credentials.json).
+    pub credential: String,
+}
+
 /// The port of the proxy inside the sandbox's own network namespace (loopback only).
 pub const DEFAULT_PROXY_PORT: u16 = 3128;
 
@@ -116,6 +136,7 @@ struct NetworkFile {
     #[serde(default)]
     allow_addresses: Vec<String>,
     proxy_port: Option<u16>,
+    gateway: Option<GatewayConfig>,
 }
 
 /// The effective, merged profile: what the user asked for, with `~` and the workspace still
@@ -172,6 +193,7 @@ pub struct Network {
     /// For `allowlist`: the names (and special addresses) the proxy lets through.
     pub allow: AllowList,
     pub proxy_port: u16,
+    pub gateway: Option<GatewayConfig>,
 }
 
 const MAX_EXTENDS_DEPTH: usize = 8;
@@ -343,6 +365,7 @@ fn merge(base: ProfileFile, child: ProfileFile) -> ProfileFile {
                 child.network.allow_addresses,
             ),
             proxy_port: child.network.proxy_port.or(base.network.proxy_port),
+            gateway: child.network.gateway.or(base.network.gateway),
         },
         hook: match (base.hook, child.hook) {
             (Some(b), Some(c)) => Some(HookConfig::merge(b, c)),
@@ -413,10 +436,28 @@ fn resolve(file: ProfileFile, origins: Vec<String>) -> Result<Profile, String> {
             if proxy_port == 0 {
                 return Err("network.proxy_port must not be 0".into());
             }
+            let mode = file.network.mode.unwrap_or_default();
+            if let Some(gateway) = &file.network.gateway {
+                if mode == NetworkMode::Host {
+                    return Err("network.gateway needs mode \"allowlist\" or \"none\": with the host's network the agent could reach the API directly".into());
+                }
+                if !(gateway.credential == "claude-login"
+                    || gateway
+                        .credential
+                        .strip_prefix("env:")
+                        .is_some_and(|n| !n.is_empty()))
+                {
+                    return Err(format!(
+                        "network.gateway.credential = {:?}: expected \"env:NAME\" or \"claude-login\"",
+                        gateway.credential
+                    ));
+                }
+            }
             Network {
-                mode: file.network.mode.unwrap_or_default(),
+                mode,
                 allow,
                 proxy_port,
+                gateway: file.network.gateway,
             }
         },
         hook: file.hook,

@@ -4,6 +4,11 @@ use crate::profile::{NetworkMode, Profile};
 use crate::sandbox::plan::{HostFacts, Identity, IdentityMode, SANDBOX_USER_NAME};
 use std::path::Path;
 
+/// Where the credential gateway listens inside the sandbox (on its private /run).
+pub const GATEWAY_SOCKET: &str = "/run/stepproof/anthropic.sock";
+/// What the agent holds instead of the real key when the gateway is on.
+pub const GATEWAY_PLACEHOLDER_KEY: &str = "sk-ant-stepproof-placeholder-the-real-key-stays-outside";
+
 const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin";
 
 /// Words that make a variable name look like it holds a secret. Such a variable passes only
@@ -84,6 +89,12 @@ pub fn build_environment(
         for name in ["NO_PROXY", "no_proxy"] {
             set(name, "localhost,127.0.0.1,::1".into());
         }
+    }
+    if profile.network.gateway.is_some() {
+        // The agent talks to the gateway's socket; the real credential stays outside.
+        set("ANTHROPIC_UNIX_SOCKET", GATEWAY_SOCKET.into());
+        set("ANTHROPIC_BASE_URL", "http://localhost".into());
+        set("ANTHROPIC_API_KEY", GATEWAY_PLACEHOLDER_KEY.into());
     }
     set("STEPPROOF", "1".into());
     set("STEPPROOF_PROFILE", profile.name.clone());

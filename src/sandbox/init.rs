@@ -3,6 +3,7 @@
 //! supervisor, and takes everything down with it when the supervisor goes away.
 
 use crate::sandbox::caps;
+use crate::sandbox::env::GATEWAY_SOCKET;
 use crate::sandbox::mounts::{self, IdmappedTrees};
 use crate::sandbox::plan::{IdentityMode, SandboxPlan};
 use crate::sandbox::report::CommandEnforcement;
@@ -38,6 +39,8 @@ pub struct InitArgs<'a> {
     /// `allowlist` networks: where to send the proxy's listening socket, made inside the
     /// sandbox's network namespace and served by the supervisor from outside.
     pub proxy_channel: Option<OwnedFd>,
+    /// The credential gateway: where to send the unix socket made on the sandbox's /run.
+    pub gateway_channel: Option<OwnedFd>,
     pub idmapped: IdmappedTrees,
     /// The supervisor sends the compiled seccomp filters here (encoded) while the init builds
     /// the view; installed last before execve.
@@ -134,6 +137,17 @@ pub fn run_init(args: InitArgs<'_>) -> i32 {
             return 125;
         }
     };
+    if let Some(channel) = args.gateway_channel
+        && let Err(e) = listen_for_gateway(&channel)
+    {
+        report(
+            &mut status,
+            &InitEvent::SetupFailed {
+                message: format!("opening the credential gateway's socket {GATEWAY_SOCKET}: {e}"),
+            },
+        );
+        return 125;
+    }
     // A session of the sandbox's own: the command's process group lives in it, with the init as
     // its parent in another group, so the group is not orphaned and Ctrl-Z can stop it.
     if let Err(e) = nix::unistd::setsid() {
@@ -223,6 +237,17 @@ fn enter_sandbox(plan: &SandboxPlan, idmapped: IdmappedTrees) -> Result<(), Setu
         source,
     })?;
     Ok(())
+}
+
+/// Binds the gateway's socket on the sandbox's private /run (after the view is built) and hands
+/// it to the supervisor.
+fn listen_for_gateway(channel: &OwnedFd) -> std::io::Result<()> {
+    let path = Path::new(GATEWAY_SOCKET);
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let listener = std::os::unix::net::UnixListener::bind(path)?;
+    crate::supervisor::fdpass::send_fd(channel, &listener)
 }
 
 /// Listens on the proxy port on the sandbox's loopback and hands the socket to the supervisor,

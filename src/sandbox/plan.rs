@@ -145,6 +145,8 @@ pub struct SandboxPlan {
     pub proxy_port: u16,
     /// What the proxy lets through (`allowlist`).
     pub allow: crate::profile::AllowList,
+    /// The credential gateway, with `ca_file` resolved.
+    pub gateway: Option<crate::profile::GatewayConfig>,
     pub workspace: PathBuf,
     pub home: PathBuf,
     pub cwd: PathBuf,
@@ -353,6 +355,15 @@ pub fn build_plan(profile: &Profile, facts: &HostFacts) -> Result<SandboxPlan, P
         network: profile.network.mode,
         proxy_port: profile.network.proxy_port,
         allow: profile.network.allow.clone(),
+        gateway: profile.network.gateway.clone().map(|mut g| {
+            g.ca_file = g.ca_file.map(|spec| {
+                let path = spec.resolve(&home, &workspace);
+                crate::profile::PathSpec::Absolute(
+                    path.strip_prefix("/").unwrap_or(&path).to_path_buf(),
+                )
+            });
+            g
+        }),
         workspace,
         home,
         cwd,

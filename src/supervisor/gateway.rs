@@ -102,6 +102,87 @@ pub fn client_config(roots: rustls::RootCertStore) -> Result<Arc<ClientConfig>, 
     Ok(Arc::new(config))
 }
 
+/// The upstream and credential a profile's `[network.gateway]` names, resolved before the
+/// sandbox starts so that a missing credential or an unreadable CA stops the launch.
+pub fn from_profile(
+    config: &crate::profile::GatewayConfig,
+    home: &std::path::Path,
+) -> Result<(Upstream, Credential), String> {
+    let (host, port) = match config.upstream.rsplit_once(':') {
+        Some((host, port)) if !host.contains(']') || host.ends_with(']') => (
+            host.to_string(),
+            port.parse::<u16>()
+                .map_err(|_| format!("network.gateway.upstream {:?}: bad port", config.upstream))?,
+        ),
+        _ => (config.upstream.clone(), 443),
+    };
+    let connect_addr = config
+        .connect
+        .as_deref()
+        .map(|c| {
+            c.parse::<SocketAddr>()
+                .map_err(|e| format!("network.gateway.connect {c:?}: {e}"))
+        })
+        .transpose()?;
+    let tls = match &config.ca_file {
+        Some(spec) => {
+            use rustls::pki_types::pem::PemObject;
+            let path = spec.resolve(home, home);
+            let mut roots = rustls::RootCertStore::empty();
+            let certs = rustls::pki_types::CertificateDer::pem_file_iter(&path)
+                .map_err(|e| format!("reading network.gateway.ca_file {}: {e}", path.display()))?;
+            for cert in certs {
+                let cert = cert.map_err(|e| {
+                    format!("reading network.gateway.ca_file {}: {e}", path.display())
+                })?;
+                roots
+                    .add(cert)
+                    .map_err(|e| format!("network.gateway.ca_file {}: {e}", path.display()))?;
+            }
+            client_config(roots).map_err(|e| e.to_string())?
+        }
+        None => webpki_client_config().map_err(|e| e.to_string())?,
+    };
+    let credential = if let Some(name) = config.credential.strip_prefix("env:") {
+        let value = std::env::var(name).map_err(|_| {
+            format!("network.gateway.credential: {name} is not set in stepproof-run's environment")
+        })?;
+        Credential::ApiKey(value)
+    } else {
+        let path = home.join(".claude/.credentials.json");
+        let text = std::fs::read_to_string(&path).map_err(|e| {
+            format!(
+                "network.gateway.credential claude-login: reading {}: {e}",
+                path.display()
+            )
+        })?;
+        let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+            format!(
+                "network.gateway.credential claude-login: {}: {e}",
+                path.display()
+            )
+        })?;
+        let token = json["claudeAiOauth"]["accessToken"]
+            .as_str()
+            .ok_or_else(|| {
+                format!(
+                    "network.gateway.credential claude-login: no claudeAiOauth.accessToken in {}",
+                    path.display()
+                )
+            })?;
+        Credential::OAuthToken(token.to_string())
+    };
+    Ok((
+        Upstream {
+            host,
+            port,
+            tls,
+            connect_addr,
+        },
+        credential,
+    ))
+}
+
 /// A running gateway. `shutdown` stops it; dropping the handle leaves it running.
 pub struct GatewayHandle {
     server: Server,

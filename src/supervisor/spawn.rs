@@ -13,7 +13,7 @@ use crate::sandbox::sys::{self, CloneResult, MountFlags};
 use crate::supervisor::audit_sink::AuditSink;
 use crate::supervisor::pty::{RawTerminal, TerminalRequest, copy_window_size, receive_terminal};
 use crate::supervisor::status::{InitEvent, Outcome};
-use crate::supervisor::{fdpass, proxy};
+use crate::supervisor::{fdpass, gateway, proxy};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{Signal, kill};
 use nix::sys::signalfd::{SfdFlags, SigSet, SignalFd};
@@ -144,22 +144,43 @@ fn start_proxy(
         std::sync::Arc::new(proxy::SystemResolver),
         tx,
     );
+    let drain = drain_records("network", rx, audit);
+    (handle, drain)
+}
+
+/// Writes every record of a proxy or gateway to the audit log, from a thread of its own.
+fn drain_records(
+    kind: &'static str,
+    rx: std::sync::mpsc::Receiver<proxy::ConnectionRecord>,
+    audit: Option<&AuditSink>,
+) -> std::thread::JoinHandle<()> {
     let audit = audit.map(|a| a.clone_handle());
-    let drain = std::thread::spawn(move || {
+    std::thread::spawn(move || {
         for record in rx {
             tracing::info!(
                 host = %record.host,
                 port = record.port,
                 allowed = record.allowed,
                 rule = %record.rule,
-                "network"
+                "{kind}"
             );
             if let Some(audit) = &audit {
-                audit.record("supervisor", "network", &record);
+                audit.record("supervisor", kind, &record);
             }
         }
-    });
-    (handle, drain)
+    })
+}
+
+/// Serves the credential gateway on the socket the init made on the sandbox's /run.
+fn start_gateway(
+    listener: std::os::unix::net::UnixListener,
+    upstream: gateway::Upstream,
+    credential: gateway::Credential,
+    audit: Option<&AuditSink>,
+) -> (gateway::GatewayHandle, std::thread::JoinHandle<()>) {
+    let (tx, rx) = std::sync::mpsc::channel::<proxy::ConnectionRecord>();
+    let handle = gateway::serve_gateway(listener, upstream, credential, tx);
+    (handle, drain_records("gateway", rx, audit))
 }
 
 /// How a run ended, and what was enforced while it ran.
@@ -225,6 +246,25 @@ fn launch(
     } else {
         (None, None)
     };
+    // The gateway's upstream and credential are resolved now: a missing key stops the launch.
+    let gateway_config = match &plan.gateway {
+        Some(config) => {
+            Some(
+                gateway::from_profile(config, &plan.home).map_err(|e| LaunchError::Os {
+                    step: "setting up the credential gateway".into(),
+                    source: io::Error::other(e),
+                    hint: "",
+                })?,
+            )
+        }
+        None => None,
+    };
+    let (gateway_channel_ours, gateway_channel_theirs) = if gateway_config.is_some() {
+        let (ours, theirs) = fdpass::channel().map_err(os("creating the gateway channel"))?;
+        (Some(ours), Some(theirs))
+    } else {
+        (None, None)
+    };
     let allow = plan.allow.compile().map_err(|e| LaunchError::Os {
         step: "compiling the network allow-list".into(),
         source: io::Error::other(e.to_string()),
@@ -264,6 +304,7 @@ fn launch(
                 seccomp_write,
                 terminal_channel,
                 proxy_channel_ours,
+                gateway_channel_ours,
                 signal_fd,
             ));
             let code = run_init(InitArgs {
@@ -275,6 +316,7 @@ fn launch(
                 lifeline: lifeline_read,
                 terminal: terminal_request,
                 proxy_channel: proxy_channel_theirs,
+                gateway_channel: gateway_channel_theirs,
                 idmapped,
                 seccomp: seccomp_read,
                 signals,
@@ -290,6 +332,7 @@ fn launch(
         seccomp_read,
         terminal_request,
         proxy_channel_theirs,
+        gateway_channel_theirs,
         idmapped,
     ));
 
@@ -324,6 +367,20 @@ fn launch(
         None => None,
     };
     drop(proxy_channel_ours);
+    let gateway = match (&gateway_channel_ours, gateway_config) {
+        (Some(channel), Some((upstream, credential))) => fdpass::receive_fd(channel)
+            .map_err(os("receiving the gateway's socket"))?
+            .map(|fd| {
+                start_gateway(
+                    std::os::unix::net::UnixListener::from(fd),
+                    upstream,
+                    credential,
+                    audit,
+                )
+            }),
+        _ => None,
+    };
+    drop(gateway_channel_ours);
     let master = match &terminal_channel {
         Some(channel) => {
             receive_terminal(channel).map_err(os("receiving the command's terminal"))?
@@ -353,6 +410,10 @@ fn launch(
     let outcome = relay.run();
     drop(lifeline_write);
     if let Some((handle, drain)) = proxy {
+        handle.shutdown();
+        let _ = drain.join();
+    }
+    if let Some((handle, drain)) = gateway {
         handle.shutdown();
         let _ = drain.join();
     }
