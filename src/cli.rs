@@ -184,6 +184,33 @@ pub fn explain_text(profile: &Profile, plan: &SandboxPlan) -> String {
         let state = if p.exists() { "exists" } else { "absent" };
         line(format!("  {} ({state})", p.display()));
     }
+    for l in crate::sandbox::landlock::describe(&plan.landlock) {
+        line(l);
+    }
+    for l in crate::sandbox::seccomp::describe() {
+        line(l);
+    }
+    let limits = &plan.limits;
+    line(format!(
+        "limits: core={} nproc={} nofile={} fsize={} cpu={}",
+        limits.core,
+        limits.nproc,
+        limits.nofile,
+        limits
+            .fsize
+            .map_or("inherited".to_string(), |v| v.to_string()),
+        limits
+            .cpu
+            .map_or("inherited".to_string(), |v| v.to_string())
+    ));
+    if let Some(gateway) = &plan.gateway {
+        line(format!(
+            "credential gateway: {} <- {} (credential {}; the agent holds a placeholder)",
+            gateway.upstream,
+            crate::sandbox::env::GATEWAY_SOCKET,
+            gateway.credential
+        ));
+    }
     line(format!(
         "environment allow-list: {}",
         profile.process.env.join(" ")
@@ -215,5 +242,6 @@ pub fn explain_json(profile: &Profile, plan: &SandboxPlan) -> serde_json::Value 
         "requested": profile,
         "namespaces": namespaces(plan),
         "plan": plan,
+        "seccomp": crate::sandbox::seccomp::describe(),
     })
 }

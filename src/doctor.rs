@@ -93,11 +93,14 @@ pub fn run_checks() -> Vec<Check> {
         }
     });
     checks.push(Check {
-        feature: "Landlock",
-        available: landlock.is_ok(),
-        required_by_default: false,
+        feature: "Landlock (ABI >= 6 for assurance = \"strict\")",
+        available: landlock.as_ref().is_ok_and(|abi| *abi >= 6),
+        required_by_default: true,
         detail: match landlock {
-            Ok(abi) => format!("ABI {abi}{}", if abi >= 6 { "" } else { " (ABI 6 needs Linux 6.12)" }),
+            Ok(abi) if abi >= 6 => format!("ABI {abi}: every filesystem right of it, signal and abstract-socket scopes"),
+            Ok(abi) => format!(
+                "ABI {abi} only: the scopes need ABI 6 (Linux 6.12); a profile with assurance = \"best-effort\" runs with what exists"
+            ),
             Err(e) => format!("unavailable: {e} (needs Linux 5.13+ with `lsm=landlock,…` on the kernel command line)"),
         },
     });
@@ -111,7 +114,7 @@ pub fn run_checks() -> Vec<Check> {
     checks.push(Check {
         feature: "seccomp",
         available: seccomp.is_some(),
-        required_by_default: false,
+        required_by_default: true,
         detail: seccomp.unwrap_or_else(|| "the kernel was built without CONFIG_SECCOMP".into()),
     });
     let uid = nix::unistd::getuid().as_raw();
