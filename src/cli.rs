@@ -115,11 +115,23 @@ pub fn load_plan(
     tracing::debug!("profile loaded");
     let facts = gather_facts(workspace)?;
     tracing::debug!("facts gathered");
-    let plan = build_plan(&profile, &facts)?;
+    let plan = plan_for(&profile, &facts)?;
     Ok((profile, plan))
 }
 
+/// The namespace sandbox, or — where user namespaces are refused and the profile allows it —
+/// the Landlock + seccomp-only plan.
+pub fn plan_for(profile: &Profile, facts: &HostFacts) -> Result<SandboxPlan, PlanError> {
+    if profile.degraded.allow && !crate::sandbox::namespaces::user_namespaces_available() {
+        return crate::sandbox::degraded::build_degraded_plan(profile, facts);
+    }
+    build_plan(profile, facts)
+}
+
 pub fn namespaces(plan: &SandboxPlan) -> Vec<&'static str> {
+    if plan.isolation == crate::sandbox::plan::Isolation::LandlockSeccompOnly {
+        return Vec::new();
+    }
     let mut list = vec!["user", "mount", "pid", "ipc", "uts", "cgroup"];
     if plan.network != NetworkMode::Host {
         list.push("net");
@@ -146,6 +158,12 @@ pub fn explain_text(profile: &Profile, plan: &SandboxPlan) -> String {
     line(format!("assurance: {:?}", profile.assurance).to_lowercase());
     line(format!("identity: {}", describe_identity(plan)));
     line(format!("namespaces: {}", namespaces(plan).join(" ")));
+    if plan.isolation == crate::sandbox::plan::Isolation::LandlockSeccompOnly {
+        line("isolation: LANDLOCK + SECCOMP ONLY (user namespaces are refused on this host); what that loses:".into());
+        for loss in &plan.losses {
+            line(format!("  lost: {loss}"));
+        }
+    }
     line(format!(
         "network: {}",
         match plan.network {

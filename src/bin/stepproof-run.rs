@@ -5,7 +5,6 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use stepproof::cli;
 use stepproof::profile::Profile;
-use stepproof::sandbox::plan::build_plan;
 use stepproof::sandbox::report::AssuranceReport;
 use stepproof::supervisor::audit_sink::{AuditSink, AuditSinkError};
 use stepproof::supervisor::spawn;
@@ -84,7 +83,15 @@ fn launch(args: &Args) -> Result<(Outcome, Option<AssuranceReport>), String> {
     let profile = Profile::load(args.profile.as_deref()).map_err(|e| e.to_string())?;
     let facts = cli::gather_facts(args.workspace.as_deref()).map_err(|e| e.to_string())?;
     let audit = open_audit_log(args, &facts.home).map_err(|e| e.to_string())?;
-    let plan = build_plan(&profile, &facts).map_err(|e| e.to_string())?;
+    let plan = cli::plan_for(&profile, &facts).map_err(|e| e.to_string())?;
+    if !plan.losses.is_empty() {
+        eprintln!(
+            "stepproof-run: WARNING: running with Landlock + seccomp only (no user namespaces here):"
+        );
+        for loss in &plan.losses {
+            eprintln!("  lost: {loss}");
+        }
+    }
     if let Some(audit) = &audit {
         let argv: Vec<String> = args
             .command
@@ -116,6 +123,9 @@ fn launch(args: &Args) -> Result<(Outcome, Option<AssuranceReport>), String> {
             &serde_json::json!({ "outcome": result.outcome, "enforced": result.report }),
         );
         audit.sync();
+    }
+    if let Some(dir) = &plan.scratch_dir {
+        let _ = std::fs::remove_dir_all(dir);
     }
     Ok((result.outcome, result.report))
 }

@@ -79,6 +79,20 @@ pub struct GatewayConfig {
 /// The port of the proxy inside the sandbox's own network namespace (loopback only).
 pub const DEFAULT_PROXY_PORT: u16 = 3128;
 
+/// Hosts where user namespaces are refused (some containers, Ubuntu's AppArmor restriction).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Degraded {
+    /// Run under Landlock + seccomp only (no namespaces) instead of refusing; what that loses is
+    /// reported.
+    #[serde(default)]
+    pub allow: bool,
+    /// A profile with a hook is refused in that mode unless this is true: without a mount
+    /// namespace the hook's managed settings cannot be made unremovable.
+    #[serde(default)]
+    pub accept_removable_hook: bool,
+}
+
 /// One profile file as written: every field optional so that `extends` can tell "unset" from
 /// "set to the default".
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -95,6 +109,7 @@ struct ProfileFile {
     #[serde(default)]
     network: NetworkFile,
     hook: Option<HookConfig>,
+    degraded: Option<Degraded>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -153,6 +168,7 @@ pub struct Profile {
     pub process: Process,
     pub network: Network,
     pub hook: Option<HookConfig>,
+    pub degraded: Degraded,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -367,6 +383,7 @@ fn merge(base: ProfileFile, child: ProfileFile) -> ProfileFile {
             proxy_port: child.network.proxy_port.or(base.network.proxy_port),
             gateway: child.network.gateway.or(base.network.gateway),
         },
+        degraded: child.degraded.or(base.degraded),
         hook: match (base.hook, child.hook) {
             (Some(b), Some(c)) => Some(HookConfig::merge(b, c)),
             (b, c) => c.or(b),
@@ -461,6 +478,7 @@ fn resolve(file: ProfileFile, origins: Vec<String>) -> Result<Profile, String> {
             }
         },
         hook: file.hook,
+        degraded: file.degraded.unwrap_or_default(),
     })
 }
 

@@ -42,17 +42,21 @@ pub fn clear_all_sets() -> Result<(), CapsError> {
     Ok(())
 }
 
-/// True when the calling thread holds no capability in any set.
-pub fn holds_none() -> bool {
-    [
+/// True when the calling thread holds no capability in any set (with `bounding`, the bounding
+/// set too: an unprivileged process without a user namespace cannot empty it, and with
+/// `no_new_privs` nothing it executes can use it).
+pub fn holds_none(bounding: bool) -> bool {
+    let mut sets = vec![
         CapSet::Effective,
         CapSet::Permitted,
         CapSet::Inheritable,
         CapSet::Ambient,
-        CapSet::Bounding,
-    ]
-    .into_iter()
-    .all(|set| caps::read(None, set).map(|s| s.is_empty()).unwrap_or(false))
+    ];
+    if bounding {
+        sets.push(CapSet::Bounding);
+    }
+    sets.into_iter()
+        .all(|set| caps::read(None, set).map(|s| s.is_empty()).unwrap_or(false))
 }
 
 /// For reports: the capability names in a set.

@@ -5,7 +5,7 @@
 use crate::sandbox::caps;
 use crate::sandbox::env::GATEWAY_SOCKET;
 use crate::sandbox::mounts::{self, IdmappedTrees};
-use crate::sandbox::plan::{IdentityMode, SandboxPlan};
+use crate::sandbox::plan::{IdentityMode, Isolation, SandboxPlan};
 use crate::sandbox::report::CommandEnforcement;
 use crate::sandbox::sys::{self, CloneResult};
 use crate::sandbox::{landlock, rlimits, seccomp};
@@ -85,7 +85,8 @@ pub fn run_init(args: InitArgs<'_>) -> i32 {
     // A network namespace of our own, made here rather than in the clone so that its cost (the
     // largest of all namespaces) overlaps with the supervisor writing our id maps; the
     // capabilities it needs are ours from the clone on. Loopback up for local test servers.
-    if args.plan.network != crate::profile::NetworkMode::Host
+    if args.plan.isolation == Isolation::Namespaces
+        && args.plan.network != crate::profile::NetworkMode::Host
         && let Err(e) = new_network_namespace()
     {
         report(
@@ -208,13 +209,22 @@ pub fn run_init(args: InitArgs<'_>) -> i32 {
             enforcement,
         },
     );
-    supervise(command, &signals, &args.lifeline, &mut status);
+    supervise(
+        args.plan.isolation,
+        command,
+        &signals,
+        &args.lifeline,
+        &mut status,
+    );
     0
 }
 
 /// The one ordered set-up list of the sandbox itself (the supervisor has already cloned us into
 /// new user, mount, pid, ipc, uts (and net) namespaces and written our id maps).
 fn enter_sandbox(plan: &SandboxPlan, idmapped: IdmappedTrees) -> Result<(), SetupError> {
+    if plan.isolation == Isolation::LandlockSeccompOnly {
+        return enter_degraded_sandbox(plan);
+    }
     // The host's name is nobody's business inside.
     nix::unistd::sethostname(&plan.hostname).map_err(SetupError::Hostname)?;
     // Become the sandbox user before building the view: files the set-up creates (mount points,
@@ -226,6 +236,24 @@ fn enter_sandbox(plan: &SandboxPlan, idmapped: IdmappedTrees) -> Result<(), Setu
     // Emptying the bounding set needs CAP_SETPCAP, which the next step gives up.
     caps::drop_bounding_set()?;
     caps::clear_all_sets()?;
+    protect_the_init()
+}
+
+/// No namespaces: nothing to build. The init becomes the subreaper of everything the command
+/// starts (it is not pid 1 here) and, in the root fallback, gives up every capability.
+fn enter_degraded_sandbox(plan: &SandboxPlan) -> Result<(), SetupError> {
+    if plan.identity.mode == IdentityMode::RootFallback {
+        caps::drop_bounding_set()?;
+        caps::clear_all_sets()?;
+    }
+    nix::sys::prctl::set_child_subreaper(true).map_err(|e| SetupError::Process {
+        step: "PR_SET_CHILD_SUBREAPER",
+        source: e.into(),
+    })?;
+    protect_the_init()
+}
+
+fn protect_the_init() -> Result<(), SetupError> {
     // The uid change reset these two: no ptrace or /proc/1/mem of the init, and death with the
     // supervisor (the lifeline pipe covers the window before this call).
     sys::set_not_dumpable().map_err(|source| SetupError::Process {
@@ -404,7 +432,9 @@ fn exec_command(
     // applied here, in the command, so that the init stays outside the domain.
     let landlock = step!("Landlock", landlock::apply_landlock(&plan.landlock));
     // The init gave up its capabilities before forking; make sure none survived.
-    if !caps::holds_none() {
+    let bounding_emptied =
+        plan.isolation == Isolation::Namespaces || plan.identity.mode == IdentityMode::RootFallback;
+    if !caps::holds_none(bounding_emptied) {
         step!(
             "checking capabilities",
             Err::<(), _>(std::io::Error::other("a capability survived the drop"))
@@ -460,7 +490,13 @@ fn exec_in_path(argv: &[CString], envp: &[CString]) -> std::io::Error {
 
 /// The init's loop: reap, forward, report; end the sandbox when the command ends or the
 /// supervisor goes away.
-fn supervise(command: Pid, signals: &SignalFd, lifeline: &OwnedFd, status: &mut File) {
+fn supervise(
+    isolation: Isolation,
+    command: Pid,
+    signals: &SignalFd,
+    lifeline: &OwnedFd,
+    status: &mut File,
+) {
     loop {
         let mut fds = [
             PollFd::new(signals.as_fd(), PollFlags::POLLIN),
@@ -480,7 +516,7 @@ fn supervise(command: Pid, signals: &SignalFd, lifeline: &OwnedFd, status: &mut 
             if sig == libc::SIGCHLD {
                 if let Some(last) = reap(command, status) {
                     report(status, &last);
-                    kill_everything();
+                    kill_everything(isolation, command);
                     return;
                 }
             } else if let Ok(signal) = Signal::try_from(sig) {
@@ -489,7 +525,7 @@ fn supervise(command: Pid, signals: &SignalFd, lifeline: &OwnedFd, status: &mut 
             }
         }
     }
-    kill_everything();
+    kill_everything(isolation, command);
 }
 
 /// Reaps every child that changed state; returns the command's final event once it ended.
@@ -519,8 +555,34 @@ fn reap(command: Pid, status: &mut File) -> Option<InitEvent> {
     }
 }
 
-/// As pid 1, `kill(-1)` reaches every other process of the sandbox.
-fn kill_everything() {
-    let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
-    while waitpid(None, None).is_ok() {}
+/// As pid 1, `kill(-1)` reaches every other process of the sandbox. Without a pid namespace
+/// the init is a subreaper instead: it kills the command's group and then whatever children it
+/// has (orphans come to it) until none is left.
+fn kill_everything(isolation: Isolation, command: Pid) {
+    if isolation == Isolation::Namespaces {
+        let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
+        while waitpid(None, None).is_ok() {}
+        return;
+    }
+    let _ = kill(Pid::from_raw(-command.as_raw()), Signal::SIGKILL);
+    loop {
+        for child in own_children() {
+            let _ = kill(Pid::from_raw(-child), Signal::SIGKILL);
+            let _ = kill(Pid::from_raw(child), Signal::SIGKILL);
+        }
+        match waitpid(None, None) {
+            Ok(_) => {}
+            Err(_) => break,
+        }
+    }
+}
+
+/// The init's children, from /proc (the init is single-threaded, so its own task lists them all).
+fn own_children() -> Vec<i32> {
+    let me = std::process::id();
+    std::fs::read_to_string(format!("/proc/{me}/task/{me}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
 }

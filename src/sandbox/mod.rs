@@ -2,6 +2,7 @@
 //! mounts, identity, Landlock, seccomp, limits.
 
 pub mod caps;
+pub mod degraded;
 pub mod env;
 pub mod init;
 pub mod landlock;

@@ -101,3 +101,19 @@ pub fn root_to_sandbox_userns(outside_id: u32) -> Result<OwnedFd, NamespaceError
     std::mem::forget(holder);
     result
 }
+
+/// Whether this process may create a user namespace at all (asked only by profiles that allow
+/// the Landlock + seccomp-only mode). Costs one CLONE_VM child that is never waited for.
+pub fn user_namespaces_available() -> bool {
+    let Ok((release_read, release_write)) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) else {
+        return false;
+    };
+    match sys::spawn_user_namespace_holder(&release_read) {
+        Ok(holder) => {
+            let _ = nix::unistd::write(&release_write, b"x");
+            std::mem::forget(holder);
+            true
+        }
+        Err(_) => false,
+    }
+}

@@ -134,8 +134,24 @@ pub enum MountOp {
     ReadOnlyRoot,
 }
 
+/// How the sandbox is built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Isolation {
+    /// User, mount, pid, ipc, uts, cgroup (and net) namespaces, plus Landlock and seccomp.
+    Namespaces,
+    /// Hosts that refuse user namespaces, where the profile allows it: Landlock and seccomp
+    /// only. `SandboxPlan::losses` says what that gives up.
+    LandlockSeccompOnly,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SandboxPlan {
+    pub isolation: Isolation,
+    /// What this plan cannot enforce that the namespace sandbox would (degraded hosts).
+    pub losses: Vec<String>,
+    /// A per-run scratch directory (degraded hosts, where /tmp is the host's).
+    pub scratch_dir: Option<PathBuf>,
     pub profile: String,
     pub policy_hash: String,
     pub identity: Identity,
@@ -348,6 +364,9 @@ pub fn build_plan(profile: &Profile, facts: &HostFacts) -> Result<SandboxPlan, P
         workspace.clone()
     };
     Ok(SandboxPlan {
+        isolation: Isolation::Namespaces,
+        losses: Vec::new(),
+        scratch_dir: None,
         profile: profile.name.clone(),
         policy_hash: profile.policy_hash(),
         identity,
@@ -412,7 +431,7 @@ fn landlock_rules(mounts: &[MountOp]) -> Result<Vec<LandlockRule>, PlanError> {
     Ok(rules)
 }
 
-fn choose_identity(
+pub(crate) fn choose_identity(
     profile: &Profile,
     facts: &HostFacts,
     notes: &mut Vec<String>,
@@ -505,7 +524,7 @@ fn push_minimal_dev(mounts: &mut Vec<MountOp>) {
     });
 }
 
-fn existing(path: PathBuf, key: &str) -> Result<PathBuf, PlanError> {
+pub(crate) fn existing(path: PathBuf, key: &str) -> Result<PathBuf, PlanError> {
     path.canonicalize().map_err(|source| PlanError::Io {
         what: if key == "filesystem.writable" {
             "filesystem.writable: resolving"
@@ -518,7 +537,7 @@ fn existing(path: PathBuf, key: &str) -> Result<PathBuf, PlanError> {
 }
 
 /// The path to cover for a hidden entry: the entry itself, or where its symlink leads.
-fn hide_target(path: &Path) -> Option<PathBuf> {
+pub(crate) fn hide_target(path: &Path) -> Option<PathBuf> {
     let meta = fs::symlink_metadata(path).ok()?;
     if meta.file_type().is_symlink() {
         path.canonicalize().ok()
@@ -529,7 +548,11 @@ fn hide_target(path: &Path) -> Option<PathBuf> {
 
 /// Siblings of the workspace and of each ancestor up to the home: other people's projects.
 /// Dot-entries are configuration (the secret catalogue covers those that matter), not projects.
-fn other_projects(workspace: &Path, home: &Path, notes: &mut Vec<String>) -> Vec<PathBuf> {
+pub(crate) fn other_projects(
+    workspace: &Path,
+    home: &Path,
+    notes: &mut Vec<String>,
+) -> Vec<PathBuf> {
     let mut found = Vec::new();
     if !workspace.starts_with(home) || workspace == home {
         return found;
@@ -563,7 +586,7 @@ fn other_projects(workspace: &Path, home: &Path, notes: &mut Vec<String>) -> Vec
 /// Unix sockets under the home: every bound one the kernel lists in /proc/net/unix (any depth),
 /// plus a shallow breadth-first scan for socket files whose listener lives in another network
 /// namespace (connect() on a path crosses namespaces).
-fn home_sockets(home: &Path, skip: &[PathBuf], notes: &mut Vec<String>) -> Vec<PathBuf> {
+pub(crate) fn home_sockets(home: &Path, skip: &[PathBuf], notes: &mut Vec<String>) -> Vec<PathBuf> {
     let mut found: BTreeSet<PathBuf> = fs::read_to_string("/proc/net/unix")
         .unwrap_or_default()
         .lines()
@@ -606,7 +629,7 @@ fn home_sockets(home: &Path, skip: &[PathBuf], notes: &mut Vec<String>) -> Vec<P
 }
 
 /// Every persistence path of the workspace and its nested repositories, existing or not.
-fn protected_paths(
+pub(crate) fn protected_paths(
     profile: &Profile,
     workspace: &Path,
     home: &Path,

@@ -22,6 +22,7 @@ pub struct AssuranceReport {
     pub stepproof_version: &'static str,
     pub profile: String,
     pub policy_hash: String,
+    pub isolation: crate::sandbox::plan::Isolation,
     pub namespaces: Vec<&'static str>,
     pub identity: Identity,
     pub network: crate::profile::NetworkMode,
@@ -40,7 +41,11 @@ impl AssuranceReport {
         seccomp: Option<SeccompReport>,
         command: Option<CommandEnforcement>,
     ) -> AssuranceReport {
-        let mut dropped = Vec::new();
+        let mut dropped: Vec<String> = plan
+            .losses
+            .iter()
+            .map(|l| format!("isolation: {l}"))
+            .collect();
         if let Some(c) = &command {
             dropped.extend(c.landlock.dropped.iter().map(|d| format!("landlock: {d}")));
         }
@@ -48,6 +53,7 @@ impl AssuranceReport {
             stepproof_version: env!("CARGO_PKG_VERSION"),
             profile: plan.profile.clone(),
             policy_hash: plan.policy_hash.clone(),
+            isolation: plan.isolation,
             namespaces: crate::cli::namespaces(plan),
             identity: plan.identity.clone(),
             network: plan.network,

@@ -6,7 +6,9 @@ use crate::profile::NetworkMode;
 use crate::sandbox::init::{InitArgs, run_init};
 use crate::sandbox::mounts::IdmappedTrees;
 use crate::sandbox::namespaces::{self, USERNS_HINT};
-use crate::sandbox::plan::{Access, IdentityMode, MountOp, ROOT_MODE_OUTSIDE_ID, SandboxPlan};
+use crate::sandbox::plan::{
+    Access, IdentityMode, Isolation, MountOp, ROOT_MODE_OUTSIDE_ID, SandboxPlan,
+};
 use crate::sandbox::report::{AssuranceReport, CommandEnforcement};
 use crate::sandbox::seccomp;
 use crate::sandbox::sys::{self, CloneResult, MountFlags};
@@ -240,12 +242,14 @@ fn launch(
         (None, None)
     };
 
-    let (proxy_channel_ours, proxy_channel_theirs) = if plan.network == NetworkMode::Allowlist {
-        let (ours, theirs) = fdpass::channel().map_err(os("creating the proxy channel"))?;
-        (Some(ours), Some(theirs))
-    } else {
-        (None, None)
-    };
+    let namespaces = plan.isolation == Isolation::Namespaces;
+    let (proxy_channel_ours, proxy_channel_theirs) =
+        if namespaces && plan.network == NetworkMode::Allowlist {
+            let (ours, theirs) = fdpass::channel().map_err(os("creating the proxy channel"))?;
+            (Some(ours), Some(theirs))
+        } else {
+            (None, None)
+        };
     // The gateway's upstream and credential are resolved now: a missing key stops the launch.
     let gateway_config = match &plan.gateway {
         Some(config) => {
@@ -265,11 +269,26 @@ fn launch(
     } else {
         (None, None)
     };
-    let allow = plan.allow.compile().map_err(|e| LaunchError::Os {
+    let mut allow = Some(plan.allow.compile().map_err(|e| LaunchError::Os {
         step: "compiling the network allow-list".into(),
         source: io::Error::other(e.to_string()),
         hint: "",
-    })?;
+    })?);
+    // Without a network namespace the proxy listens on the host's loopback, bound before the
+    // command exists; Landlock lets the command connect to that port only.
+    let host_proxy_listener = if !namespaces && plan.network == NetworkMode::Allowlist {
+        Some(
+            std::net::TcpListener::bind(("127.0.0.1", plan.proxy_port)).map_err(|source| {
+                LaunchError::Os {
+                    step: format!("listening for the proxy on 127.0.0.1:{}", plan.proxy_port),
+                    source,
+                    hint: " (another program uses that port: set network.proxy_port)",
+                }
+            })?,
+        )
+    } else {
+        None
+    };
 
     let signals = handled_signals();
     signals.thread_block().map_err(nix_os("blocking signals"))?;
@@ -282,12 +301,16 @@ fn launch(
     let (lifeline_read, lifeline_write) = pipe()?;
     let (seccomp_read, seccomp_write) = pipe()?;
 
-    let flags = libc::CLONE_NEWUSER
-        | libc::CLONE_NEWNS
-        | libc::CLONE_NEWPID
-        | libc::CLONE_NEWIPC
-        | libc::CLONE_NEWUTS
-        | libc::CLONE_NEWCGROUP;
+    let flags = if !namespaces {
+        0
+    } else {
+        libc::CLONE_NEWUSER
+            | libc::CLONE_NEWNS
+            | libc::CLONE_NEWPID
+            | libc::CLONE_NEWIPC
+            | libc::CLONE_NEWUTS
+            | libc::CLONE_NEWCGROUP
+    };
     // The network namespace, the costliest to create, is made by the init itself (it has the
     // capabilities in its new user namespace at once), so that its cost overlaps with the
     // supervisor's own work below.
@@ -337,7 +360,7 @@ fn launch(
     ));
 
     tracing::debug!("sandbox cloned");
-    if let Err(e) = namespaces::write_id_maps(child.as_raw(), &plan.identity) {
+    if namespaces && let Err(e) = namespaces::write_id_maps(child.as_raw(), &plan.identity) {
         drop(go_write);
         let _ = kill(child, Signal::SIGKILL);
         let _ = waitpid(child, None);
@@ -363,10 +386,17 @@ fn launch(
     let proxy = match &proxy_channel_ours {
         Some(channel) => fdpass::receive_fd(channel)
             .map_err(os("receiving the proxy's socket"))?
-            .map(|fd| start_proxy(std::net::TcpListener::from(fd), allow, audit)),
+            .zip(allow.take())
+            .map(|(fd, allow)| start_proxy(std::net::TcpListener::from(fd), allow, audit)),
         None => None,
     };
     drop(proxy_channel_ours);
+    let proxy = match (proxy, host_proxy_listener) {
+        (None, Some(listener)) => allow
+            .take()
+            .map(|allow| start_proxy(listener, allow, audit)),
+        (proxy, _) => proxy,
+    };
     let gateway = match (&gateway_channel_ours, gateway_config) {
         (Some(channel), Some((upstream, credential))) => fdpass::receive_fd(channel)
             .map_err(os("receiving the gateway's socket"))?

@@ -1,0 +1,125 @@
+//! The Landlock + seccomp-only mode, for real: inside a child user namespace whose
+//! `user.max_user_namespaces` is 0 (what a container that refuses user namespaces looks like),
+//! as the unprivileged test user. No mount hides anything here, so a hidden secret giving
+//! EACCES is Landlock's doing.
+
+mod support;
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::process::{Command, Output, Stdio};
+use support::*;
+
+const NO_USERNS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/no-userns.py");
+
+fn run_without_userns(w: &World, profile: &str, args: &[&str]) -> Output {
+    let mut extra = vec!["--profile", profile];
+    let report = w.base.join("report.json");
+    let report_s = report.to_str().unwrap().to_string();
+    extra.extend(["--report", &report_s]);
+    Command::new("python3")
+        .arg(NO_USERNS)
+        .arg(run_binary_for_user())
+        .args(&extra)
+        .arg("--")
+        .args(args)
+        .current_dir(&w.workspace)
+        .env_clear()
+        .env("HOME", &w.home)
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("NO_USERNS_UID", w.owner.0.to_string())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn write_profile(w: &World, name: &str, text: &str) -> String {
+    let path = w.base.join(name);
+    fs::write(&path, text).unwrap();
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
+    path.display().to_string()
+}
+
+fn world() -> Option<World> {
+    let w = World::new(Who::User)?;
+    // The report is written by the test user.
+    fs::set_permissions(&w.base, fs::Permissions::from_mode(0o777)).unwrap();
+    Some(w)
+}
+
+#[test]
+fn landlock_alone_hides_secrets_and_reports_what_is_lost() {
+    let Some(w) = world() else { return };
+    let profile = write_profile(
+        &w,
+        "degraded.toml",
+        "extends = \"default\"\n[degraded]\nallow = true\n[network]\nmode = \"none\"\n",
+    );
+    let h = |p: &str| w.home.join(p).display().to_string();
+    let code = format!(
+        "import os, errno\ndef t(n, f):\n    try:\n        r = f(); print(n, 'OK', repr(r))\n    except OSError as e:\n        print(n, 'ERR', errno.errorcode[e.errno])\nt('ssh', lambda: open({:?}).read())\nt('aws', lambda: open({:?}).read())\nt('other', lambda: open({:?}).read())\nt('rc', lambda: open({:?}).read())\nt('home_write', lambda: open({:?}, 'w'))\nt('ws_write', lambda: open('made', 'w').write('x'))\nt('link', lambda: open('innocent-link').read())\nimport socket\nt('tcp', lambda: socket.create_connection(('127.0.0.1', 9), timeout=2))\n",
+        h(".ssh/id_rsa"),
+        h(".aws/credentials"),
+        h("src/other-project/notes.txt"),
+        h(".bashrc"),
+        h("planted"),
+    );
+    let out = run_without_userns(&w, &profile, &["/usr/bin/python3", "-c", &code]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", describe(&out));
+    let probes = Probes(text.into_owned());
+    for name in ["ssh", "aws", "other", "home_write", "link", "tcp"] {
+        probes.expect_err(name, "EACCES");
+    }
+    assert_eq!(probes.expect_ok("rc"), "OK '# home rc\\n'");
+    probes.expect_ok("ws_write");
+    assert!(!probes.0.contains(SECRET));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("Landlock + seccomp only") && stderr.contains("lost: no mount namespace"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("persistence paths inside the workspace cannot be made read-only"),
+        "{stderr}"
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(w.base.join("report.json")).unwrap()).unwrap();
+    assert_eq!(report["isolation"], "landlock-seccomp-only", "{report}");
+    assert!(
+        report["dropped"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|d| d.as_str().unwrap().contains("no pid namespace")),
+        "{report}"
+    );
+    assert_eq!(report["command"]["landlock"]["enforced"], true, "{report}");
+}
+
+#[test]
+fn without_the_profile_allowing_it_nothing_runs() {
+    let Some(w) = world() else { return };
+    let profile = write_profile(&w, "plain.toml", "extends = \"default\"\n");
+    let out = run_without_userns(&w, &profile, &["/bin/sh", "-c", "touch ran"]);
+    assert_eq!(out.status.code(), Some(125), "{}", describe(&out));
+    assert!(!w.workspace.join("ran").exists());
+}
+
+#[test]
+fn a_hooked_profile_is_refused_unless_it_accepts_a_removable_hook() {
+    let Some(w) = world() else { return };
+    let profile = write_profile(
+        &w,
+        "hooked.toml",
+        "extends = \"default\"\n[degraded]\nallow = true\n[hook]\n",
+    );
+    let out = run_without_userns(&w, &profile, &["/bin/sh", "-c", "touch ran"]);
+    assert_eq!(out.status.code(), Some(125), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("accept_removable_hook"),
+        "{}",
+        describe(&out)
+    );
+    assert!(!w.workspace.join("ran").exists());
+}
