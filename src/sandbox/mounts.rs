@@ -259,6 +259,33 @@ fn apply(op: &MountOp, index: usize, idmapped: &mut IdmappedTrees) -> Result<(),
             bind(&target, &target, "re-binding")?;
             restrict(&target, true, true)
         }
+        MountOp::Overlay { src, dst, files } => {
+            let layer = PathBuf::from(format!("/overlay-{index}"));
+            for (rel, contents) in files {
+                let path = layer.join(rel);
+                if let Some(parent) = path.parent() {
+                    fs::create_dir_all(parent).map_err(err("creating", parent))?;
+                }
+                fs::write(&path, contents).map_err(err("writing", &path))?;
+                fs::set_permissions(&path, fs::Permissions::from_mode(0o644))
+                    .map_err(err("chmod", &path))?;
+            }
+            let target = inside(dst);
+            ensure_mount_point(&target, true)?;
+            // Two lower layers and no upper one: read-only by construction.
+            let options = format!("lowerdir={}:{}", layer.display(), outside(src).display());
+            mount(
+                Some("overlay"),
+                &target,
+                Some("overlay"),
+                MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+                Some(options.as_str()),
+            )
+            .map_err(nix_err(
+                format!("mounting an overlay ({options}) at"),
+                &target,
+            ))
+        }
         MountOp::File { dst, contents } => {
             let staged = PathBuf::from(format!("/generated-{index}"));
             fs::write(&staged, contents).map_err(err("writing", &staged))?;

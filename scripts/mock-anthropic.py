@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""A mock of Anthropic's Messages API for StepProof's end-to-end tests (loopback only).
+
+It serves scripted assistant turns over the streaming `POST /v1/messages` endpoint (server-sent
+events, as Claude Code 2.1.328 uses it), picking the next turn by the number of assistant
+messages already in the request, and appends every request it receives to a JSON Lines file so
+tests can assert what the model saw (e.g. the tool_result that carried StepProof's denial).
+
+    mock-anthropic.py --script turns.json --record requests.jsonl [--host 127.0.0.2] [--port 0]
+
+Prints `listening on HOST:PORT` once ready. `turns.json` is a list; each turn is
+  {"text": "…"}                                   a final answer (stop_reason end_turn), or
+  {"tool": "Bash", "input": {"command": "…"}}     a tool call (stop_reason tool_use),
+  {"tools": [{"tool": …, "input": …}, …]}         several tool calls in one turn.
+Past the end of the script it answers "done".
+"""
+import argparse
+import json
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+LOCK = threading.Lock()
+
+
+def sse(event, data):
+    return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+def turn_events(turn, model, index):
+    msg_id = f"msg_mock_{index}"
+    yield sse("message_start", {"type": "message_start", "message": {
+        "id": msg_id, "type": "message", "role": "assistant", "model": model, "content": [],
+        "stop_reason": None, "stop_sequence": None,
+        "usage": {"input_tokens": 10, "output_tokens": 1}}})
+    blocks = []
+    if "text" in turn:
+        blocks.append(("text", turn["text"]))
+    for call in turn.get("tools", []) + ([turn] if "tool" in turn else []):
+        blocks.append(("tool", call))
+    for i, (kind, value) in enumerate(blocks):
+        if kind == "text":
+            yield sse("content_block_start", {"type": "content_block_start", "index": i,
+                                              "content_block": {"type": "text", "text": ""}})
+            yield sse("content_block_delta", {"type": "content_block_delta", "index": i,
+                                              "delta": {"type": "text_delta", "text": value}})
+        else:
+            tool_id = f"toolu_mock_{index}_{i}"
+            yield sse("content_block_start", {"type": "content_block_start", "index": i,
+                                              "content_block": {"type": "tool_use", "id": tool_id,
+                                                                "name": value["tool"], "input": {}}})
+            yield sse("content_block_delta", {"type": "content_block_delta", "index": i,
+                                              "delta": {"type": "input_json_delta",
+                                                        "partial_json": json.dumps(value.get("input", {}))}})
+        yield sse("content_block_stop", {"type": "content_block_stop", "index": i})
+    stop = "tool_use" if any(k == "tool" for k, _ in blocks) else "end_turn"
+    yield sse("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
+                                "usage": {"output_tokens": 5}})
+    yield sse("message_stop", {"type": "message_stop"})
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def reply_json(self, code, obj):
+        body = json.dumps(obj).encode()
+        self.send_response(code)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_HEAD(self):
+        self.send_response(200)
+        self.send_header("content-length", "0")
+        self.end_headers()
+
+    def do_GET(self):
+        self.record(None)
+        self.reply_json(200, {})
+
+    def record(self, body):
+        entry = {"method": self.command, "path": self.path,
+                 "headers": {k.lower(): v for k, v in self.headers.items()}, "body": body}
+        with LOCK, open(self.server.record_path, "a") as f:
+            f.write(json.dumps(entry) + "\n")
+
+    def do_POST(self):
+        length = int(self.headers.get("content-length", "0"))
+        raw = self.rfile.read(length) if length else b""
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError:
+            body = {"unparsed": raw.decode(errors="replace")}
+        self.record(body)
+        if not self.path.startswith("/v1/messages") or "count_tokens" in self.path:
+            self.reply_json(200, {"input_tokens": 10} if "count_tokens" in self.path else {})
+            return
+        messages = body.get("messages", [])
+        index = sum(1 for m in messages if m.get("role") == "assistant")
+        script = self.server.script
+        turn = script[index] if index < len(script) else {"text": "done"}
+        model = body.get("model", "claude-mock")
+        if not body.get("stream"):
+            content = [{"type": "text", "text": turn.get("text", "done")}]
+            self.reply_json(200, {"id": "msg_mock", "type": "message", "role": "assistant", "model": model,
+                                  "content": content, "stop_reason": "end_turn", "stop_sequence": None,
+                                  "usage": {"input_tokens": 10, "output_tokens": 5}})
+            return
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("cache-control", "no-cache")
+        self.send_header("transfer-encoding", "chunked")
+        self.end_headers()
+        for chunk in turn_events(turn, model, index):
+            self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+            self.wfile.flush()
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--script", required=True)
+    parser.add_argument("--record", required=True)
+    parser.add_argument("--host", default="127.0.0.2")
+    parser.add_argument("--port", type=int, default=0)
+    args = parser.parse_args()
+    server = ThreadingHTTPServer((args.host, args.port), Handler)
+    server.daemon_threads = True
+    with open(args.script) as f:
+        server.script = json.load(f)
+    server.record_path = args.record
+    print(f"listening on {args.host}:{server.server_address[1]}", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())
