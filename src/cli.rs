@@ -3,6 +3,7 @@
 
 use crate::profile::{NetworkMode, Profile, ProfileError};
 use crate::sandbox::plan::{HostFacts, PlanError, SandboxPlan, build_plan};
+use crate::supervisor::audit_sink::AuditSink;
 use crate::supervisor::spawn::{describe_identity, idmapped_mounts_work};
 use std::path::{Path, PathBuf};
 
@@ -86,6 +87,7 @@ pub fn gather_facts(workspace: Option<&Path>) -> Result<HostFacts, CliError> {
     let uid = nix::unistd::getuid().as_raw();
     let gid = nix::unistd::getgid().as_raw();
     let home = caller_home(uid);
+    let home_for_facts = home.clone();
     let idmapped_mounts = uid == 0
         && idmapped_mounts_work(&workspace)
         && (!home.is_dir() || idmapped_mounts_work(&home));
@@ -104,6 +106,11 @@ pub fn gather_facts(workspace: Option<&Path>) -> Result<HostFacts, CliError> {
         idmapped_mounts,
         passwd: std::fs::read_to_string("/etc/passwd").unwrap_or_default(),
         group: std::fs::read_to_string("/etc/group").unwrap_or_default(),
+        run_dir: AuditSink::default_run_dir(&home_for_facts),
+        hook_binary: std::env::current_exe()
+            .ok()
+            .and_then(|exe| exe.parent().map(|d| d.join("stepproof-hook")))
+            .filter(|p| p.is_file()),
     })
 }
 

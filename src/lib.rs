@@ -9,6 +9,7 @@
 
 pub mod cli;
 pub mod doctor;
+pub mod hook_policy;
 pub mod probes;
 pub mod profile;
 pub mod sandbox;

@@ -185,6 +185,7 @@ pub fn build_degraded_plan(profile: &Profile, facts: &HostFacts) -> Result<Sandb
         workspace.clone()
     };
     Ok(SandboxPlan {
+        agent: None,
         isolation: Isolation::LandlockSeccompOnly,
         losses,
         scratch_dir: Some(scratch),

@@ -42,6 +42,8 @@ pub struct InitArgs<'a> {
     /// The credential gateway: where to send the unix socket made on the sandbox's /run.
     pub gateway_channel: Option<OwnedFd>,
     pub idmapped: IdmappedTrees,
+    /// Descriptors of host paths the plan binds (`FromSupervisor`), in order.
+    pub handed: crate::sandbox::mounts::SupervisorPaths,
     /// The supervisor sends the compiled seccomp filters here (encoded) while the init builds
     /// the view; installed last before execve.
     pub seccomp: OwnedFd,
@@ -114,7 +116,7 @@ pub fn run_init(args: InitArgs<'_>) -> i32 {
         return 125;
     }
     tracing::debug!("init: maps written");
-    if let Err(e) = enter_sandbox(args.plan, args.idmapped) {
+    if let Err(e) = enter_sandbox(args.plan, args.idmapped, args.handed) {
         report(
             &mut status,
             &InitEvent::SetupFailed {
@@ -221,7 +223,11 @@ pub fn run_init(args: InitArgs<'_>) -> i32 {
 
 /// The one ordered set-up list of the sandbox itself (the supervisor has already cloned us into
 /// new user, mount, pid, ipc, uts (and net) namespaces and written our id maps).
-fn enter_sandbox(plan: &SandboxPlan, idmapped: IdmappedTrees) -> Result<(), SetupError> {
+fn enter_sandbox(
+    plan: &SandboxPlan,
+    idmapped: IdmappedTrees,
+    handed: crate::sandbox::mounts::SupervisorPaths,
+) -> Result<(), SetupError> {
     if plan.isolation == Isolation::LandlockSeccompOnly {
         return enter_degraded_sandbox(plan);
     }
@@ -232,7 +238,7 @@ fn enter_sandbox(plan: &SandboxPlan, idmapped: IdmappedTrees) -> Result<(), Setu
     // namespace survive the change (uid 0 is not mapped here, so no "root → non-root" clearing).
     become_sandbox_user(plan)?;
     // The file system view, ending with pivot_root and the old root detached.
-    mounts::build_view(plan, idmapped)?;
+    mounts::build_view(plan, idmapped, handed)?;
     // Emptying the bounding set needs CAP_SETPCAP, which the next step gives up.
     caps::drop_bounding_set()?;
     caps::clear_all_sets()?;

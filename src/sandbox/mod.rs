@@ -1,6 +1,7 @@
 //! The sandbox: the plan as data and the code that applies it inside the new namespaces —
 //! mounts, identity, Landlock, seccomp, limits.
 
+pub mod agent;
 pub mod caps;
 pub mod degraded;
 pub mod env;

@@ -46,9 +46,17 @@ const HIDDEN_FILE: &str = "/hidden-file";
 /// `IdmappedBind` ops.
 pub type IdmappedTrees = VecDeque<OwnedFd>;
 
+/// Detached trees the supervisor cloned for the plan's `FromSupervisor` ops when invoked as root,
+/// in order (empty for a normal caller, whose own paths the init can bind directly).
+pub type SupervisorPaths = VecDeque<OwnedFd>;
+
 /// Builds the whole view and pivots into it. Runs in the sandbox init, with capabilities in the
 /// new user namespace, before anything of the command's runs.
-pub fn build_view(plan: &SandboxPlan, mut idmapped: IdmappedTrees) -> Result<(), MountError> {
+pub fn build_view(
+    plan: &SandboxPlan,
+    mut idmapped: IdmappedTrees,
+    mut handed: SupervisorPaths,
+) -> Result<(), MountError> {
     // No mount or unmount here may propagate back to the host.
     mount(
         None::<&str>,
@@ -75,7 +83,7 @@ pub fn build_view(plan: &SandboxPlan, mut idmapped: IdmappedTrees) -> Result<(),
         .map_err(err("chmod", Path::new(HIDDEN_FILE)))?;
 
     for (index, op) in plan.mounts.iter().enumerate() {
-        apply(op, index, &mut idmapped)?;
+        apply(op, index, &mut idmapped, &mut handed)?;
     }
 
     // The old root is no longer needed: detach it so nothing inside can reach the host tree.
@@ -169,7 +177,12 @@ fn tmpfs(target: &Path, options: &str, flags: MsFlags) -> Result<(), MountError>
     .map_err(nix_err("mounting tmpfs at", target))
 }
 
-fn apply(op: &MountOp, index: usize, idmapped: &mut IdmappedTrees) -> Result<(), MountError> {
+fn apply(
+    op: &MountOp,
+    index: usize,
+    idmapped: &mut IdmappedTrees,
+    handed: &mut SupervisorPaths,
+) -> Result<(), MountError> {
     tracing::debug!(%op, "mount");
     match op {
         MountOp::Bind { src, dst, access } => {
@@ -286,6 +299,25 @@ fn apply(op: &MountOp, index: usize, idmapped: &mut IdmappedTrees) -> Result<(),
                 &target,
             ))
         }
+        MountOp::FromSupervisor { src, dst, access } => {
+            let target = inside(dst);
+            match handed.pop_front() {
+                // Invoked as root: a detached copy the supervisor cloned (the init, already the
+                // sandbox user, cannot pass root's private directories to reach the path).
+                Some(tree) => {
+                    let is_dir = nix::sys::stat::fstat(&tree)
+                        .map(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR)
+                        .unwrap_or(false);
+                    ensure_mount_point(&target, is_dir)?;
+                    sys::move_mount_to(&tree, &target)
+                        .map_err(err(format!("attaching {} at", src.display()), &target))?;
+                }
+                // Invoked by a user: the path is the caller's own.
+                None => bind(&outside(src), &target, "binding")?,
+            }
+            restrict(&target, *access == Access::ReadOnly, true)
+        }
+        MountOp::SealReadOnly { dst } => restrict(&inside(dst), true, true),
         MountOp::File { dst, contents } => {
             let staged = PathBuf::from(format!("/generated-{index}"));
             fs::write(&staged, contents).map_err(err("writing", &staged))?;

@@ -37,13 +37,21 @@ struct Envelope<'a, T: Serialize> {
 impl AuditSink {
     /// `~/.local/state/stepproof/runs/<unix-seconds>-<pid>/audit.jsonl`.
     pub fn default_path(home: &Path) -> PathBuf {
-        let secs = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
+        Self::default_run_dir(home).join("audit.jsonl")
+    }
+
+    /// `~/.local/state/stepproof/runs/<unix-seconds>-<pid>`: the run's own directory (hidden
+    /// from the sandbox with the rest of `~/.local/state/stepproof`). Stable within a process.
+    pub fn default_run_dir(home: &Path) -> PathBuf {
+        static STARTED: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+        let secs = *STARTED.get_or_init(|| {
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0)
+        });
         home.join(".local/state/stepproof/runs")
             .join(format!("{secs}-{}", std::process::id()))
-            .join("audit.jsonl")
     }
 
     pub fn open(path: &Path) -> Result<AuditSink, AuditSinkError> {

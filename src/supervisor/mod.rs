@@ -1,9 +1,11 @@
 //! The supervisor: everything that stays outside the sandbox — the launch, the terminal relay,
 //! signals and job control, the exit code, the network proxy and the credential gateway.
 
+pub mod agent_state;
 pub mod audit_sink;
 pub mod fdpass;
 pub mod gateway;
+pub mod hook_receiver;
 pub mod proxy;
 pub mod pty;
 pub mod spawn;

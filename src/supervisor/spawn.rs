@@ -15,7 +15,7 @@ use crate::sandbox::sys::{self, CloneResult, MountFlags};
 use crate::supervisor::audit_sink::AuditSink;
 use crate::supervisor::pty::{RawTerminal, TerminalRequest, copy_window_size, receive_terminal};
 use crate::supervisor::status::{InitEvent, Outcome};
-use crate::supervisor::{fdpass, gateway, proxy};
+use crate::supervisor::{agent_state, fdpass, gateway, hook_receiver, proxy};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{Signal, kill};
 use nix::sys::signalfd::{SfdFlags, SigSet, SignalFd};
@@ -220,6 +220,22 @@ fn launch(
         .collect::<Result<Vec<_>, _>>()
         .map_err(|_| LaunchError::NulInArgument)?;
     let idmapped = prepare_idmapped_trees(plan)?;
+    // The agent's state and the hook's socket exist before the descriptors are opened.
+    let hook_listener = match &plan.agent {
+        Some(state) => Some(
+            agent_state::prepare(plan, state).map_err(|e| LaunchError::Os {
+                step: "preparing the agent's state".into(),
+                source: io::Error::other(e.to_string()),
+                hint: "",
+            })?,
+        ),
+        None => None,
+    };
+    let handed = agent_state::open_handed_paths(plan).map_err(|e| LaunchError::Os {
+        step: "opening what the sandbox binds from the host".into(),
+        source: io::Error::other(e.to_string()),
+        hint: "",
+    })?;
     tracing::debug!("idmapped trees ready");
 
     let stdin = io::stdin();
@@ -341,6 +357,7 @@ fn launch(
                 proxy_channel: proxy_channel_theirs,
                 gateway_channel: gateway_channel_theirs,
                 idmapped,
+                handed,
                 seccomp: seccomp_read,
                 signals,
             });
@@ -357,7 +374,9 @@ fn launch(
         proxy_channel_theirs,
         gateway_channel_theirs,
         idmapped,
+        handed,
     ));
+    let receiver = hook_listener.map(|l| hook_receiver::serve(l, audit.map(|a| a.clone_handle())));
 
     tracing::debug!("sandbox cloned");
     if namespaces && let Err(e) = namespaces::write_id_maps(child.as_raw(), &plan.identity) {
@@ -446,6 +465,21 @@ fn launch(
     if let Some((handle, drain)) = gateway {
         handle.shutdown();
         let _ = drain.join();
+    }
+    if let Some(receiver) = receiver {
+        receiver.shutdown();
+    }
+    if let Some(state) = &plan.agent
+        && let Some(note) = agent_state::carry_back(state)
+    {
+        tracing::info!("{note}");
+        if let Some(audit) = audit {
+            audit.record(
+                "supervisor",
+                "credentials",
+                &serde_json::json!({ "note": note }),
+            );
+        }
     }
     let report = AssuranceReport::new(plan, seccomp_report, outcome.1);
     Ok(RunResult {

@@ -1,0 +1,166 @@
+//! The agent's state, on the supervisor's side: before the run, a fresh config directory seeded
+//! from a supervisor-owned copy of the user's login (onboarding done, workspace trusted — without
+//! trust no hook runs in interactive mode), the hook's socket, and the descriptors of everything
+//! bound from the host; after the run, only a refreshed credentials file is carried back.
+
+use crate::sandbox::agent::AgentState;
+use crate::sandbox::mounts::SupervisorPaths;
+use crate::sandbox::plan::{MountOp, SandboxPlan};
+use std::fs::{self, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::net::UnixListener;
+use std::path::Path;
+
+const CREDENTIALS: &str = ".credentials.json";
+
+#[derive(Debug, thiserror::Error)]
+#[error("{step} {path}: {source}")]
+pub struct AgentStateError {
+    pub step: &'static str,
+    pub path: std::path::PathBuf,
+    pub source: io::Error,
+}
+
+fn fail(step: &'static str, path: &Path) -> impl FnOnce(io::Error) -> AgentStateError {
+    let path = path.to_path_buf();
+    move |source| AgentStateError { step, path, source }
+}
+
+/// Keys of the user's `~/.claude.json` that carry the login (never settings or hooks).
+const LOGIN_KEYS: &[&str] = &["oauthAccount", "userID"];
+
+/// Creates the run directory, the seeded config directory and the hook socket. Returns the
+/// socket's listener (served by the supervisor).
+pub fn prepare(plan: &SandboxPlan, state: &AgentState) -> Result<UnixListener, AgentStateError> {
+    let (uid, gid) = (plan.identity.outside_uid, plan.identity.outside_gid);
+    for dir in [&state.run_dir, &state.config_dir] {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(fail("creating", dir))?;
+    }
+    // The agent's key, as Claude Code will see it: approved, so it never asks.
+    let key = plan
+        .env
+        .iter()
+        .find(|(n, _)| n == "ANTHROPIC_API_KEY")
+        .map(|(_, v)| v.clone());
+    let mut seed = serde_json::json!({
+        "hasCompletedOnboarding": true,
+        "bypassPermissionsModeAccepted": true,
+        "projects": {
+            state.workspace.display().to_string(): {
+                "hasTrustDialogAccepted": true,
+                "hasCompletedProjectOnboarding": true,
+            }
+        },
+    });
+    if let Some(key) = key {
+        let tail: String = key
+            .chars()
+            .rev()
+            .take(20)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        seed["customApiKeyResponses"] = serde_json::json!({ "approved": [tail], "rejected": [] });
+    }
+    if let Ok(text) = fs::read_to_string(state.home.join(".claude.json"))
+        && let Ok(user) = serde_json::from_str::<serde_json::Value>(&text)
+    {
+        for key in LOGIN_KEYS {
+            if let Some(value) = user.get(*key) {
+                seed[*key] = value.clone();
+            }
+        }
+    }
+    let seed_path = state.config_dir.join(".claude.json");
+    write_private(
+        &seed_path,
+        serde_json::to_string_pretty(&seed)
+            .expect("JSON")
+            .as_bytes(),
+    )?;
+    let credentials = state.home.join(".claude").join(CREDENTIALS);
+    if let Ok(bytes) = fs::read(&credentials) {
+        write_private(&state.config_dir.join(CREDENTIALS), &bytes)?;
+    }
+    chown_tree(&state.config_dir, uid, gid)?;
+
+    let _ = fs::remove_file(&state.hook_socket);
+    let listener = UnixListener::bind(&state.hook_socket)
+        .map_err(fail("binding the hook socket", &state.hook_socket))?;
+    fs::set_permissions(&state.hook_socket, fs::Permissions::from_mode(0o600))
+        .map_err(fail("chmod", &state.hook_socket))?;
+    std::os::unix::fs::lchown(&state.hook_socket, Some(uid), Some(gid))
+        .map_err(fail("chown", &state.hook_socket))?;
+    Ok(listener)
+}
+
+fn write_private(path: &Path, bytes: &[u8]) -> Result<(), AgentStateError> {
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(fail("writing", path))?;
+    file.write_all(bytes).map_err(fail("writing", path))
+}
+
+fn chown_tree(path: &Path, uid: u32, gid: u32) -> Result<(), AgentStateError> {
+    std::os::unix::fs::lchown(path, Some(uid), Some(gid)).map_err(fail("chown", path))?;
+    if path.is_dir() && !path.is_symlink() {
+        for entry in fs::read_dir(path).map_err(fail("listing", path))?.flatten() {
+            chown_tree(&entry.path(), uid, gid)?;
+        }
+    }
+    Ok(())
+}
+
+/// For a root invocation, detached copies (`open_tree(OPEN_TREE_CLONE)`) of what the plan's
+/// `FromSupervisor` ops bind, in order: only host root can reach and clone them. A normal
+/// caller's init binds its own paths itself, so nothing is handed over then.
+pub fn open_handed_paths(plan: &SandboxPlan) -> Result<SupervisorPaths, AgentStateError> {
+    let mut trees = SupervisorPaths::new();
+    if plan.identity.mode == crate::sandbox::plan::IdentityMode::Caller {
+        return Ok(trees);
+    }
+    for op in &plan.mounts {
+        if let MountOp::FromSupervisor { src, .. } = op {
+            trees.push_back(
+                crate::sandbox::sys::open_tree_clone(src)
+                    .map_err(fail("cloning the mount of", src))?,
+            );
+        }
+    }
+    Ok(trees)
+}
+
+/// After the run: a refreshed, valid credentials file goes back to the user's login; nothing
+/// else the agent wrote (settings, CLAUDE.md, env, apiKeyHelper) reaches the next run.
+pub fn carry_back(state: &AgentState) -> Option<String> {
+    let fresh = fs::read(state.config_dir.join(CREDENTIALS)).ok()?;
+    serde_json::from_slice::<serde_json::Value>(&fresh)
+        .ok()
+        .filter(|v| v.get("claudeAiOauth").is_some_and(|o| o.is_object()))?;
+    let target_dir = state.home.join(".claude");
+    let target = target_dir.join(CREDENTIALS);
+    if fs::read(&target).ok().as_deref() == Some(fresh.as_slice()) {
+        return None;
+    }
+    let _ = fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&target_dir);
+    let staged = target_dir.join(".credentials.json.stepproof-new");
+    write_private(&staged, &fresh).ok()?;
+    fs::rename(&staged, &target).ok()?;
+    Some(format!(
+        "refreshed credentials carried back to {}",
+        target.display()
+    ))
+}
