@@ -1,0 +1,231 @@
+//! The matchers rules compile to: wildcards over names, globs over path components and
+//! patterns over argument lists. They are plain data matched by hand-written loops, so loading
+//! a compiled policy costs a JSON parse and nothing else (no regex to build per call).
+
+use serde::{Deserialize, Serialize};
+
+/// True when `s` holds a wildcard character, i.e. needs `wildcard` rather than `==`.
+pub fn has_wildcard(s: &str) -> bool {
+    s.contains(['*', '?'])
+}
+
+/// Matches `text` against `pattern` where `*` is any run of characters (also none) and `?`
+/// exactly one. Linear-time two-pointer algorithm: no backtracking blow-up on hostile input.
+pub fn wildcard(pattern: &str, text: &str) -> bool {
+    let p: Vec<char> = pattern.chars().collect();
+    let t: Vec<char> = text.chars().collect();
+    let (mut pi, mut ti) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || (p[pi] != '*' && p[pi] == t[ti])) {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some((pi, ti));
+            pi += 1;
+        } else if let Some((sp, st)) = star {
+            pi = sp + 1;
+            ti = st + 1;
+            star = Some((sp, st + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == '*')
+}
+
+/// An absolute path glob split into components at compile time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PathGlob {
+    /// Index of the rule in `CompiledPolicy::rules`.
+    pub rule: u32,
+    /// The glob as resolved, for messages and `stepproof policy`.
+    pub glob: String,
+    /// Its components; `**` stands for any number of components.
+    pub parts: Vec<String>,
+}
+
+impl PathGlob {
+    /// Splits an absolute glob (already resolved against workspace and home).
+    pub fn new(rule: u32, glob: &str) -> Self {
+        PathGlob {
+            rule,
+            glob: glob.to_string(),
+            parts: split_path(glob).map(str::to_string).collect(),
+        }
+    }
+
+    /// Whether the absolute, normalised `path` matches.
+    pub fn matches(&self, path: &str) -> bool {
+        let components: Vec<&str> = split_path(path).collect();
+        match_components(&self.parts, &components)
+    }
+}
+
+fn split_path(path: &str) -> impl Iterator<Item = &str> {
+    path.split('/').filter(|c| !c.is_empty())
+}
+
+fn match_components(pattern: &[String], path: &[&str]) -> bool {
+    match pattern.split_first() {
+        None => path.is_empty(),
+        Some((first, rest)) if first == "**" => {
+            // Collapse runs of `**` so that hostile patterns stay polynomial.
+            let rest_start = rest.iter().take_while(|p| *p == "**").count();
+            let rest = &rest[rest_start..];
+            (0..=path.len()).any(|skip| match_components(rest, &path[skip..]))
+        }
+        Some((first, rest)) => match path.split_first() {
+            Some((component, path_rest)) => {
+                wildcard(first, component) && match_components(rest, path_rest)
+            }
+            None => false,
+        },
+    }
+}
+
+/// One word of an argument pattern.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ArgPattern {
+    /// `*` on its own: any number of arguments, also none. Serialized as JSON `null` so it
+    /// cannot be confused with a literal word.
+    Any(()),
+    /// One argument, with `*`/`?` wildcards inside.
+    Word(String),
+}
+
+/// An argument as the shell analysis saw it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Arg {
+    /// Known before the command runs.
+    Static(String),
+    /// Computed at run time (`$x`, `$(…)`, brace expansion): could be anything.
+    Dynamic,
+}
+
+/// A compiled command pattern (`git diff *`), indexed by its command name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommandPattern {
+    /// Index of the rule in `CompiledPolicy::rules`.
+    pub rule: u32,
+    /// The pattern's words after the command name.
+    pub args: Vec<ArgPattern>,
+}
+
+impl CommandPattern {
+    /// Parses the words after the name of a pattern such as `git diff *`.
+    pub fn new(rule: u32, words: &[&str]) -> Self {
+        let args = words
+            .iter()
+            .map(|w| {
+                if *w == "*" {
+                    ArgPattern::Any(())
+                } else {
+                    ArgPattern::Word((*w).to_string())
+                }
+            })
+            .collect();
+        CommandPattern { rule, args }
+    }
+
+    /// Whether the arguments match. `pessimistic` decides what a run-time argument does: for
+    /// an allow rule it matches only `*` (it might be anything), for deny and ask rules it
+    /// matches any word (it might be exactly the dangerous one).
+    pub fn matches(&self, args: &[Arg], pessimistic: bool) -> bool {
+        match_args(&self.args, args, pessimistic)
+    }
+}
+
+fn match_args(pattern: &[ArgPattern], args: &[Arg], pessimistic: bool) -> bool {
+    match pattern.split_first() {
+        None => args.is_empty(),
+        Some((ArgPattern::Any(()), rest)) => {
+            (0..=args.len()).any(|skip| match_args(rest, &args[skip..], pessimistic))
+        }
+        Some((ArgPattern::Word(word), rest)) => match args.split_first() {
+            Some((Arg::Static(arg), args_rest)) => {
+                wildcard(word, arg) && match_args(rest, args_rest, pessimistic)
+            }
+            Some((Arg::Dynamic, args_rest)) => {
+                pessimistic && match_args(rest, args_rest, pessimistic)
+            }
+            None => false,
+        },
+    }
+}
+
+/// Matches a host name against `example.com`, `*.example.com` (the domain and its
+/// subdomains) or `*` (anything).
+pub fn domain_matches(pattern: &str, host: &str) -> bool {
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    let pattern = pattern.to_ascii_lowercase();
+    if pattern == "*" {
+        return true;
+    }
+    match pattern.strip_prefix("*.") {
+        Some(domain) => host == domain || host.ends_with(&format!(".{domain}")),
+        None => host == pattern,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wildcards() {
+        assert!(wildcard("*", ""));
+        assert!(wildcard("a*c", "abbbc"));
+        assert!(wildcard("a?c", "abc"));
+        assert!(!wildcard("a?c", "ac"));
+        assert!(wildcard("*claude*", "/opt/claude-code/cli.js"));
+        assert!(!wildcard("git", "gitk"));
+        assert!(wildcard("--force*", "--force-with-lease"));
+    }
+
+    #[test]
+    fn path_globs() {
+        let g = PathGlob::new(0, "/ws/**");
+        assert!(g.matches("/ws"));
+        assert!(g.matches("/ws/a/b.rs"));
+        assert!(!g.matches("/wsx/a"));
+        let g = PathGlob::new(0, "/ws/**/.git/hooks/**");
+        assert!(g.matches("/ws/.git/hooks/pre-commit"));
+        assert!(g.matches("/ws/vendor/x/.git/hooks"));
+        assert!(!g.matches("/ws/src/hooks/a"));
+        let g = PathGlob::new(0, "/home/u/.ssh*/**");
+        assert!(g.matches("/home/u/.ssh/id_rsa"));
+    }
+
+    #[test]
+    fn argument_patterns() {
+        let p = CommandPattern::new(0, &["*", "push", "*", "--force*", "*"]);
+        let s = |v: &[&str]| {
+            v.iter()
+                .map(|a| Arg::Static(a.to_string()))
+                .collect::<Vec<_>>()
+        };
+        assert!(p.matches(&s(&["push", "--force"]), false));
+        assert!(p.matches(
+            &s(&["-C", "x", "push", "origin", "--force-with-lease"]),
+            false
+        ));
+        assert!(!p.matches(&s(&["push", "origin"]), false));
+        let mut dynamic = s(&["push", "origin"]);
+        dynamic.push(Arg::Dynamic);
+        assert!(p.matches(&dynamic, true));
+        assert!(!p.matches(&dynamic, false));
+        let exact = CommandPattern::new(0, &["status"]);
+        assert!(exact.matches(&s(&["status"]), false));
+        assert!(!exact.matches(&s(&["status", "-s"]), false));
+    }
+
+    #[test]
+    fn domains() {
+        assert!(domain_matches("*.rust-lang.org", "doc.rust-lang.org"));
+        assert!(domain_matches("*.rust-lang.org", "rust-lang.org"));
+        assert!(!domain_matches("*.rust-lang.org", "evilrust-lang.org"));
+        assert!(domain_matches("docs.rs", "DOCS.RS."));
+    }
+}
