@@ -175,6 +175,9 @@ pub fn compile(config: &HookConfig, context: &Context) -> Result<CompiledPolicy,
             agents: Vec::new(),
         },
     };
+    // Allowed command names per rule, interleaved below so that the short list in messages
+    // shows every kind of work (inspection, git, build) rather than the first rule only.
+    let mut allowed_by_rule: Vec<Vec<String>> = Vec::new();
     for rule in &config.bash {
         let Some(index) = compiler.rule("bash", &rule.id, &rule.reason, rule.decision)? else {
             continue;
@@ -205,16 +208,11 @@ pub fn compile(config: &HookConfig, context: &Context) -> Result<CompiledPolicy,
                     .or_default()
                     .push(compiled);
             }
-            if rule.decision == Decision::Allow {
-                let shown = match args.first() {
-                    Some(sub) if !sub.starts_with('-') && !pattern::has_wildcard(sub) => {
-                        format!("{name} {sub}")
-                    }
-                    _ => name.to_string(),
-                };
-                if !compiler.policy.allowed_commands.contains(&shown) {
-                    compiler.policy.allowed_commands.push(shown);
+            if rule.decision == Decision::Allow && !allowed_by_rule.iter().flatten().any(|n| n == name) {
+                if allowed_by_rule.len() <= index as usize {
+                    allowed_by_rule.resize(index as usize + 1, Vec::new());
                 }
+                allowed_by_rule[index as usize].push(name.to_string());
             }
         }
         for name in &rule.env {
@@ -222,6 +220,14 @@ pub fn compile(config: &HookConfig, context: &Context) -> Result<CompiledPolicy,
                 rule: index,
                 glob: name.clone(),
             });
+        }
+    }
+    let longest = allowed_by_rule.iter().map(Vec::len).max().unwrap_or(0);
+    for position in 0..longest {
+        for names in &allowed_by_rule {
+            if let Some(name) = names.get(position) {
+                compiler.policy.allowed_commands.push(name.clone());
+            }
         }
     }
     for rule in &config.files {
@@ -578,8 +584,8 @@ impl CompiledPolicy {
                 rule: Source::Default,
                 subject: path,
                 detail: Some(match access {
-                    Access::Read => "reading it".into(),
-                    Access::Write => "writing it".into(),
+                    Access::Read => "reading".into(),
+                    Access::Write => "writing".into(),
                 }),
             });
         }
@@ -744,7 +750,7 @@ impl CompiledPolicy {
             Source::Default => {
                 let what = finding.detail.map(|d| format!(" {d}")).unwrap_or_default();
                 let mut reason = format!(
-                    "StepProof {verb} {tool}:{subject}{what} is not covered by profile '{}' (rule {RULE_DEFAULT}).",
+                    "StepProof {verb} {tool}:{what}{subject} is not covered by profile '{}' (rule {RULE_DEFAULT}).",
                     self.profile
                 );
                 if tool == "Bash"

@@ -70,6 +70,8 @@ pub fn analyze(command: &str, home: &str) -> Vec<Effect> {
         effects: Vec::new(),
         functions: BTreeSet::new(),
         depth: 0,
+        cd: None,
+        lost: false,
     };
     walker.script(command);
     let Walker {
@@ -88,6 +90,11 @@ struct Walker<'a> {
     effects: Vec<Effect>,
     functions: BTreeSet<String>,
     depth: usize,
+    /// Where `cd` moved the shell: `Some(prefix)` for a static move (relative redirections
+    /// are resolved against it), `None` before any `cd` or after one the hook cannot follow
+    /// (then `lost` is set and relative redirections become unknown).
+    cd: Option<String>,
+    lost: bool,
 }
 
 fn parser_options() -> brush_parser::ParserOptions {
@@ -429,6 +436,18 @@ impl Walker<'_> {
     }
 
     fn file(&mut self, path: Option<String>, write: bool) {
+        // A relative path is relative to where an earlier `cd` went, not to the tool's cwd.
+        let path = match path {
+            Some(p) if !p.starts_with('/') && self.lost => {
+                self.unknown("a relative redirection after a `cd` the hook cannot follow");
+                return;
+            }
+            Some(p) if !p.starts_with('/') => match &self.cd {
+                Some(dir) => Some(format!("{dir}/{p}")),
+                None => Some(p),
+            },
+            other => other,
+        };
         match path {
             Some(p) if write => self.push(Effect::Write(p)),
             Some(p) => self.push(Effect::Read(p)),
@@ -706,6 +725,10 @@ impl Walker<'_> {
                     None => self.unknown("watch of a command computed at run time"),
                 }
             }
+            "cd" | "pushd" | "popd" => {
+                self.change_directory(&args);
+                self.exec(name, args, assigns);
+            }
             "source" | "." => {
                 self.exec(name.clone(), args.clone(), assigns);
                 self.unknown(format!("`{name}` runs a script file the hook cannot see"));
@@ -728,6 +751,24 @@ impl Walker<'_> {
                 self.unknown(format!("`{name}` runs a script this hook cannot parse"));
             }
             _ => self.exec(name, args, assigns),
+        }
+    }
+
+    fn change_directory(&mut self, args: &[Arg]) {
+        let operands: Vec<&Arg> = args
+            .iter()
+            .filter(|a| !matches!(a, Arg::Static(s) if s.starts_with('-') && s.len() > 1))
+            .collect();
+        match operands.as_slice() {
+            [Arg::Static(dir)] if dir != "-" => {
+                self.cd = Some(match &self.cd {
+                    Some(prev) if !dir.starts_with('/') => format!("{prev}/{dir}"),
+                    _ => dir.clone(),
+                });
+            }
+            // `cd` alone goes home.
+            [] => self.cd = Some(self.home.to_string()),
+            _ => self.lost = true,
         }
     }
 
@@ -1061,7 +1102,8 @@ fn has_unquoted_expansion_chars(text: &str) -> bool {
     match word::parse(text, &parser_options()) {
         Ok(pieces) => pieces.iter().any(|p| match &p.piece {
             WordPiece::Text(t) => {
-                t.contains(['*', '?', '['])
+                t.contains(['*', '?'])
+                    || t.find('[').is_some_and(|open| t[open..].contains(']'))
                     || (t.contains('{') && (t.contains(',') || t.contains("..")))
                     || t.contains(['{', '}']) && pieces.len() > 1
             }
@@ -1208,5 +1250,8 @@ mod tests {
         assert_eq!(names("a > $f"), ["?", "a"]);
         assert_eq!(names("a &> ~/log"), [">/home/u/log", "a"]);
         assert_eq!(names("if then"), ["?"]);
+        assert_eq!(names("cd /etc && a > passwd"), ["cd", ">/etc/passwd", "a"]);
+        assert_eq!(names("cd sub; a > f"), ["cd", ">sub/f", "a"]);
+        assert_eq!(names("cd $d; a > f"), ["cd", "?", "a"]);
     }
 }
