@@ -208,7 +208,9 @@ pub fn compile(config: &HookConfig, context: &Context) -> Result<CompiledPolicy,
                     .or_default()
                     .push(compiled);
             }
-            if rule.decision == Decision::Allow && !allowed_by_rule.iter().flatten().any(|n| n == name) {
+            if rule.decision == Decision::Allow
+                && !allowed_by_rule.iter().flatten().any(|n| n == name)
+            {
                 if allowed_by_rule.len() <= index as usize {
                     allowed_by_rule.resize(index as usize + 1, Vec::new());
                 }
@@ -443,7 +445,11 @@ struct Judgement {
 impl Judgement {
     fn add(&mut self, finding: Finding) {
         match &self.worst {
-            Some(w) if w.decision >= finding.decision => {}
+            // A line that only assigns says the least about the call: any other finding of
+            // the same weight names it better.
+            Some(w)
+                if w.decision > finding.decision
+                    || (w.decision == finding.decision && w.rule != Source::NothingRuns) => {}
             _ => self.worst = Some(finding),
         }
     }

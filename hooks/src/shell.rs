@@ -72,6 +72,7 @@ pub fn analyze(command: &str, home: &str) -> Vec<Effect> {
         depth: 0,
         cd: None,
         lost: false,
+        simple_start: 0,
     };
     walker.script(command);
     let Walker {
@@ -95,6 +96,8 @@ struct Walker<'a> {
     /// (then `lost` is set and relative redirections become unknown).
     cd: Option<String>,
     lost: bool,
+    /// Index of the first effect of the simple command being walked.
+    simple_start: usize,
 }
 
 fn parser_options() -> brush_parser::ParserOptions {
@@ -162,12 +165,12 @@ impl Walker<'_> {
         match command {
             ast::Command::Simple(simple) => self.simple(simple, stdin),
             ast::Command::Compound(compound, redirects) => {
+                self.compound(compound);
                 if let Some(redirects) = redirects {
                     for r in &redirects.0 {
                         self.redirect(r);
                     }
                 }
-                self.compound(compound);
             }
             ast::Command::Function(def) => {
                 match self.static_word(&def.fname.value) {
@@ -269,6 +272,14 @@ impl Walker<'_> {
     }
 
     fn simple(&mut self, simple: &ast::SimpleCommand, stdin: Stdin) {
+        // The command's own effects are moved before those of its words and redirections, so
+        // that a message names `git commit` rather than the `cat` inside its `$(…)`.
+        let saved = std::mem::replace(&mut self.simple_start, self.effects.len());
+        self.simple_unordered(simple, stdin);
+        self.simple_start = saved;
+    }
+
+    fn simple_unordered(&mut self, simple: &ast::SimpleCommand, stdin: Stdin) {
         let mut stdin = stdin;
         let mut assigns = Vec::new();
         let mut words: Vec<Arg> = Vec::new();
@@ -319,6 +330,7 @@ impl Walker<'_> {
         {
             name = Some(self.command_name(&w.value));
         }
+        let words_end = self.effects.len();
         match name {
             None => {
                 // Only assignments and redirections: nothing runs, but an assignment can
@@ -333,6 +345,9 @@ impl Walker<'_> {
             }
             Some(None) => self.unknown("the command name is computed at run time"),
             Some(Some(name)) => self.invocation(name, words, assigns, stdin),
+        }
+        if let Some(own) = self.effects.get_mut(self.simple_start..) {
+            own.rotate_left(words_end - self.simple_start);
         }
     }
 
@@ -698,14 +713,14 @@ impl Walker<'_> {
             }
             "find" => self.unwrap_find(name, args, assigns),
             "eval" => {
-                self.exec(name.clone(), args.clone(), assigns);
+                self.assigns_only(assigns);
                 match statics().into_iter().collect::<Option<Vec<_>>>() {
                     Some(parts) => self.script(&parts.join(" ")),
                     None => self.unknown("eval of text computed at run time"),
                 }
             }
             "trap" => {
-                self.exec(name.clone(), args.clone(), assigns);
+                self.assigns_only(assigns);
                 let rest = skip_options(&args, &[]);
                 match args.get(rest) {
                     Some(Arg::Static(action)) if args.len() > rest + 1 => self.script(action),
@@ -730,7 +745,7 @@ impl Walker<'_> {
                 self.exec(name, args, assigns);
             }
             "source" | "." => {
-                self.exec(name.clone(), args.clone(), assigns);
+                self.assigns_only(assigns);
                 self.unknown(format!("`{name}` runs a script file the hook cannot see"));
             }
             "export" | "declare" | "typeset" | "local" | "readonly" => {
@@ -769,6 +784,14 @@ impl Walker<'_> {
             // `cd` alone goes home.
             [] => self.cd = Some(self.home.to_string()),
             _ => self.lost = true,
+        }
+    }
+
+    /// Keeps the environment assignments of a command that is otherwise transparent, so
+    /// that `CLAUDE_CODE_SIMPLE=1 eval …` is still seen.
+    fn assigns_only(&mut self, assigns: Vec<String>) {
+        if !assigns.is_empty() {
+            self.exec(String::new(), Vec::new(), assigns);
         }
     }
 
@@ -916,6 +939,8 @@ impl Walker<'_> {
 
     fn unwrap_find(&mut self, name: String, args: Vec<Arg>, assigns: Vec<String>) {
         let mut own = Vec::new();
+        let mut nested = Vec::new();
+        let mut writes = Vec::new();
         let mut i = 0;
         while i < args.len() {
             match &args[i] {
@@ -935,7 +960,7 @@ impl Walker<'_> {
                             other => other.clone(),
                         })
                         .collect();
-                    self.dispatch_args(sub, Vec::new(), Stdin::Inherited);
+                    nested.push(sub);
                     i = end + 1;
                 }
                 Arg::Static(s)
@@ -946,7 +971,7 @@ impl Walker<'_> {
                         Some(Arg::Static(p)) => Some(p.clone()),
                         _ => None,
                     };
-                    self.file(target, true);
+                    writes.push(target);
                     i += 2;
                 }
                 other => {
@@ -955,7 +980,14 @@ impl Walker<'_> {
                 }
             }
         }
+        // find itself first, so that a message names it rather than what it runs.
         self.exec(name, own, assigns);
+        for sub in nested {
+            self.dispatch_args(sub, Vec::new(), Stdin::Inherited);
+        }
+        for target in writes {
+            self.file(target, true);
+        }
     }
 
     fn shell(&mut self, name: String, args: Vec<Arg>, assigns: Vec<String>, stdin: Stdin) {
@@ -987,7 +1019,8 @@ impl Walker<'_> {
                 _ => break,
             }
         }
-        self.exec(name.clone(), args.clone(), assigns.clone());
+        // The shell itself is transparent: what it runs is checked instead.
+        self.assigns_only(assigns.clone());
         if command_mode {
             match args.get(i) {
                 Some(Arg::Static(text)) => self.script(&assignment_prefix(&assigns, text)),
@@ -1216,24 +1249,24 @@ mod tests {
         );
         assert_eq!(names("case $(a) in x) b;; esac"), ["a", "b"]);
         assert_eq!(names("f() { a; }; f"), ["a"]);
-        assert_eq!(names("echo \"$(a `b`)\""), ["b", "a", "echo"]);
-        assert_eq!(names("diff <(a) >(b)"), ["a", "b", "diff"]);
-        assert_eq!(names("x=$(a) y=${z:-$(b)}"), ["a", "b"]);
-        assert_eq!(names("cat <<EOF\n$(a)\nEOF"), ["a", "cat"]);
-        assert_eq!(names("echo $(( $(a) + 1 ))"), ["a", "echo"]);
+        assert_eq!(names("echo \"$(a `b`)\""), ["echo", "a", "b"]);
+        assert_eq!(names("diff <(a) >(b)"), ["diff", "a", "b"]);
+        assert_eq!(names("x=$(a) y=${z:-$(b)}"), ["", "a", "b"]);
+        assert_eq!(names("cat <<EOF\n$(a)\nEOF"), ["cat", "a"]);
+        assert_eq!(names("echo $(( $(a) + 1 ))"), ["echo", "a"]);
     }
 
     #[test]
     fn peels_wrappers_and_shells() {
         assert_eq!(names("env -i A=1 nice -n 5 nohup timeout 10 rm x"), ["rm"]);
-        assert_eq!(names("sh -c 'a; b'"), ["sh", "a", "b"]);
-        assert_eq!(names("bash -lc \"a | b\""), ["bash", "a", "b"]);
-        assert_eq!(names("eval 'a && b'"), ["eval", "a", "b"]);
-        assert_eq!(names("sh <<'EOF'\na\nEOF"), ["sh", "a"]);
-        assert_eq!(names("bash <<< 'a'"), ["bash", "a"]);
-        assert_eq!(names("echo a | sh"), ["echo", "sh", "?"]);
-        assert_eq!(names("sh x.sh"), ["sh", "?"]);
-        assert_eq!(names("find . -name x -exec rm {} \\;"), ["rm", "find"]);
+        assert_eq!(names("sh -c 'a; b'"), ["a", "b"]);
+        assert_eq!(names("bash -lc \"a | b\""), ["a", "b"]);
+        assert_eq!(names("eval 'a && b'"), ["a", "b"]);
+        assert_eq!(names("sh <<'EOF'\na\nEOF"), ["a"]);
+        assert_eq!(names("bash <<< 'a'"), ["a"]);
+        assert_eq!(names("echo a | sh"), ["echo", "?"]);
+        assert_eq!(names("sh x.sh"), ["?"]);
+        assert_eq!(names("find . -name x -exec rm {} \\;"), ["find", "rm"]);
         assert_eq!(names("xargs -n1 rm"), ["rm"]);
         assert_eq!(names("sudo -u root rm x"), ["sudo", "rm"]);
         assert_eq!(names("command rm x; exec rm y"), ["rm", "rm"]);
@@ -1243,15 +1276,15 @@ mod tests {
     #[test]
     fn computed_names_and_redirections() {
         assert_eq!(names("$x a"), ["?"]);
-        assert_eq!(names("$(a) b"), ["a", "?"]);
+        assert_eq!(names("$(a) b"), ["?", "a"]);
         assert_eq!(names("r* x"), ["?"]);
         assert_eq!(names("{rm,-rf,/}"), ["?"]);
-        assert_eq!(names("a > out.txt 2>&1 < in"), [">out.txt", "<in", "a"]);
-        assert_eq!(names("a > $f"), ["?", "a"]);
-        assert_eq!(names("a &> ~/log"), [">/home/u/log", "a"]);
+        assert_eq!(names("a > out.txt 2>&1 < in"), ["a", ">out.txt", "<in"]);
+        assert_eq!(names("a > $f"), ["a", "?"]);
+        assert_eq!(names("a &> ~/log"), ["a", ">/home/u/log"]);
         assert_eq!(names("if then"), ["?"]);
-        assert_eq!(names("cd /etc && a > passwd"), ["cd", ">/etc/passwd", "a"]);
-        assert_eq!(names("cd sub; a > f"), ["cd", ">sub/f", "a"]);
-        assert_eq!(names("cd $d; a > f"), ["cd", "?", "a"]);
+        assert_eq!(names("cd /etc && a > passwd"), ["cd", "a", ">/etc/passwd"]);
+        assert_eq!(names("cd sub; a > f"), ["cd", "a", ">sub/f"]);
+        assert_eq!(names("cd $d; a > f"), ["cd", "a", "?"]);
     }
 }
