@@ -73,6 +73,7 @@ pub fn analyze(command: &str, home: &str) -> Vec<Effect> {
         cd: None,
         lost: false,
         simple_start: 0,
+        source: String::new(),
     };
     walker.script(command);
     let Walker {
@@ -98,6 +99,8 @@ struct Walker<'a> {
     lost: bool,
     /// Index of the first effect of the simple command being walked.
     simple_start: usize,
+    /// The script being walked, to look at the source of ambiguous nodes.
+    source: String,
 }
 
 fn parser_options() -> brush_parser::ParserOptions {
@@ -130,9 +133,11 @@ impl Walker<'_> {
             brush_parser::Parser::new(std::io::Cursor::new(text.as_bytes()), &parser_options());
         match parser.parse_program() {
             Ok(program) => {
+                let outer = std::mem::replace(&mut self.source, text.to_string());
                 for complete in &program.complete_commands {
                     self.compound_list(complete);
                 }
+                self.source = outer;
             }
             Err(_) => self.unknown("the shell command does not parse"),
         }
@@ -219,7 +224,22 @@ impl Walker<'_> {
 
     fn compound(&mut self, compound: &ast::CompoundCommand) {
         match compound {
-            ast::CompoundCommand::Arithmetic(a) => self.arithmetic(&a.expr.value),
+            ast::CompoundCommand::Arithmetic(a) => {
+                self.arithmetic(&a.expr.value);
+                // brush-parser 0.4 reads nested subshells `( ( cmd ) )` as arithmetic
+                // `((cmd))`; bash runs them. Unless the source really has `((`, walk the text
+                // as the commands it may be.
+                let really_arithmetic = a.loc.start.index == 0 && self.source.starts_with("((")
+                    || self
+                        .source
+                        .chars()
+                        .skip(a.loc.start.index)
+                        .take(2)
+                        .eq("((".chars());
+                if !really_arithmetic {
+                    self.script(&a.expr.value);
+                }
+            }
             ast::CompoundCommand::ArithmeticForClause(f) => {
                 for e in [&f.initializer, &f.condition, &f.updater]
                     .into_iter()
@@ -1283,6 +1303,8 @@ mod tests {
         assert_eq!(names("a > $f"), ["a", "?"]);
         assert_eq!(names("a &> ~/log"), ["a", ">/home/u/log"]);
         assert_eq!(names("if then"), ["?"]);
+        assert_eq!(names("( ( a ) )"), ["a"]);
+        assert_eq!(names("x; (( i++ ))"), ["x"]);
         assert_eq!(names("cd /etc && a > passwd"), ["cd", "a", ">/etc/passwd"]);
         assert_eq!(names("cd sub; a > f"), ["cd", "a", ">sub/f"]);
         assert_eq!(names("cd $d; a > f"), ["cd", "a", "?"]);
