@@ -237,7 +237,21 @@ impl Walker<'_> {
                         .take(2)
                         .eq("((".chars());
                 if !really_arithmetic {
-                    self.script(&a.expr.value);
+                    // Re-read the original text minus the outer parentheses: the expression
+                    // text alone lost here-documents and quoting.
+                    let (start, end) = (a.loc.start.index, a.loc.end.index);
+                    let inner: String = self
+                        .source
+                        .chars()
+                        .skip(start + 1)
+                        .take(end.saturating_sub(start + 2))
+                        .collect();
+                    let text = if end > start + 1 && inner.trim_end().ends_with(')') {
+                        inner
+                    } else {
+                        a.expr.value.clone()
+                    };
+                    self.script(&text);
                 }
             }
             ast::CompoundCommand::ArithmeticForClause(f) => {
