@@ -17,7 +17,8 @@ struct Fragment {
 fn policy() -> &'static CompiledPolicy {
     static POLICY: OnceLock<CompiledPolicy> = OnceLock::new();
     POLICY.get_or_init(|| {
-        let fragment: Fragment = toml::from_str(stepproof_hook::BUILTIN_DEFAULT).expect("builtin parses");
+        let fragment: Fragment =
+            toml::from_str(stepproof_hook::BUILTIN_DEFAULT).expect("builtin parses");
         let context = Context {
             workspace: "/work/project".into(),
             home: "/home/dev".into(),
@@ -29,6 +30,7 @@ fn policy() -> &'static CompiledPolicy {
 
 fuzz_target!(|data: &[u8]| {
     let command = String::from_utf8_lossy(data);
-    let verdict = stepproof_hook::check_tool(policy(), "Bash", &serde_json::json!({ "command": command }));
+    let verdict =
+        stepproof_hook::check_tool(policy(), "Bash", &serde_json::json!({ "command": command }));
     assert!(!verdict.rule_id.is_empty());
 });
