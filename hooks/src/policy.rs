@@ -689,6 +689,9 @@ impl CompiledPolicy {
             .map(|g| &g.pattern);
         for p in exact.chain(globbed) {
             let decision = self.rule_decision(p.rule);
+            if decision == Decision::Allow && inv.untrusted_path {
+                continue;
+            }
             if p.matches(&inv.args, decision != Decision::Allow) {
                 matched = true;
                 judgement.add(self.rule_finding(p.rule, &subject));

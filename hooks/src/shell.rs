@@ -38,6 +38,34 @@ pub struct Invocation {
     /// Names of the environment variables assigned for this command (`X=1 cmd`,
     /// `env X=1 cmd`, `export X=1`).
     pub assigns: Vec<String>,
+    /// The name was a path outside the system's program directories (`./ls`,
+    /// `/work/project/cargo`): a program the agent may have written. Deny and ask rules
+    /// still see its basename; allow rules do not vouch for it.
+    pub untrusted_path: bool,
+}
+
+/// Directories whose programs are the system's (read-only in the sandbox), so that
+/// `/usr/bin/git` is `git` for allow rules too.
+const TRUSTED_DIRS: &[&str] = &[
+    "/bin",
+    "/sbin",
+    "/usr/bin",
+    "/usr/sbin",
+    "/usr/local/bin",
+    "/usr/local/sbin",
+];
+
+/// Whether a path-qualified command name lies in a system program directory (after `..`).
+fn trusted_location(path: &str, home: &str) -> bool {
+    let Some(normalized) = crate::policy::normalize(std::path::Path::new(path)) else {
+        return false;
+    };
+    let dir = normalized.rsplit_once('/').map_or("", |(d, _)| d);
+    let dir = if dir.is_empty() { "/" } else { dir };
+    TRUSTED_DIRS.contains(&dir)
+        || [".cargo/bin", ".local/bin", "go/bin"]
+            .iter()
+            .any(|sub| !home.is_empty() && dir == format!("{home}/{sub}"))
 }
 
 /// How deep `sh -c`, `eval` and substitutions may nest before the hook gives up (unknown).
@@ -369,13 +397,7 @@ impl Walker<'_> {
             None => {
                 // Only assignments and redirections: nothing runs, but an assignment can
                 // still matter (CLAUDE_CODE_SIMPLE=1 before a later launch).
-                if !assigns.is_empty() {
-                    self.push(Effect::Exec(Invocation {
-                        name: String::new(),
-                        args: Vec::new(),
-                        assigns,
-                    }));
-                }
+                self.assigns_only(assigns);
             }
             Some(None) => self.unknown("the command name is computed at run time"),
             Some(Some(name)) => self.invocation(name, words, assigns, stdin),
@@ -523,14 +545,14 @@ impl Walker<'_> {
         }
     }
 
-    /// A command name: static and normalised to its basename, or `None` when computed.
+    /// A command name: static (still a path when written as one), or `None` when computed.
     fn command_name(&mut self, text: &str) -> Option<String> {
         if has_unquoted_expansion_chars(text) {
             self.word(text);
             return None;
         }
         match self.word(text) {
-            Arg::Static(s) if !s.is_empty() => Some(basename(&s).to_string()),
+            Arg::Static(s) if !s.is_empty() => Some(s),
             _ => None,
         }
     }
@@ -671,6 +693,12 @@ impl Walker<'_> {
     /// Dispatches a normalised simple command: wrappers are peeled, shells and `eval` have
     /// their scripts parsed, everything else is an `Exec` for the rules.
     fn invocation(&mut self, name: String, args: Vec<Arg>, assigns: Vec<String>, stdin: Stdin) {
+        // A program the agent may have written is never a wrapper or shell to look through,
+        // whatever its name: `./env sudo id` runs `./env`.
+        if name.contains('/') && !trusted_location(&name, self.home) {
+            return self.exec(name, args, assigns);
+        }
+        let name = basename(&name).to_string();
         let statics = || -> Vec<Option<&str>> {
             args.iter()
                 .map(|a| match a {
@@ -728,7 +756,7 @@ impl Walker<'_> {
             "xargs" => self.unwrap_xargs(name, args, assigns),
             "busybox" => {
                 if let Some(Arg::Static(applet)) = args.first() {
-                    let applet = basename(applet).to_string();
+                    let applet = applet.clone();
                     self.invocation(applet, args[1..].to_vec(), assigns, stdin);
                 } else {
                     self.exec(name, args, assigns);
@@ -830,10 +858,12 @@ impl Walker<'_> {
     }
 
     fn exec(&mut self, name: String, args: Vec<Arg>, assigns: Vec<String>) {
+        let untrusted_path = name.contains('/') && !trusted_location(&name, self.home);
         self.push(Effect::Exec(Invocation {
-            name,
+            name: basename(&name).to_string(),
             args,
             assigns,
+            untrusted_path,
         }));
     }
 
@@ -862,7 +892,7 @@ impl Walker<'_> {
         }
         match args.first() {
             Some(Arg::Static(name)) if !name.is_empty() => {
-                let name = basename(name).to_string();
+                let name = name.clone();
                 args.remove(0);
                 self.depth += 1;
                 self.invocation(name, args, assigns, stdin);
