@@ -619,6 +619,15 @@ mod tests {
     }
 
     #[test]
+    fn a_panic_on_a_gate_is_a_deny() {
+        // No test in this binary handles an observer event, so the flag is still clear.
+        let response = panic_response();
+        assert_eq!(response.exit_code, 2);
+        assert!(response.stdout.contains("\"deny\""));
+        assert!(response.stderr.contains("fail-closed"));
+    }
+
+    #[test]
     fn exit_status_text() {
         assert_eq!(
             exit_status_from_error(Some(&json!("Exit code 3\nboom"))),

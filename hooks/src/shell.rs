@@ -1154,7 +1154,8 @@ fn skip_options(args: &[Arg], with_value: &[&str]) -> usize {
             _ => return i,
         }
     }
-    i
+    // An option missing its value at the end must not point past the arguments.
+    i.min(args.len())
 }
 
 /// The value given to one of `names` among `args`: `Some(None)` when computed.
@@ -1335,6 +1336,9 @@ mod tests {
         assert_eq!(names("sudo -u root rm x"), ["sudo", "rm"]);
         assert_eq!(names("command rm x; exec rm y"), ["rm", "rm"]);
         assert_eq!(names("time rm x"), ["rm"]);
+        // Found by the fuzzer: an option without its value at the end.
+        assert_eq!(names("xargs -I"), ["echo"]);
+        assert_eq!(names("/usr/bin/time -o"), ["time"]);
     }
 
     #[test]
