@@ -1338,7 +1338,7 @@ mod tests {
         assert_eq!(names("time rm x"), ["rm"]);
         // Found by the fuzzer: an option without its value at the end.
         assert_eq!(names("xargs -I"), ["echo"]);
-        assert_eq!(names("/usr/bin/time -o"), ["time"]);
+        assert_eq!(names("/usr/bin/time -o"), ["?", "time"]);
     }
 
     #[test]
