@@ -72,6 +72,8 @@ fn trusted_location(path: &str, home: &str) -> bool {
 const MAX_DEPTH: usize = 24;
 /// How many effects one command line may produce before the hook gives up (unknown).
 const MAX_EFFECTS: usize = 4096;
+/// Deepest parenthesis nesting the parser is given (see `Walker::script`).
+const MAX_PAREN_DEPTH: usize = 16;
 
 const SHELLS: &[&str] = &[
     "sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "posh", "yash",
@@ -154,6 +156,13 @@ impl Walker<'_> {
     fn script(&mut self, text: &str) {
         if self.depth >= MAX_DEPTH {
             self.unknown("commands nested too deeply to check");
+            return;
+        }
+        // brush-parser 0.4 backtracks exponentially on unclosed parentheses (found by
+        // cargo-fuzz: `(( x=((((((…` takes minutes). No real command nests this deep, so a
+        // resource guard, not a judgement of meaning: too deep is unknown.
+        if paren_depth(text) > MAX_PAREN_DEPTH {
+            self.unknown("parentheses nested too deeply to check");
             return;
         }
         self.depth += 1;
@@ -1106,6 +1115,22 @@ impl Walker<'_> {
     }
 }
 
+/// Deepest nesting of `(` in the raw text (quotes not considered: an overestimate is safe).
+fn paren_depth(text: &str) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    for c in text.bytes() {
+        match c {
+            b'(' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b')' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
 /// Re-applies environment prefixes to a nested script so that `CLAUDE_CODE_SIMPLE=1 sh -c
 /// 'claude'` still shows the assignment on the inner command.
 fn assignment_prefix(assigns: &[String], text: &str) -> String {
@@ -1336,7 +1361,8 @@ mod tests {
         assert_eq!(names("sudo -u root rm x"), ["sudo", "rm"]);
         assert_eq!(names("command rm x; exec rm y"), ["rm", "rm"]);
         assert_eq!(names("time rm x"), ["rm"]);
-        // Found by the fuzzer: an option without its value at the end.
+        // Found by the fuzzer: exponential parse time, and an option without its value.
+        assert_eq!(names(&format!("(( ii={}", "(".repeat(60))), ["?"]);
         assert_eq!(names("xargs -I"), ["echo"]);
         assert_eq!(names("/usr/bin/time -o"), ["?", "time"]);
     }
