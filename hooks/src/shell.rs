@@ -166,17 +166,20 @@ impl Walker<'_> {
             return;
         }
         self.depth += 1;
-        let mut parser =
-            brush_parser::Parser::new(std::io::Cursor::new(text.as_bytes()), &parser_options());
-        match parser.parse_program() {
-            Ok(program) => {
+        let parsed = guarded(|| {
+            brush_parser::Parser::new(std::io::Cursor::new(text.as_bytes()), &parser_options())
+                .parse_program()
+                .ok()
+        });
+        match parsed {
+            Some(program) => {
                 let outer = std::mem::replace(&mut self.source, text.to_string());
                 for complete in &program.complete_commands {
                     self.compound_list(complete);
                 }
                 self.source = outer;
             }
-            Err(_) => self.unknown("the shell command does not parse"),
+            None => self.unknown("the shell command does not parse"),
         }
         self.depth -= 1;
     }
@@ -537,9 +540,9 @@ impl Walker<'_> {
 
     /// The static text of an expanding here-document, walking substitutions inside it.
     fn heredoc_body(&mut self, body: &str) -> Option<String> {
-        match word::parse_heredoc(body, &parser_options()) {
-            Ok(pieces) => self.pieces(&pieces, false),
-            Err(_) => {
+        match guarded(|| word::parse_heredoc(body, &parser_options()).ok()) {
+            Some(pieces) => self.pieces(&pieces, false),
+            None => {
                 self.unknown("a here-document does not parse");
                 None
             }
@@ -579,12 +582,12 @@ impl Walker<'_> {
         if !text.contains(['$', '`', '\\', '\'', '"', '~', '<', '>']) {
             return Arg::Static(text.to_string());
         }
-        match word::parse(text, &parser_options()) {
-            Ok(pieces) => match self.pieces(&pieces, false) {
+        match guarded(|| word::parse(text, &parser_options()).ok()) {
+            Some(pieces) => match self.pieces(&pieces, false) {
                 Some(s) => Arg::Static(s),
                 None => Arg::Dynamic,
             },
-            Err(_) => {
+            None => {
                 self.unknown("a word does not parse");
                 Arg::Dynamic
             }
@@ -1115,6 +1118,12 @@ impl Walker<'_> {
     }
 }
 
+/// Runs a brush-parser call, turning a panic inside it into `None` (cargo-fuzz found an
+/// `unwrap` on an overflowing fd number): the caller then reports the text as unknown.
+fn guarded<T>(parse: impl FnOnce() -> Option<T>) -> Option<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(parse)).unwrap_or(None)
+}
+
 /// Deepest nesting of `(` in the raw text (quotes not considered: an overestimate is safe).
 fn paren_depth(text: &str) -> usize {
     let (mut depth, mut deepest) = (0usize, 0usize);
@@ -1222,8 +1231,8 @@ pub fn basename(name: &str) -> &str {
 /// expansion (`r*`, `{rm,-rf}`), which makes a command name or path unknowable. Quoted parts
 /// are skipped by walking the parser's pieces, not by scanning the raw text.
 fn has_unquoted_expansion_chars(text: &str) -> bool {
-    match word::parse(text, &parser_options()) {
-        Ok(pieces) => pieces.iter().any(|p| match &p.piece {
+    match guarded(|| word::parse(text, &parser_options()).ok()) {
+        Some(pieces) => pieces.iter().any(|p| match &p.piece {
             WordPiece::Text(t) => {
                 t.contains(['*', '?'])
                     || t.find('[').is_some_and(|open| t[open..].contains(']'))
@@ -1232,7 +1241,7 @@ fn has_unquoted_expansion_chars(text: &str) -> bool {
             }
             _ => false,
         }),
-        Err(_) => true,
+        None => true,
     }
 }
 
@@ -1363,6 +1372,7 @@ mod tests {
         assert_eq!(names("time rm x"), ["rm"]);
         // Found by the fuzzer: exponential parse time, and an option without its value.
         assert_eq!(names(&format!("(( ii={}", "(".repeat(60))), ["?"]);
+        assert_eq!(names("a 77777777777777777777<<<b"), ["?"]);
         assert_eq!(names("xargs -I"), ["echo"]);
         assert_eq!(names("/usr/bin/time -o"), ["?", "time"]);
     }

@@ -17,6 +17,10 @@ struct Fragment {
 fn policy() -> &'static CompiledPolicy {
     static POLICY: OnceLock<CompiledPolicy> = OnceLock::new();
     POLICY.get_or_init(|| {
+        // libfuzzer-sys aborts in its panic hook, but the hook catches panics inside
+        // brush-parser on purpose (they become `unknown`). A panic escaping the hook's own
+        // code still reaches libfuzzer-sys's catch_unwind and aborts there.
+        std::panic::set_hook(Box::new(|info| eprintln!("{info}")));
         let fragment: Fragment =
             toml::from_str(stepproof_hook::BUILTIN_DEFAULT).expect("builtin parses");
         let context = Context {
