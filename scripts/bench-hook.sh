@@ -4,8 +4,10 @@
 # runs (stub, hook-10, hook-200, hook-2000, stub, …), printed as ratios. Target: <= 1.5x the
 # stub at 200 rules.
 #
-# The hook is linked statically (glibc, `-C target-feature=+crt-static`, with an explicit
-# --target so that build scripts and proc macros stay dynamic), release profile.
+# The hook is linked statically and not position-independent (glibc, `-C
+# target-feature=+crt-static -C relocation-model=static`: a static-pie binary spends its
+# start applying relocations), with an explicit --target so that build scripts and proc
+# macros stay dynamic; release profile.
 #
 # usage: scripts/bench-hook.sh [RUNS]   (default 200; env CARGO_TARGET_DIR is honoured)
 set -euo pipefail
@@ -18,8 +20,8 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 triple="x86_64-unknown-linux-gnu"
 
-echo "building the static hook (release, +crt-static)…" >&2
-RUSTFLAGS="-C target-feature=+crt-static" CARGO_TARGET_DIR="$target_dir/bench-static" \
+echo "building the static hook (release, +crt-static, non-PIE)…" >&2
+RUSTFLAGS="-C target-feature=+crt-static -C relocation-model=static" CARGO_TARGET_DIR="$target_dir/bench-static" \
     cargo build --quiet --release -p stepproof-hook --bin stepproof-hook --target "$triple" \
     --manifest-path "$root/Cargo.toml"
 hook="$target_dir/bench-static/$triple/release/stepproof-hook"

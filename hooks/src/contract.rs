@@ -21,6 +21,7 @@ use sha2::{Digest, Sha256};
 use thiserror::Error;
 
 use crate::decision::{Decision, Verdict};
+use crate::load::Needs;
 use crate::policy::{CallContext, CompiledPolicy, FORMAT_VERSION};
 
 /// Where the launcher mounts the compiled policy inside the sandbox.
@@ -217,8 +218,13 @@ pub enum LoadError {
     Format { path: PathBuf, found: u32 },
 }
 
-/// Reads and parses the compiled policy.
+/// Reads and parses the whole compiled policy.
 pub fn load_policy(path: &Path) -> Result<CompiledPolicy, LoadError> {
+    load_policy_for(path, &Needs::all())
+}
+
+/// Reads the compiled policy, parsing only what `needs` asks for (see `load`).
+pub fn load_policy_for(path: &Path, needs: &Needs) -> Result<CompiledPolicy, LoadError> {
     let read = |source| LoadError::Read {
         path: path.to_path_buf(),
         source,
@@ -228,11 +234,10 @@ pub fn load_policy(path: &Path) -> Result<CompiledPolicy, LoadError> {
     file.take(MAX_POLICY_BYTES)
         .read_to_end(&mut bytes)
         .map_err(read)?;
-    let policy: CompiledPolicy =
-        serde_json::from_slice(&bytes).map_err(|source| LoadError::Parse {
-            path: path.to_path_buf(),
-            source,
-        })?;
+    let policy = crate::load::parse(&bytes, needs).map_err(|source| LoadError::Parse {
+        path: path.to_path_buf(),
+        source,
+    })?;
     if policy.format != FORMAT_VERSION {
         return Err(LoadError::Format {
             path: path.to_path_buf(),
@@ -248,7 +253,8 @@ fn is_gate(event: &str) -> bool {
 }
 
 /// Handles one hook call. `stdin` holds at most `MAX_INPUT_BYTES + 1` bytes; more means the
-/// input was too large.
+/// input was too large. Meant for the hook process: a PreToolUse call leaks its policy on
+/// purpose instead of freeing it just before the process exits.
 pub fn respond(args: &Args, stdin: &[u8]) -> Response {
     let parsed: Result<Value, String> = if stdin.len() > MAX_INPUT_BYTES {
         Err(format!(
@@ -300,7 +306,7 @@ fn pre_tool_use(args: &Args, input: Result<HookInput, String>) -> Response {
             None,
             HookInput::default(),
         ),
-        Ok(input) => match load_policy(&args.policy) {
+        Ok(input) => match load_policy_for(&args.policy, &needs_of(&input)) {
             Err(e) => (
                 Verdict::fail_closed(format!(
                     "StepProof denied this call: {e} (rule fail-closed)."
@@ -312,19 +318,32 @@ fn pre_tool_use(args: &Args, input: Result<HookInput, String>) -> Response {
         },
     };
     let mut response = pre_tool_use_answer(&verdict);
-    let mut record = base_record("decision", "PreToolUse", &input, policy.as_ref());
-    record["tool"] = json!(input.tool_name);
-    record["decision"] = json!(verdict.decision);
-    record["rule_id"] = json!(verdict.rule_id);
-    record["reason"] = json!(verdict.reason);
-    let (summary, truncated) =
-        summarize_input(input.tool_name.as_deref(), input.tool_input.as_ref());
-    record["input"] = json!(summary);
-    if truncated {
-        record["input_truncated"] = json!(true);
+    // Records are built only when there is somewhere to send them.
+    if args.audit_socket.is_some() {
+        let mut record = base_record("decision", "PreToolUse", &input, policy.as_ref());
+        record["tool"] = json!(input.tool_name);
+        record["decision"] = json!(verdict.decision);
+        record["rule_id"] = json!(verdict.rule_id);
+        record["reason"] = json!(verdict.reason);
+        let (summary, truncated) =
+            summarize_input(input.tool_name.as_deref(), input.tool_input.as_ref());
+        record["input"] = json!(summary);
+        if truncated {
+            record["input_truncated"] = json!(true);
+        }
+        response.records.push(record);
     }
-    response.records.push(record);
+    // The process exits right after answering: freeing thousands of small allocations of a
+    // large policy is measurable and buys nothing.
+    std::mem::forget(policy);
     response
+}
+
+fn needs_of(input: &HookInput) -> Needs {
+    match (&input.tool_name, &input.tool_input) {
+        (Some(tool), Some(tool_input)) => Needs::for_call(tool, tool_input),
+        _ => Needs::minimal(),
+    }
 }
 
 /// The PreToolUse answer: JSON on stdout; a deny also exits 2 with the reason on stderr so
@@ -352,7 +371,7 @@ pub fn pre_tool_use_answer(verdict: &Verdict) -> Response {
 
 fn config_change(args: &Args, input: Option<HookInput>) -> Response {
     let input = input.unwrap_or_default();
-    let policy = load_policy(&args.policy).ok();
+    let policy = load_policy_for(&args.policy, &Needs::minimal()).ok();
     let reason = "StepProof refused the settings change: hooks and permissions are fixed for this run (rule config-locked).";
     let mut record = base_record("decision", "ConfigChange", &input, policy.as_ref());
     record["decision"] = json!(Decision::Deny);
@@ -373,7 +392,11 @@ fn observe(
     input: Result<HookInput, String>,
     make: fn(&str, &HookInput, Option<&CompiledPolicy>) -> Value,
 ) -> Response {
-    let policy = load_policy(&args.policy).ok();
+    // Without an audit socket there is nobody to give evidence to: skip the hashing.
+    if args.audit_socket.is_none() {
+        return Response::silent();
+    }
+    let policy = load_policy_for(&args.policy, &Needs::minimal()).ok();
     let record = match input {
         Ok(input) => make(event, &input, policy.as_ref()),
         Err(why) => failure_record(event, &why, policy.as_ref()),
@@ -469,7 +492,7 @@ fn exit_status_from_error(error: Option<&Value>) -> Option<i64> {
 }
 
 fn context(args: &Args, event: &str, input: Result<HookInput, String>) -> Response {
-    let Ok(policy) = load_policy(&args.policy) else {
+    let Ok(policy) = load_policy_for(&args.policy, &Needs::minimal()) else {
         return Response::silent();
     };
     if input.is_err() {

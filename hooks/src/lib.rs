@@ -14,6 +14,7 @@ pub mod shell;
 pub use decision::{Decision, Verdict, render_check};
 pub mod audit;
 pub mod contract;
+pub mod load;
 
 pub use contract::{HookInput, check_tool, evaluate};
 

@@ -34,31 +34,58 @@ pub fn wildcard(pattern: &str, text: &str) -> bool {
     p[pi..].iter().all(|&c| c == '*')
 }
 
-/// An absolute path glob split into components at compile time.
+/// An absolute path glob (already resolved against workspace and home). Kept as one string
+/// and split when matched: loading the policy, which happens at every call, then costs one
+/// string per glob.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "(u32, String)", into = "(u32, String)")]
 pub struct PathGlob {
     /// Index of the rule in `CompiledPolicy::rules`.
     pub rule: u32,
-    /// The glob as resolved, for messages and `stepproof policy`.
+    /// The glob; `**` as a component stands for any number of components.
     pub glob: String,
-    /// Its components; `**` stands for any number of components.
-    pub parts: Vec<String>,
 }
 
 impl PathGlob {
-    /// Splits an absolute glob (already resolved against workspace and home).
+    /// A glob for a rule.
     pub fn new(rule: u32, glob: &str) -> Self {
         PathGlob {
             rule,
             glob: glob.to_string(),
-            parts: split_path(glob).map(str::to_string).collect(),
         }
     }
 
     /// Whether the absolute, normalised `path` matches.
     pub fn matches(&self, path: &str) -> bool {
+        let pattern: Vec<&str> = split_path(&self.glob).collect();
         let components: Vec<&str> = split_path(path).collect();
-        match_components(&self.parts, &components)
+        match_components(&pattern, &components)
+    }
+}
+
+// Matchers are JSON arrays `[rule, text]` rather than objects: the hook parses the policy at
+// every call, and skipping object keys is a large part of that cost.
+impl From<(u32, String)> for PathGlob {
+    fn from((rule, glob): (u32, String)) -> Self {
+        PathGlob { rule, glob }
+    }
+}
+
+impl From<PathGlob> for (u32, String) {
+    fn from(g: PathGlob) -> Self {
+        (g.rule, g.glob)
+    }
+}
+
+impl From<(u32, String)> for CommandPattern {
+    fn from((rule, args): (u32, String)) -> Self {
+        CommandPattern { rule, args }
+    }
+}
+
+impl From<CommandPattern> for (u32, String) {
+    fn from(p: CommandPattern) -> Self {
+        (p.rule, p.args)
     }
 }
 
@@ -66,12 +93,12 @@ fn split_path(path: &str) -> impl Iterator<Item = &str> {
     path.split('/').filter(|c| !c.is_empty())
 }
 
-fn match_components(pattern: &[String], path: &[&str]) -> bool {
+fn match_components(pattern: &[&str], path: &[&str]) -> bool {
     match pattern.split_first() {
         None => path.is_empty(),
-        Some((first, rest)) if first == "**" => {
+        Some((first, rest)) if *first == "**" => {
             // Collapse runs of `**` so that hostile patterns stay polynomial.
-            let rest_start = rest.iter().take_while(|p| *p == "**").count();
+            let rest_start = rest.iter().take_while(|p| **p == "**").count();
             let rest = &rest[rest_start..];
             (0..=path.len()).any(|skip| match_components(rest, &path[skip..]))
         }
@@ -84,17 +111,6 @@ fn match_components(pattern: &[String], path: &[&str]) -> bool {
     }
 }
 
-/// One word of an argument pattern.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum ArgPattern {
-    /// `*` on its own: any number of arguments, also none. Serialized as JSON `null` so it
-    /// cannot be confused with a literal word.
-    Any(()),
-    /// One argument, with `*`/`?` wildcards inside.
-    Word(String),
-}
-
 /// An argument as the shell analysis saw it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Arg {
@@ -104,46 +120,43 @@ pub enum Arg {
     Dynamic,
 }
 
-/// A compiled command pattern (`git diff *`), indexed by its command name.
+/// A compiled command pattern (`git diff *`), indexed by its command name elsewhere.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "(u32, String)", into = "(u32, String)")]
 pub struct CommandPattern {
     /// Index of the rule in `CompiledPolicy::rules`.
     pub rule: u32,
-    /// The pattern's words after the command name.
-    pub args: Vec<ArgPattern>,
+    /// The pattern's words after the command name, space-separated as written: a word that
+    /// is just `*` stands for any number of arguments (also none), other words match one
+    /// argument with `*`/`?` wildcards. One string, split when matched, for cheap loading.
+    pub args: String,
 }
 
 impl CommandPattern {
-    /// Parses the words after the name of a pattern such as `git diff *`.
+    /// The pattern for the words after the name of a pattern such as `git diff *`.
     pub fn new(rule: u32, words: &[&str]) -> Self {
-        let args = words
-            .iter()
-            .map(|w| {
-                if *w == "*" {
-                    ArgPattern::Any(())
-                } else {
-                    ArgPattern::Word((*w).to_string())
-                }
-            })
-            .collect();
-        CommandPattern { rule, args }
+        CommandPattern {
+            rule,
+            args: words.join(" "),
+        }
     }
 
     /// Whether the arguments match. `pessimistic` decides what a run-time argument does: for
     /// an allow rule it matches only `*` (it might be anything), for deny and ask rules it
     /// matches any word (it might be exactly the dangerous one).
     pub fn matches(&self, args: &[Arg], pessimistic: bool) -> bool {
-        match_args(&self.args, args, pessimistic)
+        let words: Vec<&str> = self.args.split_whitespace().collect();
+        match_args(&words, args, pessimistic)
     }
 }
 
-fn match_args(pattern: &[ArgPattern], args: &[Arg], pessimistic: bool) -> bool {
+fn match_args(pattern: &[&str], args: &[Arg], pessimistic: bool) -> bool {
     match pattern.split_first() {
         None => args.is_empty(),
-        Some((ArgPattern::Any(()), rest)) => {
+        Some((&"*", rest)) => {
             (0..=args.len()).any(|skip| match_args(rest, &args[skip..], pessimistic))
         }
-        Some((ArgPattern::Word(word), rest)) => match args.split_first() {
+        Some((word, rest)) => match args.split_first() {
             Some((Arg::Static(arg), args_rest)) => {
                 wildcard(word, arg) && match_args(rest, args_rest, pessimistic)
             }

@@ -30,6 +30,9 @@ pub const RULE_FAIL_CLOSED: &str = "fail-closed";
 /// Rule id of a command line that runs nothing (only comments or assignments).
 pub const RULE_NOTHING_RUNS: &str = "nothing-runs";
 
+/// How many allowed commands messages list.
+const ALLOWED_SHOWN: usize = 16;
+
 /// Version of the compiled format; the hook refuses a policy of another version.
 pub const FORMAT_VERSION: u32 = 1;
 
@@ -76,6 +79,10 @@ pub enum PolicyError {
 
 /// A rule's identity as the compiled policy keeps it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(
+    from = "(String, String, Decision)",
+    into = "(String, String, Decision)"
+)]
 pub struct RuleInfo {
     /// The rule id.
     pub id: String,
@@ -87,11 +94,42 @@ pub struct RuleInfo {
 
 /// A name glob (environment variable, domain, tool, agent type) with its rule.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "(u32, String)", into = "(u32, String)")]
 pub struct NameGlob {
     /// Index into `CompiledPolicy::rules`.
     pub rule: u32,
     /// The glob.
     pub glob: String,
+}
+
+// Rules and matchers are JSON arrays (`[id, reason, decision]`, `[rule, glob]`) rather than
+// objects: the hook parses the policy at every call, and object keys are much of that cost.
+impl From<(String, String, Decision)> for RuleInfo {
+    fn from((id, reason, decision): (String, String, Decision)) -> Self {
+        RuleInfo {
+            id,
+            reason,
+            decision,
+        }
+    }
+}
+
+impl From<RuleInfo> for (String, String, Decision) {
+    fn from(r: RuleInfo) -> Self {
+        (r.id, r.reason, r.decision)
+    }
+}
+
+impl From<(u32, String)> for NameGlob {
+    fn from((rule, glob): (u32, String)) -> Self {
+        NameGlob { rule, glob }
+    }
+}
+
+impl From<NameGlob> for (u32, String) {
+    fn from(g: NameGlob) -> Self {
+        (g.rule, g.glob)
+    }
 }
 
 /// A command pattern whose command name itself is a glob (`python3*`).
@@ -125,8 +163,6 @@ pub struct CompiledPolicy {
     pub summary: String,
     /// Short list of allowed commands, quoted in deny messages ("Allowed here: …").
     pub allowed_commands: Vec<String>,
-    /// Every rule, referenced by index from the matchers below.
-    pub rules: Vec<RuleInfo>,
     /// Command patterns by exact command name.
     pub commands: BTreeMap<String, Vec<CommandPattern>>,
     /// Command patterns whose name is a glob.
@@ -143,6 +179,10 @@ pub struct CompiledPolicy {
     pub tools: Vec<NameGlob>,
     /// Agent types.
     pub agents: Vec<NameGlob>,
+    /// Every rule, referenced by index from the matchers above. Last in the JSON on purpose:
+    /// the hook's loader (`load`) then knows which rules the call can reach and skips the
+    /// text of all others.
+    pub rules: Vec<RuleInfo>,
 }
 
 /// Compiles a `[hook]` section for one run.
@@ -224,10 +264,15 @@ pub fn compile(config: &HookConfig, context: &Context) -> Result<CompiledPolicy,
             });
         }
     }
+    // Only the first few are ever shown (one more marks that there are others), and the
+    // hook parses this list at every call.
+    const ALLOWED_KEPT: usize = ALLOWED_SHOWN + 1;
     let longest = allowed_by_rule.iter().map(Vec::len).max().unwrap_or(0);
     for position in 0..longest {
         for names in &allowed_by_rule {
-            if let Some(name) = names.get(position) {
+            if let Some(name) = names.get(position)
+                && compiler.policy.allowed_commands.len() < ALLOWED_KEPT
+            {
                 compiler.policy.allowed_commands.push(name.clone());
             }
         }
@@ -805,7 +850,7 @@ impl CompiledPolicy {
 
     /// "git, cargo, npm run …": the first allowed commands, for messages and context.
     pub fn allowed_summary(&self) -> String {
-        const SHOWN: usize = 16;
+        const SHOWN: usize = ALLOWED_SHOWN;
         let mut text = self
             .allowed_commands
             .iter()

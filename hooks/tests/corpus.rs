@@ -3,6 +3,7 @@ mod common;
 
 use serde::Deserialize;
 use serde_json::{Value, json};
+use stepproof_hook::load::{self, Needs};
 use stepproof_hook::{Decision, check_tool};
 
 #[derive(Deserialize)]
@@ -42,9 +43,24 @@ fn corpus_cases_get_their_decision_and_rule() {
                 cases.push((tool.clone(), value));
             }
         }
+        let json = serde_json::to_vec(&policy).expect("policy serializes");
+        assert_eq!(
+            load::parse(&json, &Needs::all()).expect("full load"),
+            policy
+        );
         for (tool, input) in cases {
             count += 1;
             let verdict = check_tool(&policy, &tool, &input);
+            // The hook binary loads only what the call can reach: same verdict.
+            let partial =
+                load::parse(&json, &Needs::for_call(&tool, &input)).expect("partial load");
+            let lazy = check_tool(&partial, &tool, &input);
+            if lazy != verdict {
+                failures.push(format!(
+                    "[{}] {tool} {input}: partial load gives {lazy}, full load {verdict}",
+                    group.profile
+                ));
+            }
             if verdict.decision != group.decision || verdict.rule_id != group.rule {
                 failures.push(format!(
                     "[{}] {tool} {input}: expected {} ({}), got {} ({}): {}",
