@@ -145,6 +145,15 @@ pub struct HookInput {
 
 /// Judges a PreToolUse input: missing fields deny (fail closed).
 pub fn evaluate(policy: &CompiledPolicy, input: &HookInput) -> Verdict {
+    evaluate_analysed(policy, input, None)
+}
+
+/// `evaluate` with the Bash command's analysis already done (see `load::Needs`).
+pub fn evaluate_analysed(
+    policy: &CompiledPolicy,
+    input: &HookInput,
+    effects: Option<&[crate::shell::Effect]>,
+) -> Verdict {
     let Some(tool) = input.tool_name.as_deref().filter(|t| !t.is_empty()) else {
         return Verdict::fail_closed(
             "StepProof denied this call: the hook input has no `tool_name` (rule fail-closed).",
@@ -160,6 +169,7 @@ pub fn evaluate(policy: &CompiledPolicy, input: &HookInput) -> Verdict {
         tool_input,
         &CallContext {
             cwd: input.cwd.as_deref(),
+            effects,
         },
     )
 }
@@ -298,6 +308,10 @@ pub fn respond(args: &Args, stdin: &[u8]) -> Response {
 }
 
 fn pre_tool_use(args: &Args, input: Result<HookInput, String>) -> Response {
+    let needs = input
+        .as_ref()
+        .map(needs_of)
+        .unwrap_or_else(|_| Needs::minimal());
     let (verdict, policy, input) = match input {
         Err(why) => (
             Verdict::fail_closed(format!(
@@ -306,7 +320,7 @@ fn pre_tool_use(args: &Args, input: Result<HookInput, String>) -> Response {
             None,
             HookInput::default(),
         ),
-        Ok(input) => match load_policy_for(&args.policy, &needs_of(&input)) {
+        Ok(input) => match load_policy_for(&args.policy, &needs) {
             Err(e) => (
                 Verdict::fail_closed(format!(
                     "StepProof denied this call: {e} (rule fail-closed)."
@@ -314,7 +328,11 @@ fn pre_tool_use(args: &Args, input: Result<HookInput, String>) -> Response {
                 None,
                 input,
             ),
-            Ok(policy) => (evaluate(&policy, &input), Some(policy), input),
+            Ok(policy) => (
+                evaluate_analysed(&policy, &input, needs.effects.as_deref()),
+                Some(policy),
+                input,
+            ),
         },
     };
     let mut response = pre_tool_use_answer(&verdict);

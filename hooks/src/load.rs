@@ -37,6 +37,8 @@ pub struct Needs {
     pub web: bool,
     /// Agent rules.
     pub agents: bool,
+    /// The analysis of a Bash command, done to find its command names and reused to judge it.
+    pub effects: Option<Vec<Effect>>,
 }
 
 impl Needs {
@@ -49,6 +51,7 @@ impl Needs {
             tool: None,
             web: true,
             agents: true,
+            effects: None,
         }
     }
 
@@ -73,10 +76,11 @@ impl Needs {
             "Bash" => {
                 let command = input.get("command").and_then(Value::as_str).unwrap_or("");
                 let mut names = BTreeSet::new();
-                for effect in shell::analyze(command, "") {
+                let effects = shell::analyze(command);
+                for effect in &effects {
                     match effect {
                         Effect::Exec(inv) => {
-                            names.insert(inv.name);
+                            names.insert(inv.name.clone());
                         }
                         Effect::Read(_) => needs.read = true,
                         Effect::Write(_) => needs.write = true,
@@ -84,6 +88,7 @@ impl Needs {
                     }
                 }
                 needs.commands = Some(names);
+                needs.effects = Some(effects);
             }
             "Read" | "NotebookRead" | "LS" | "Glob" | "Grep" => needs.read = true,
             "Write" | "Edit" | "MultiEdit" | "NotebookEdit" => needs.write = true,

@@ -505,6 +505,9 @@ impl Judgement {
 pub struct CallContext<'a> {
     /// The agent's working directory (relative paths are resolved against it).
     pub cwd: Option<&'a str>,
+    /// `shell::analyze` of the Bash command when already done (the hook does it before
+    /// loading the policy); `None` analyses it here.
+    pub effects: Option<&'a [Effect]>,
 }
 
 impl CompiledPolicy {
@@ -519,7 +522,7 @@ impl CompiledPolicy {
         let known = match tool {
             "Bash" => {
                 match input.get("command").and_then(Value::as_str) {
-                    Some(command) => self.judge_bash(command, &cwd, &mut judgement),
+                    Some(command) => self.judge_bash(command, call.effects, &cwd, &mut judgement),
                     None => judgement.add(fail("Bash call without a `command`")),
                 }
                 true
@@ -677,8 +680,21 @@ impl CompiledPolicy {
         matched
     }
 
-    fn judge_bash(&self, command: &str, cwd: &str, judgement: &mut Judgement) {
-        let effects = shell::analyze(command, &self.home);
+    fn judge_bash(
+        &self,
+        command: &str,
+        analysed: Option<&[Effect]>,
+        cwd: &str,
+        judgement: &mut Judgement,
+    ) {
+        let owned;
+        let effects = match analysed {
+            Some(effects) => effects,
+            None => {
+                owned = shell::analyze(command);
+                &owned
+            }
+        };
         if effects.is_empty() {
             judgement.add(Finding {
                 decision: Decision::Allow,
@@ -689,14 +705,14 @@ impl CompiledPolicy {
         }
         for effect in effects {
             match effect {
-                Effect::Exec(inv) => self.judge_invocation(&inv, judgement),
-                Effect::Read(p) => self.judge_path(&p, cwd, Access::Read, judgement),
-                Effect::Write(p) => self.judge_path(&p, cwd, Access::Write, judgement),
+                Effect::Exec(inv) => self.judge_invocation(inv, judgement),
+                Effect::Read(p) => self.judge_path(p, cwd, Access::Read, judgement),
+                Effect::Write(p) => self.judge_path(p, cwd, Access::Write, judgement),
                 Effect::Unknown(why) => judgement.add(Finding {
                     decision: self.unknown,
                     rule: Source::Unknown,
                     subject: String::new(),
-                    detail: Some(why),
+                    detail: Some(why.clone()),
                 }),
             }
         }

@@ -55,17 +55,24 @@ const TRUSTED_DIRS: &[&str] = &[
     "/usr/local/sbin",
 ];
 
-/// Whether a path-qualified command name lies in a system program directory (after `..`).
-fn trusted_location(path: &str, home: &str) -> bool {
-    let Some(normalized) = crate::policy::normalize(std::path::Path::new(path)) else {
+/// Whether a path-qualified command name lies in a system program directory (after `..`);
+/// `~/…` stays symbolic (see `analyze`), so the home's program directories are matched as
+/// written.
+fn trusted_location(path: &str) -> bool {
+    let (in_home, absolute) = match path.strip_prefix("~/") {
+        Some(rest) => (true, format!("/{rest}")),
+        None => (false, path.to_string()),
+    };
+    let Some(normalized) = crate::policy::normalize(std::path::Path::new(&absolute)) else {
         return false;
     };
     let dir = normalized.rsplit_once('/').map_or("", |(d, _)| d);
     let dir = if dir.is_empty() { "/" } else { dir };
-    TRUSTED_DIRS.contains(&dir)
-        || [".cargo/bin", ".local/bin", "go/bin"]
-            .iter()
-            .any(|sub| !home.is_empty() && dir == format!("{home}/{sub}"))
+    if in_home {
+        ["/.cargo/bin", "/.local/bin", "/go/bin"].contains(&dir)
+    } else {
+        TRUSTED_DIRS.contains(&dir)
+    }
 }
 
 /// How deep `sh -c`, `eval` and substitutions may nest before the hook gives up (unknown).
@@ -92,11 +99,13 @@ enum Stdin {
     Unseen,
 }
 
-/// Analyses a command line. `home` resolves `~`; it never fails: errors become
-/// `Effect::Unknown`.
-pub fn analyze(command: &str, home: &str) -> Vec<Effect> {
+/// Analyses a command line; it never fails: errors become `Effect::Unknown`. A tilde stays
+/// symbolic (`~/x` is the text `~/x`, `cd` alone goes to `~`): the policy resolves `~/` in
+/// paths against the home it was compiled for, and the analysis needs nothing from the
+/// policy, so the hook can run it before loading the policy (to load only what it needs).
+pub fn analyze(command: &str) -> Vec<Effect> {
     let mut walker = Walker {
-        home,
+        home: "~",
         effects: Vec::new(),
         functions: BTreeSet::new(),
         depth: 0,
@@ -707,7 +716,7 @@ impl Walker<'_> {
     fn invocation(&mut self, name: String, args: Vec<Arg>, assigns: Vec<String>, stdin: Stdin) {
         // A program the agent may have written is never a wrapper or shell to look through,
         // whatever its name: `./env sudo id` runs `./env`.
-        if name.contains('/') && !trusted_location(&name, self.home) {
+        if name.contains('/') && !trusted_location(&name) {
             return self.exec(name, args, assigns);
         }
         let name = basename(&name).to_string();
@@ -870,7 +879,7 @@ impl Walker<'_> {
     }
 
     fn exec(&mut self, name: String, args: Vec<Arg>, assigns: Vec<String>) {
-        let untrusted_path = name.contains('/') && !trusted_location(&name, self.home);
+        let untrusted_path = name.contains('/') && !trusted_location(&name);
         self.push(Effect::Exec(Invocation {
             name: basename(&name).to_string(),
             args,
@@ -1231,6 +1240,9 @@ pub fn basename(name: &str) -> &str {
 /// expansion (`r*`, `{rm,-rf}`), which makes a command name or path unknowable. Quoted parts
 /// are skipped by walking the parser's pieces, not by scanning the raw text.
 fn has_unquoted_expansion_chars(text: &str) -> bool {
+    if !text.contains(['*', '?', '[', '{', '}']) {
+        return false;
+    }
     match guarded(|| word::parse(text, &parser_options()).ok()) {
         Some(pieces) => pieces.iter().any(|p| match &p.piece {
             WordPiece::Text(t) => {
@@ -1308,7 +1320,7 @@ mod tests {
     use super::*;
 
     fn names(command: &str) -> Vec<String> {
-        analyze(command, "/home/u")
+        analyze(command)
             .into_iter()
             .map(|e| match e {
                 Effect::Exec(i) => i.name,
@@ -1385,7 +1397,7 @@ mod tests {
         assert_eq!(names("{rm,-rf,/}"), ["?"]);
         assert_eq!(names("a > out.txt 2>&1 < in"), ["a", ">out.txt", "<in"]);
         assert_eq!(names("a > $f"), ["a", "?"]);
-        assert_eq!(names("a &> ~/log"), ["a", ">/home/u/log"]);
+        assert_eq!(names("a &> ~/log"), ["a", ">~/log"]);
         assert_eq!(names("if then"), ["?"]);
         assert_eq!(names("( ( a ) )"), ["a"]);
         assert_eq!(names("x; (( i++ ))"), ["x"]);

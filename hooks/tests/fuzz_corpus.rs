@@ -22,7 +22,7 @@ fn fuzz_corpus_gets_a_decision_without_panicking() {
     for path in entries {
         let bytes = std::fs::read(&path).expect("read corpus file");
         let command = String::from_utf8_lossy(&bytes);
-        let _ = shell::analyze(&command, common::HOME);
+        let _ = shell::analyze(&command);
         for policy in &policies {
             let verdict = check_tool(policy, "Bash", &json!({ "command": command }));
             assert!(
