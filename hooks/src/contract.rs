@@ -240,7 +240,9 @@ pub fn load_policy_for(path: &Path, needs: &Needs) -> Result<CompiledPolicy, Loa
         source,
     };
     let file = std::fs::File::open(path).map_err(read)?;
-    let mut bytes = Vec::new();
+    // Sized from the file's length: one read instead of a doubling series of small ones.
+    let size = file.metadata().map_or(0, |m| m.len()).min(MAX_POLICY_BYTES);
+    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0) + 1);
     file.take(MAX_POLICY_BYTES)
         .read_to_end(&mut bytes)
         .map_err(read)?;

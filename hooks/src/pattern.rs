@@ -10,28 +10,49 @@ pub fn has_wildcard(s: &str) -> bool {
 }
 
 /// Matches `text` against `pattern` where `*` is any run of characters (also none) and `?`
-/// exactly one. Linear-time two-pointer algorithm: no backtracking blow-up on hostile input.
+/// exactly one. Linear-time two-pointer algorithm over bytes, stepping whole UTF-8
+/// characters: no backtracking blow-up on hostile input and no allocation (it runs for every
+/// tool rule at every call).
 pub fn wildcard(pattern: &str, text: &str) -> bool {
-    let p: Vec<char> = pattern.chars().collect();
-    let t: Vec<char> = text.chars().collect();
+    if !has_wildcard(pattern) {
+        return pattern == text;
+    }
+    let (p, t) = (pattern.as_bytes(), text.as_bytes());
+    let char_len = |bytes: &[u8], at: usize| text_char_len(bytes.get(at).copied());
     let (mut pi, mut ti) = (0, 0);
     let mut star: Option<(usize, usize)> = None;
     while ti < t.len() {
-        if pi < p.len() && (p[pi] == '?' || (p[pi] != '*' && p[pi] == t[ti])) {
+        let tl = char_len(t, ti);
+        let pl = char_len(p, pi);
+        if pi < p.len() && p[pi] == b'?' {
             pi += 1;
-            ti += 1;
-        } else if pi < p.len() && p[pi] == '*' {
+            ti += tl;
+        } else if pi < p.len() && p[pi] != b'*' && p.get(pi..pi + pl) == t.get(ti..ti + tl) {
+            pi += pl;
+            ti += tl;
+        } else if pi < p.len() && p[pi] == b'*' {
             star = Some((pi, ti));
             pi += 1;
         } else if let Some((sp, st)) = star {
+            let next = st + char_len(t, st);
             pi = sp + 1;
-            ti = st + 1;
-            star = Some((sp, st + 1));
+            ti = next;
+            star = Some((sp, next));
         } else {
             return false;
         }
     }
-    p[pi..].iter().all(|&c| c == '*')
+    p[pi..].iter().all(|&c| c == b'*')
+}
+
+/// Length of the UTF-8 character starting with `first` (1 past the end).
+fn text_char_len(first: Option<u8>) -> usize {
+    match first {
+        Some(b) if b >= 0xF0 => 4,
+        Some(b) if b >= 0xE0 => 3,
+        Some(b) if b >= 0xC0 => 2,
+        _ => 1,
+    }
 }
 
 /// An absolute path glob (already resolved against workspace and home). Kept as one string
@@ -195,6 +216,10 @@ mod tests {
         assert!(wildcard("*claude*", "/opt/claude-code/cli.js"));
         assert!(!wildcard("git", "gitk"));
         assert!(wildcard("--force*", "--force-with-lease"));
+        assert!(wildcard("?é?", "aéb"));
+        assert!(wildcard("*ü", "xxü"));
+        assert!(!wildcard("a?", "aéb"));
+        assert!(wildcard("é*", "é"));
     }
 
     #[test]

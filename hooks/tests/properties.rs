@@ -122,3 +122,22 @@ proptest! {
         }
     }
 }
+
+/// Reference matcher: plain recursion over characters.
+fn wildcard_reference(p: &[char], t: &[char]) -> bool {
+    match p.split_first() {
+        None => t.is_empty(),
+        Some(('*', rest)) => (0..=t.len()).any(|i| wildcard_reference(rest, &t[i..])),
+        Some(('?', rest)) => !t.is_empty() && wildcard_reference(rest, &t[1..]),
+        Some((c, rest)) => t.first() == Some(c) && wildcard_reference(rest, &t[1..]),
+    }
+}
+
+proptest! {
+    #[test]
+    fn wildcard_matches_the_reference(pattern in "[ab*?é]{0,8}", text in "[abé]{0,8}") {
+        let p: Vec<char> = pattern.chars().collect();
+        let t: Vec<char> = text.chars().collect();
+        prop_assert_eq!(stepproof_hook::pattern::wildcard(&pattern, &text), wildcard_reference(&p, &t));
+    }
+}
