@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Whole-process time of stepproof-hook against a trivial static stub (reads stdin, prints a
-# fixed answer), with compiled policies of 10, 200 and 2,000 rules. Medians of interleaved
-# runs (stub, hook-10, hook-200, hook-2000, stub, …), printed as ratios. Target: <= 1.5x the
-# stub at 200 rules.
+# fixed answer), with compiled policies of 10, 200 and 2,000 (synthetic) rules and the built-in
+# default profile. Medians of interleaved runs (stub, hook-10, hook-200, hook-2000,
+# hook-default, stub, …), printed as ratios. Target: <= 1.5x the stub at 200 rules. The input
+# is a PreToolUse Bash call (`cargo test --workspace 2>&1 | tail -20`) that every policy allows.
 #
 # The hook is linked statically and not position-independent (glibc, `-C
 # target-feature=+crt-static -C relocation-model=static`: a static-pie binary spends its
@@ -33,7 +34,7 @@ gcc -static -O2 -o "$work/stub" "$here/stub.c"
 gcc -O2 -o "$work/runner" "$here/runner.c"
 
 echo "writing policies…" >&2
-for n in 10 200 2000; do
+for n in 10 200 2000 default; do
     CARGO_TARGET_DIR="$target_dir" cargo run --quiet --manifest-path "$root/Cargo.toml" \
         -p stepproof-hook --example bench_policy -- "$n" /work/project > "$work/policy-$n.json"
 done
@@ -43,7 +44,7 @@ cat > "$work/input.json" <<'JSON'
 JSON
 
 # Sanity: the hook allows the benchmark's input with every policy.
-for n in 10 200 2000; do
+for n in 10 200 2000 default; do
     "$hook" --policy "$work/policy-$n.json" < "$work/input.json" | grep -q '"allow"' \
         || { echo "the hook did not allow the benchmark input with $n rules" >&2; exit 1; }
 done
@@ -52,14 +53,17 @@ mapfile -t medians < <("$work/runner" "$runs" "$work/input.json" \
     "$work/stub" :: \
     "$hook" --policy "$work/policy-10.json" :: \
     "$hook" --policy "$work/policy-200.json" :: \
-    "$hook" --policy "$work/policy-2000.json")
+    "$hook" --policy "$work/policy-2000.json" :: \
+    "$hook" --policy "$work/policy-default.json")
 
 stub="${medians[0]}"
 printf 'runs: %s interleaved, medians of whole-process wall time\n' "$runs"
 printf '%-16s %10s us\n' "stub (static C)" "$stub"
 i=1
-for n in 10 200 2000; do
-    printf '%-16s %10s us  %5.2fx the stub (policy %s bytes)\n' "hook, $n rules" "${medians[$i]}" \
+for n in 10 200 2000 default; do
+    label="hook, $n rules"
+    [ "$n" = default ] && label="hook, default"
+    printf '%-16s %10s us  %5.2fx the stub (policy %s bytes)\n' "$label" "${medians[$i]}" \
         "$(awk -v a="${medians[$i]}" -v b="$stub" 'BEGIN { print a / b }')" \
         "$(stat -c %s "$work/policy-$n.json")"
     i=$((i + 1))

@@ -1,5 +1,5 @@
 //! Writes a compiled policy with N rules for `scripts/bench-hook.sh`:
-//! `cargo run --example bench_policy -- N WORKSPACE > policy.json`.
+//! `cargo run --example bench_policy -- N|default WORKSPACE > policy.json`.
 //!
 //! The rules are synthetic but shaped like real ones (command patterns with wildcards, path
 //! globs, domains, tool names); one rule allows what the benchmark's input runs.
@@ -8,10 +8,29 @@ use stepproof_hook::Decision;
 use stepproof_hook::config::{Access, BashRule, FileRule, HookConfig, ToolRule, WebRule};
 use stepproof_hook::policy::{Context, compile};
 
+#[derive(serde::Deserialize)]
+struct Fragment {
+    hook: HookConfig,
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
-    let count: usize = args.next().and_then(|n| n.parse().ok()).unwrap_or(200);
+    let first = args.next().unwrap_or_else(|| "200".into());
     let workspace = args.next().unwrap_or_else(|| "/work/project".into());
+    if first == "default" {
+        // The built-in default profile, as a realistic policy.
+        let fragment: Fragment =
+            toml::from_str(stepproof_hook::BUILTIN_DEFAULT).expect("the built-in profile parses");
+        let context = Context {
+            workspace: workspace.into(),
+            home: "/home/dev".into(),
+            profile_name: "default".into(),
+        };
+        let policy = compile(&fragment.hook, &context).expect("the built-in profile compiles");
+        println!("{}", serde_json::to_string(&policy).expect("serializes"));
+        return;
+    }
+    let count: usize = first.parse().unwrap_or(200);
     let mut config = HookConfig {
         default: Some(Decision::Deny),
         bash: vec![BashRule {
