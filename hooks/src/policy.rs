@@ -596,7 +596,9 @@ impl CompiledPolicy {
             }
             _ => false,
         };
-        let named = self.judge_names(&self.tools, tool, &mut judgement, !known);
+        // Tool rules apply to every tool; an unmatched unknown tool gets `unknown_tool` below,
+        // an unmatched known one was judged by its own kind above.
+        let named = self.judge_names(&self.tools, tool, &mut judgement, false);
         if !known && !named {
             judgement.add(Finding {
                 decision: self.unknown_tool,
@@ -674,7 +676,7 @@ impl CompiledPolicy {
             matched = true;
             judgement.add(self.rule_finding(g.rule, name));
         }
-        if !matched && fallback && !std::ptr::eq(globs, self.tools.as_slice()) {
+        if !matched && fallback {
             judgement.add(self.default_finding(name));
         }
         matched

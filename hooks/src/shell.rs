@@ -774,7 +774,7 @@ impl Walker<'_> {
                 let rest = if rest < args.len() { rest + 1 } else { rest };
                 self.unwrap_rest(name, args, rest, assigns, stdin);
             }
-            "xargs" => self.unwrap_xargs(name, args, assigns),
+            "xargs" => self.unwrap_xargs(args, assigns),
             "busybox" => {
                 if let Some(Arg::Static(applet)) = args.first() {
                     let applet = applet.clone();
@@ -984,7 +984,7 @@ impl Walker<'_> {
         }
     }
 
-    fn unwrap_xargs(&mut self, name: String, args: Vec<Arg>, assigns: Vec<String>) {
+    fn unwrap_xargs(&mut self, args: Vec<Arg>, assigns: Vec<String>) {
         let with_value = [
             "-a",
             "--arg-file",
@@ -1018,7 +1018,6 @@ impl Walker<'_> {
         };
         // xargs appends what it reads from stdin: arguments unknown before running.
         command.push(Arg::Dynamic);
-        let _ = name;
         self.dispatch_args(command, assigns, Stdin::Unseen);
     }
 
@@ -1244,15 +1243,29 @@ fn has_unquoted_expansion_chars(text: &str) -> bool {
         return false;
     }
     match guarded(|| word::parse(text, &parser_options()).ok()) {
-        Some(pieces) => pieces.iter().any(|p| match &p.piece {
-            WordPiece::Text(t) => {
-                t.contains(['*', '?'])
-                    || t.find('[').is_some_and(|open| t[open..].contains(']'))
-                    || (t.contains('{') && (t.contains(',') || t.contains("..")))
-                    || t.contains(['{', '}']) && pieces.len() > 1
-            }
-            _ => false,
-        }),
+        Some(pieces) => {
+            // Unquoted text only: quoting switches both globbing and brace expansion off.
+            let unquoted: String = pieces
+                .iter()
+                .filter_map(|p| match &p.piece {
+                    WordPiece::Text(t) => Some(t.as_str()),
+                    _ => None,
+                })
+                .collect();
+            let globs = pieces.iter().any(|p| match &p.piece {
+                WordPiece::Text(t) => {
+                    t.contains(['*', '?'])
+                        || t.find('[').is_some_and(|open| t[open..].contains(']'))
+                }
+                _ => false,
+            });
+            // A brace expansion may be split by quotes (`{'rm',x}`): judge the unquoted text
+            // of the whole word.
+            let braces = unquoted.contains('{')
+                && unquoted.contains('}')
+                && (unquoted.contains(',') || unquoted.contains(".."));
+            globs || braces
+        }
         None => true,
     }
 }
@@ -1395,6 +1408,8 @@ mod tests {
         assert_eq!(names("$(a) b"), ["?", "a"]);
         assert_eq!(names("r* x"), ["?"]);
         assert_eq!(names("{rm,-rf,/}"), ["?"]);
+        assert_eq!(names("{'rm',x}"), ["?"]);
+        assert_eq!(names("'{a,b}'"), ["{a,b}"]);
         assert_eq!(names("a > out.txt 2>&1 < in"), ["a", ">out.txt", "<in"]);
         assert_eq!(names("a > $f"), ["a", "?"]);
         assert_eq!(names("a &> ~/log"), ["a", ">~/log"]);
