@@ -81,6 +81,8 @@ const MAX_DEPTH: usize = 24;
 const MAX_EFFECTS: usize = 4096;
 /// Deepest parenthesis nesting the parser is given (see `Walker::script`).
 const MAX_PAREN_DEPTH: usize = 16;
+/// Deepest nesting of compound constructs the parser is given (see `nesting_depth`).
+const MAX_NESTING: usize = 48;
 
 const SHELLS: &[&str] = &[
     "sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "posh", "yash",
@@ -170,8 +172,8 @@ impl Walker<'_> {
         // brush-parser 0.4 backtracks exponentially on unclosed parentheses (found by
         // cargo-fuzz: `(( x=((((((…` takes minutes). No real command nests this deep, so a
         // resource guard, not a judgement of meaning: too deep is unknown.
-        if paren_depth(text) > MAX_PAREN_DEPTH {
-            self.unknown("parentheses nested too deeply to check");
+        if paren_depth(text) > MAX_PAREN_DEPTH || nesting_depth(text) > MAX_NESTING {
+            self.unknown("constructs nested too deeply to check");
             return;
         }
         self.depth += 1;
@@ -1148,6 +1150,44 @@ fn paren_depth(text: &str) -> usize {
     deepest
 }
 
+/// Rough nesting depth of compound constructs (`{`, `(`, `$(`, `if`, `case`, loops),
+/// counted over the raw text without parsing. Both the parser and the walk recurse once per
+/// level, and a stack overflow aborts the process instead of failing closed with a reason;
+/// quotes are not considered, so the estimate errs high (towards unknown).
+fn nesting_depth(text: &str) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        if b.is_ascii_alphabetic() {
+            let start = i;
+            while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
+                i += 1;
+            }
+            match &text[start..i] {
+                "if" | "case" | "for" | "while" | "until" | "select" => {
+                    depth += 1;
+                    deepest = deepest.max(depth);
+                }
+                "fi" | "esac" | "done" => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'{' | b'(' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b'}' | b')' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        i += 1;
+    }
+    deepest
+}
+
 /// Re-applies environment prefixes to a nested script so that `CLAUDE_CODE_SIMPLE=1 sh -c
 /// 'claude'` still shows the assignment on the inner command.
 fn assignment_prefix(assigns: &[String], text: &str) -> String {
@@ -1398,6 +1438,22 @@ mod tests {
         // Found by the fuzzer: exponential parse time, and an option without its value.
         assert_eq!(names(&format!("(( ii={}", "(".repeat(60))), ["?"]);
         assert_eq!(names("a 77777777777777777777<<<b"), ["?"]);
+        // Deep nesting would overflow the stack (an abort, not a deny): unknown instead.
+        let braces = format!("{}a;{}", "{ ".repeat(3000), " }".repeat(3000));
+        assert_eq!(names(&braces), ["?"]);
+        let ifs = format!("{}a;{}", "if b; then ".repeat(3000), " fi;".repeat(3000));
+        assert_eq!(names(&ifs), ["?"]);
+        // The worst that passes the guards: scripts nested as deep as allowed, each nested
+        // just under the limit. It must finish without overflowing the stack.
+        let mut script = "a".to_string();
+        for level in 0..MAX_DEPTH + 2 {
+            script = format!(
+                "{}sh <<'E{level}'\n{script}\nE{level}\n{}",
+                "{ ".repeat(MAX_NESTING - 2),
+                "}\n".repeat(MAX_NESTING - 2)
+            );
+        }
+        assert!(names(&script).contains(&"?".to_string()));
         assert_eq!(names("xargs -I"), ["echo"]);
         assert_eq!(names("/usr/bin/time -o"), ["?", "time"]);
     }
