@@ -778,11 +778,12 @@ impl Walker<'_> {
             }
             "xargs" => self.unwrap_xargs(args, assigns),
             "busybox" => {
-                if let Some(Arg::Static(applet)) = args.first() {
-                    let applet = applet.clone();
-                    self.invocation(applet, args[1..].to_vec(), assigns, stdin);
-                } else {
+                if args.is_empty() {
                     self.exec(name, args, assigns);
+                } else {
+                    // The applet is the command; through the depth-limited dispatch, since
+                    // `busybox busybox …` can repeat.
+                    self.dispatch_args(args, assigns, stdin);
                 }
             }
             "sudo" | "doas" | "run0" | "pkexec" => {
@@ -1435,6 +1436,7 @@ mod tests {
         assert_eq!(names("sudo -u root rm x"), ["sudo", "rm"]);
         assert_eq!(names("command rm x; exec rm y"), ["rm", "rm"]);
         assert_eq!(names("time rm x"), ["rm"]);
+        assert_eq!(names(&"busybox ".repeat(5000)), ["?"]);
         // Found by the fuzzer: exponential parse time, and an option without its value.
         assert_eq!(names(&format!("(( ii={}", "(".repeat(60))), ["?"]);
         assert_eq!(names("a 77777777777777777777<<<b"), ["?"]);
