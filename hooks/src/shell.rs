@@ -734,13 +734,12 @@ impl Walker<'_> {
             "env" => self.unwrap_env(args, assigns, stdin),
             "command" | "builtin" => {
                 // `command -v x` only looks a name up; it is checked as `command` itself.
-                if args
-                    .iter()
-                    .any(|a| matches!(a, Arg::Static(s) if s == "-v" || s == "-V"))
-                {
+                let rest = skip_options(&args, &[]);
+                if args[..rest].iter().any(
+                    |a| matches!(a, Arg::Static(s) if s.starts_with('-') && s.contains(['v', 'V'])),
+                ) {
                     return self.exec(name, args, assigns);
                 }
-                let rest = skip_options(&args, &[]);
                 self.unwrap_rest(name, args, rest, assigns, stdin);
             }
             "exec" => {
@@ -1435,6 +1434,7 @@ mod tests {
         assert_eq!(names("xargs -n1 rm"), ["rm"]);
         assert_eq!(names("sudo -u root rm x"), ["sudo", "rm"]);
         assert_eq!(names("command rm x; exec rm y"), ["rm", "rm"]);
+        assert_eq!(names("command -v rm; command rm -v x"), ["command", "rm"]);
         assert_eq!(names("time rm x"), ["rm"]);
         assert_eq!(names(&"busybox ".repeat(5000)), ["?"]);
         // Found by the fuzzer: exponential parse time, and an option without its value.
