@@ -131,6 +131,10 @@ enum Field {
     Rules,
 }
 
+/// The sections holding matchers (commands, command globs, env, read, write, web, tools,
+/// agents): all of them must precede `rules` for unreachable rules to be skipped.
+const MATCHER_SECTIONS: usize = 8;
+
 struct PolicySeed<'n> {
     needs: &'n Needs,
 }
@@ -237,7 +241,7 @@ impl<'de> Visitor<'de> for PolicySeed<'_> {
                     agents = map.next_value()?;
                 }
                 Field::Rules => {
-                    let reachable = (matchers_seen == 9).then(|| {
+                    let reachable = (matchers_seen == MATCHER_SECTIONS).then(|| {
                         let mut set = BTreeSet::new();
                         set.extend(commands.values().flatten().map(|p: &CommandPattern| p.rule));
                         set.extend(
@@ -424,5 +428,40 @@ impl<'de> Visitor<'de> for RulesSeed<'_> {
             }
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{HookConfig, ToolRule};
+    use crate::policy::{Context, compile};
+
+    #[test]
+    fn unreachable_rules_are_placeholders_and_reachable_ones_are_kept() {
+        let rule = |id: &str, name: &str| ToolRule {
+            id: id.into(),
+            reason: format!("reason of {id}"),
+            decision: Decision::Allow,
+            names: vec![name.into()],
+        };
+        let config = HookConfig {
+            tools: vec![rule("a", "ToolA"), rule("b", "ToolB")],
+            ..HookConfig::default()
+        };
+        let context = Context {
+            workspace: "/w".into(),
+            home: "/h".into(),
+            profile_name: "t".into(),
+        };
+        let policy = compile(&config, &context).expect("compiles");
+        let json = serde_json::to_vec(&policy).expect("serializes");
+        let partial = parse(&json, &Needs::for_call("ToolB", &Value::Null)).expect("loads");
+        assert_eq!(
+            partial.rules[0].id, "",
+            "rule a cannot be reached by a ToolB call"
+        );
+        assert_eq!(partial.rules[1].id, "b");
+        assert_eq!(parse(&json, &Needs::all()).expect("loads"), policy);
     }
 }
