@@ -81,6 +81,8 @@ const MAX_DEPTH: usize = 24;
 const MAX_EFFECTS: usize = 4096;
 /// Deepest parenthesis nesting the parser is given (see `Walker::script`).
 const MAX_PAREN_DEPTH: usize = 16;
+/// Deepest `[` nesting the parser is given (see `bracket_depth`).
+const MAX_BRACKET_DEPTH: usize = 4;
 /// Deepest nesting of compound constructs the parser is given (see `nesting_depth`).
 const MAX_NESTING: usize = 48;
 
@@ -172,7 +174,10 @@ impl Walker<'_> {
         // brush-parser 0.4 backtracks exponentially on unclosed parentheses (found by
         // cargo-fuzz: `(( x=((((((…` takes minutes). No real command nests this deep, so a
         // resource guard, not a judgement of meaning: too deep is unknown.
-        if paren_depth(text) > MAX_PAREN_DEPTH || nesting_depth(text) > MAX_NESTING {
+        if paren_depth(text) > MAX_PAREN_DEPTH
+            || nesting_depth(text) > MAX_NESTING
+            || bracket_depth(text) > MAX_BRACKET_DEPTH
+        {
             self.unknown("constructs nested too deeply to check");
             return;
         }
@@ -1157,6 +1162,24 @@ fn paren_depth(text: &str) -> usize {
     deepest
 }
 
+/// Deepest nesting of `[` (array subscripts, tests) in the raw text: brush-parser 0.4's word
+/// parser is exponential in nested subscripts (`${a[${a[${a[1]}]}]}` takes seconds at depth 6;
+/// found by cargo-fuzz).
+fn bracket_depth(text: &str) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    for c in text.bytes() {
+        match c {
+            b'[' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
 /// Rough nesting depth of compound constructs (`{`, `(`, `$(`, `if`, `case`, loops),
 /// counted over the raw text without parsing. Both the parser and the walk recurse once per
 /// level, and a stack overflow aborts the process instead of failing closed with a reason;
@@ -1446,6 +1469,8 @@ mod tests {
         assert_eq!(names(&"busybox ".repeat(5000)), ["?"]);
         // Found by the fuzzer: brush-parser's tokenizer loops forever on this.
         assert_eq!(names("at $(<< <x${"), ["?"]);
+        assert_eq!(names("echo ${a[${a[${a[${a[${a[${a[1]}]}]}]}]}]}"), ["?"]);
+        assert_eq!(names("[[ -n ${a[1]} ]] && b"), ["b"]);
         // Found by the fuzzer: exponential parse time, and an option without its value.
         assert_eq!(names(&format!("(( ii={}", "(".repeat(60))), ["?"]);
         assert_eq!(names("a 77777777777777777777<<<b"), ["?"]);
