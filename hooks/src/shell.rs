@@ -82,7 +82,7 @@ const MAX_EFFECTS: usize = 4096;
 /// Deepest parenthesis nesting the parser is given (see `Walker::script`).
 const MAX_PAREN_DEPTH: usize = 16;
 /// Deepest `[` nesting the parser is given (see `bracket_depth`).
-const MAX_BRACKET_DEPTH: usize = 4;
+const MAX_BRACKET_DEPTH: usize = 3;
 /// Deepest nesting of compound constructs the parser is given (see `nesting_depth`).
 const MAX_NESTING: usize = 48;
 
