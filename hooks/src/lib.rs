@@ -1,4 +1,26 @@
 //! StepProof's hook: Claude Code's hook contract, the policy language and its evaluation.
+//!
+//! The launcher compiles a profile's `[hook]` section ([`config::HookConfig`]) with
+//! [`policy::compile`] and mounts the JSON of the [`policy::CompiledPolicy`] read-only; the
+//! `stepproof-hook` binary loads what each call needs of it ([`load`]) and answers through
+//! [`contract`]. [`check_tool`] and [`render_check`] serve `stepproof check`.
 #![forbid(unsafe_code)]
 
+pub mod audit;
 pub mod config;
+pub mod contract;
+pub mod decision;
+pub mod load;
+pub mod pattern;
+pub mod policy;
+pub mod shell;
+
+pub use contract::{HookInput, check_tool, evaluate};
+pub use decision::{Decision, Verdict, render_check};
+
+/// The `[hook]` section of the built-in `default` profile (a developer at the terminal).
+pub const BUILTIN_DEFAULT: &str = include_str!("../builtin/default.toml");
+/// The `[hook]` section of the built-in `ci` profile (unattended runs).
+pub const BUILTIN_CI: &str = include_str!("../builtin/ci.toml");
+/// The `[hook]` section of the built-in `strict` profile (reviewing untrusted code).
+pub const BUILTIN_STRICT: &str = include_str!("../builtin/strict.toml");

@@ -1,0 +1,681 @@
+//! Claude Code's hook contract: what each event gets as an answer and how each one fails.
+//!
+//! | event | answer | on any failure |
+//! | --- | --- | --- |
+//! | PreToolUse | the decision JSON; deny also exits 2 with the reason on stderr | deny, exit 2 |
+//! | ConfigChange | refuse the reload: exit 2 | refuse |
+//! | PostToolUse, PostToolUseFailure | nothing; an evidence record | exit 0, failure record |
+//! | SessionStart, UserPromptSubmit, PreCompact | `additionalContext` | exit 0, no context |
+//! | anything else (Stop, SessionEnd, …) | nothing | exit 0: exit 2 on Stop loops the agent |
+//!
+//! Everything here is pure (bytes in, `Response` out) so tests can drive it without a process;
+//! `main.rs` only reads stdin, sends the records and exits.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use thiserror::Error;
+
+use crate::decision::{Decision, Verdict};
+use crate::load::Needs;
+use crate::policy::{CallContext, CompiledPolicy, FORMAT_VERSION};
+
+/// Where the launcher mounts the compiled policy inside the sandbox.
+pub const DEFAULT_POLICY_PATH: &str = "/run/stepproof/policy.json";
+/// Largest hook input accepted; more is denied (a tool call that big is not worth the risk).
+pub const MAX_INPUT_BYTES: usize = 4 << 20;
+/// Largest compiled policy the hook reads.
+pub const MAX_POLICY_BYTES: u64 = 64 << 20;
+/// Rule id of ConfigChange refusals.
+pub const RULE_CONFIG_LOCKED: &str = "config-locked";
+
+/// Set once the event is known to be an observer, so that a later panic exits 0 instead of
+/// blocking (a Stop hook exiting 2 would keep the agent going).
+static OBSERVER_EVENT: AtomicBool = AtomicBool::new(false);
+
+/// The exit code a panic must end with, given what the call had learned before it.
+pub fn exit_code_after_panic() -> i32 {
+    if OBSERVER_EVENT.load(Ordering::SeqCst) {
+        0
+    } else {
+        2
+    }
+}
+
+/// The answer to a panic for a blocking event: the same deny a rule would give.
+pub fn panic_response() -> Response {
+    let verdict = Verdict::fail_closed(
+        "StepProof denied this call: the hook hit an internal error (rule fail-closed).",
+    );
+    if exit_code_after_panic() == 0 {
+        Response::silent()
+    } else {
+        pre_tool_use_answer(&verdict)
+    }
+}
+
+/// Command-line arguments of `stepproof-hook`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Args {
+    /// The compiled policy (`--policy FILE`).
+    pub policy: PathBuf,
+    /// The supervisor's audit socket (`--audit-socket PATH`).
+    pub audit_socket: Option<PathBuf>,
+    /// The event to assume when the input does not name one (`--event NAME`).
+    pub event: Option<String>,
+}
+
+/// A bad command line: the hook fails closed rather than guessing.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum ArgsError {
+    /// An option this hook does not know.
+    #[error(
+        "unknown argument `{0}` (usage: stepproof-hook [--policy FILE] [--audit-socket PATH] [--event NAME])"
+    )]
+    Unknown(String),
+    /// An option without its value.
+    #[error("`{0}` needs a value")]
+    MissingValue(String),
+}
+
+impl Args {
+    /// Parses argv (without the program name). Hand-written to keep the binary small and
+    /// quick to start.
+    pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Args, ArgsError> {
+        let mut parsed = Args {
+            policy: PathBuf::from(DEFAULT_POLICY_PATH),
+            audit_socket: None,
+            event: None,
+        };
+        let mut args = args.into_iter();
+        while let Some(arg) = args.next() {
+            let (flag, inline) = match arg.split_once('=') {
+                Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
+                _ => (arg.clone(), None),
+            };
+            let mut value = || {
+                inline
+                    .clone()
+                    .or_else(|| args.next())
+                    .ok_or_else(|| ArgsError::MissingValue(flag.clone()))
+            };
+            match flag.as_str() {
+                "--policy" => parsed.policy = PathBuf::from(value()?),
+                "--audit-socket" => parsed.audit_socket = Some(PathBuf::from(value()?)),
+                "--event" => parsed.event = Some(value()?),
+                _ => return Err(ArgsError::Unknown(arg)),
+            }
+        }
+        Ok(parsed)
+    }
+}
+
+/// The fields of Claude Code's hook input this hook reads; unknown fields are ignored.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct HookInput {
+    /// The event (`PreToolUse`, …).
+    #[serde(default)]
+    pub hook_event_name: Option<String>,
+    /// Claude Code's session id.
+    #[serde(default)]
+    pub session_id: Option<Value>,
+    /// The agent's working directory.
+    #[serde(default)]
+    pub cwd: Option<String>,
+    /// Tool events: the tool's name.
+    #[serde(default)]
+    pub tool_name: Option<String>,
+    /// Tool events: the tool's input.
+    #[serde(default)]
+    pub tool_input: Option<Value>,
+    /// Tool events: the call's id.
+    #[serde(default)]
+    pub tool_use_id: Option<Value>,
+    /// PostToolUse: what the tool returned.
+    #[serde(default)]
+    pub tool_response: Option<Value>,
+    /// PostToolUseFailure: the error.
+    #[serde(default)]
+    pub error: Option<Value>,
+}
+
+/// Judges a PreToolUse input: missing fields deny (fail closed).
+pub fn evaluate(policy: &CompiledPolicy, input: &HookInput) -> Verdict {
+    evaluate_analysed(policy, input, None)
+}
+
+/// `evaluate` with the Bash command's analysis already done (see `load::Needs`).
+pub fn evaluate_analysed(
+    policy: &CompiledPolicy,
+    input: &HookInput,
+    effects: Option<&[crate::shell::Effect]>,
+) -> Verdict {
+    let Some(tool) = input.tool_name.as_deref().filter(|t| !t.is_empty()) else {
+        return Verdict::fail_closed(
+            "StepProof denied this call: the hook input has no `tool_name` (rule fail-closed).",
+        );
+    };
+    let Some(tool_input) = input.tool_input.as_ref().filter(|v| v.is_object()) else {
+        return Verdict::fail_closed(format!(
+            "StepProof denied {tool}: the hook input has no `tool_input` object (rule fail-closed)."
+        ));
+    };
+    policy.check(
+        tool,
+        tool_input,
+        &CallContext {
+            cwd: input.cwd.as_deref(),
+            effects,
+        },
+    )
+}
+
+/// Judges a tool call outside Claude Code (`stepproof check`), with the workspace as cwd.
+pub fn check_tool(policy: &CompiledPolicy, tool_name: &str, tool_input: &Value) -> Verdict {
+    if !tool_input.is_object() {
+        return Verdict::fail_closed(format!(
+            "StepProof denied {tool_name}: the tool input is not a JSON object (rule fail-closed)."
+        ));
+    }
+    policy.check(tool_name, tool_input, &CallContext::default())
+}
+
+/// What the hook process prints and how it exits, plus the records it sends.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Response {
+    /// Printed on stdout (JSON or nothing).
+    pub stdout: String,
+    /// Printed on stderr (the deny reason or nothing).
+    pub stderr: String,
+    /// Process exit code.
+    pub exit_code: i32,
+    /// Audit records to send.
+    pub records: Vec<Value>,
+}
+
+impl Response {
+    fn silent() -> Response {
+        Response {
+            stdout: String::new(),
+            stderr: String::new(),
+            exit_code: 0,
+            records: Vec::new(),
+        }
+    }
+}
+
+/// Why a policy could not be loaded.
+#[derive(Debug, Error)]
+pub enum LoadError {
+    /// The file cannot be read.
+    #[error("cannot read the policy {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The file is not a compiled policy.
+    #[error("the policy {path} is not a compiled StepProof policy: {source}")]
+    Parse {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+    /// A policy compiled by another version.
+    #[error("the policy {path} has format {found}, this hook reads format {FORMAT_VERSION}")]
+    Format { path: PathBuf, found: u32 },
+}
+
+/// Reads and parses the whole compiled policy.
+pub fn load_policy(path: &Path) -> Result<CompiledPolicy, LoadError> {
+    load_policy_for(path, &Needs::all())
+}
+
+/// Reads the compiled policy, parsing only what `needs` asks for (see `load`).
+pub fn load_policy_for(path: &Path, needs: &Needs) -> Result<CompiledPolicy, LoadError> {
+    let read = |source| LoadError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(read)?;
+    // Sized from the file's length: one read instead of a doubling series of small ones.
+    let size = file.metadata().map_or(0, |m| m.len()).min(MAX_POLICY_BYTES);
+    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0) + 1);
+    file.take(MAX_POLICY_BYTES)
+        .read_to_end(&mut bytes)
+        .map_err(read)?;
+    let policy = crate::load::parse(&bytes, needs).map_err(|source| LoadError::Parse {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    if policy.format != FORMAT_VERSION {
+        return Err(LoadError::Format {
+            path: path.to_path_buf(),
+            found: policy.format,
+        });
+    }
+    Ok(policy)
+}
+
+/// Events that are gates: they fail closed.
+fn is_gate(event: &str) -> bool {
+    matches!(event, "PreToolUse" | "ConfigChange")
+}
+
+/// Handles one hook call. `stdin` holds at most `MAX_INPUT_BYTES + 1` bytes; more means the
+/// input was too large. Meant for the hook process: a PreToolUse call leaks its policy on
+/// purpose instead of freeing it just before the process exits.
+pub fn respond(args: &Args, stdin: &[u8]) -> Response {
+    let parsed: Result<Value, String> = if stdin.len() > MAX_INPUT_BYTES {
+        Err(format!(
+            "the hook input is larger than {MAX_INPUT_BYTES} bytes"
+        ))
+    } else {
+        serde_json::from_slice::<Value>(stdin)
+            .map_err(|e| format!("the hook input is not JSON: {e}"))
+    };
+    let parsed = parsed.and_then(|v| {
+        if v.is_object() {
+            Ok(v)
+        } else {
+            Err("the hook input is not a JSON object".to_string())
+        }
+    });
+    let named = parsed
+        .as_ref()
+        .ok()
+        .and_then(|v| v.get("hook_event_name"))
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    // Unknown and unreadable input is treated as the most dangerous event, a PreToolUse.
+    let event = named
+        .or_else(|| args.event.clone())
+        .unwrap_or_else(|| "PreToolUse".to_string());
+    if !is_gate(&event) {
+        OBSERVER_EVENT.store(true, Ordering::SeqCst);
+    }
+    let input = parsed.and_then(|v| {
+        serde_json::from_value::<HookInput>(v)
+            .map_err(|e| format!("the hook input has a malformed field: {e}"))
+    });
+    match event.as_str() {
+        "PreToolUse" => pre_tool_use(args, input),
+        "ConfigChange" => config_change(args, input.ok()),
+        "PostToolUse" | "PostToolUseFailure" => observe(args, &event, input, evidence),
+        "SessionStart" | "UserPromptSubmit" | "PreCompact" => context(args, &event, input),
+        _ => Response::silent(),
+    }
+}
+
+fn pre_tool_use(args: &Args, input: Result<HookInput, String>) -> Response {
+    let needs = input
+        .as_ref()
+        .map(needs_of)
+        .unwrap_or_else(|_| Needs::minimal());
+    let (verdict, policy, input) = match input {
+        Err(why) => (
+            Verdict::fail_closed(format!(
+                "StepProof denied this call: {why} (rule fail-closed)."
+            )),
+            None,
+            HookInput::default(),
+        ),
+        Ok(input) => match load_policy_for(&args.policy, &needs) {
+            Err(e) => (
+                Verdict::fail_closed(format!(
+                    "StepProof denied this call: {e} (rule fail-closed)."
+                )),
+                None,
+                input,
+            ),
+            Ok(policy) => (
+                evaluate_analysed(&policy, &input, needs.effects.as_deref()),
+                Some(policy),
+                input,
+            ),
+        },
+    };
+    let mut response = pre_tool_use_answer(&verdict);
+    // Records are built only when there is somewhere to send them.
+    if args.audit_socket.is_some() {
+        let mut record = base_record("decision", "PreToolUse", &input, policy.as_ref());
+        record["tool"] = json!(input.tool_name);
+        record["decision"] = json!(verdict.decision);
+        record["rule_id"] = json!(verdict.rule_id);
+        record["reason"] = json!(verdict.reason);
+        let (summary, truncated) =
+            summarize_input(input.tool_name.as_deref(), input.tool_input.as_ref());
+        record["input"] = json!(summary);
+        if truncated {
+            record["input_truncated"] = json!(true);
+        }
+        response.records.push(record);
+    }
+    // The process exits right after answering: freeing thousands of small allocations of a
+    // large policy is measurable and buys nothing.
+    std::mem::forget(policy);
+    response
+}
+
+fn needs_of(input: &HookInput) -> Needs {
+    match (&input.tool_name, &input.tool_input) {
+        (Some(tool), Some(tool_input)) => Needs::for_call(tool, tool_input),
+        _ => Needs::minimal(),
+    }
+}
+
+/// The PreToolUse answer: JSON on stdout; a deny also exits 2 with the reason on stderr so
+/// that it blocks even where the JSON is not read.
+pub fn pre_tool_use_answer(verdict: &Verdict) -> Response {
+    let answer = json!({
+        "hookSpecificOutput": {
+            "hookEventName": "PreToolUse",
+            "permissionDecision": verdict.decision.as_str(),
+            "permissionDecisionReason": verdict.reason,
+        }
+    });
+    let deny = verdict.decision == Decision::Deny;
+    Response {
+        stdout: format!("{answer}\n"),
+        stderr: if deny {
+            format!("{}\n", verdict.reason)
+        } else {
+            String::new()
+        },
+        exit_code: if deny { 2 } else { 0 },
+        records: Vec::new(),
+    }
+}
+
+fn config_change(args: &Args, input: Option<HookInput>) -> Response {
+    let input = input.unwrap_or_default();
+    let policy = load_policy_for(&args.policy, &Needs::minimal()).ok();
+    let reason = "StepProof refused the settings change: hooks and permissions are fixed for this run (rule config-locked).";
+    let mut record = base_record("decision", "ConfigChange", &input, policy.as_ref());
+    record["decision"] = json!(Decision::Deny);
+    record["rule_id"] = json!(RULE_CONFIG_LOCKED);
+    record["reason"] = json!(reason);
+    Response {
+        stdout: String::new(),
+        stderr: format!("{reason}\n"),
+        exit_code: 2,
+        records: vec![record],
+    }
+}
+
+/// Observer events: whatever happens, exit 0 and print nothing; failures become a record.
+fn observe(
+    args: &Args,
+    event: &str,
+    input: Result<HookInput, String>,
+    make: fn(&str, &HookInput, Option<&CompiledPolicy>) -> Value,
+) -> Response {
+    // Without an audit socket there is nobody to give evidence to: skip the hashing.
+    if args.audit_socket.is_none() {
+        return Response::silent();
+    }
+    let policy = load_policy_for(&args.policy, &Needs::minimal()).ok();
+    let record = match input {
+        Ok(input) => make(event, &input, policy.as_ref()),
+        Err(why) => failure_record(event, &why, policy.as_ref()),
+    };
+    Response {
+        records: vec![record],
+        ..Response::silent()
+    }
+}
+
+fn failure_record(event: &str, why: &str, policy: Option<&CompiledPolicy>) -> Value {
+    let mut record = base_record("failure", event, &HookInput::default(), policy);
+    record["error"] = json!(why);
+    record
+}
+
+/// PostToolUse / PostToolUseFailure evidence.
+fn evidence(event: &str, input: &HookInput, policy: Option<&CompiledPolicy>) -> Value {
+    let mut record = base_record("evidence", event, input, policy);
+    let tool = input.tool_name.as_deref().unwrap_or_default();
+    record["tool"] = json!(tool);
+    let tool_input = input.tool_input.clone().unwrap_or(Value::Null);
+    let response = input.tool_response.clone().unwrap_or(Value::Null);
+    match tool {
+        "Write" | "Edit" | "MultiEdit" | "NotebookEdit" => {
+            let path = tool_input
+                .get("file_path")
+                .or_else(|| tool_input.get("notebook_path"))
+                .or_else(|| response.get("filePath"))
+                .and_then(Value::as_str);
+            match path {
+                Some(path) => {
+                    let absolute = match (Path::new(path).is_absolute(), input.cwd.as_deref()) {
+                        (false, Some(cwd)) => Path::new(cwd).join(path),
+                        _ => PathBuf::from(path),
+                    };
+                    record["path"] = json!(absolute.to_string_lossy());
+                    match sha256_file(&absolute) {
+                        Ok(hash) => record["sha256"] = json!(hash),
+                        Err(e) => {
+                            record["sha256"] = Value::Null;
+                            record["error"] =
+                                json!(format!("cannot hash {}: {e}", absolute.display()));
+                        }
+                    }
+                }
+                None => record["error"] = json!("no file path in the tool input"),
+            }
+        }
+        "Bash" => {
+            record["command"] = json!(tool_input.get("command").and_then(Value::as_str));
+            let text = |key: &str| {
+                response
+                    .get(key)
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string()
+            };
+            let status = ["exit_code", "exitCode", "returnCode", "code"]
+                .iter()
+                .find_map(|k| response.get(*k).and_then(Value::as_i64))
+                .or_else(|| exit_status_from_error(input.error.as_ref()));
+            record["exit_status"] = json!(status);
+            record["interrupted"] = json!(
+                response
+                    .get("interrupted")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false)
+            );
+            record["stdout_sha256"] = json!(sha256_hex(text("stdout").as_bytes()));
+            record["stderr_sha256"] = json!(sha256_hex(text("stderr").as_bytes()));
+        }
+        _ => {}
+    }
+    if event == "PostToolUseFailure" {
+        record["error"] = match &input.error {
+            Some(Value::String(s)) => json!(s),
+            Some(other) => json!(other.to_string()),
+            None => Value::Null,
+        };
+    }
+    record
+}
+
+/// Claude Code reports a failed command as `Exit code N` at the start of the error text.
+fn exit_status_from_error(error: Option<&Value>) -> Option<i64> {
+    let text = error?.as_str()?;
+    let rest = text.trim_start().strip_prefix("Exit code ")?;
+    rest.split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}
+
+fn context(args: &Args, event: &str, input: Result<HookInput, String>) -> Response {
+    let Ok(policy) = load_policy_for(&args.policy, &Needs::minimal()) else {
+        return Response::silent();
+    };
+    if input.is_err() {
+        return Response::silent();
+    }
+    let answer = json!({
+        "hookSpecificOutput": {
+            "hookEventName": event,
+            "additionalContext": context_text(&policy),
+        }
+    });
+    Response {
+        stdout: format!("{answer}\n"),
+        ..Response::silent()
+    }
+}
+
+/// What the model is told at session start: where it runs and what it may do.
+pub fn context_text(policy: &CompiledPolicy) -> String {
+    let mut text = format!(
+        "This session runs under StepProof, profile '{}': a Linux sandbox plus a hook that checks every tool call.",
+        policy.profile
+    );
+    if !policy.summary.is_empty() {
+        text.push(' ');
+        text.push_str(&policy.summary);
+    }
+    text.push_str(&format!(
+        " Workspace: {}. Shell commands allowed without asking: {}.",
+        policy.workspace,
+        policy.allowed_summary()
+    ));
+    text.push_str(&format!(
+        " Anything else is {}; commands whose name or script cannot be read before running ($VAR as a command, eval of variables, piping into sh) are {}.",
+        match policy.default {
+            Decision::Allow => "allowed",
+            Decision::Ask => "asked about",
+            Decision::Deny => "denied",
+        },
+        match policy.unknown {
+            Decision::Allow => "allowed",
+            Decision::Ask => "asked about",
+            Decision::Deny => "denied",
+        },
+    ));
+    text.push_str(" A denial names its rule; do not try to get around it, ask the user instead.");
+    text
+}
+
+fn base_record(
+    kind: &str,
+    event: &str,
+    input: &HookInput,
+    policy: Option<&CompiledPolicy>,
+) -> Value {
+    let ts_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    json!({
+        "kind": kind,
+        "event": event,
+        "session_id": input.session_id,
+        "tool_use_id": input.tool_use_id,
+        "profile": policy.map(|p| p.profile.clone()),
+        "hook_pid": std::process::id(),
+        "ts_ms": ts_ms,
+    })
+}
+
+const SUMMARY_LIMIT: usize = 4096;
+
+/// A short, readable account of a tool input for the audit record.
+fn summarize_input(tool: Option<&str>, input: Option<&Value>) -> (String, bool) {
+    let Some(input) = input else {
+        return (String::new(), false);
+    };
+    let field = |k: &str| input.get(k).and_then(Value::as_str).map(str::to_string);
+    let text = match tool {
+        Some("Bash") => field("command"),
+        Some("Read" | "Write" | "Edit" | "MultiEdit") => field("file_path"),
+        Some("NotebookEdit" | "NotebookRead") => field("notebook_path"),
+        Some("WebFetch") => field("url"),
+        _ => None,
+    }
+    .unwrap_or_else(|| input.to_string());
+    if text.len() <= SUMMARY_LIMIT {
+        return (text, false);
+    }
+    let mut cut = SUMMARY_LIMIT;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    (text[..cut].to_string(), true)
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    hex(&Sha256::digest(bytes))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 15)]));
+    }
+    out
+}
+
+fn sha256_file(path: &Path) -> std::io::Result<String> {
+    let mut file = std::fs::File::open(path)?;
+    let mut hasher = Sha256::new();
+    let mut buffer = vec![0u8; 64 * 1024];
+    loop {
+        let n = file.read(&mut buffer)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buffer[..n]);
+    }
+    Ok(hex(&hasher.finalize()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_args() {
+        let a = Args::parse(
+            [
+                "--policy",
+                "/p.json",
+                "--audit-socket=/s",
+                "--event",
+                "Stop",
+            ]
+            .map(String::from),
+        )
+        .unwrap();
+        assert_eq!(a.policy, PathBuf::from("/p.json"));
+        assert_eq!(a.audit_socket, Some(PathBuf::from("/s")));
+        assert_eq!(a.event.as_deref(), Some("Stop"));
+        assert!(Args::parse(["--bogus".to_string()]).is_err());
+        assert!(Args::parse(["--policy".to_string()]).is_err());
+    }
+
+    #[test]
+    fn a_panic_on_a_gate_is_a_deny() {
+        // No test in this binary handles an observer event, so the flag is still clear.
+        let response = panic_response();
+        assert_eq!(response.exit_code, 2);
+        assert!(response.stdout.contains("\"deny\""));
+        assert!(response.stderr.contains("fail-closed"));
+    }
+
+    #[test]
+    fn exit_status_text() {
+        assert_eq!(
+            exit_status_from_error(Some(&json!("Exit code 3\nboom"))),
+            Some(3)
+        );
+        assert_eq!(exit_status_from_error(Some(&json!("boom"))), None);
+    }
+}

@@ -1,0 +1,1515 @@
+//! What a Bash command does, found by parsing it (brush-parser) and walking the syntax tree.
+//!
+//! The walk flattens every construct (pipelines, lists, subshells, groups, loops, `case`,
+//! functions, command and process substitutions, here-documents, `sh -c` strings, `eval`) into
+//! a list of `Effect`s: the simple commands that would run, with wrappers such as `env` or
+//! `timeout` peeled off, and the files redirections touch. Anything the hook cannot know
+//! before the command runs becomes `Effect::Unknown`, which the policy judges with its
+//! `unknown` decision: being unsure never turns into an allow.
+
+use std::collections::BTreeSet;
+
+use brush_parser::ast;
+use brush_parser::word::{self, ParameterExpr, WordPiece, WordPieceWithSource};
+
+use crate::pattern::Arg;
+
+/// One thing a command line would do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Effect {
+    /// A simple command that would run.
+    Exec(Invocation),
+    /// A file a redirection reads (`< path`).
+    Read(String),
+    /// A file a redirection writes (`> path`, `>> path`, `&> path`).
+    Write(String),
+    /// Something that cannot be known statically; the text says what, for the model.
+    Unknown(String),
+}
+
+/// A simple command after normalisation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Invocation {
+    /// The command name as a basename (`/usr/bin/rm`, `\rm`, `"rm"` → `rm`); empty for a
+    /// line that only assigns variables.
+    pub name: String,
+    /// The arguments after the name.
+    pub args: Vec<Arg>,
+    /// Names of the environment variables assigned for this command (`X=1 cmd`,
+    /// `env X=1 cmd`, `export X=1`).
+    pub assigns: Vec<String>,
+    /// The name was a path outside the system's program directories (`./ls`,
+    /// `/work/project/cargo`): a program the agent may have written. Deny and ask rules
+    /// still see its basename; allow rules do not vouch for it.
+    pub untrusted_path: bool,
+}
+
+/// Directories whose programs are the system's (read-only in the sandbox), so that
+/// `/usr/bin/git` is `git` for allow rules too.
+const TRUSTED_DIRS: &[&str] = &[
+    "/bin",
+    "/sbin",
+    "/usr/bin",
+    "/usr/sbin",
+    "/usr/local/bin",
+    "/usr/local/sbin",
+];
+
+/// Whether a path-qualified command name lies in a system program directory (after `..`);
+/// `~/…` stays symbolic (see `analyze`), so the home's program directories are matched as
+/// written.
+fn trusted_location(path: &str) -> bool {
+    let (in_home, absolute) = match path.strip_prefix("~/") {
+        Some(rest) => (true, format!("/{rest}")),
+        None => (false, path.to_string()),
+    };
+    let Some(normalized) = crate::policy::normalize(std::path::Path::new(&absolute)) else {
+        return false;
+    };
+    let dir = normalized.rsplit_once('/').map_or("", |(d, _)| d);
+    let dir = if dir.is_empty() { "/" } else { dir };
+    if in_home {
+        ["/.cargo/bin", "/.local/bin", "/go/bin"].contains(&dir)
+    } else {
+        TRUSTED_DIRS.contains(&dir)
+    }
+}
+
+/// How deep `sh -c`, `eval` and substitutions may nest before the hook gives up (unknown).
+const MAX_DEPTH: usize = 24;
+/// How many effects one command line may produce before the hook gives up (unknown).
+const MAX_EFFECTS: usize = 4096;
+/// Deepest parenthesis nesting the parser is given (see `Walker::script`).
+const MAX_PAREN_DEPTH: usize = 16;
+/// Deepest `[` nesting the parser is given (see `bracket_depth`).
+const MAX_BRACKET_DEPTH: usize = 3;
+/// Deepest nesting of compound constructs the parser is given (see `nesting_depth`).
+const MAX_NESTING: usize = 48;
+
+const SHELLS: &[&str] = &[
+    "sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "posh", "yash",
+];
+/// Shells whose syntax differs too much from bash for the parser to vouch for a `-c` string.
+const FOREIGN_SHELLS: &[&str] = &["fish", "csh", "tcsh", "nu", "elvish", "xonsh", "pwsh"];
+
+/// Where a command's standard input comes from, which matters for shells reading a script.
+#[derive(Debug, Clone)]
+enum Stdin {
+    /// Inherited from the tool (nothing the hook can see).
+    Inherited,
+    /// The text of a here-document or here-string known before running.
+    Static(String),
+    /// A pipe, a file or an expanded here-document: not known.
+    Unseen,
+}
+
+/// Analyses a command line; it never fails: errors become `Effect::Unknown`. A tilde stays
+/// symbolic (`~/x` is the text `~/x`, `cd` alone goes to `~`): the policy resolves `~/` in
+/// paths against the home it was compiled for, and the analysis needs nothing from the
+/// policy, so the hook can run it before loading the policy (to load only what it needs).
+pub fn analyze(command: &str) -> Vec<Effect> {
+    let mut walker = Walker {
+        home: "~",
+        effects: Vec::new(),
+        functions: BTreeSet::new(),
+        depth: 0,
+        cd: None,
+        lost: false,
+        simple_start: 0,
+        source: String::new(),
+    };
+    walker.script(command);
+    let Walker {
+        mut effects,
+        functions,
+        ..
+    } = walker;
+    // A call to a function defined in the same line is checked through its body, which the
+    // walk already flattened; the call itself runs nothing else.
+    effects.retain(|e| !matches!(e, Effect::Exec(inv) if functions.contains(&inv.name)));
+    effects
+}
+
+struct Walker<'a> {
+    home: &'a str,
+    effects: Vec<Effect>,
+    functions: BTreeSet<String>,
+    depth: usize,
+    /// Where `cd` moved the shell: `Some(prefix)` for a static move (relative redirections
+    /// are resolved against it), `None` before any `cd` or after one the hook cannot follow
+    /// (then `lost` is set and relative redirections become unknown).
+    cd: Option<String>,
+    lost: bool,
+    /// Index of the first effect of the simple command being walked.
+    simple_start: usize,
+    /// The script being walked, to look at the source of ambiguous nodes.
+    source: String,
+}
+
+fn parser_options() -> brush_parser::ParserOptions {
+    brush_parser::ParserOptions::default()
+}
+
+impl Walker<'_> {
+    fn push(&mut self, effect: Effect) {
+        if self.effects.len() < MAX_EFFECTS {
+            self.effects.push(effect);
+        } else if !matches!(self.effects.last(), Some(Effect::Unknown(_))) {
+            self.effects.push(Effect::Unknown(
+                "the command line is too large to check".into(),
+            ));
+        }
+    }
+
+    fn unknown(&mut self, why: impl Into<String>) {
+        self.push(Effect::Unknown(why.into()));
+    }
+
+    /// Parses and walks a whole script (the tool's command, a `-c` string, a here-document).
+    fn script(&mut self, text: &str) {
+        if self.depth >= MAX_DEPTH {
+            self.unknown("commands nested too deeply to check");
+            return;
+        }
+        // brush-parser 0.4 backtracks exponentially on unclosed parentheses (found by
+        // cargo-fuzz: `(( x=((((((…` takes minutes). No real command nests this deep, so a
+        // resource guard, not a judgement of meaning: too deep is unknown.
+        if paren_depth(text) > MAX_PAREN_DEPTH
+            || nesting_depth(text) > MAX_NESTING
+            || bracket_depth(text) > MAX_BRACKET_DEPTH
+        {
+            self.unknown("constructs nested too deeply to check");
+            return;
+        }
+        // brush-parser 0.4's tokenizer loops forever (growing memory) on an unterminated
+        // `${` while a here-document is pending (cargo-fuzz: `$(<< <${`). Such text cannot be
+        // valid shell, so refusing it before the parser sees it loses nothing.
+        if text.contains("<<") && text.matches("${").count() > text.matches('}').count() {
+            self.unknown("an unterminated ${…} the hook cannot parse");
+            return;
+        }
+        self.depth += 1;
+        let parsed = guarded(|| {
+            brush_parser::Parser::new(std::io::Cursor::new(text.as_bytes()), &parser_options())
+                .parse_program()
+                .ok()
+        });
+        match parsed {
+            Some(program) => {
+                let outer = std::mem::replace(&mut self.source, text.to_string());
+                for complete in &program.complete_commands {
+                    self.compound_list(complete);
+                }
+                self.source = outer;
+            }
+            None => self.unknown("the shell command does not parse"),
+        }
+        self.depth -= 1;
+    }
+
+    fn compound_list(&mut self, list: &ast::CompoundList) {
+        for ast::CompoundListItem(and_or, _) in &list.0 {
+            self.pipeline(&and_or.first);
+            for next in &and_or.additional {
+                match next {
+                    ast::AndOr::And(p) | ast::AndOr::Or(p) => self.pipeline(p),
+                }
+            }
+        }
+    }
+
+    fn pipeline(&mut self, pipeline: &ast::Pipeline) {
+        for (index, command) in pipeline.seq.iter().enumerate() {
+            let stdin = if index == 0 {
+                Stdin::Inherited
+            } else {
+                Stdin::Unseen
+            };
+            self.command(command, stdin);
+        }
+    }
+
+    fn command(&mut self, command: &ast::Command, stdin: Stdin) {
+        match command {
+            ast::Command::Simple(simple) => self.simple(simple, stdin),
+            ast::Command::Compound(compound, redirects) => {
+                self.compound(compound);
+                if let Some(redirects) = redirects {
+                    for r in &redirects.0 {
+                        self.redirect(r);
+                    }
+                }
+            }
+            ast::Command::Function(def) => {
+                match self.static_word(&def.fname.value) {
+                    Some(name) => {
+                        self.functions.insert(name);
+                    }
+                    None => self.unknown("a function name is computed at run time"),
+                }
+                let ast::FunctionBody(body, redirects) = &def.body;
+                if let Some(redirects) = redirects {
+                    for r in &redirects.0 {
+                        self.redirect(r);
+                    }
+                }
+                self.compound(body);
+            }
+            ast::Command::ExtendedTest(test, redirects) => {
+                if let Some(redirects) = redirects {
+                    for r in &redirects.0 {
+                        self.redirect(r);
+                    }
+                }
+                self.extended_test(&test.expr);
+            }
+        }
+    }
+
+    fn extended_test(&mut self, expr: &ast::ExtendedTestExpr) {
+        match expr {
+            ast::ExtendedTestExpr::And(a, b) | ast::ExtendedTestExpr::Or(a, b) => {
+                self.extended_test(a);
+                self.extended_test(b);
+            }
+            ast::ExtendedTestExpr::Not(a) | ast::ExtendedTestExpr::Parenthesized(a) => {
+                self.extended_test(a)
+            }
+            ast::ExtendedTestExpr::UnaryTest(_, w) => {
+                self.word(&w.value);
+            }
+            ast::ExtendedTestExpr::BinaryTest(_, a, b) => {
+                self.word(&a.value);
+                self.word(&b.value);
+            }
+        }
+    }
+
+    fn compound(&mut self, compound: &ast::CompoundCommand) {
+        match compound {
+            ast::CompoundCommand::Arithmetic(a) => {
+                self.arithmetic(&a.expr.value);
+                // brush-parser 0.4 reads nested subshells `( ( cmd ) )` as arithmetic
+                // `((cmd))`; bash runs them. Unless the source really has `((`, walk the text
+                // as the commands it may be.
+                let really_arithmetic = a.loc.start.index == 0 && self.source.starts_with("((")
+                    || self
+                        .source
+                        .chars()
+                        .skip(a.loc.start.index)
+                        .take(2)
+                        .eq("((".chars());
+                if !really_arithmetic {
+                    // Re-read the original text minus the outer parentheses: the expression
+                    // text alone lost here-documents and quoting.
+                    let (start, end) = (a.loc.start.index, a.loc.end.index);
+                    let inner: String = self
+                        .source
+                        .chars()
+                        .skip(start + 1)
+                        .take(end.saturating_sub(start + 2))
+                        .collect();
+                    let text = if end > start + 1 && inner.trim_end().ends_with(')') {
+                        inner
+                    } else {
+                        a.expr.value.clone()
+                    };
+                    self.script(&text);
+                }
+            }
+            ast::CompoundCommand::ArithmeticForClause(f) => {
+                for e in [&f.initializer, &f.condition, &f.updater]
+                    .into_iter()
+                    .flatten()
+                {
+                    self.arithmetic(&e.value);
+                }
+                self.compound_list(&f.body.list);
+            }
+            ast::CompoundCommand::BraceGroup(g) => self.compound_list(&g.list),
+            ast::CompoundCommand::Subshell(s) => self.compound_list(&s.list),
+            ast::CompoundCommand::ForClause(f) => {
+                for w in f.values.iter().flatten() {
+                    self.word(&w.value);
+                }
+                self.compound_list(&f.body.list);
+            }
+            ast::CompoundCommand::CaseClause(c) => {
+                self.word(&c.value.value);
+                for item in &c.cases {
+                    for p in &item.patterns {
+                        self.word(&p.value);
+                    }
+                    if let Some(cmd) = &item.cmd {
+                        self.compound_list(cmd);
+                    }
+                }
+            }
+            ast::CompoundCommand::IfClause(i) => {
+                self.compound_list(&i.condition);
+                self.compound_list(&i.then);
+                for e in i.elses.iter().flatten() {
+                    if let Some(c) = &e.condition {
+                        self.compound_list(c);
+                    }
+                    self.compound_list(&e.body);
+                }
+            }
+            ast::CompoundCommand::WhileClause(w) | ast::CompoundCommand::UntilClause(w) => {
+                self.compound_list(&w.0);
+                self.compound_list(&w.1.list);
+            }
+            ast::CompoundCommand::Coprocess(c) => self.command(&c.body, Stdin::Unseen),
+        }
+    }
+
+    /// An arithmetic expression runs no command, except through substitutions inside it.
+    fn arithmetic(&mut self, text: &str) {
+        self.word(text);
+    }
+
+    fn simple(&mut self, simple: &ast::SimpleCommand, stdin: Stdin) {
+        // The command's own effects are moved before those of its words and redirections, so
+        // that a message names `git commit` rather than the `cat` inside its `$(…)`.
+        let saved = std::mem::replace(&mut self.simple_start, self.effects.len());
+        self.simple_unordered(simple, stdin);
+        self.simple_start = saved;
+    }
+
+    fn simple_unordered(&mut self, simple: &ast::SimpleCommand, stdin: Stdin) {
+        let mut stdin = stdin;
+        let mut assigns = Vec::new();
+        let mut words: Vec<Arg> = Vec::new();
+        let mut name: Option<Option<String>> = None;
+        let mut items: Vec<&ast::CommandPrefixOrSuffixItem> = Vec::new();
+        if let Some(prefix) = &simple.prefix {
+            items.extend(prefix.0.iter());
+        }
+        let prefix_len = items.len();
+        if let Some(suffix) = &simple.suffix {
+            items.extend(suffix.0.iter());
+        }
+        for (index, item) in items.into_iter().enumerate() {
+            if index == prefix_len
+                && let Some(w) = &simple.word_or_name
+            {
+                name = Some(self.command_name(&w.value));
+            }
+            match item {
+                ast::CommandPrefixOrSuffixItem::IoRedirect(r) => {
+                    if let Some(input) = self.redirect(r) {
+                        stdin = input;
+                    }
+                }
+                ast::CommandPrefixOrSuffixItem::Word(w) => {
+                    let arg = self.word(&w.value);
+                    words.push(arg);
+                }
+                ast::CommandPrefixOrSuffixItem::AssignmentWord(assignment, w) => {
+                    self.assignment(assignment);
+                    if name.is_some() {
+                        // After the name (`export X=1`, `declare X=1`) it is an argument too.
+                        words.push(self.word(&w.value));
+                    } else {
+                        let (ast::AssignmentName::VariableName(n)
+                        | ast::AssignmentName::ArrayElementName(n, _)) = &assignment.name;
+                        assigns.push(n.clone());
+                    }
+                }
+                ast::CommandPrefixOrSuffixItem::ProcessSubstitution(_, sub) => {
+                    self.subshell_script(&sub.list);
+                    words.push(Arg::Dynamic);
+                }
+            }
+        }
+        if name.is_none()
+            && let Some(w) = &simple.word_or_name
+        {
+            name = Some(self.command_name(&w.value));
+        }
+        let words_end = self.effects.len();
+        match name {
+            None => {
+                // Only assignments and redirections: nothing runs, but an assignment can
+                // still matter (CLAUDE_CODE_SIMPLE=1 before a later launch).
+                self.assigns_only(assigns);
+            }
+            Some(None) => self.unknown("the command name is computed at run time"),
+            Some(Some(name)) => self.invocation(name, words, assigns, stdin),
+        }
+        if let Some(own) = self.effects.get_mut(self.simple_start..) {
+            own.rotate_left(words_end - self.simple_start);
+        }
+    }
+
+    fn subshell_script(&mut self, list: &ast::CompoundList) {
+        if self.depth >= MAX_DEPTH {
+            self.unknown("commands nested too deeply to check");
+            return;
+        }
+        self.depth += 1;
+        self.compound_list(list);
+        self.depth -= 1;
+    }
+
+    fn assignment(&mut self, assignment: &ast::Assignment) {
+        if let ast::AssignmentName::ArrayElementName(_, index) = &assignment.name {
+            self.word(index);
+        }
+        match &assignment.value {
+            ast::AssignmentValue::Scalar(w) => {
+                self.word(&w.value);
+            }
+            ast::AssignmentValue::Array(items) => {
+                for (k, v) in items {
+                    if let Some(k) = k {
+                        self.word(&k.value);
+                    }
+                    self.word(&v.value);
+                }
+            }
+        }
+    }
+
+    /// Records the file access of a redirection; returns the new standard input when the
+    /// redirection replaces it.
+    fn redirect(&mut self, redirect: &ast::IoRedirect) -> Option<Stdin> {
+        use ast::{IoFileRedirectKind as Kind, IoFileRedirectTarget as Target};
+        match redirect {
+            ast::IoRedirect::File(fd, kind, target) => {
+                let is_stdin = matches!(fd, None | Some(0));
+                match target {
+                    Target::Filename(w) => {
+                        let path = self.path_word(&w.value);
+                        match kind {
+                            Kind::Read => {
+                                self.file(path, false);
+                                return is_stdin.then_some(Stdin::Unseen);
+                            }
+                            Kind::ReadAndWrite => {
+                                self.file(path.clone(), false);
+                                self.file(path, true);
+                                return is_stdin.then_some(Stdin::Unseen);
+                            }
+                            Kind::Write | Kind::Append | Kind::Clobber => self.file(path, true),
+                            Kind::DuplicateInput | Kind::DuplicateOutput => {
+                                // `>&word` with a non-number word writes to a file.
+                                if !matches!(&path, Some(p) if is_fd_word(p)) {
+                                    self.file(path, true);
+                                }
+                            }
+                        }
+                    }
+                    Target::Fd(_) => {}
+                    Target::Duplicate(w) => {
+                        let target = self.path_word(&w.value);
+                        if !matches!(&target, Some(p) if is_fd_word(p)) {
+                            self.file(target, true);
+                        }
+                    }
+                    Target::ProcessSubstitution(_, sub) => {
+                        self.subshell_script(&sub.list);
+                        if matches!(kind, Kind::Read) && is_stdin {
+                            return Some(Stdin::Unseen);
+                        }
+                    }
+                }
+                None
+            }
+            ast::IoRedirect::HereDocument(fd, doc) => {
+                let is_stdin = matches!(fd, None | Some(0));
+                let text = if doc.requires_expansion {
+                    self.heredoc_body(&doc.doc.value)
+                } else {
+                    Some(doc.doc.value.clone())
+                };
+                is_stdin.then(|| text.map_or(Stdin::Unseen, Stdin::Static))
+            }
+            ast::IoRedirect::HereString(fd, w) => {
+                let is_stdin = matches!(fd, None | Some(0));
+                let text = match self.word(&w.value) {
+                    Arg::Static(s) => Stdin::Static(s),
+                    Arg::Dynamic => Stdin::Unseen,
+                };
+                is_stdin.then_some(text)
+            }
+            ast::IoRedirect::OutputAndError(w, _append) => {
+                let path = self.path_word(&w.value);
+                self.file(path, true);
+                None
+            }
+        }
+    }
+
+    fn file(&mut self, path: Option<String>, write: bool) {
+        // A relative path is relative to where an earlier `cd` went, not to the tool's cwd.
+        let path = match path {
+            Some(p) if !p.starts_with('/') && self.lost => {
+                self.unknown("a relative redirection after a `cd` the hook cannot follow");
+                return;
+            }
+            Some(p) if !p.starts_with('/') => match &self.cd {
+                Some(dir) => Some(format!("{dir}/{p}")),
+                None => Some(p),
+            },
+            other => other,
+        };
+        match path {
+            Some(p) if write => self.push(Effect::Write(p)),
+            Some(p) => self.push(Effect::Read(p)),
+            None => self.unknown("a redirection's file name is computed at run time"),
+        }
+    }
+
+    /// The static text of an expanding here-document, walking substitutions inside it.
+    fn heredoc_body(&mut self, body: &str) -> Option<String> {
+        match guarded(|| word::parse_heredoc(body, &parser_options()).ok()) {
+            Some(pieces) => self.pieces(&pieces, false),
+            None => {
+                self.unknown("a here-document does not parse");
+                None
+            }
+        }
+    }
+
+    /// A redirection target: static text, or `None` when it is computed or globbed.
+    fn path_word(&mut self, text: &str) -> Option<String> {
+        match self.word(text) {
+            Arg::Static(s) if !has_unquoted_expansion_chars(text) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// A command name: static (still a path when written as one), or `None` when computed.
+    fn command_name(&mut self, text: &str) -> Option<String> {
+        if has_unquoted_expansion_chars(text) {
+            self.word(text);
+            return None;
+        }
+        match self.word(text) {
+            Arg::Static(s) if !s.is_empty() => Some(s),
+            _ => None,
+        }
+    }
+
+    /// A word's static value, without walking (for names that cannot hold substitutions).
+    fn static_word(&mut self, text: &str) -> Option<String> {
+        match self.word(text) {
+            Arg::Static(s) => Some(s),
+            Arg::Dynamic => None,
+        }
+    }
+
+    /// Walks the substitutions inside a word and returns its value when static.
+    fn word(&mut self, text: &str) -> Arg {
+        if !text.contains(['$', '`', '\\', '\'', '"', '~', '<', '>']) {
+            return Arg::Static(text.to_string());
+        }
+        match guarded(|| word::parse(text, &parser_options()).ok()) {
+            Some(pieces) => match self.pieces(&pieces, false) {
+                Some(s) => Arg::Static(s),
+                None => Arg::Dynamic,
+            },
+            None => {
+                self.unknown("a word does not parse");
+                Arg::Dynamic
+            }
+        }
+    }
+
+    /// Concatenates word pieces; `None` as soon as one is computed at run time (but keeps
+    /// walking so that every substitution is checked).
+    fn pieces(&mut self, pieces: &[WordPieceWithSource], in_double_quotes: bool) -> Option<String> {
+        let mut out = Some(String::new());
+        for piece in pieces {
+            let value = match &piece.piece {
+                WordPiece::Text(t) => Some(t.clone()),
+                WordPiece::SingleQuotedText(t) => Some(t.clone()),
+                WordPiece::AnsiCQuotedText(t) => decode_ansi_c(t),
+                WordPiece::DoubleQuotedSequence(inner)
+                | WordPiece::GettextDoubleQuotedSequence(inner) => self.pieces(inner, true),
+                WordPiece::TildeExpansion(word::TildeExpr::Home) => Some(self.home.to_string()),
+                WordPiece::TildeExpansion(_) => None,
+                WordPiece::EscapeSequence(e) => Some(unescape(e, in_double_quotes)),
+                WordPiece::ParameterExpansion(expr) => {
+                    self.parameter(expr);
+                    None
+                }
+                WordPiece::CommandSubstitution(s) | WordPiece::BackquotedCommandSubstitution(s) => {
+                    self.script(s);
+                    None
+                }
+                WordPiece::ArithmeticExpression(e) => {
+                    self.word(&e.value);
+                    None
+                }
+            };
+            out = match (out, value) {
+                (Some(mut acc), Some(v)) => {
+                    acc.push_str(&v);
+                    Some(acc)
+                }
+                _ => None,
+            };
+        }
+        out
+    }
+
+    /// Parameter expansions can hold words (`${x:-$(cmd)}`): walk them.
+    fn parameter(&mut self, expr: &ParameterExpr) {
+        let words: Vec<&str> = match expr {
+            ParameterExpr::UseDefaultValues { default_value, .. }
+            | ParameterExpr::AssignDefaultValues { default_value, .. } => {
+                default_value.as_deref().into_iter().collect()
+            }
+            ParameterExpr::IndicateErrorIfNullOrUnset { error_message, .. } => {
+                error_message.as_deref().into_iter().collect()
+            }
+            ParameterExpr::UseAlternativeValue {
+                alternative_value, ..
+            } => alternative_value.as_deref().into_iter().collect(),
+            ParameterExpr::RemoveSmallestSuffixPattern { pattern, .. }
+            | ParameterExpr::RemoveLargestSuffixPattern { pattern, .. }
+            | ParameterExpr::RemoveSmallestPrefixPattern { pattern, .. }
+            | ParameterExpr::RemoveLargestPrefixPattern { pattern, .. }
+            | ParameterExpr::UppercaseFirstChar { pattern, .. }
+            | ParameterExpr::UppercasePattern { pattern, .. }
+            | ParameterExpr::LowercaseFirstChar { pattern, .. }
+            | ParameterExpr::LowercasePattern { pattern, .. } => {
+                pattern.as_deref().into_iter().collect()
+            }
+            ParameterExpr::Substring { offset, length, .. } => {
+                std::iter::once(offset.value.as_str())
+                    .chain(length.as_ref().map(|l| l.value.as_str()))
+                    .collect()
+            }
+            ParameterExpr::ReplaceSubstring {
+                pattern,
+                replacement,
+                ..
+            } => std::iter::once(pattern.as_str())
+                .chain(replacement.as_deref())
+                .collect(),
+            ParameterExpr::Parameter { .. }
+            | ParameterExpr::ParameterLength { .. }
+            | ParameterExpr::Transform { .. }
+            | ParameterExpr::VariableNames { .. }
+            | ParameterExpr::MemberKeys { .. } => Vec::new(),
+        };
+        for w in words {
+            self.word(w);
+        }
+        let parameter = match expr {
+            ParameterExpr::Parameter { parameter, .. }
+            | ParameterExpr::UseDefaultValues { parameter, .. }
+            | ParameterExpr::AssignDefaultValues { parameter, .. }
+            | ParameterExpr::IndicateErrorIfNullOrUnset { parameter, .. }
+            | ParameterExpr::UseAlternativeValue { parameter, .. }
+            | ParameterExpr::ParameterLength { parameter, .. }
+            | ParameterExpr::RemoveSmallestSuffixPattern { parameter, .. }
+            | ParameterExpr::RemoveLargestSuffixPattern { parameter, .. }
+            | ParameterExpr::RemoveSmallestPrefixPattern { parameter, .. }
+            | ParameterExpr::RemoveLargestPrefixPattern { parameter, .. }
+            | ParameterExpr::Substring { parameter, .. }
+            | ParameterExpr::Transform { parameter, .. }
+            | ParameterExpr::UppercaseFirstChar { parameter, .. }
+            | ParameterExpr::UppercasePattern { parameter, .. }
+            | ParameterExpr::LowercaseFirstChar { parameter, .. }
+            | ParameterExpr::LowercasePattern { parameter, .. }
+            | ParameterExpr::ReplaceSubstring { parameter, .. } => Some(parameter),
+            ParameterExpr::VariableNames { .. } | ParameterExpr::MemberKeys { .. } => None,
+        };
+        // An array index is arithmetic and may hold a substitution: `${a[$(cmd)]}`.
+        if let Some(word::Parameter::NamedWithIndex { index, .. }) = parameter {
+            self.word(index);
+        }
+    }
+
+    /// Dispatches a normalised simple command: wrappers are peeled, shells and `eval` have
+    /// their scripts parsed, everything else is an `Exec` for the rules.
+    fn invocation(&mut self, name: String, args: Vec<Arg>, assigns: Vec<String>, stdin: Stdin) {
+        // A program the agent may have written is never a wrapper or shell to look through,
+        // whatever its name: `./env sudo id` runs `./env`.
+        if name.contains('/') && !trusted_location(&name) {
+            return self.exec(name, args, assigns);
+        }
+        let name = basename(&name).to_string();
+        let statics = || -> Vec<Option<&str>> {
+            args.iter()
+                .map(|a| match a {
+                    Arg::Static(s) => Some(s.as_str()),
+                    Arg::Dynamic => None,
+                })
+                .collect()
+        };
+        match name.as_str() {
+            "env" => self.unwrap_env(args, assigns, stdin),
+            "command" | "builtin" => {
+                // `command -v x` only looks a name up; it is checked as `command` itself.
+                let rest = skip_options(&args, &[]);
+                if args[..rest].iter().any(
+                    |a| matches!(a, Arg::Static(s) if s.starts_with('-') && s.contains(['v', 'V'])),
+                ) {
+                    return self.exec(name, args, assigns);
+                }
+                self.unwrap_rest(name, args, rest, assigns, stdin);
+            }
+            "exec" => {
+                let rest = skip_options(&args, &["-a"]);
+                self.unwrap_rest(name, args, rest, assigns, stdin);
+            }
+            "nohup" | "setsid" => {
+                let rest = skip_options(&args, &[]);
+                self.unwrap_rest(name, args, rest, assigns, stdin);
+            }
+            "nice" => {
+                let rest = skip_options(&args, &["-n", "--adjustment"]);
+                self.unwrap_rest(name, args, rest, assigns, stdin);
+            }
+            "stdbuf" => {
+                let rest = skip_options(&args, &["-i", "-o", "-e"]);
+                self.unwrap_rest(name, args, rest, assigns, stdin);
+            }
+            "ionice" => {
+                let rest = skip_options(&args, &["-c", "-n", "-p", "-P", "-u"]);
+                self.unwrap_rest(name, args, rest, assigns, stdin);
+            }
+            "time" => {
+                let rest = skip_options(&args, &["-f", "--format", "-o", "--output"]);
+                if let Some(out) = option_value(&args[..rest], &["-o", "--output"]) {
+                    self.file(out, true);
+                }
+                self.unwrap_rest(name, args, rest, assigns, stdin);
+            }
+            "timeout" => {
+                let rest = skip_options(&args, &["-s", "--signal", "-k", "--kill-after"]);
+                // The first operand is the duration.
+                let rest = if rest < args.len() { rest + 1 } else { rest };
+                self.unwrap_rest(name, args, rest, assigns, stdin);
+            }
+            "xargs" => self.unwrap_xargs(args, assigns),
+            "busybox" => {
+                if args.is_empty() {
+                    self.exec(name, args, assigns);
+                } else {
+                    // The applet is the command; through the depth-limited dispatch, since
+                    // `busybox busybox …` can repeat.
+                    self.dispatch_args(args, assigns, stdin);
+                }
+            }
+            "sudo" | "doas" | "run0" | "pkexec" => {
+                // Checked as itself (denied by default) and for what it would run.
+                let rest = skip_options(
+                    &args,
+                    &["-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-U", "-T"],
+                );
+                self.exec(name.clone(), args.clone(), assigns.clone());
+                if rest < args.len() {
+                    self.dispatch_args(args[rest..].to_vec(), Vec::new(), stdin);
+                }
+            }
+            "find" => self.unwrap_find(name, args, assigns),
+            "eval" => {
+                self.assigns_only(assigns);
+                match statics().into_iter().collect::<Option<Vec<_>>>() {
+                    Some(parts) => self.script(&parts.join(" ")),
+                    None => self.unknown("eval of text computed at run time"),
+                }
+            }
+            "trap" => {
+                self.assigns_only(assigns);
+                let rest = skip_options(&args, &[]);
+                match args.get(rest) {
+                    Some(Arg::Static(action)) if args.len() > rest + 1 => self.script(action),
+                    Some(Arg::Dynamic) => self.unknown("a trap action computed at run time"),
+                    _ => {}
+                }
+            }
+            "watch" => {
+                let rest = skip_options(&args, &["-n", "--interval", "-d", "-q"]);
+                match statics()[rest..]
+                    .iter()
+                    .copied()
+                    .collect::<Option<Vec<_>>>()
+                {
+                    Some(parts) if !parts.is_empty() => self.script(&parts.join(" ")),
+                    Some(_) => self.exec(name, args, assigns),
+                    None => self.unknown("watch of a command computed at run time"),
+                }
+            }
+            "cd" | "pushd" | "popd" => {
+                self.change_directory(&args);
+                self.exec(name, args, assigns);
+            }
+            "source" | "." => {
+                self.assigns_only(assigns);
+                self.unknown(format!("`{name}` runs a script file the hook cannot see"));
+            }
+            "export" | "declare" | "typeset" | "local" | "readonly" => {
+                // `export X=1` sets the environment of later commands.
+                let mut assigns = assigns;
+                for a in &args {
+                    if let Arg::Static(s) = a
+                        && !s.starts_with('-')
+                    {
+                        assigns.push(s.split('=').next().unwrap_or_default().to_string());
+                    }
+                }
+                self.exec(name, args, assigns);
+            }
+            n if SHELLS.contains(&n) => self.shell(name, args, assigns, stdin),
+            n if FOREIGN_SHELLS.contains(&n) => {
+                self.exec(name.clone(), args.clone(), assigns);
+                self.unknown(format!("`{name}` runs a script this hook cannot parse"));
+            }
+            _ => self.exec(name, args, assigns),
+        }
+    }
+
+    fn change_directory(&mut self, args: &[Arg]) {
+        let operands: Vec<&Arg> = args
+            .iter()
+            .filter(|a| !matches!(a, Arg::Static(s) if s.starts_with('-') && s.len() > 1))
+            .collect();
+        match operands.as_slice() {
+            [Arg::Static(dir)] if dir != "-" => {
+                self.cd = Some(match &self.cd {
+                    Some(prev) if !dir.starts_with('/') => format!("{prev}/{dir}"),
+                    _ => dir.clone(),
+                });
+            }
+            // `cd` alone goes home.
+            [] => self.cd = Some(self.home.to_string()),
+            _ => self.lost = true,
+        }
+    }
+
+    /// Keeps the environment assignments of a command that is otherwise transparent, so
+    /// that `CLAUDE_CODE_SIMPLE=1 eval …` is still seen.
+    fn assigns_only(&mut self, assigns: Vec<String>) {
+        if !assigns.is_empty() {
+            self.exec(String::new(), Vec::new(), assigns);
+        }
+    }
+
+    fn exec(&mut self, name: String, args: Vec<Arg>, assigns: Vec<String>) {
+        let untrusted_path = name.contains('/') && !trusted_location(&name);
+        self.push(Effect::Exec(Invocation {
+            name: basename(&name).to_string(),
+            args,
+            assigns,
+            untrusted_path,
+        }));
+    }
+
+    /// Continues with the command that starts at `args[rest]`, or checks the wrapper itself
+    /// when nothing follows (`env` alone prints the environment).
+    fn unwrap_rest(
+        &mut self,
+        name: String,
+        args: Vec<Arg>,
+        rest: usize,
+        assigns: Vec<String>,
+        stdin: Stdin,
+    ) {
+        if rest >= args.len() {
+            self.exec(name, args, assigns);
+        } else {
+            self.dispatch_args(args[rest..].to_vec(), assigns, stdin);
+        }
+    }
+
+    /// Treats `args[0]` as a command name and the rest as its arguments.
+    fn dispatch_args(&mut self, mut args: Vec<Arg>, assigns: Vec<String>, stdin: Stdin) {
+        if self.depth >= MAX_DEPTH {
+            self.unknown("commands nested too deeply to check");
+            return;
+        }
+        match args.first() {
+            Some(Arg::Static(name)) if !name.is_empty() => {
+                let name = name.clone();
+                args.remove(0);
+                self.depth += 1;
+                self.invocation(name, args, assigns, stdin);
+                self.depth -= 1;
+            }
+            _ => self.unknown("the command name is computed at run time"),
+        }
+    }
+
+    fn unwrap_env(&mut self, args: Vec<Arg>, mut assigns: Vec<String>, stdin: Stdin) {
+        let mut i = 0;
+        while i < args.len() {
+            match &args[i] {
+                Arg::Static(s) if s == "--" => {
+                    i += 1;
+                    break;
+                }
+                Arg::Static(s)
+                    if s == "-S"
+                        || s.starts_with("--split-string")
+                        || (s.starts_with("-S") && s.len() > 2) =>
+                {
+                    // `env -S 'cmd args'` splits a string into a command line.
+                    let text = if s == "-S" {
+                        args.get(i + 1).cloned()
+                    } else {
+                        let v = s
+                            .strip_prefix("--split-string=")
+                            .or_else(|| s.strip_prefix("-S"));
+                        v.map(|v| Arg::Static(v.to_string()))
+                    };
+                    let tail_index = if s == "-S" { i + 2 } else { i + 1 };
+                    match text {
+                        Some(Arg::Static(t)) => {
+                            let tail = args[tail_index.min(args.len())..].to_vec();
+                            if tail.iter().any(|a| matches!(a, Arg::Dynamic)) {
+                                self.unknown("env -S with arguments computed at run time");
+                                return;
+                            }
+                            let mut line = t;
+                            for a in tail {
+                                if let Arg::Static(a) = a {
+                                    line.push(' ');
+                                    line.push_str(&shell_quote(&a));
+                                }
+                            }
+                            self.script(&assignment_prefix(&assigns, &line));
+                        }
+                        _ => self.unknown("env -S of text computed at run time"),
+                    }
+                    return;
+                }
+                Arg::Static(s) if s == "-u" || s == "-C" || s == "--unset" || s == "--chdir" => {
+                    i += 2
+                }
+                Arg::Static(s) if s.starts_with('-') && s.len() > 1 => i += 1,
+                Arg::Static(s) if is_assignment(s) => {
+                    assigns.push(s.split('=').next().unwrap_or_default().to_string());
+                    i += 1;
+                }
+                _ => break,
+            }
+        }
+        if i >= args.len() {
+            self.exec("env".into(), args, assigns);
+        } else {
+            self.dispatch_args(args[i..].to_vec(), assigns, stdin);
+        }
+    }
+
+    fn unwrap_xargs(&mut self, args: Vec<Arg>, assigns: Vec<String>) {
+        let with_value = [
+            "-a",
+            "--arg-file",
+            "-d",
+            "--delimiter",
+            "-E",
+            "-e",
+            "--eof",
+            "-I",
+            "-i",
+            "--replace",
+            "-L",
+            "-l",
+            "--max-lines",
+            "-n",
+            "--max-args",
+            "-P",
+            "--max-procs",
+            "-s",
+            "--max-chars",
+            "--process-slot-var",
+        ];
+        let rest = skip_options(&args, &with_value);
+        if let Some(file) = option_value(&args[..rest], &["-a", "--arg-file"]) {
+            self.file(file, false);
+        }
+        let mut command: Vec<Arg> = if rest < args.len() {
+            args[rest..].to_vec()
+        } else {
+            vec![Arg::Static("echo".into())]
+        };
+        // xargs appends what it reads from stdin: arguments unknown before running.
+        command.push(Arg::Dynamic);
+        self.dispatch_args(command, assigns, Stdin::Unseen);
+    }
+
+    fn unwrap_find(&mut self, name: String, args: Vec<Arg>, assigns: Vec<String>) {
+        let mut own = Vec::new();
+        let mut nested = Vec::new();
+        let mut writes = Vec::new();
+        let mut i = 0;
+        while i < args.len() {
+            match &args[i] {
+                Arg::Static(s) if matches!(s.as_str(), "-exec" | "-execdir" | "-ok" | "-okdir") => {
+                    own.push(args[i].clone());
+                    let start = i + 1;
+                    let mut end = start;
+                    while end < args.len()
+                        && !matches!(&args[end], Arg::Static(t) if t == ";" || t == "+")
+                    {
+                        end += 1;
+                    }
+                    let sub: Vec<Arg> = args[start..end]
+                        .iter()
+                        .map(|a| match a {
+                            Arg::Static(s) if s.contains("{}") => Arg::Dynamic,
+                            other => other.clone(),
+                        })
+                        .collect();
+                    nested.push(sub);
+                    i = end + 1;
+                }
+                Arg::Static(s)
+                    if matches!(s.as_str(), "-fprint" | "-fprint0" | "-fls" | "-fprintf") =>
+                {
+                    own.push(args[i].clone());
+                    let target = match args.get(i + 1) {
+                        Some(Arg::Static(p)) => Some(p.clone()),
+                        _ => None,
+                    };
+                    writes.push(target);
+                    i += 2;
+                }
+                other => {
+                    own.push(other.clone());
+                    i += 1;
+                }
+            }
+        }
+        // find itself first, so that a message names it rather than what it runs.
+        self.exec(name, own, assigns);
+        for sub in nested {
+            self.dispatch_args(sub, Vec::new(), Stdin::Inherited);
+        }
+        for target in writes {
+            self.file(target, true);
+        }
+    }
+
+    fn shell(&mut self, name: String, args: Vec<Arg>, assigns: Vec<String>, stdin: Stdin) {
+        let mut command_mode = false;
+        let mut i = 0;
+        while i < args.len() {
+            match &args[i] {
+                Arg::Static(s) if s == "--" || s == "-" => {
+                    i += 1;
+                    break;
+                }
+                Arg::Static(s) if s.starts_with("--") => {
+                    i += if matches!(s.as_str(), "--rcfile" | "--init-file") {
+                        2
+                    } else {
+                        1
+                    };
+                }
+                Arg::Static(s) if (s.starts_with('-') || s.starts_with('+')) && s.len() > 1 => {
+                    let flags = &s[1..];
+                    if flags.contains('c') {
+                        command_mode = true;
+                    }
+                    i += 1;
+                    if flags.contains('o') || flags.contains('O') {
+                        i += 1;
+                    }
+                }
+                _ => break,
+            }
+        }
+        // The shell itself is transparent: what it runs is checked instead.
+        self.assigns_only(assigns.clone());
+        if command_mode {
+            match args.get(i) {
+                Some(Arg::Static(text)) => self.script(&assignment_prefix(&assigns, text)),
+                Some(Arg::Dynamic) => {
+                    self.unknown(format!("`{name} -c` of text computed at run time"))
+                }
+                None => self.unknown(format!("`{name} -c` without a command")),
+            }
+        } else if i < args.len() {
+            self.unknown(format!("`{name}` runs a script file the hook cannot see"));
+        } else {
+            match stdin {
+                Stdin::Static(text) => self.script(&assignment_prefix(&assigns, &text)),
+                Stdin::Inherited | Stdin::Unseen => {
+                    self.unknown(format!("`{name}` reads a script the hook cannot see"))
+                }
+            }
+        }
+    }
+}
+
+/// Runs a brush-parser call, turning a panic inside it into `None` (cargo-fuzz found an
+/// `unwrap` on an overflowing fd number): the caller then reports the text as unknown.
+fn guarded<T>(parse: impl FnOnce() -> Option<T>) -> Option<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(parse)).unwrap_or(None)
+}
+
+/// Deepest nesting of `(` in the raw text (quotes not considered: an overestimate is safe).
+fn paren_depth(text: &str) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    for c in text.bytes() {
+        match c {
+            b'(' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b')' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
+/// Deepest nesting of `[` (array subscripts, tests) in the raw text: brush-parser 0.4's word
+/// parser is exponential in nested subscripts (`${a[${a[${a[1]}]}]}` takes seconds at depth 6;
+/// found by cargo-fuzz).
+fn bracket_depth(text: &str) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    for c in text.bytes() {
+        match c {
+            b'[' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
+/// Rough nesting depth of compound constructs (`{`, `(`, `$(`, `if`, `case`, loops),
+/// counted over the raw text without parsing. Both the parser and the walk recurse once per
+/// level, and a stack overflow aborts the process instead of failing closed with a reason;
+/// quotes are not considered, so the estimate errs high (towards unknown).
+fn nesting_depth(text: &str) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        if b.is_ascii_alphabetic() {
+            let start = i;
+            while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
+                i += 1;
+            }
+            match &text[start..i] {
+                "if" | "case" | "for" | "while" | "until" | "select" => {
+                    depth += 1;
+                    deepest = deepest.max(depth);
+                }
+                "fi" | "esac" | "done" => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'{' | b'(' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b'}' | b')' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        i += 1;
+    }
+    deepest
+}
+
+/// Re-applies environment prefixes to a nested script so that `CLAUDE_CODE_SIMPLE=1 sh -c
+/// 'claude'` still shows the assignment on the inner command.
+fn assignment_prefix(assigns: &[String], text: &str) -> String {
+    if assigns.is_empty() {
+        return text.to_string();
+    }
+    // The nested script's own commands carry the names; the values do not matter to rules.
+    let mut out = String::new();
+    for name in assigns {
+        if name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') && !name.is_empty() {
+            out.push_str("export ");
+            out.push_str(name);
+            out.push_str("=1; ");
+        }
+    }
+    out.push_str(text);
+    out
+}
+
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+fn is_assignment(s: &str) -> bool {
+    match s.split_once('=') {
+        Some((name, _)) => {
+            !name.is_empty()
+                && !name.starts_with(|c: char| c.is_ascii_digit())
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        }
+        None => false,
+    }
+}
+
+/// Index of the first operand after options; `with_value` lists options that take the next
+/// argument (`--opt=value` forms take none).
+fn skip_options(args: &[Arg], with_value: &[&str]) -> usize {
+    let mut i = 0;
+    while i < args.len() {
+        match &args[i] {
+            Arg::Static(s) if s == "--" => return i + 1,
+            Arg::Static(s) if s.starts_with('-') && s.len() > 1 => {
+                let takes_value = with_value.contains(&s.as_str());
+                i += if takes_value { 2 } else { 1 };
+            }
+            _ => return i,
+        }
+    }
+    // An option missing its value at the end must not point past the arguments.
+    i.min(args.len())
+}
+
+/// The value given to one of `names` among `args`: `Some(None)` when computed.
+fn option_value(args: &[Arg], names: &[&str]) -> Option<Option<String>> {
+    let mut iter = args.iter();
+    while let Some(a) = iter.next() {
+        if let Arg::Static(s) = a {
+            if names.contains(&s.as_str()) {
+                return Some(match iter.next() {
+                    Some(Arg::Static(v)) => Some(v.clone()),
+                    _ => None,
+                });
+            }
+            for name in names.iter().filter(|n| n.starts_with("--")) {
+                if let Some(v) = s.strip_prefix(&format!("{name}=")) {
+                    return Some(Some(v.to_string()));
+                }
+            }
+        }
+    }
+    None
+}
+
+fn is_fd_word(s: &str) -> bool {
+    s == "-" || (!s.is_empty() && s.chars().all(|c| c.is_ascii_digit()))
+}
+
+/// The last path component: `/usr/bin/rm` and `./rm` name the command `rm`.
+pub fn basename(name: &str) -> &str {
+    let trimmed = name.trim_end_matches('/');
+    trimmed
+        .rsplit('/')
+        .next()
+        .filter(|b| !b.is_empty())
+        .unwrap_or(name)
+}
+
+/// Whether unquoted text in a word would be expanded at run time by globbing or brace
+/// expansion (`r*`, `{rm,-rf}`), which makes a command name or path unknowable. Quoted parts
+/// are skipped by walking the parser's pieces, not by scanning the raw text.
+fn has_unquoted_expansion_chars(text: &str) -> bool {
+    if !text.contains(['*', '?', '[', '{', '}']) {
+        return false;
+    }
+    match guarded(|| word::parse(text, &parser_options()).ok()) {
+        Some(pieces) => {
+            // Unquoted text only: quoting switches both globbing and brace expansion off.
+            let unquoted: String = pieces
+                .iter()
+                .filter_map(|p| match &p.piece {
+                    WordPiece::Text(t) => Some(t.as_str()),
+                    _ => None,
+                })
+                .collect();
+            let globs = pieces.iter().any(|p| match &p.piece {
+                WordPiece::Text(t) => {
+                    t.contains(['*', '?'])
+                        || t.find('[').is_some_and(|open| t[open..].contains(']'))
+                }
+                _ => false,
+            });
+            // A brace expansion may be split by quotes (`{'rm',x}`): judge the unquoted text
+            // of the whole word.
+            let braces = unquoted.contains('{')
+                && unquoted.contains('}')
+                && (unquoted.contains(',') || unquoted.contains(".."));
+            globs || braces
+        }
+        None => true,
+    }
+}
+
+/// Backslash escapes as the shell removes them: outside quotes `\x` is `x`; inside double
+/// quotes only `\$`, `` \` ``, `\"`, `\\` and a newline lose the backslash.
+fn unescape(escape: &str, in_double_quotes: bool) -> String {
+    let rest = escape.strip_prefix('\\').unwrap_or(escape);
+    if !in_double_quotes {
+        if rest == "\n" {
+            return String::new();
+        }
+        return rest.to_string();
+    }
+    match rest {
+        "$" | "`" | "\"" | "\\" => rest.to_string(),
+        "\n" => String::new(),
+        _ => escape.to_string(),
+    }
+}
+
+/// Decodes `$'…'` text; `None` for escapes this hook does not decode (treated as computed).
+fn decode_ansi_c(raw: &str) -> Option<String> {
+    let mut out = String::new();
+    let mut chars = raw.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        let e = chars.next()?;
+        match e {
+            'n' => out.push('\n'),
+            't' => out.push('\t'),
+            'r' => out.push('\r'),
+            'a' => out.push('\x07'),
+            'b' => out.push('\x08'),
+            'e' | 'E' => out.push('\x1b'),
+            'f' => out.push('\x0c'),
+            'v' => out.push('\x0b'),
+            '\\' | '\'' | '"' | '?' => out.push(e),
+            'x' => {
+                let mut hex = String::new();
+                while hex.len() < 2 && chars.peek().is_some_and(|c| c.is_ascii_hexdigit()) {
+                    hex.extend(chars.next());
+                }
+                out.push(char::from(u8::from_str_radix(&hex, 16).ok()?));
+            }
+            '0'..='7' => {
+                let mut oct = e.to_string();
+                while oct.len() < 3 && chars.peek().is_some_and(|c| ('0'..='7').contains(c)) {
+                    oct.extend(chars.next());
+                }
+                let value = u32::from_str_radix(&oct, 8).ok()?;
+                out.push(char::from(u8::try_from(value).ok()?));
+            }
+            _ => return None,
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(command: &str) -> Vec<String> {
+        analyze(command)
+            .into_iter()
+            .map(|e| match e {
+                Effect::Exec(i) => i.name,
+                Effect::Read(p) => format!("<{p}"),
+                Effect::Write(p) => format!(">{p}"),
+                Effect::Unknown(_) => "?".into(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn normalises_names() {
+        for spelling in [
+            "/usr/bin/rm x",
+            "\\rm x",
+            "r''m x",
+            "\"rm\" x",
+            "$'\\x72m' x",
+            "'r'\"m\" x",
+        ] {
+            assert_eq!(names(spelling), ["rm"], "{spelling}");
+        }
+    }
+
+    #[test]
+    fn walks_every_construct() {
+        assert_eq!(names("a | b && c || d; e &"), ["a", "b", "c", "d", "e"]);
+        assert_eq!(names("(a; { b; })"), ["a", "b"]);
+        assert_eq!(
+            names("if a; then b; elif c; then d; else e; fi"),
+            ["a", "b", "c", "d", "e"]
+        );
+        assert_eq!(names("for x in $(a); do b; done"), ["a", "b"]);
+        assert_eq!(
+            names("while a; do b; done; until c; do d; done"),
+            ["a", "b", "c", "d"]
+        );
+        assert_eq!(names("case $(a) in x) b;; esac"), ["a", "b"]);
+        assert_eq!(names("f() { a; }; f"), ["a"]);
+        assert_eq!(names("echo \"$(a `b`)\""), ["echo", "a", "b"]);
+        assert_eq!(names("diff <(a) >(b)"), ["diff", "a", "b"]);
+        assert_eq!(names("x=$(a) y=${z:-$(b)}"), ["", "a", "b"]);
+        assert_eq!(names("cat <<EOF\n$(a)\nEOF"), ["cat", "a"]);
+        assert_eq!(names("echo $(( $(a) + 1 ))"), ["echo", "a"]);
+    }
+
+    #[test]
+    fn peels_wrappers_and_shells() {
+        assert_eq!(names("env -i A=1 nice -n 5 nohup timeout 10 rm x"), ["rm"]);
+        assert_eq!(names("sh -c 'a; b'"), ["a", "b"]);
+        assert_eq!(names("bash -lc \"a | b\""), ["a", "b"]);
+        assert_eq!(names("eval 'a && b'"), ["a", "b"]);
+        assert_eq!(names("sh <<'EOF'\na\nEOF"), ["a"]);
+        assert_eq!(names("bash <<< 'a'"), ["a"]);
+        assert_eq!(names("echo a | sh"), ["echo", "?"]);
+        assert_eq!(names("sh x.sh"), ["?"]);
+        assert_eq!(names("find . -name x -exec rm {} \\;"), ["find", "rm"]);
+        assert_eq!(names("xargs -n1 rm"), ["rm"]);
+        assert_eq!(names("sudo -u root rm x"), ["sudo", "rm"]);
+        assert_eq!(names("command rm x; exec rm y"), ["rm", "rm"]);
+        assert_eq!(names("command -v rm; command rm -v x"), ["command", "rm"]);
+        assert_eq!(names("time rm x"), ["rm"]);
+        assert_eq!(names(&"busybox ".repeat(5000)), ["?"]);
+        // Found by the fuzzer: brush-parser's tokenizer loops forever on this.
+        assert_eq!(names("at $(<< <x${"), ["?"]);
+        assert_eq!(names("echo ${a[${a[${a[${a[${a[${a[1]}]}]}]}]}]}"), ["?"]);
+        assert_eq!(names("[[ -n ${a[1]} ]] && b"), ["b"]);
+        // Found by the fuzzer: exponential parse time, and an option without its value.
+        assert_eq!(names(&format!("(( ii={}", "(".repeat(60))), ["?"]);
+        assert_eq!(names("a 77777777777777777777<<<b"), ["?"]);
+        // Deep nesting would overflow the stack (an abort, not a deny): unknown instead.
+        let braces = format!("{}a;{}", "{ ".repeat(3000), " }".repeat(3000));
+        assert_eq!(names(&braces), ["?"]);
+        let ifs = format!("{}a;{}", "if b; then ".repeat(3000), " fi;".repeat(3000));
+        assert_eq!(names(&ifs), ["?"]);
+        // The worst that passes the guards: scripts nested as deep as allowed, each nested
+        // just under the limit. It must finish without overflowing the stack.
+        let mut script = "a".to_string();
+        for level in 0..MAX_DEPTH + 2 {
+            script = format!(
+                "{}sh <<'E{level}'\n{script}\nE{level}\n{}",
+                "{ ".repeat(MAX_NESTING - 2),
+                "}\n".repeat(MAX_NESTING - 2)
+            );
+        }
+        assert!(names(&script).contains(&"?".to_string()));
+        assert_eq!(names("xargs -I"), ["echo"]);
+        assert_eq!(names("/usr/bin/time -o"), ["?", "time"]);
+    }
+
+    #[test]
+    fn computed_names_and_redirections() {
+        assert_eq!(names("$x a"), ["?"]);
+        assert_eq!(names("$(a) b"), ["?", "a"]);
+        assert_eq!(names("r* x"), ["?"]);
+        assert_eq!(names("{rm,-rf,/}"), ["?"]);
+        assert_eq!(names("{'rm',x}"), ["?"]);
+        assert_eq!(names("'{a,b}'"), ["{a,b}"]);
+        assert_eq!(names("a > out.txt 2>&1 < in"), ["a", ">out.txt", "<in"]);
+        assert_eq!(names("a > $f"), ["a", "?"]);
+        assert_eq!(names("a &> ~/log"), ["a", ">~/log"]);
+        assert_eq!(names("if then"), ["?"]);
+        assert_eq!(names("( ( a ) )"), ["a"]);
+        assert_eq!(names("x; (( i++ ))"), ["x"]);
+        assert_eq!(names("cd /etc && a > passwd"), ["cd", "a", ">/etc/passwd"]);
+        assert_eq!(names("cd sub; a > f"), ["cd", "a", ">sub/f"]);
+        assert_eq!(names("cd $d; a > f"), ["cd", "a", "?"]);
+    }
+}

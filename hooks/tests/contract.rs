@@ -1,0 +1,401 @@
+//! Contract tests: the real `stepproof-hook` binary fed recorded Claude Code inputs for every
+//! event, and the fail-closed paths.
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+use stepproof_hook::policy::{Context, compile};
+
+const HOOK: &str = env!("CARGO_BIN_EXE_stepproof-hook");
+
+struct Setup {
+    dir: tempfile::TempDir,
+    policy: PathBuf,
+}
+
+impl Setup {
+    fn new(profile: &str) -> Setup {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let workspace = dir.path().join("ws");
+        std::fs::create_dir_all(workspace.join("src")).expect("mkdir");
+        let context = Context {
+            workspace: workspace.clone(),
+            home: PathBuf::from(common::HOME),
+            profile_name: profile.to_string(),
+        };
+        let policy = compile(&common::builtin_config(profile), &context).expect("compiles");
+        let path = dir.path().join("policy.json");
+        std::fs::write(&path, serde_json::to_vec(&policy).expect("json")).expect("write policy");
+        Setup { dir, policy: path }
+    }
+
+    fn workspace(&self) -> PathBuf {
+        self.dir.path().join("ws")
+    }
+
+    fn fixture(&self, name: &str) -> Vec<u8> {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures")
+            .join(name);
+        let text = std::fs::read_to_string(&path).expect("fixture");
+        text.replace("{{WS}}", &self.workspace().to_string_lossy())
+            .into_bytes()
+    }
+}
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {:?}", self.stdout))
+    }
+
+    fn decision(&self) -> String {
+        self.json()["hookSpecificOutput"]["permissionDecision"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
+}
+
+fn run(args: &[&str], stdin: &[u8]) -> Run {
+    let mut child = Command::new(HOOK)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn hook");
+    let mut input = child.stdin.take().expect("stdin");
+    // The hook may stop reading early (oversized input); a broken pipe is fine.
+    let _ = input.write_all(stdin);
+    drop(input);
+    let out = child.wait_with_output().expect("hook output");
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).to_string(),
+        stderr: String::from_utf8_lossy(&out.stderr).to_string(),
+    }
+}
+
+fn run_fixture(setup: &Setup, name: &str) -> Run {
+    run(
+        &["--policy", setup.policy.to_str().expect("utf8")],
+        &setup.fixture(name),
+    )
+}
+
+#[test]
+fn pre_tool_use_answers_allow_ask_deny() {
+    let setup = Setup::new("default");
+    for (fixture, decision) in [
+        ("pre_bash_allow.json", "allow"),
+        ("pre_write.json", "allow"),
+        ("pre_edit.json", "allow"),
+        ("pre_read.json", "allow"),
+        ("pre_webfetch.json", "allow"),
+        ("pre_subagent.json", "allow"),
+        ("pre_bash_ask.json", "ask"),
+    ] {
+        let r = run_fixture(&setup, fixture);
+        assert_eq!(r.code, 0, "{fixture}: {}", r.stderr);
+        assert_eq!(r.decision(), decision, "{fixture}: {}", r.stdout);
+        assert_eq!(
+            r.json()["hookSpecificOutput"]["hookEventName"],
+            "PreToolUse"
+        );
+        assert!(
+            r.stderr.is_empty(),
+            "{fixture} printed on stderr: {}",
+            r.stderr
+        );
+    }
+    for (fixture, rule) in [
+        ("pre_bash_deny.json", "privilege"),
+        ("pre_write_protected.json", "protected-paths"),
+        ("pre_mcp.json", "unknown-tool"),
+        ("pre_missing_input.json", "fail-closed"),
+    ] {
+        let r = run_fixture(&setup, fixture);
+        assert_eq!(r.code, 2, "{fixture}");
+        assert_eq!(r.decision(), "deny", "{fixture}");
+        let reason = r.json()["hookSpecificOutput"]["permissionDecisionReason"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        assert!(
+            reason.contains(&format!("(rule {rule})")),
+            "{fixture}: {reason}"
+        );
+        assert_eq!(r.stderr.trim(), reason, "deny repeats the reason on stderr");
+    }
+}
+
+#[test]
+fn ci_denies_what_default_asks() {
+    let setup = Setup::new("ci");
+    let r = run_fixture(&setup, "pre_bash_ask.json");
+    assert_eq!((r.code, r.decision()), (2, "deny".to_string()));
+}
+
+#[test]
+fn context_events_tell_the_model_where_it_runs() {
+    let setup = Setup::new("default");
+    for (fixture, event) in [
+        ("session_start.json", "SessionStart"),
+        ("user_prompt_submit.json", "UserPromptSubmit"),
+        ("pre_compact.json", "PreCompact"),
+    ] {
+        let r = run_fixture(&setup, fixture);
+        assert_eq!(r.code, 0, "{fixture}");
+        assert!(r.stderr.is_empty());
+        let out = r.json();
+        assert_eq!(out["hookSpecificOutput"]["hookEventName"], event);
+        let context = out["hookSpecificOutput"]["additionalContext"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(
+            context.contains("StepProof")
+                && context.contains("'default'")
+                && context.contains("git"),
+            "{context}"
+        );
+    }
+}
+
+#[test]
+fn observers_exit_zero_and_print_nothing() {
+    let setup = Setup::new("default");
+    for fixture in [
+        "post_write.json",
+        "post_bash.json",
+        "post_failure.json",
+        "post_compact.json",
+        "stop.json",
+        "subagent_start.json",
+        "subagent_stop.json",
+        "session_end.json",
+        "permission_request.json",
+        "future_event.json",
+    ] {
+        let r = run_fixture(&setup, fixture);
+        assert_eq!(
+            (r.code, r.stdout.as_str(), r.stderr.as_str()),
+            (0, "", ""),
+            "{fixture}"
+        );
+    }
+}
+
+#[test]
+fn config_change_is_refused() {
+    let setup = Setup::new("default");
+    let r = run_fixture(&setup, "config_change.json");
+    assert_eq!(r.code, 2);
+    assert!(r.stdout.is_empty());
+    assert!(r.stderr.contains("config-locked"));
+    // Refused even when the policy cannot be read.
+    let r = run(
+        &["--policy", "/nonexistent/policy.json"],
+        &setup.fixture("config_change.json"),
+    );
+    assert_eq!(r.code, 2);
+}
+
+fn assert_fail_closed(r: &Run, what: &str) {
+    assert_eq!(r.code, 2, "{what}: exit code");
+    assert_eq!(r.decision(), "deny", "{what}");
+    assert!(r.stdout.contains("fail-closed"), "{what}: {}", r.stdout);
+    assert!(
+        !r.stderr.is_empty(),
+        "{what}: a deny explains itself on stderr"
+    );
+}
+
+#[test]
+fn fails_closed() {
+    let setup = Setup::new("default");
+    let policy = setup.policy.to_str().expect("utf8");
+    assert_fail_closed(&run(&["--policy", policy], b"this is not json"), "garbage");
+    assert_fail_closed(&run(&["--policy", policy], b""), "empty stdin");
+    assert_fail_closed(&run(&["--policy", policy], b"[1, 2, 3]"), "not an object");
+    assert_fail_closed(
+        &run(
+            &["--policy", policy],
+            b"{\"hook_event_name\": \"PreToolUse\", \"tool_name\": 5}",
+        ),
+        "wrong field type",
+    );
+    let mut big = br#"{"hook_event_name":"PreToolUse","tool_name":"Bash","tool_input":{"command":"ls"},"pad":""#.to_vec();
+    big.extend(std::iter::repeat_n(b'a', 5 << 20));
+    big.extend(b"\"}");
+    assert_fail_closed(&run(&["--policy", policy], &big), "oversized");
+    assert_fail_closed(
+        &run(
+            &["--policy", "/nonexistent/policy.json"],
+            &setup.fixture("pre_bash_allow.json"),
+        ),
+        "missing policy",
+    );
+    let garbage_policy = setup.dir.path().join("garbage.json");
+    std::fs::write(&garbage_policy, "{\"format\": 1}").expect("write");
+    assert_fail_closed(
+        &run(
+            &["--policy", garbage_policy.to_str().expect("utf8")],
+            &setup.fixture("pre_bash_allow.json"),
+        ),
+        "malformed policy",
+    );
+    assert_fail_closed(
+        &run(&["--bogus-flag"], &setup.fixture("pre_bash_allow.json")),
+        "bad argv",
+    );
+    // Unknown tool and unknown event.
+    let r = run_fixture(&setup, "pre_mcp.json");
+    assert_eq!((r.code, r.decision()), (2, "deny".to_string()));
+    let r = run_fixture(&setup, "future_event.json");
+    assert_eq!((r.code, r.stdout.as_str()), (0, ""));
+}
+
+#[test]
+fn observers_fail_open() {
+    // A Stop hook that exits 2 would keep the agent going: garbage and a missing policy
+    // still exit 0 for observer events.
+    let r = run(&["--policy", "/nonexistent", "--event", "Stop"], b"garbage");
+    assert_eq!((r.code, r.stdout.as_str(), r.stderr.as_str()), (0, "", ""));
+    let setup = Setup::new("default");
+    for fixture in [
+        "stop.json",
+        "session_start.json",
+        "post_write.json",
+        "session_end.json",
+    ] {
+        let r = run(&["--policy", "/nonexistent"], &setup.fixture(fixture));
+        assert_eq!(
+            (r.code, r.stdout.as_str(), r.stderr.as_str()),
+            (0, "", ""),
+            "{fixture}"
+        );
+    }
+}
+
+#[test]
+fn records_reach_the_audit_socket() {
+    let setup = Setup::new("default");
+    let socket = setup.dir.path().join("audit.sock");
+    let listener = UnixListener::bind(&socket).expect("bind");
+    let collector = std::thread::spawn(move || {
+        let mut records = Vec::new();
+        for _ in 0..4 {
+            let (stream, _) = listener.accept().expect("accept");
+            for line in BufReader::new(stream).lines() {
+                records.push(
+                    serde_json::from_str::<Value>(&line.expect("line")).expect("record is JSON"),
+                );
+            }
+        }
+        records
+    });
+    std::fs::write(setup.workspace().join("src/new.rs"), "pub fn f() {}\n").expect("write");
+    let policy = setup.policy.to_str().expect("utf8");
+    let sock = socket.to_str().expect("utf8");
+    for fixture in [
+        "pre_bash_deny.json",
+        "post_write.json",
+        "post_bash.json",
+        "post_failure.json",
+    ] {
+        let r = run(
+            &["--policy", policy, "--audit-socket", sock],
+            &setup.fixture(fixture),
+        );
+        assert!(r.code == 0 || r.code == 2, "{fixture}");
+    }
+    let records = collector.join().expect("collector");
+    assert_eq!(records.len(), 4, "{records:#?}");
+    let decision = &records[0];
+    assert_eq!(decision["kind"], "decision");
+    assert_eq!(decision["event"], "PreToolUse");
+    assert_eq!(decision["tool"], "Bash");
+    assert_eq!(decision["decision"], "deny");
+    assert_eq!(decision["rule_id"], "privilege");
+    assert_eq!(decision["input"], "sudo rm -rf /var/lib/x");
+    assert_eq!(decision["profile"], "default");
+    let write = &records[1];
+    assert_eq!(write["kind"], "evidence");
+    assert_eq!(write["tool"], "Write");
+    use sha2::Digest;
+    let expected: String = sha2::Sha256::digest(b"pub fn f() {}\n")
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(write["sha256"], expected.as_str());
+    assert_eq!(
+        write["path"],
+        setup
+            .workspace()
+            .join("src/new.rs")
+            .to_string_lossy()
+            .as_ref()
+    );
+    let bash = &records[2];
+    assert_eq!(bash["command"], "cargo test");
+    assert_eq!(bash["stdout_sha256"].as_str().map(str::len), Some(64));
+    assert_eq!(records[3]["event"], "PostToolUseFailure");
+    assert_eq!(records[3]["exit_status"], 101);
+}
+
+#[test]
+fn a_dead_audit_socket_changes_nothing() {
+    let setup = Setup::new("default");
+    let policy = setup.policy.to_str().expect("utf8");
+    let started = std::time::Instant::now();
+    let r = run(
+        &[
+            "--policy",
+            policy,
+            "--audit-socket",
+            "/nonexistent/audit.sock",
+        ],
+        &setup.fixture("pre_bash_allow.json"),
+    );
+    assert_eq!((r.code, r.decision()), (0, "allow".to_string()));
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn the_socket_path_never_comes_from_the_environment() {
+    let setup = Setup::new("default");
+    let socket = setup.dir.path().join("env.sock");
+    let listener = UnixListener::bind(&socket).expect("bind");
+    listener.set_nonblocking(true).expect("nonblocking");
+    let mut child = Command::new(HOOK)
+        .args(["--policy", setup.policy.to_str().expect("utf8")])
+        .env("STEPPROOF_AUDIT_SOCKET", &socket)
+        .env("AUDIT_SOCKET", &socket)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(&setup.fixture("pre_bash_allow.json"))
+        .expect("write");
+    child.wait().expect("wait");
+    assert!(
+        listener.accept().is_err(),
+        "the hook connected to a socket named in the environment"
+    );
+}

@@ -1,0 +1,225 @@
+//! Compiling policies: the built-in sections, validation errors, merge and `disable`, and the
+//! JSON the launcher mounts.
+mod common;
+
+use serde_json::json;
+use stepproof_hook::config::HookConfig;
+use stepproof_hook::policy::{CompiledPolicy, PolicyError, compile};
+use stepproof_hook::{Decision, check_tool, render_check};
+
+#[derive(serde::Deserialize)]
+struct Fragment {
+    hook: HookConfig,
+}
+
+fn parse(text: &str) -> HookConfig {
+    toml::from_str::<Fragment>(text)
+        .expect("fragment parses")
+        .hook
+}
+
+#[test]
+fn builtins_compile_and_survive_json() {
+    for name in ["default", "ci", "strict"] {
+        let policy = common::builtin(name);
+        let text = serde_json::to_string(&policy).expect("serializes");
+        let back: CompiledPolicy = serde_json::from_str(&text).expect("deserializes");
+        assert_eq!(back, policy, "{name}");
+        // Deterministic: the launcher hashes the config.
+        let config = common::builtin_config(name);
+        assert_eq!(
+            serde_json::to_string(&config).ok(),
+            serde_json::to_string(&config.clone()).ok()
+        );
+        let toml_again: HookConfig =
+            toml::from_str(&toml::to_string(&config).expect("to toml")).expect("from toml");
+        assert_eq!(toml_again, config, "{name} round-trips through TOML");
+    }
+}
+
+#[test]
+fn builtin_scalars_match_the_issue_table() {
+    let d = common::builtin("default");
+    let c = common::builtin("ci");
+    let s = common::builtin("strict");
+    assert_eq!(
+        (d.default, d.unknown, d.unknown_tool),
+        (Decision::Ask, Decision::Deny, Decision::Deny)
+    );
+    assert_eq!(
+        (c.default, c.unknown, c.unknown_tool),
+        (Decision::Deny, Decision::Deny, Decision::Deny)
+    );
+    assert_eq!(
+        (s.default, s.unknown, s.unknown_tool),
+        (Decision::Deny, Decision::Deny, Decision::Deny)
+    );
+    assert!(
+        s.write.iter().all(|g| g.glob == "/dev/null"),
+        "strict writes nothing"
+    );
+}
+
+#[test]
+fn ci_has_the_default_allow_list_and_never_asks() {
+    let default = common::builtin_config("default");
+    let ci = common::builtin_config("ci");
+    let allows = |c: &HookConfig| {
+        c.bash
+            .iter()
+            .filter(|r| r.decision == Decision::Allow)
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(allows(&default), allows(&ci));
+    assert!(ci.bash.iter().all(|r| r.decision != Decision::Ask));
+    assert_eq!(default.files, ci.files);
+}
+
+#[test]
+fn validation_errors_name_the_rule() {
+    let ctx = common::context("t");
+    let dup = parse(
+        r#"[hook]
+[[hook.bash]]
+id = "a"
+reason = "r"
+decision = "allow"
+commands = ["ls *"]
+[[hook.tools]]
+id = "a"
+reason = "r"
+decision = "allow"
+names = ["X"]
+"#,
+    );
+    assert_eq!(
+        compile(&dup, &ctx),
+        Err(PolicyError::DuplicateId { id: "a".into() })
+    );
+    let no_reason = parse(
+        "[hook]\n[[hook.tools]]\nid = \"x\"\nreason = \"\"\ndecision = \"deny\"\nnames = [\"X\"]\n",
+    );
+    assert!(matches!(
+        compile(&no_reason, &ctx),
+        Err(PolicyError::MissingText {
+            field: "reason",
+            ..
+        })
+    ));
+    let empty = parse("[hook]\n[[hook.bash]]\nid = \"x\"\nreason = \"r\"\ndecision = \"deny\"\n");
+    assert!(matches!(
+        compile(&empty, &ctx),
+        Err(PolicyError::EmptyRule { .. })
+    ));
+    let dots = parse(
+        "[hook]\n[[hook.files]]\nid = \"x\"\nreason = \"r\"\ndecision = \"allow\"\naccess = \"write\"\npaths = [\"../**\"]\n",
+    );
+    assert!(matches!(
+        compile(&dots, &ctx),
+        Err(PolicyError::BadPattern { .. })
+    ));
+    let star = parse(
+        "[hook]\n[[hook.bash]]\nid = \"x\"\nreason = \"r\"\ndecision = \"allow\"\ncommands = [\"* x\"]\n",
+    );
+    assert!(matches!(
+        compile(&star, &ctx),
+        Err(PolicyError::BadPattern { .. })
+    ));
+    let typo = parse("[hook]\ndisable = [\"nope\"]\n");
+    assert_eq!(
+        compile(&typo, &ctx),
+        Err(PolicyError::UnknownDisabled { id: "nope".into() })
+    );
+    let unknown_field = toml::from_str::<Fragment>("[hook]\ndefualt = \"allow\"\n");
+    assert!(
+        unknown_field.is_err(),
+        "a misspelt key is an error, not ignored"
+    );
+    let mut relative = common::context("t");
+    relative.workspace = "relative/dir".into();
+    assert!(matches!(
+        compile(&HookConfig::default(), &relative),
+        Err(PolicyError::RelativeContext { .. })
+    ));
+}
+
+#[test]
+fn extends_merges_and_disable_drops_inherited_rules() {
+    let base = common::builtin_config("default");
+    let child = parse(
+        r#"[hook]
+default = "deny"
+disable = ["privilege"]
+
+[[hook.bash]]
+id = "deploy"
+reason = "this project deploys from the sandbox"
+decision = "allow"
+commands = ["sudo deploy *", "deploy *"]
+"#,
+    );
+    let merged = HookConfig::merge(base, child);
+    let policy = compile(&merged, &common::context("child")).expect("compiles");
+    assert_eq!(policy.default, Decision::Deny);
+    let ok = check_tool(&policy, "Bash", &json!({"command": "sudo deploy prod"}));
+    assert_eq!(
+        (ok.decision, ok.rule_id.as_str()),
+        (Decision::Allow, "deploy")
+    );
+    let other = check_tool(&policy, "Bash", &json!({"command": "sudo id"}));
+    assert_eq!(other.decision, Decision::Deny);
+    assert_eq!(other.rule_id, "default");
+}
+
+#[test]
+fn an_empty_section_denies_everything() {
+    let policy = compile(&HookConfig::default(), &common::context("empty")).expect("compiles");
+    for (tool, input) in [
+        ("Bash", json!({"command": "ls"})),
+        ("Read", json!({"file_path": "/work/project/a"})),
+        ("Whatever", json!({})),
+    ] {
+        assert_eq!(
+            check_tool(&policy, tool, &input).decision,
+            Decision::Deny,
+            "{tool}"
+        );
+    }
+}
+
+#[test]
+fn check_output_is_one_line_with_decision_rule_and_reason() {
+    let verdict = check_tool(
+        &common::builtin("default"),
+        "Bash",
+        &json!({"command": "curl https://x"}),
+    );
+    let line = render_check(&verdict);
+    assert!(!line.contains('\n'));
+    assert!(
+        line.starts_with("ask\tnet-tools\tStepProof asks about Bash"),
+        "{line}"
+    );
+}
+
+#[test]
+fn deny_messages_say_what_is_allowed() {
+    let verdict = check_tool(
+        &common::builtin("ci"),
+        "Bash",
+        &json!({"command": "mysterytool --go"}),
+    );
+    assert_eq!(verdict.decision, Decision::Deny);
+    assert!(
+        verdict.reason.contains("'mysterytool --go'"),
+        "{}",
+        verdict.reason
+    );
+    assert!(verdict.reason.contains("(rule default)"));
+    assert!(
+        verdict.reason.contains("Allowed here: ls, git, cargo"),
+        "{}",
+        verdict.reason
+    );
+}

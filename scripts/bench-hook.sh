@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Whole-process time of stepproof-hook against a trivial static stub (reads stdin, prints a
+# fixed answer), with compiled policies of 10, 200 and 2,000 (synthetic) rules and the built-in
+# default profile. Medians of interleaved runs (stub, hook-10, hook-200, hook-2000,
+# hook-default, stub, …), printed as ratios. Target: <= 1.5x the stub at 200 rules. The input
+# is a PreToolUse Bash call (`cargo test --workspace 2>&1 | tail -20`) that every policy allows.
+#
+# The hook is linked statically and not position-independent (glibc, `-C
+# target-feature=+crt-static -C relocation-model=static`: a static-pie binary spends its
+# start applying relocations), with an explicit --target so that build scripts and proc
+# macros stay dynamic; release profile.
+#
+# usage: scripts/bench-hook.sh [RUNS]   (default 200; env CARGO_TARGET_DIR is honoured)
+set -euo pipefail
+
+runs="${1:-200}"
+root="$(cd "$(dirname "$0")/.." && pwd)"
+here="$root/scripts/bench-hook"
+target_dir="${CARGO_TARGET_DIR:-$root/target}"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+triple="x86_64-unknown-linux-gnu"
+
+echo "building the static hook (release, +crt-static, non-PIE)…" >&2
+RUSTFLAGS="-C target-feature=+crt-static -C relocation-model=static" CARGO_TARGET_DIR="$target_dir/bench-static" \
+    cargo build --quiet --release -p stepproof-hook --bin stepproof-hook --target "$triple" \
+    --manifest-path "$root/Cargo.toml"
+hook="$target_dir/bench-static/$triple/release/stepproof-hook"
+if ldd "$hook" >/dev/null 2>&1; then
+    echo "warning: $hook is not statically linked" >&2
+fi
+
+gcc -static -O2 -o "$work/stub" "$here/stub.c"
+gcc -O2 -o "$work/runner" "$here/runner.c"
+
+echo "writing policies…" >&2
+for n in 10 200 2000 default; do
+    CARGO_TARGET_DIR="$target_dir" cargo run --quiet --manifest-path "$root/Cargo.toml" \
+        -p stepproof-hook --example bench_policy -- "$n" /work/project > "$work/policy-$n.json"
+done
+
+cat > "$work/input.json" <<'JSON'
+{"session_id":"bench","transcript_path":"/tmp/t.jsonl","cwd":"/work/project","hook_event_name":"PreToolUse","permission_mode":"default","tool_name":"Bash","tool_input":{"command":"cargo test --workspace 2>&1 | tail -20","description":"Run the tests"},"tool_use_id":"toolu_bench"}
+JSON
+
+# Sanity: the hook allows the benchmark's input with every policy.
+for n in 10 200 2000 default; do
+    "$hook" --policy "$work/policy-$n.json" < "$work/input.json" | grep -q '"allow"' \
+        || { echo "the hook did not allow the benchmark input with $n rules" >&2; exit 1; }
+done
+
+mapfile -t medians < <("$work/runner" "$runs" "$work/input.json" \
+    "$work/stub" :: \
+    "$hook" --policy "$work/policy-10.json" :: \
+    "$hook" --policy "$work/policy-200.json" :: \
+    "$hook" --policy "$work/policy-2000.json" :: \
+    "$hook" --policy "$work/policy-default.json")
+
+stub="${medians[0]}"
+printf 'runs: %s interleaved, medians of whole-process wall time\n' "$runs"
+printf '%-16s %10s us\n' "stub (static C)" "$stub"
+i=1
+for n in 10 200 2000 default; do
+    label="hook, $n rules"
+    [ "$n" = default ] && label="hook, default"
+    printf '%-16s %10s us  %5.2fx the stub (policy %s bytes)\n' "$label" "${medians[$i]}" \
+        "$(awk -v a="${medians[$i]}" -v b="$stub" 'BEGIN { print a / b }')" \
+        "$(stat -c %s "$work/policy-$n.json")"
+    i=$((i + 1))
+done
