@@ -9,10 +9,14 @@
 //! supervisor's pid namespace) is checked by comparing `stat(/proc/<pid>/exe)` with the hook
 //! binary's device and inode (the sandbox sees the same file through a read-only bind mount).
 //!
+//! The credentials are the kernel's: a sender may only claim another pid with `CAP_SYS_ADMIN`
+//! over its pid namespace, which the sandbox does not have.
+//!
 //! What it cannot tell: the agent can run the hook binary itself, so an accepted record shows
 //! what a hook process reported, not who asked (hence `source: "sandbox"`); and the check is
 //! made when the chunk is read, so a sender that execs the hook between writing and our read
-//! passes, and a hook that exits before its chunk is read is refused (its exe is gone).
+//! passes, and a hook that exits before its chunk is read is refused (its exe is gone; a
+//! recycled pid could even name another process, which is why the hook must wait, below).
 //!
 //! Protocol for the hook: connect, write one or more lines (each a JSON object, at most
 //! [`MAX_LINE`] bytes), shut down the write side and read until end of file before exiting. At
@@ -46,6 +50,8 @@ const MAX_CONNECTIONS: usize = 256;
 const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Reads from one connection per round, so that one busy sender cannot starve the others.
 const READS_PER_ROUND: usize = 64;
+/// Reads from one connection at shutdown (the sandbox is gone; this only bounds the work).
+const READS_AT_SHUTDOWN: usize = 4096;
 
 /// The executable a sender must be running: the hook binary, by device and inode.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -527,7 +533,7 @@ impl Receiver {
             let mut progressed = self.connections.len() != before;
             for index in (0..self.connections.len()).rev() {
                 let count = self.connections.len();
-                self.serve(index, usize::MAX);
+                self.serve(index, READS_AT_SHUTDOWN);
                 progressed |= self.connections.len() != count;
             }
             // Room freed by ended connections lets more of the backlog in.

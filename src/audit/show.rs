@@ -98,10 +98,16 @@ pub fn summarize(source: &str, kind: &str, record: &Map<String, Value>) -> Strin
                 })
                 .unwrap_or_default();
             let hash = s(record, "policy_hash");
+            let (algorithm, digits) = hash.split_once(':').unwrap_or(("", &hash));
+            let hash = format!(
+                "{algorithm}{}{}",
+                if algorithm.is_empty() { "" } else { ":" },
+                prefix(digits, 12)
+            );
             join(&[
                 format!("argv: {argv}"),
                 format!("profile {}", s(record, "profile")),
-                format!("policy {}", &hash[..hash.len().min(12)]),
+                format!("policy {hash}"),
                 format!("stepproof {}", s(record, "stepproof_version")),
             ])
         }
@@ -196,7 +202,7 @@ pub fn summarize(source: &str, kind: &str, record: &Map<String, Value>) -> Strin
                         if reported.contains_key(key) {
                             let value = s(&reported, key);
                             parts.push(if key == "sha256" {
-                                format!("sha256 {}", &value[..value.len().min(12)])
+                                format!("sha256 {}", prefix(&value, 12))
                             } else if key == "path" || key == "command" {
                                 value
                             } else {
@@ -213,6 +219,11 @@ pub fn summarize(source: &str, kind: &str, record: &Map<String, Value>) -> Strin
         _ => compact(record, &["seq", "prev", "ts_ms", "source", "kind"]),
     };
     printable(&summary)
+}
+
+/// The first `n` characters (records are untrusted: never cut inside a character).
+fn prefix(text: &str, n: usize) -> String {
+    text.chars().take(n).collect()
 }
 
 fn join(parts: &[String]) -> String {
@@ -371,9 +382,9 @@ mod tests {
                 "supervisor",
                 "run-start",
                 json!({ "argv": ["claude", "-p", "fix it"], "profile": "default",
-                        "policy_hash": "0123456789abcdef", "stepproof_version": "0.1.0" })
+                        "policy_hash": "sha256:0123456789abcdef", "stepproof_version": "0.1.0" })
             ),
-            "argv: claude -p 'fix it' · profile default · policy 0123456789ab · stepproof 0.1.0"
+            "argv: claude -p 'fix it' · profile default · policy sha256:0123456789ab · stepproof 0.1.0"
         );
         assert_eq!(
             summary(
@@ -412,6 +423,14 @@ mod tests {
                         "sha256": "ffeeddccbbaa99887766" } })
             ),
             "Write · src/a.rs · sha256 ffeeddccbbaa (reported by pid 7)"
+        );
+        assert_eq!(
+            summary(
+                "sandbox",
+                "evidence",
+                json!({ "reported": { "tool": "Write", "sha256": "ééééééééééééé" } })
+            ),
+            "Write · sha256 éééééééééééé (reported by pid ?)"
         );
         assert_eq!(
             summary("supervisor", "sweep", json!({ "seq": 1, "files": 3 })),

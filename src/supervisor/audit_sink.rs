@@ -50,8 +50,8 @@ impl AuditSink {
     }
 
     /// Opens (or creates, mode 0600 in a 0700 directory) the log. An existing log is continued
-    /// where its chain ends; one whose last line is not a complete record is refused, as is a
-    /// log another process is writing.
+    /// where its chain ends (`seq` and `prev` go on, so it still verifies as one chain); one
+    /// whose last line is not a complete record is refused, as is a log another process holds.
     pub fn open(path: &Path) -> Result<AuditSink, AuditSinkError> {
         let fail = |source| AuditSinkError {
             path: path.to_path_buf(),
@@ -71,16 +71,22 @@ impl AuditSink {
             .mode(0o600)
             .open(path)
             .map_err(fail)?;
-        file.try_lock().map_err(|e| {
-            fail(match e {
-                fs::TryLockError::WouldBlock => io::Error::new(
-                    io::ErrorKind::WouldBlock,
-                    "another process is writing to this log",
-                ),
-                fs::TryLockError::Error(e) => e,
-            })
-        })?;
-        let (next_seq, head) = chain::resume_point(BufReader::new(&file)).map_err(fail)?;
+        // Only a regular file is locked and continued; anything else (`/dev/stdout`, a pipe)
+        // cannot be read back and starts a chain of its own.
+        let (next_seq, head) = if file.metadata().map_err(fail)?.is_file() {
+            file.try_lock().map_err(|e| {
+                fail(match e {
+                    fs::TryLockError::WouldBlock => io::Error::new(
+                        io::ErrorKind::WouldBlock,
+                        "another process is writing to this log",
+                    ),
+                    fs::TryLockError::Error(e) => e,
+                })
+            })?;
+            chain::resume_point(BufReader::new(&file)).map_err(fail)?
+        } else {
+            (0, GENESIS.to_string())
+        };
         Ok(AuditSink {
             path: path.to_path_buf(),
             state: Arc::new(Mutex::new(ChainWriter {
