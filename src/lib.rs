@@ -7,6 +7,7 @@
 //! `supervisor::spawn`) apply.
 #![deny(unsafe_code)]
 
+pub mod audit;
 pub mod cli;
 pub mod doctor;
 pub mod hook_policy;

@@ -2,7 +2,7 @@
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
-use stepproof::{cli, doctor, probes};
+use stepproof::{audit, cli, doctor, probes};
 
 /// StepProof: inspect what a profile enforces and what this machine supports.
 #[derive(Parser, Debug)]
@@ -37,6 +37,12 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Check a run's audit log (`verify FILE [--head HASH]`) or print it as a timeline
+    /// (`show FILE [--json]`).
+    Audit {
+        #[command(subcommand)]
+        action: audit::AuditCommand,
+    },
     /// (Internal) Try one forbidden thing and print what the kernel answered, as JSON. Used by
     /// the escape tests inside the sandbox.
     #[command(name = "__probe", hide = true)]
@@ -60,6 +66,7 @@ fn main() {
     let args = Args::parse();
     cli::init_logging(args.verbose);
     let code = match args.command {
+        Command::Audit { action } => audit::run_command(action),
         Command::Probe { spec } => {
             if spec == "list" {
                 for name in probes::all_probes().iter().chain(probes::control_probes()) {

@@ -1,13 +1,17 @@
-//! The supervisor's record of a run, in its simplest form: JSON Lines appended to a per-run file
+//! The supervisor's record of a run: a hash chain of JSON Lines appended to a per-run file
 //! outside the sandbox (under `~/.local/state/stepproof/runs/`, which the sandbox cannot see).
-//! Every record says where it came from; each is written with one `write` so lines never tear.
+//! The format is described in [`crate::audit`]; this is the writer. Every record is written
+//! with one `write` on an `O_APPEND` file, under the same lock that advances the chain, so the
+//! order of the lines is the order of the chain and lines never tear.
 
+use crate::audit::chain::{self, GENESIS};
 use serde::Serialize;
+use serde_json::{Map, Value};
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io::{self, BufReader, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 #[derive(Debug, thiserror::Error)]
@@ -17,21 +21,20 @@ pub struct AuditSinkError {
     pub source: io::Error,
 }
 
-/// Cheap to share: clones append to the same file (threads of the proxy, the main loop).
+/// Cheap to share: clones append to the same file and the same chain (threads of the proxy,
+/// the hook receiver, the main loop).
 pub struct AuditSink {
     path: PathBuf,
-    file: std::sync::Arc<Mutex<File>>,
+    state: Arc<Mutex<ChainWriter>>,
 }
 
-#[derive(Serialize)]
-struct Envelope<'a, T: Serialize> {
-    ts_ms: u128,
-    /// `supervisor` (trusted) or `sandbox` (reported from inside: shows what was decided, not who
-    /// asked).
-    source: &'a str,
-    kind: &'a str,
-    #[serde(flatten)]
-    body: &'a T,
+/// The file and the chain position, changed together under one lock.
+struct ChainWriter {
+    /// Holds an exclusive `flock` for as long as the sink lives: two writers would fork the
+    /// chain.
+    file: File,
+    next_seq: u64,
+    head: String,
 }
 
 impl AuditSink {
@@ -54,12 +57,15 @@ impl AuditSink {
             .join(format!("{secs}-{}", std::process::id()))
     }
 
+    /// Opens (or creates, mode 0600 in a 0700 directory) the log. An existing log is continued
+    /// where its chain ends (`seq` and `prev` go on, so it still verifies as one chain); one
+    /// whose last line is not a complete record is refused, as is a log another process holds.
     pub fn open(path: &Path) -> Result<AuditSink, AuditSinkError> {
         let fail = |source| AuditSinkError {
             path: path.to_path_buf(),
             source,
         };
-        if let Some(dir) = path.parent() {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             fs::DirBuilder::new()
                 .recursive(true)
                 .mode(0o700)
@@ -68,20 +74,41 @@ impl AuditSink {
         }
         let file = OpenOptions::new()
             .create(true)
+            .read(true)
             .append(true)
             .mode(0o600)
             .open(path)
             .map_err(fail)?;
+        // Only a regular file is locked and continued; anything else (`/dev/stdout`, a pipe)
+        // cannot be read back and starts a chain of its own.
+        let (next_seq, head) = if file.metadata().map_err(fail)?.is_file() {
+            file.try_lock().map_err(|e| {
+                fail(match e {
+                    fs::TryLockError::WouldBlock => io::Error::new(
+                        io::ErrorKind::WouldBlock,
+                        "another process is writing to this log",
+                    ),
+                    fs::TryLockError::Error(e) => e,
+                })
+            })?;
+            chain::resume_point(BufReader::new(&file)).map_err(fail)?
+        } else {
+            (0, GENESIS.to_string())
+        };
         Ok(AuditSink {
             path: path.to_path_buf(),
-            file: std::sync::Arc::new(Mutex::new(file)),
+            state: Arc::new(Mutex::new(ChainWriter {
+                file,
+                next_seq,
+                head,
+            })),
         })
     }
 
     pub fn clone_handle(&self) -> AuditSink {
         AuditSink {
             path: self.path.clone(),
-            file: self.file.clone(),
+            state: self.state.clone(),
         }
     }
 
@@ -89,35 +116,119 @@ impl AuditSink {
         &self.path
     }
 
+    fn lock(&self) -> MutexGuard<'_, ChainWriter> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
     /// Appends one record; a failure is logged, never fatal to the run.
     pub fn record<T: Serialize>(&self, source: &str, kind: &str, body: &T) {
-        let envelope = Envelope {
-            ts_ms: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.as_millis())
-                .unwrap_or(0),
-            source,
-            kind,
-            body,
+        let body = match serde_json::to_value(body) {
+            Ok(value) => chain::body_object(value),
+            Err(e) => {
+                tracing::warn!(kind, "audit record not serialisable: {e}");
+                Map::from_iter([("unserialisable".to_string(), Value::from(e.to_string()))])
+            }
         };
-        let Ok(mut line) = serde_json::to_vec(&envelope) else {
-            return;
-        };
-        line.push(b'\n');
-        let mut file = self
-            .file
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Err(e) = file.write_all(&line) {
+        if let Err(e) = self.append(source, kind, &body) {
             tracing::warn!(path = %self.path.display(), "writing the audit log: {e}");
         }
     }
 
+    /// Appends one record whose body is already an object (envelope keys in it are renamed,
+    /// see [`chain::body_object`]) and returns its `seq`.
+    pub fn append(&self, source: &str, kind: &str, body: &Map<String, Value>) -> io::Result<u64> {
+        let mut state = self.lock();
+        let ts_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        let seq = state.next_seq;
+        let mut line = chain::format_line(seq, &state.head, ts_ms, source, kind, body);
+        let hash = chain::line_hash(&line);
+        line.push(b'\n');
+        // One `write` for the whole line (regular files do not return short writes short of
+        // an error); the chain advances only when it succeeded.
+        (&state.file).write_all(&line)?;
+        state.next_seq = seq + 1;
+        state.head = hash;
+        Ok(seq)
+    }
+
+    /// `(seq, hash)` of the last record, or `None` before the first.
+    pub fn head(&self) -> Option<(u64, String)> {
+        let state = self.lock();
+        state
+            .next_seq
+            .checked_sub(1)
+            .map(|seq| (seq, state.head.clone()))
+    }
+
+    /// Hash of the last record (the genesis hash, 64 zeros, before the first): what the run
+    /// prints at its end, for `stepproof audit verify --head`.
+    pub fn head_hash(&self) -> String {
+        let state = self.lock();
+        if state.next_seq == 0 {
+            GENESIS.to_string()
+        } else {
+            state.head.clone()
+        }
+    }
+
+    /// Flushes the log to disk (at run end).
     pub fn sync(&self) {
-        let file = self
-            .file
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let _ = file.sync_all();
+        let state = self.lock();
+        if let Err(e) = state.file.sync_all() {
+            tracing::warn!(path = %self.path.display(), "syncing the audit log: {e}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::audit::chain::verify;
+
+    #[test]
+    fn records_chain_and_a_reopened_log_goes_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runs/x/audit.jsonl");
+        let sink = AuditSink::open(&path).unwrap();
+        assert_eq!(sink.head(), None);
+        assert_eq!(sink.head_hash(), GENESIS);
+        sink.record(
+            "supervisor",
+            "run-start",
+            &serde_json::json!({ "argv": ["true"] }),
+        );
+        sink.clone_handle()
+            .record("supervisor", "network", &serde_json::json!({ "seq": 99 }));
+        let (seq, head) = sink.head().unwrap();
+        assert_eq!(seq, 1);
+        assert!(
+            AuditSink::open(&path).is_err(),
+            "a second writer is refused"
+        );
+        sink.sync();
+        drop(sink);
+
+        let again = AuditSink::open(&path).unwrap();
+        assert_eq!(again.head(), Some((1, head)));
+        again.record("supervisor", "run-end", &());
+        let text = fs::read_to_string(&path).unwrap();
+        let report = verify(text.as_bytes(), Some(&again.head_hash())).unwrap();
+        assert!(report.intact, "{report:?}");
+        assert_eq!(report.records, 3);
+        assert!(text.contains(r#""body_seq":99"#));
+    }
+
+    #[test]
+    fn a_torn_log_is_not_continued() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        fs::write(&path, "{\"seq\":0,").unwrap();
+        let err = AuditSink::open(&path).err().unwrap();
+        assert!(err.to_string().contains("cut short"), "{err}");
     }
 }

@@ -1,0 +1,461 @@
+//! `stepproof audit show`: the log as a readable timeline, one line per record with a summary
+//! made for its kind, and the chain's verdict at the end. Everything printed from a record is
+//! escaped: records reported from inside the sandbox must not drive the reader's terminal.
+
+use crate::audit::chain::{ChainChecker, ChainReport, for_each_line};
+use serde::Serialize;
+use serde_json::{Map, Value};
+use std::fmt::Write as _;
+use std::io::{self, BufRead};
+
+/// Longest summary printed, in characters.
+const SUMMARY_CHARS: usize = 240;
+
+/// One line of the log, as shown.
+#[derive(Debug, Clone, Serialize)]
+pub struct Entry {
+    /// 1-based line number in the file.
+    pub line: u64,
+    pub seq: Option<u64>,
+    pub ts_ms: Option<u64>,
+    /// `YYYY-MM-DDTHH:MM:SS.mmmZ`.
+    pub time: Option<String>,
+    pub source: String,
+    pub kind: String,
+    pub summary: String,
+    /// The record as written (absent when the line is not a JSON object).
+    pub record: Option<Value>,
+}
+
+/// The timeline and the chain's verdict.
+#[derive(Debug, Clone, Serialize)]
+pub struct Timeline {
+    pub chain: ChainReport,
+    pub records: Vec<Entry>,
+}
+
+/// Reads a whole log; lines that are not records are kept (as `kind: "?"`) so that a damaged
+/// log still shows.
+pub fn read_timeline<R: BufRead>(reader: R) -> io::Result<Timeline> {
+    let mut checker = ChainChecker::default();
+    let mut records = Vec::new();
+    let mut number = 0;
+    for_each_line(reader, |line, terminated| {
+        number += 1;
+        checker.push(line, terminated);
+        records.push(entry(number, line));
+        true
+    })?;
+    Ok(Timeline {
+        chain: checker.finish(None),
+        records,
+    })
+}
+
+fn entry(line: u64, bytes: &[u8]) -> Entry {
+    let Ok(Value::Object(record)) = serde_json::from_slice::<Value>(bytes) else {
+        return Entry {
+            line,
+            seq: None,
+            ts_ms: None,
+            time: None,
+            source: "?".into(),
+            kind: "?".into(),
+            summary: format!(
+                "not a record: {}",
+                clip(&printable(&String::from_utf8_lossy(bytes)))
+            ),
+            record: None,
+        };
+    };
+    let text = |key: &str| record.get(key).and_then(Value::as_str).unwrap_or("?");
+    let ts_ms = record.get("ts_ms").and_then(Value::as_u64);
+    Entry {
+        line,
+        seq: record.get("seq").and_then(Value::as_u64),
+        ts_ms,
+        time: ts_ms.map(iso_time),
+        source: printable(text("source")),
+        kind: printable(text("kind")),
+        summary: clip(&summarize(text("source"), text("kind"), &record)),
+        record: Some(Value::Object(record)),
+    }
+}
+
+/// The one-line summary for a record of this kind.
+pub fn summarize(source: &str, kind: &str, record: &Map<String, Value>) -> String {
+    let s = |map: &Map<String, Value>, key: &str| field(map, key);
+    let summary = match (source, kind) {
+        ("supervisor", "run-start") => {
+            let argv = record
+                .get("argv")
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .map(|v| shell_word(v.as_str().unwrap_or("?")))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                })
+                .unwrap_or_default();
+            let hash = s(record, "policy_hash");
+            let (algorithm, digits) = hash.split_once(':').unwrap_or(("", &hash));
+            let hash = format!(
+                "{algorithm}{}{}",
+                if algorithm.is_empty() { "" } else { ":" },
+                prefix(digits, 12)
+            );
+            join(&[
+                format!("argv: {argv}"),
+                format!("profile {}", s(record, "profile")),
+                format!("policy {hash}"),
+                format!("stepproof {}", s(record, "stepproof_version")),
+            ])
+        }
+        ("supervisor", "run-end") => {
+            let outcome = record
+                .get("outcome")
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default();
+            let mut parts = vec![format!(
+                "{} (exit {})",
+                s(&outcome, "status"),
+                s(&outcome, "exit_code")
+            )];
+            if let Some(signal) = outcome.get("signal") {
+                parts.push(format!("signal {signal}"));
+            }
+            if outcome.contains_key("message") {
+                parts.push(s(&outcome, "message"));
+            }
+            if record.contains_key("duration_ms") {
+                parts.push(format!("{} ms", s(record, "duration_ms")));
+            }
+            if let Some(Value::Object(hook)) = record.get("hook_receiver") {
+                parts.push(format!(
+                    "hook records: {} accepted, {} refused peers, {} malformed, {} incomplete",
+                    s(hook, "accepted"),
+                    s(hook, "refused_peers"),
+                    s(hook, "malformed"),
+                    s(hook, "incomplete")
+                ));
+            }
+            join(&parts)
+        }
+        ("supervisor", "network") => {
+            let verdict = if record.get("allowed") == Some(&Value::Bool(true)) {
+                "allowed"
+            } else {
+                "DENIED"
+            };
+            let mut parts = vec![format!(
+                "{} {}:{} {verdict} ({})",
+                s(record, "method"),
+                s(record, "host"),
+                s(record, "port"),
+                s(record, "rule")
+            )];
+            if let Some(e) = record.get("error").filter(|e| !e.is_null()) {
+                parts.push(format!("error: {}", plain(e)));
+            }
+            join(&parts)
+        }
+        ("supervisor", "refused-peer") => format!(
+            "REFUSED pid {} uid {} exe {} at {}: {}",
+            s(record, "pid"),
+            s(record, "uid"),
+            s(record, "exe"),
+            s(record, "stage"),
+            s(record, "reason")
+        ),
+        ("sandbox", kind) => {
+            let reported = record
+                .get("reported")
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default();
+            let pid = record
+                .get("peer")
+                .and_then(|p| p.get("pid"))
+                .map(plain)
+                .unwrap_or_else(|| "?".into());
+            let what = match kind {
+                "decision" => {
+                    let rule = if reported.contains_key("rule_id") {
+                        s(&reported, "rule_id")
+                    } else {
+                        s(&reported, "rule")
+                    };
+                    join(&[
+                        format!(
+                            "{} {} → {}",
+                            s(&reported, "event"),
+                            s(&reported, "tool"),
+                            s(&reported, "decision")
+                        ),
+                        format!("[{rule}] {}", s(&reported, "reason")),
+                    ])
+                }
+                "evidence" => {
+                    let mut parts = vec![s(&reported, "tool")];
+                    for key in ["path", "sha256", "command", "exit_code", "exit_status"] {
+                        if reported.contains_key(key) {
+                            let value = s(&reported, key);
+                            parts.push(if key == "sha256" {
+                                format!("sha256 {}", prefix(&value, 12))
+                            } else if key == "path" || key == "command" {
+                                value
+                            } else {
+                                format!("exit {value}")
+                            });
+                        }
+                    }
+                    join(&parts)
+                }
+                _ => compact(&reported, &["kind"]),
+            };
+            format!("{what} (reported by pid {pid})")
+        }
+        _ => compact(record, &["seq", "prev", "ts_ms", "source", "kind"]),
+    };
+    printable(&summary)
+}
+
+/// The first `n` characters (records are untrusted: never cut inside a character).
+fn prefix(text: &str, n: usize) -> String {
+    text.chars().take(n).collect()
+}
+
+fn join(parts: &[String]) -> String {
+    parts.join(" · ")
+}
+
+/// A value as short text: strings bare, absent as `?`, anything else as JSON.
+fn field(map: &Map<String, Value>, key: &str) -> String {
+    map.get(key).map(plain).unwrap_or_else(|| "?".into())
+}
+
+fn plain(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// `key=value` pairs of what is left once `skip` is removed.
+fn compact(map: &Map<String, Value>, skip: &[&str]) -> String {
+    map.iter()
+        .filter(|(k, _)| !skip.contains(&k.as_str()))
+        .map(|(k, v)| format!("{k}={}", plain(v)))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// An argv word as a shell would need it.
+fn shell_word(word: &str) -> String {
+    let safe = !word.is_empty()
+        && word
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,@%+".contains(&b));
+    if safe {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
+/// Control characters, C1 controls and bidirectional overrides escaped as `\u{…}`.
+pub fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        let bidi = matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+        if c.is_control() || bidi {
+            let _ = write!(out, "\\u{{{:x}}}", c as u32);
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn clip(text: &str) -> String {
+    match text.char_indices().nth(SUMMARY_CHARS) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_string(),
+    }
+}
+
+/// `(YYYY-MM-DD, HH:MM:SS.mmm)` in UTC.
+pub fn utc_parts(ts_ms: u64) -> (String, String) {
+    let days = (ts_ms / 86_400_000) as i64;
+    let ms_of_day = ts_ms % 86_400_000;
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (
+        format!("{year:04}-{month:02}-{day:02}"),
+        format!(
+            "{:02}:{:02}:{:02}.{:03}",
+            ms_of_day / 3_600_000,
+            ms_of_day / 60_000 % 60,
+            ms_of_day / 1000 % 60,
+            ms_of_day % 1000
+        ),
+    )
+}
+
+fn iso_time(ts_ms: u64) -> String {
+    let (date, time) = utc_parts(ts_ms);
+    format!("{date}T{time}Z")
+}
+
+/// The timeline as text: a date heading whenever the (UTC) day changes, one line per record,
+/// then the chain's verdict.
+pub fn render_text(timeline: &Timeline) -> String {
+    let mut out = String::new();
+    let mut day = String::new();
+    let mut sandbox = false;
+    for e in &timeline.records {
+        let (date, time) = e
+            .ts_ms
+            .map(utc_parts)
+            .unwrap_or_else(|| ("?".into(), "??:??:??.???".into()));
+        if date != day {
+            let _ = writeln!(out, "{date} (UTC)");
+            day = date;
+        }
+        sandbox |= e.source == "sandbox";
+        let seq = e.seq.map_or("?".to_string(), |s| s.to_string());
+        let _ = writeln!(
+            out,
+            "  {time}  #{seq:<5} {:<10} {:<14} {}",
+            e.source, e.kind, e.summary
+        );
+    }
+    if sandbox {
+        out.push_str(
+            "(sandbox: reported from inside the sandbox by the hook binary; it shows what was \
+             decided, not who asked)\n",
+        );
+    }
+    out.push_str(&chain_verdict(&timeline.chain));
+    out
+}
+
+/// `chain: intact, …` or `chain: BROKEN at line …`.
+pub fn chain_verdict(report: &ChainReport) -> String {
+    match &report.broken {
+        None => format!(
+            "chain: intact, {} records, head {}\n",
+            report.records, report.head
+        ),
+        Some(b) => format!(
+            "chain: BROKEN at line {}: {}\n       (the {} records before it are intact, head {})\n",
+            b.line,
+            printable(&b.problem),
+            report.records,
+            report.head
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn summary(source: &str, kind: &str, v: Value) -> String {
+        summarize(source, kind, v.as_object().unwrap())
+    }
+
+    #[test]
+    fn each_kind_has_its_summary() {
+        assert_eq!(
+            summary(
+                "supervisor",
+                "run-start",
+                json!({ "argv": ["claude", "-p", "fix it"], "profile": "default",
+                        "policy_hash": "sha256:0123456789abcdef", "stepproof_version": "0.1.0" })
+            ),
+            "argv: claude -p 'fix it' · profile default · policy sha256:0123456789ab · stepproof 0.1.0"
+        );
+        assert_eq!(
+            summary(
+                "supervisor",
+                "network",
+                json!({ "method": "CONNECT", "host": "evil.example", "port": 443,
+                        "allowed": false, "rule": "not in the allow-list", "error": null })
+            ),
+            "CONNECT evil.example:443 DENIED (not in the allow-list)"
+        );
+        assert_eq!(
+            summary(
+                "supervisor",
+                "run-end",
+                json!({ "outcome": { "status": "exited", "exit_code": 3, "command_exit_code": 3 },
+                        "hook_receiver": { "accepted": 2, "refused_peers": 1, "malformed": 0,
+                                           "incomplete": 0 } })
+            ),
+            "exited (exit 3) · hook records: 2 accepted, 1 refused peers, 0 malformed, 0 incomplete"
+        );
+        assert_eq!(
+            summary(
+                "sandbox",
+                "decision",
+                json!({ "peer": { "pid": 42 }, "reported": { "kind": "decision",
+                        "event": "PreToolUse", "tool": "Bash", "decision": "deny",
+                        "rule_id": "no-curl", "reason": "network tools\u{1b}[2J" } })
+            ),
+            "PreToolUse Bash → deny · [no-curl] network tools\\u{1b}[2J (reported by pid 42)"
+        );
+        assert_eq!(
+            summary(
+                "sandbox",
+                "evidence",
+                json!({ "peer": { "pid": 7 }, "reported": { "tool": "Write", "path": "src/a.rs",
+                        "sha256": "ffeeddccbbaa99887766" } })
+            ),
+            "Write · src/a.rs · sha256 ffeeddccbbaa (reported by pid 7)"
+        );
+        assert_eq!(
+            summary(
+                "sandbox",
+                "evidence",
+                json!({ "reported": { "tool": "Write", "sha256": "ééééééééééééé" } })
+            ),
+            "Write · sha256 éééééééééééé (reported by pid ?)"
+        );
+        assert_eq!(
+            summary("supervisor", "sweep", json!({ "seq": 1, "files": 3 })),
+            "files=3"
+        );
+    }
+
+    #[test]
+    fn times_are_utc() {
+        assert_eq!(
+            utc_parts(0),
+            ("1970-01-01".to_string(), "00:00:00.000".to_string())
+        );
+        assert_eq!(
+            utc_parts(1_709_251_199_999),
+            ("2024-02-29".to_string(), "23:59:59.999".to_string())
+        );
+        assert_eq!(iso_time(951_782_400_001), "2000-02-29T00:00:00.001Z");
+    }
+
+    #[test]
+    fn terminal_controls_are_escaped() {
+        assert_eq!(
+            printable("a\u{1b}]0;x\u{7}b\u{202e}c\n"),
+            "a\\u{1b}]0;x\\u{7}b\\u{202e}c\\u{a}"
+        );
+    }
+}

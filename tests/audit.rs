@@ -1,0 +1,628 @@
+//! The audit log: the chain as `stepproof audit verify|show` (the real binary) sees it after
+//! each kind of tampering, the sink and the hook receiver under concurrency, and the receiver's
+//! credential checks against real foreign processes.
+
+mod support;
+
+use serde_json::{Value, json};
+use std::collections::HashSet;
+use std::fs;
+use std::io::{Read, Write};
+use std::os::fd::OwnedFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use stepproof::audit::{PeerCheck, ReceiverCounts, ReceiverHandle, serve_hook_socket};
+use stepproof::supervisor::audit_sink::AuditSink;
+use support::{STEPPROOF, skip_or_fail};
+
+/// A small log with one record of each kind `show` summarises; returns its path and head.
+fn sample_log(dir: &Path) -> (PathBuf, String) {
+    let path = dir.join("audit.jsonl");
+    let sink = AuditSink::open(&path).unwrap();
+    sink.record(
+        "supervisor",
+        "run-start",
+        &json!({ "argv": ["claude", "-p", "fix the tests"], "profile": "default",
+                 "policy_hash": "ab".repeat(32), "stepproof_version": "0.1.0" }),
+    );
+    for (host, allowed) in [("api.anthropic.com", true), ("evil.example", false)] {
+        sink.record(
+            "supervisor",
+            "network",
+            &json!({ "method": "CONNECT", "host": host, "port": 443, "allowed": allowed,
+                     "rule": if allowed { "api.anthropic.com" } else { "not in the allow-list" } }),
+        );
+    }
+    for n in 0..3 {
+        let body = json!({ "peer": { "pid": 100 + n, "uid": 1000, "gid": 1000 },
+                           "reported": { "kind": "decision", "event": "PreToolUse", "tool": "Bash",
+                                         "decision": "deny", "rule_id": format!("rule-{n}"),
+                                         "reason": "curl is not allowed" } });
+        sink.append("sandbox", "decision", body.as_object().unwrap())
+            .unwrap();
+    }
+    sink.record(
+        "supervisor",
+        "run-end",
+        &json!({ "outcome": { "status": "exited", "exit_code": 0, "command_exit_code": 0 } }),
+    );
+    sink.sync();
+    (path, sink.head_hash())
+}
+
+fn lines(path: &Path) -> Vec<String> {
+    fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+fn write_lines(path: &Path, lines: &[String]) {
+    fs::write(
+        path,
+        lines.iter().map(|l| format!("{l}\n")).collect::<String>(),
+    )
+    .unwrap();
+}
+
+/// `stepproof audit ARGS…`: exit code and stdout.
+fn audit(args: &[&str]) -> (i32, String) {
+    let out = Command::new(STEPPROOF)
+        .arg("audit")
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+fn verify(path: &Path, head: Option<&str>) -> (i32, String) {
+    let mut args = vec!["verify", path.to_str().unwrap()];
+    if let Some(head) = head {
+        args.extend(["--head", head]);
+    }
+    audit(&args)
+}
+
+/// Applies `damage` to a fresh copy of the sample log and verifies it.
+fn damaged(damage: impl FnOnce(&mut Vec<String>), head: bool) -> (i32, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, hash) = sample_log(dir.path());
+    let mut l = lines(&path);
+    damage(&mut l);
+    write_lines(&path, &l);
+    verify(&path, head.then_some(hash.as_str()))
+}
+
+#[test]
+fn an_intact_log_verifies_with_and_without_its_head() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, head) = sample_log(dir.path());
+    let (code, out) = verify(&path, None);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(out, format!("intact: 7 records, head {head}\n"));
+    let (code, out) = verify(&path, Some(&head.to_uppercase()));
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("matches --head"), "{out}");
+    let (code, out) = audit(&["verify", path.to_str().unwrap(), "--json"]);
+    assert_eq!(code, 0);
+    let report: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["intact"], true);
+    assert_eq!(report["records"], 7);
+    assert_eq!(report["head"], head.as_str());
+}
+
+#[test]
+fn an_edited_line_breaks_the_chain_at_the_next_line() {
+    let (code, out) = damaged(
+        |l| l[2] = l[2].replace(r#""allowed":false"#, r#""allowed":true"#),
+        false,
+    );
+    assert_eq!(code, 1, "{out}");
+    assert!(out.starts_with("chain: BROKEN at line 4: "), "{out}");
+    assert!(out.contains("line 3 was changed"), "{out}");
+    // The last line has no successor: only the head shows an edit there.
+    let edit_last = |l: &mut Vec<String>| {
+        let last = l.len() - 1;
+        l[last] = l[last].replace(r#""exit_code":0"#, r#""exit_code":1"#);
+    };
+    assert_eq!(damaged(edit_last, false).0, 0);
+    let (code, out) = damaged(edit_last, true);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("not at the expected head"), "{out}");
+}
+
+#[test]
+fn a_deleted_line_is_named() {
+    let (code, out) = damaged(
+        |l| {
+            l.remove(2);
+        },
+        false,
+    );
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.starts_with("chain: BROKEN at line 3: seq is 3, expected 2"),
+        "{out}"
+    );
+    assert!(out.contains("the 2 records before it are intact"), "{out}");
+}
+
+#[test]
+fn reordered_lines_are_named() {
+    let (code, out) = damaged(|l| l.swap(3, 4), false);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.starts_with("chain: BROKEN at line 4: seq is 4, expected 3"),
+        "{out}"
+    );
+}
+
+#[test]
+fn an_inserted_line_is_named() {
+    let (code, out) = damaged(|l| l.insert(5, l[1].clone()), false);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.starts_with("chain: BROKEN at line 6: seq is 1, expected 5"),
+        "{out}"
+    );
+    // A forged line with the right seq still has to hash to the next `prev`.
+    let (code, out) = damaged(
+        |l| {
+            let forged = l[5].replace("rule-2", "rule-X");
+            l[5] = forged;
+        },
+        false,
+    );
+    assert_eq!(code, 1, "{out}");
+    assert!(out.starts_with("chain: BROKEN at line 7: "), "{out}");
+}
+
+#[test]
+fn a_truncated_tail_shows_only_against_the_head() {
+    let cut = |l: &mut Vec<String>| l.truncate(5);
+    // Cut at a line boundary, the rest is a valid chain: without the head it looks intact.
+    let (code, out) = damaged(cut, false);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.starts_with("intact: 5 records"), "{out}");
+    let (code, out) = damaged(cut, true);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.starts_with("chain: BROKEN at line 5: the chain ends at "),
+        "{out}"
+    );
+    assert!(out.contains("records were removed from the end"), "{out}");
+    // Everything removed.
+    let (code, _) = damaged(|l| l.clear(), true);
+    assert_eq!(code, 1);
+}
+
+#[test]
+fn a_torn_last_line_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = sample_log(dir.path());
+    let bytes = fs::read(&path).unwrap();
+    fs::write(&path, &bytes[..bytes.len() - 20]).unwrap();
+    let (code, out) = verify(&path, None);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.starts_with("chain: BROKEN at line 7: cut short"),
+        "{out}"
+    );
+}
+
+#[test]
+fn usage_and_io_errors_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = sample_log(dir.path());
+    assert_eq!(verify(&path, Some("abc")).0, 2);
+    assert_eq!(verify(&dir.path().join("missing.jsonl"), None).0, 2);
+    assert_eq!(audit(&["show", "/nonexistent/audit.jsonl"]).0, 2);
+    assert_eq!(audit(&["verify"]).0, 2);
+}
+
+#[test]
+fn show_prints_a_timeline_and_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, head) = sample_log(dir.path());
+    let (code, out) = audit(&["show", path.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    let text: Vec<&str> = out.lines().collect();
+    assert!(text[0].ends_with(" (UTC)"), "{out}");
+    assert!(text[1].contains("#0     supervisor run-start      argv: claude -p 'fix the tests' · profile default · policy abababababab · stepproof 0.1.0"), "{out}");
+    assert!(
+        text[2].contains("CONNECT api.anthropic.com:443 allowed (api.anthropic.com)"),
+        "{out}"
+    );
+    assert!(
+        text[3].contains("CONNECT evil.example:443 DENIED (not in the allow-list)"),
+        "{out}"
+    );
+    assert!(text[4].contains("sandbox    decision       PreToolUse Bash → deny · [rule-0] curl is not allowed (reported by pid 100)"), "{out}");
+    assert!(text[7].contains("run-end        exited (exit 0)"), "{out}");
+    assert!(
+        out.ends_with(&format!("chain: intact, 7 records, head {head}\n")),
+        "{out}"
+    );
+
+    let (code, out) = audit(&["show", path.to_str().unwrap(), "--json"]);
+    assert_eq!(code, 0);
+    let value: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(value["chain"]["intact"], true);
+    let records = value["records"].as_array().unwrap();
+    assert_eq!(records.len(), 7);
+    assert_eq!(records[3]["kind"], "decision");
+    assert_eq!(records[3]["record"]["reported"]["rule_id"], "rule-0");
+    assert!(records[0]["time"].as_str().unwrap().ends_with('Z'));
+
+    // A damaged log still shows, and says where it broke.
+    let mut l = lines(&path);
+    l.remove(1);
+    write_lines(&path, &l);
+    let (code, out) = audit(&["show", path.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(
+        out.contains("chain: BROKEN at line 2: seq is 2, expected 1"),
+        "{out}"
+    );
+}
+
+/// Every line of the file as a record; checks `seq` runs 0.. without gaps.
+fn records(path: &Path) -> Vec<Value> {
+    let text = fs::read_to_string(path).unwrap();
+    assert!(text.ends_with('\n'));
+    let records: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("torn line {l:?}: {e}")))
+        .collect();
+    for (i, r) in records.iter().enumerate() {
+        assert_eq!(r["seq"], i as u64);
+    }
+    records
+}
+
+#[test]
+fn sixteen_threads_through_one_sink_lose_and_tear_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let sink = AuditSink::open(&path).unwrap();
+    let threads: Vec<_> = (0..16)
+        .map(|t| {
+            let sink = sink.clone_handle();
+            std::thread::spawn(move || {
+                for n in 0..1000 {
+                    sink.record(
+                        "supervisor",
+                        "network",
+                        &json!({ "thread": t, "n": n, "pad": "x".repeat(n % 300) }),
+                    );
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    sink.sync();
+    let (seq, head) = sink.head().unwrap();
+    assert_eq!(seq, 15_999);
+    let records = records(&path);
+    assert_eq!(records.len(), 16_000);
+    let mut next = [0u64; 16];
+    for r in &records {
+        let t = r["thread"].as_u64().unwrap() as usize;
+        assert_eq!(r["n"], next[t], "one thread's records stay in its order");
+        next[t] += 1;
+    }
+    assert_eq!(next, [1000; 16]);
+    let (code, out) = verify(&path, Some(&head));
+    assert_eq!(code, 0, "{out}");
+}
+
+/// A receiver on a fresh socket whose peers must run `expected`.
+struct Served {
+    _dir: tempfile::TempDir,
+    socket: PathBuf,
+    log: PathBuf,
+    sink: AuditSink,
+    handle: ReceiverHandle,
+}
+
+fn serve(expected: &Path) -> Served {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("hook.sock");
+    let log = dir.path().join("audit.jsonl");
+    let listener = UnixListener::bind(&socket).unwrap();
+    let sink = AuditSink::open(&log).unwrap();
+    let handle = serve_hook_socket(
+        listener,
+        sink.clone_handle(),
+        PeerCheck::for_executable(expected).unwrap(),
+    );
+    Served {
+        _dir: dir,
+        socket,
+        log,
+        sink,
+        handle,
+    }
+}
+
+/// The hook's side of the protocol: write, shut down writing, read the answer. (A refused
+/// peer may find the connection closed before it writes: the answer is still there to read.)
+fn send_lines(socket: &Path, payload: &[u8]) -> String {
+    let mut stream = UnixStream::connect(socket).unwrap();
+    let _ = stream.write_all(payload);
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    answer
+}
+
+fn wait_for(handle: &ReceiverHandle, what: impl Fn(&ReceiverCounts) -> bool) {
+    let start = Instant::now();
+    while !what(&handle.counts()) {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{:?}",
+            handle.counts()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn sixteen_hook_clients_and_the_supervisor_share_one_chain() {
+    let served = serve(Path::new("/proc/self/exe"));
+    let clients: Vec<_> = (0..16)
+        .map(|c| {
+            let socket = served.socket.clone();
+            std::thread::spawn(move || {
+                let line = |n: u32| {
+                    format!(
+                        "{}\n",
+                        json!({ "kind": "decision", "client": c, "n": n, "tool": "Bash",
+                                "pad": "y".repeat((n % 200) as usize) })
+                    )
+                };
+                if c % 2 == 0 {
+                    // One connection, one write per line.
+                    let mut stream = UnixStream::connect(&socket).unwrap();
+                    for n in 0..1000 {
+                        stream.write_all(line(n).as_bytes()).unwrap();
+                    }
+                    stream.shutdown(std::net::Shutdown::Write).unwrap();
+                    let mut answer = String::new();
+                    stream.read_to_string(&mut answer).unwrap();
+                    assert_eq!(answer, "{\"accepted\":1000,\"malformed\":0}\n");
+                } else {
+                    // A connection per record, as a hook run per tool call does.
+                    for n in 0..1000 {
+                        let answer = send_lines(&socket, line(n).as_bytes());
+                        assert_eq!(answer, "{\"accepted\":1,\"malformed\":0}\n");
+                    }
+                }
+            })
+        })
+        .collect();
+    let supervisor: Vec<_> = (0..4)
+        .map(|t| {
+            let sink = served.sink.clone_handle();
+            std::thread::spawn(move || {
+                for n in 0..250 {
+                    sink.record("supervisor", "network", &json!({ "thread": t, "n": n }));
+                }
+            })
+        })
+        .collect();
+    for t in clients.into_iter().chain(supervisor) {
+        t.join().unwrap();
+    }
+    let counts = served.handle.shutdown();
+    assert_eq!(
+        counts,
+        ReceiverCounts {
+            connections: 8 + 8 * 1000,
+            accepted: 16_000,
+            refused_peers: 0,
+            malformed: 0,
+            incomplete: 0,
+            empty: 0,
+        }
+    );
+    served.sink.sync();
+    let records = records(&served.log);
+    assert_eq!(records.len(), 17_000);
+    let mut seen = HashSet::new();
+    for r in records.iter().filter(|r| r["source"] == "sandbox") {
+        assert_eq!(r["kind"], "decision");
+        assert_eq!(r["peer"]["pid"], std::process::id());
+        let reported = &r["reported"];
+        assert!(seen.insert((reported["client"].as_u64(), reported["n"].as_u64())));
+    }
+    assert_eq!(seen.len(), 16_000);
+    let (code, out) = verify(&served.log, Some(&served.sink.head_hash()));
+    assert_eq!(code, 0, "{out}");
+}
+
+#[test]
+fn malformed_incomplete_and_empty_connections_are_counted() {
+    let served = serve(Path::new("/proc/self/exe"));
+    let mut payload = Vec::new();
+    payload.extend_from_slice(b"{\"kind\":\"evidence\",\"path\":\"a\"}\n");
+    payload.extend_from_slice(b"not json\n[1,2]\n");
+    payload.extend(std::iter::repeat_n(b'x', 70 * 1024));
+    payload.extend_from_slice(b"\n{\"kind\":\"\\u001b[2J\",\"seq\":-1}\n");
+    let answer = send_lines(&served.socket, &payload);
+    assert_eq!(answer, "{\"accepted\":2,\"malformed\":3}\n");
+    // A connection that ends in the middle of a record.
+    assert_eq!(
+        send_lines(&served.socket, b"{\"kind\":\"decision\",\"tool\":"),
+        "{\"accepted\":0,\"malformed\":0}\n"
+    );
+    // One that sends nothing.
+    drop(UnixStream::connect(&served.socket).unwrap());
+    wait_for(&served.handle, |c| c.empty == 1);
+    let counts = served.handle.shutdown();
+    assert_eq!(
+        (counts.connections, counts.accepted, counts.malformed),
+        (3, 2, 3)
+    );
+    assert_eq!(
+        (counts.incomplete, counts.empty, counts.refused_peers),
+        (1, 1, 0)
+    );
+    let records = records(&served.log);
+    assert_eq!(records.len(), 2);
+    assert_eq!(records[0]["kind"], "evidence");
+    // A kind that is not a plain name becomes `hook`; envelope fields cannot be forged.
+    assert_eq!(records[1]["kind"], "hook");
+    assert_eq!(records[1]["seq"], 1);
+    assert_eq!(records[1]["source"], "sandbox");
+    assert_eq!(records[1]["reported"]["seq"], -1);
+}
+
+/// The first of `candidates` that exists.
+fn tool(candidates: &[&str]) -> Option<PathBuf> {
+    candidates.iter().map(PathBuf::from).find(|p| p.exists())
+}
+
+fn refused_records(log: &Path) -> Vec<Value> {
+    records(log)
+        .into_iter()
+        .filter(|r| r["kind"] == "refused-peer")
+        .collect()
+}
+
+#[test]
+fn a_peer_that_is_not_the_hook_is_refused_and_recorded() {
+    // The hook is `stepproof` here; this test binary is not it.
+    let served = serve(Path::new(STEPPROOF));
+    let answer = send_lines(
+        &served.socket,
+        b"{\"kind\":\"decision\",\"decision\":\"allow\"}\n",
+    );
+    assert!(answer.starts_with("{\"refused\":"), "{answer}");
+    wait_for(&served.handle, |c| c.refused_peers == 1);
+
+    // A foreign program connecting on its own.
+    let foreign = tool(&["/usr/bin/python3", "/usr/bin/socat"]);
+    if let Some(program) = &foreign {
+        let line = "{\"kind\":\"decision\",\"decision\":\"allow\",\"from\":\"foreign\"}";
+        let out = if program.ends_with("python3") {
+            Command::new(program)
+                .args(["-c", "import socket,sys\ns=socket.socket(socket.AF_UNIX)\ns.connect(sys.argv[1])\ntry:\n s.sendall(sys.argv[2].encode()+b'\\n')\n s.shutdown(socket.SHUT_WR)\nexcept OSError:\n pass\nprint(s.recv(4096).decode(),end='')"])
+                .arg(&served.socket)
+                .arg(line)
+                .output()
+                .unwrap()
+        } else {
+            let mut child = Command::new(program)
+                .arg("-")
+                .arg(format!("UNIX-CONNECT:{}", served.socket.display()))
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap();
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(format!("{line}\n").as_bytes())
+                .unwrap();
+            child.wait_with_output().unwrap()
+        };
+        let answer = String::from_utf8_lossy(&out.stdout);
+        assert!(answer.starts_with("{\"refused\":"), "{answer}");
+        wait_for(&served.handle, |c| c.refused_peers == 2);
+    } else {
+        skip_or_fail("neither python3 nor socat is installed: no foreign client");
+    }
+
+    let counts = served.handle.shutdown();
+    assert_eq!(counts.accepted, 0);
+    let refused = refused_records(&served.log);
+    assert_eq!(refused.len(), if foreign.is_some() { 2 } else { 1 });
+    let me = fs::read_link("/proc/self/exe").unwrap();
+    assert_eq!(refused[0]["source"], "supervisor");
+    assert_eq!(refused[0]["pid"], std::process::id());
+    assert_eq!(refused[0]["exe"], me.to_str().unwrap());
+    assert_eq!(refused[0]["stage"], "connect");
+    assert!(
+        refused[0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("not the hook")
+    );
+    if let Some(program) = foreign {
+        let exe = refused[1]["exe"].as_str().unwrap();
+        let real = fs::canonicalize(program).unwrap();
+        assert_eq!(Path::new(exe), real, "{:?}", refused[1]);
+    }
+    assert!(
+        !fs::read_to_string(&served.log)
+            .unwrap()
+            .contains("\"allow\"")
+    );
+}
+
+/// The per-message check: this test binary (the expected "hook") connects and sends a record,
+/// then hands the connected socket to a child that execs a shell, which writes a record on it.
+/// The connection passed the check at connect; the shell's line must still be refused.
+#[test]
+fn a_child_that_inherits_the_socket_and_execs_something_else_is_refused() {
+    let served = serve(Path::new("/proc/self/exe"));
+    let mut stream = UnixStream::connect(&served.socket).unwrap();
+    stream
+        .write_all(b"{\"kind\":\"decision\",\"decision\":\"deny\",\"from\":\"hook\"}\n")
+        .unwrap();
+    wait_for(&served.handle, |c| c.accepted == 1);
+
+    let shell = tool(&["/bin/sh", "/usr/bin/sh"]).expect("a shell");
+    let inherited: OwnedFd = stream.try_clone().unwrap().into();
+    // The shell writes on its stdin (the socket), then waits for the receiver's answer, so it
+    // is alive when its line is checked.
+    let out = Command::new(&shell)
+        .args([
+            "-c",
+            "printf '%s\\n' '{\"kind\":\"decision\",\"decision\":\"allow\",\"from\":\"child\"}' >&0; \
+             IFS= read -r answer; printf '%s' \"$answer\"",
+        ])
+        .stdin(Stdio::from(inherited))
+        .stdout(Stdio::piped())
+        .output()
+        .unwrap();
+    let answer = String::from_utf8_lossy(&out.stdout);
+    assert!(answer.starts_with("{\"refused\":"), "{answer}");
+    wait_for(&served.handle, |c| c.refused_peers == 1);
+    // The connection is closed: nothing more from it counts, the hook's own lines included.
+    let _ = stream.write_all(b"{\"kind\":\"decision\",\"from\":\"after\"}\n");
+    drop(stream);
+
+    let counts = served.handle.shutdown();
+    assert_eq!(
+        (counts.connections, counts.accepted, counts.refused_peers),
+        (1, 1, 1),
+        "{counts:?}"
+    );
+    let text = fs::read_to_string(&served.log).unwrap();
+    assert!(
+        !text.contains("\"child\"") && !text.contains("\"after\""),
+        "{text}"
+    );
+    let refused = refused_records(&served.log);
+    assert_eq!(refused.len(), 1);
+    assert_eq!(refused[0]["stage"], "message");
+    assert_ne!(refused[0]["pid"], std::process::id());
+    assert_eq!(
+        Path::new(refused[0]["exe"].as_str().unwrap()),
+        fs::canonicalize(shell).unwrap()
+    );
+    let (code, out) = verify(&served.log, Some(&served.sink.head_hash()));
+    assert_eq!(code, 0, "{out}");
+}
