@@ -53,7 +53,7 @@ fn landlock_alone_hides_secrets_and_reports_what_is_lost() {
     let profile = write_profile(
         &w,
         "degraded.toml",
-        "extends = \"default\"\n[degraded]\nallow = true\n[network]\nmode = \"none\"\n",
+        "extends = \"default\"\n[degraded]\nallow = true\naccept_removable_hook = true\n[network]\nmode = \"none\"\n",
     );
     let h = |p: &str| w.home.join(p).display().to_string();
     let code = format!(
@@ -112,7 +112,7 @@ fn a_hooked_profile_is_refused_unless_it_accepts_a_removable_hook() {
     let profile = write_profile(
         &w,
         "hooked.toml",
-        "extends = \"default\"\n[degraded]\nallow = true\n[hook]\n",
+        "extends = \"default\"\n[degraded]\nallow = true\n",
     );
     let out = run_without_userns(&w, &profile, &["/bin/sh", "-c", "touch ran"]);
     assert_eq!(out.status.code(), Some(125), "{}", describe(&out));

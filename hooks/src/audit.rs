@@ -6,7 +6,8 @@
 //!
 //! # Format
 //! The hook connects a unix `SOCK_STREAM` socket, writes one JSON object per line (UTF-8,
-//! `\n`-terminated) and closes it; one connection per hook call, usually one record. Every
+//! `\n`-terminated), shuts down its writing side and reads the supervisor's one-line answer
+//! until end of file (the supervisor checks the sender when it reads); one connection per hook call, usually one record. Every
 //! record has:
 //!
 //! * `kind`: `"decision"` (PreToolUse, ConfigChange), `"evidence"` (PostToolUse,
@@ -73,8 +74,14 @@ pub fn send(socket: &Path, records: &[Value], timeout: Duration) -> Result<(), A
     std::thread::spawn(move || {
         let outcome = UnixStream::connect(&path).and_then(|mut stream| {
             stream.set_write_timeout(Some(timeout))?;
+            stream.set_read_timeout(Some(timeout))?;
             stream.write_all(&payload)?;
-            stream.flush()
+            stream.flush()?;
+            // Wait for the supervisor's answer: it checks the sender's credentials (and its
+            // executable through /proc/<pid>/exe) when it reads, so the hook must still exist.
+            stream.shutdown(std::net::Shutdown::Write)?;
+            let mut answer = Vec::new();
+            std::io::Read::read_to_end(&mut stream, &mut answer).map(drop)
         });
         let _ = done.send(outcome);
     });

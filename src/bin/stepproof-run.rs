@@ -120,9 +120,19 @@ fn launch(args: &Args) -> Result<(Outcome, Option<AssuranceReport>), String> {
         audit.record(
             "supervisor",
             "run-end",
-            &serde_json::json!({ "outcome": result.outcome, "enforced": result.report }),
+            &serde_json::json!({
+                "outcome": result.outcome,
+                "enforced": result.report,
+                "hook_receiver": result.hook_records,
+            }),
         );
         audit.sync();
+        // The head hash makes a truncated log detectable: `stepproof audit verify --head`.
+        eprintln!(
+            "stepproof-run: audit log {} head {}",
+            audit.path().display(),
+            audit.head_hash()
+        );
     }
     if let Some(dir) = &plan.scratch_dir {
         let _ = std::fs::remove_dir_all(dir);

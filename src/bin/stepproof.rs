@@ -32,6 +32,30 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print the compiled hook policy the launcher would mount (JSON).
+    Policy {
+        #[arg(long, value_name = "FILE")]
+        profile: Option<PathBuf>,
+        #[arg(long, value_name = "DIR")]
+        workspace: Option<PathBuf>,
+    },
+    /// Try one tool call against a profile's hook: prints decision, rule id and reason
+    /// (tab-separated). Exit 0 allow, 1 ask, 2 deny.
+    Check {
+        #[arg(long, value_name = "FILE")]
+        profile: Option<PathBuf>,
+        #[arg(long, value_name = "DIR")]
+        workspace: Option<PathBuf>,
+        /// A Bash command, as the agent would run it.
+        #[arg(long, conflicts_with_all = ["tool", "input"])]
+        bash: Option<String>,
+        /// A tool name (Read, Write, Edit, WebFetch, mcp__server__tool, …) …
+        #[arg(long, requires = "input")]
+        tool: Option<String>,
+        /// … and its input as JSON (`{"file_path": "src/main.rs"}`).
+        #[arg(long)]
+        input: Option<String>,
+    },
     /// Which kernel features exist here and whether the default profile can be enforced.
     Doctor {
         #[arg(long)]
@@ -60,6 +84,16 @@ enum Command {
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         command: Vec<std::ffi::OsString>,
     },
+}
+
+/// The profile's hook policy, compiled for this workspace and home.
+fn compiled_policy(
+    profile: Option<&std::path::Path>,
+    workspace: Option<&std::path::Path>,
+) -> Result<stepproof_hook::policy::CompiledPolicy, String> {
+    let profile = stepproof::profile::Profile::load(profile).map_err(|e| e.to_string())?;
+    let facts = cli::gather_facts(workspace).map_err(|e| e.to_string())?;
+    stepproof::hook_policy::profile_policy(&profile, &facts.home, &facts.workspace)
 }
 
 fn main() {
@@ -115,6 +149,63 @@ fn main() {
                 125
             }
         },
+        Command::Policy { profile, workspace } => {
+            match compiled_policy(profile.as_deref(), workspace.as_deref()) {
+                Ok(policy) => {
+                    use std::io::Write;
+                    // A closed pipe (`| head`) ends the output quietly.
+                    let _ = writeln!(
+                        std::io::stdout(),
+                        "{}",
+                        serde_json::to_string_pretty(&policy).unwrap_or_default()
+                    );
+                    0
+                }
+                Err(e) => {
+                    eprintln!("stepproof: {e}");
+                    125
+                }
+            }
+        }
+        Command::Check {
+            profile,
+            workspace,
+            bash,
+            tool,
+            input,
+        } => {
+            let policy = match compiled_policy(profile.as_deref(), workspace.as_deref()) {
+                Ok(policy) => policy,
+                Err(e) => {
+                    eprintln!("stepproof: {e}");
+                    std::process::exit(125);
+                }
+            };
+            let (name, input) = match (bash, tool, input) {
+                (Some(command), _, _) => (
+                    "Bash".to_string(),
+                    serde_json::json!({ "command": command }),
+                ),
+                (None, Some(tool), Some(input)) => match serde_json::from_str(&input) {
+                    Ok(value) => (tool, value),
+                    Err(e) => {
+                        eprintln!("stepproof: --input is not JSON: {e}");
+                        std::process::exit(125);
+                    }
+                },
+                _ => {
+                    eprintln!("stepproof: give --bash COMMAND, or --tool NAME --input JSON");
+                    std::process::exit(125);
+                }
+            };
+            let verdict = stepproof_hook::check_tool(&policy, &name, &input);
+            println!("{}", stepproof_hook::render_check(&verdict));
+            match verdict.decision {
+                stepproof_hook::Decision::Allow => 0,
+                stepproof_hook::Decision::Ask => 1,
+                _ => 2,
+            }
+        }
         Command::Doctor { json } => {
             let checks = doctor::run_checks();
             let ok = doctor::default_profile_enforceable(&checks);

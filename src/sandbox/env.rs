@@ -5,7 +5,7 @@ use crate::sandbox::plan::{HostFacts, Identity, IdentityMode, SANDBOX_USER_NAME}
 use std::path::Path;
 
 /// Where the credential gateway listens inside the sandbox (on its private /run).
-pub const GATEWAY_SOCKET: &str = "/run/stepproof/anthropic.sock";
+pub const GATEWAY_SOCKET: &str = "/run/stepproof-gateway/anthropic.sock";
 /// What the agent holds instead of the real key when the gateway is on.
 pub const GATEWAY_PLACEHOLDER_KEY: &str = "sk-ant-stepproof-placeholder-the-real-key-stays-outside";
 

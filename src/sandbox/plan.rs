@@ -927,7 +927,7 @@ mod tests {
             passwd: "root:x:0:0:root:/root:/bin/bash\n".into(),
             group: "root:x:0:\n".into(),
             run_dir: home.join(".local/state/stepproof/runs/test"),
-            hook_binary: None,
+            hook_binary: Some(PathBuf::from("/usr/bin/true")),
         }
     }
 

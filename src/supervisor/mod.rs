@@ -5,7 +5,6 @@ pub mod agent_state;
 pub mod audit_sink;
 pub mod fdpass;
 pub mod gateway;
-pub mod hook_receiver;
 pub mod proxy;
 pub mod pty;
 pub mod spawn;

@@ -15,7 +15,7 @@ use crate::sandbox::sys::{self, CloneResult, MountFlags};
 use crate::supervisor::audit_sink::AuditSink;
 use crate::supervisor::pty::{RawTerminal, TerminalRequest, copy_window_size, receive_terminal};
 use crate::supervisor::status::{InitEvent, Outcome};
-use crate::supervisor::{agent_state, fdpass, gateway, hook_receiver, proxy};
+use crate::supervisor::{agent_state, fdpass, gateway, proxy};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{Signal, kill};
 use nix::sys::signalfd::{SfdFlags, SigSet, SignalFd};
@@ -189,6 +189,8 @@ fn start_gateway(
 pub struct RunResult {
     pub outcome: Outcome,
     pub report: Option<AssuranceReport>,
+    /// What arrived on the hook's socket (profiles with a hook).
+    pub hook_records: Option<crate::audit::ReceiverCounts>,
 }
 
 /// Runs `command` in the sandbox the plan describes and reports how it ended. Never panics on
@@ -199,6 +201,7 @@ pub fn run(plan: &SandboxPlan, command: &[OsString], audit: Option<&AuditSink>) 
         Err(e) => RunResult {
             outcome: Outcome::failed(e.to_string()),
             report: None,
+            hook_records: None,
         },
     }
 }
@@ -376,7 +379,25 @@ fn launch(
         idmapped,
         handed,
     ));
-    let receiver = hook_listener.map(|l| hook_receiver::serve(l, audit.map(|a| a.clone_handle())));
+    // Records from the hook, checked message by message against the hook binary's identity.
+    let receiver = match (hook_listener, audit, &plan.agent) {
+        (Some(listener), Some(audit), Some(state)) => {
+            let check =
+                crate::audit::PeerCheck::for_executable(&state.hook_binary).map_err(|source| {
+                    LaunchError::Os {
+                        step: format!("reading the hook binary {}", state.hook_binary.display()),
+                        source,
+                        hint: "",
+                    }
+                })?;
+            Some(crate::audit::serve_hook_socket(
+                listener,
+                audit.clone_handle(),
+                check,
+            ))
+        }
+        _ => None,
+    };
 
     tracing::debug!("sandbox cloned");
     if namespaces && let Err(e) = namespaces::write_id_maps(child.as_raw(), &plan.identity) {
@@ -466,9 +487,7 @@ fn launch(
         handle.shutdown();
         let _ = drain.join();
     }
-    if let Some(receiver) = receiver {
-        receiver.shutdown();
-    }
+    let hook_records = receiver.map(|r| r.shutdown());
     if let Some(state) = &plan.agent
         && let Some(note) = agent_state::carry_back(state)
     {
@@ -485,6 +504,7 @@ fn launch(
     Ok(RunResult {
         outcome: outcome.0,
         report: Some(report),
+        hook_records,
     })
 }
 

@@ -99,12 +99,20 @@ pub fn run_binary_for_user() -> &'static Path {
         let dir = std::env::temp_dir().join(format!("stepproof-bin-{}", std::process::id()));
         fs::create_dir_all(&dir).unwrap();
         fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
-        let copy = dir.join("stepproof-run");
-        let staged = dir.join(".stepproof-run.tmp");
-        fs::copy(RUN, &staged).unwrap();
-        fs::set_permissions(&staged, fs::Permissions::from_mode(0o755)).unwrap();
-        fs::rename(&staged, &copy).unwrap();
-        copy
+        // The hook is installed next to the launcher (profiles with a hook need it there).
+        let hook = Path::new(RUN).with_file_name("stepproof-hook");
+        for (from, name) in [
+            (Path::new(RUN), "stepproof-run"),
+            (hook.as_path(), "stepproof-hook"),
+        ] {
+            let staged = dir.join(format!(".{name}.tmp"));
+            fs::copy(from, &staged).unwrap_or_else(|e| {
+                panic!("copying {}: {e} (build the workspace)", from.display())
+            });
+            fs::set_permissions(&staged, fs::Permissions::from_mode(0o755)).unwrap();
+            fs::rename(&staged, dir.join(name)).unwrap();
+        }
+        dir.join("stepproof-run")
     })
 }
 
