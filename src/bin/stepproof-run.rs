@@ -9,6 +9,7 @@ use stepproof::sandbox::report::AssuranceReport;
 use stepproof::supervisor::audit_sink::{AuditSink, AuditSinkError};
 use stepproof::supervisor::spawn;
 use stepproof::supervisor::status::Outcome;
+use stepproof::supervisor::sweep::{EXIT_TAMPERING, Snapshot};
 
 /// Run COMMAND inside a Linux sandbox: workspace writable, home read-only, secrets hidden,
 /// no capabilities, its own pid/mount/user/ipc/uts/net namespaces.
@@ -114,7 +115,43 @@ fn launch(args: &Args) -> Result<(Outcome, Option<AssuranceReport>), String> {
         eprint!("{}", cli::explain_text(&profile, &plan));
     }
     tracing::debug!("plan built");
-    let result = spawn::run(&plan, &args.command, audit.as_ref());
+    let snapshot = Snapshot::take(&plan);
+    let mut result = spawn::run(&plan, &args.command, audit.as_ref());
+    // The persistence sweep, only when the command ran.
+    if !matches!(result.outcome, Outcome::StepproofError { .. }) {
+        let findings = snapshot.sweep(&profile, &plan, &facts.run_dir.join("quarantine"));
+        if let Some(audit) = &audit {
+            audit.record(
+                "supervisor",
+                "sweep",
+                &serde_json::json!({ "findings": findings }),
+            );
+        }
+        if !findings.is_empty() {
+            eprintln!(
+                "stepproof-run: TAMPERING: persistence paths were created or changed during the run:"
+            );
+            for f in &findings {
+                match (&f.quarantined_to, &f.error) {
+                    (Some(q), _) => eprintln!(
+                        "  {} {} -> quarantined to {}",
+                        f.change,
+                        f.path.display(),
+                        q.display()
+                    ),
+                    (None, Some(e)) => {
+                        eprintln!("  {} {} (NOT quarantined: {e})", f.change, f.path.display())
+                    }
+                    (None, None) => eprintln!("  {} {}", f.change, f.path.display()),
+                }
+            }
+            result.outcome = Outcome::Tampering {
+                exit_code: EXIT_TAMPERING,
+                command: Box::new(result.outcome),
+                findings,
+            };
+        }
+    }
     tracing::debug!("run ended");
     if let Some(audit) = &audit {
         audit.record(

@@ -9,3 +9,4 @@ pub mod proxy;
 pub mod pty;
 pub mod spawn;
 pub mod status;
+pub mod sweep;

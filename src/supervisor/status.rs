@@ -51,6 +51,14 @@ pub enum Outcome {
     NotExecutable { exit_code: i32, message: String },
     /// StepProof itself failed (125): the command did not run, or the sandbox broke.
     StepproofError { exit_code: i32, message: String },
+    /// The command finished, but the persistence sweep found created or changed persistence
+    /// paths (moved to quarantine): 123, whatever the command's own code was.
+    Tampering {
+        exit_code: i32,
+        /// How the command itself ended.
+        command: Box<Outcome>,
+        findings: Vec<crate::supervisor::sweep::Finding>,
+    },
 }
 
 pub const EXIT_STEPPROOF_FAILED: i32 = 125;
@@ -64,7 +72,8 @@ impl Outcome {
             | Outcome::Signaled { exit_code, .. }
             | Outcome::NotFound { exit_code, .. }
             | Outcome::NotExecutable { exit_code, .. }
-            | Outcome::StepproofError { exit_code, .. } => *exit_code,
+            | Outcome::StepproofError { exit_code, .. }
+            | Outcome::Tampering { exit_code, .. } => *exit_code,
         }
     }
 
