@@ -172,9 +172,9 @@ impl Walker<'_> {
             return;
         }
         // brush-parser 0.4 backtracks exponentially on unclosed parentheses (found by
-        // cargo-fuzz: `(( x=((((((…` takes minutes; depth 15 in a here-document took 0.2 s). No
-        // real command nests this deep, so a
-        // resource guard, not a judgement of meaning: too deep is unknown.
+        // cargo-fuzz: `(( x=((((((…` takes minutes; depth 15 in a here-document took 0.2 s).
+        // No real command nests this deep, so a resource guard, not a judgement of meaning:
+        // too deep is unknown.
         if paren_depth(text) > MAX_PAREN_DEPTH
             || nesting_depth(text) > MAX_NESTING
             || bracket_depth(text) > MAX_BRACKET_DEPTH
