@@ -80,7 +80,7 @@ const MAX_DEPTH: usize = 24;
 /// How many effects one command line may produce before the hook gives up (unknown).
 const MAX_EFFECTS: usize = 4096;
 /// Deepest parenthesis nesting the parser is given (see `Walker::script`).
-const MAX_PAREN_DEPTH: usize = 16;
+const MAX_PAREN_DEPTH: usize = 10;
 /// Deepest `[` nesting the parser is given (see `bracket_depth`).
 const MAX_BRACKET_DEPTH: usize = 3;
 /// Deepest nesting of compound constructs the parser is given (see `nesting_depth`).
@@ -172,8 +172,9 @@ impl Walker<'_> {
             return;
         }
         // brush-parser 0.4 backtracks exponentially on unclosed parentheses (found by
-        // cargo-fuzz: `(( x=((((((…` takes minutes). No real command nests this deep, so a
-        // resource guard, not a judgement of meaning: too deep is unknown.
+        // cargo-fuzz: `(( x=((((((…` takes minutes; depth 15 in a here-document took 0.2 s).
+        // No real command nests this deep, so a resource guard, not a judgement of meaning:
+        // too deep is unknown.
         if paren_depth(text) > MAX_PAREN_DEPTH
             || nesting_depth(text) > MAX_NESTING
             || bracket_depth(text) > MAX_BRACKET_DEPTH
