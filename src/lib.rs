@@ -8,10 +8,12 @@
 #![deny(unsafe_code)]
 
 pub mod audit;
+pub mod ci;
 pub mod cli;
 pub mod doctor;
 pub mod hook_policy;
 pub mod probes;
 pub mod profile;
 pub mod sandbox;
+pub mod selftest;
 pub mod supervisor;

@@ -325,7 +325,10 @@ both!(a_bad_profile_is_refused_with_file_and_line, |w: &World| {
 });
 
 both!(killing_the_supervisor_kills_the_command, |w: &World| {
-    let marker = format!("{}", 900_000 + std::process::id() % 90_000);
+    let marker = format!(
+        "{}",
+        900_000 + std::process::id() % 90_000 + u32::from(w.who == Who::User)
+    );
     let mut child = w
         .command(&[], &["/bin/sh", "-c", &format!("sleep {marker}")])
         .stdout(Stdio::null())

@@ -14,8 +14,10 @@ use stepproof::supervisor::sweep::{EXIT_TAMPERING, Snapshot};
 /// Run COMMAND inside a Linux sandbox: workspace writable, home read-only, secrets hidden,
 /// no capabilities, its own pid/mount/user/ipc/uts/net namespaces.
 ///
-/// Exit codes: the command's own; 125 StepProof failed (bad profile, missing kernel feature,
-/// set-up error); 126 not executable; 127 not found; 128+N killed by signal N.
+/// Exit codes: the command's own; 122 the hook denied a call (with --fail-on-deny); 123 the
+/// persistence sweep found tampering; 124 --timeout; 125 StepProof failed (bad profile, missing
+/// kernel feature, set-up error, --ci self-test failed); 126 not executable; 127 not found;
+/// 128+N killed by signal N.
 #[derive(Parser, Debug)]
 #[command(
     name = "stepproof-run",
@@ -42,9 +44,31 @@ struct Args {
     /// ~/.local/state/stepproof/runs/.
     #[arg(long, value_name = "FILE")]
     audit_log: Option<PathBuf>,
+    /// Unattended run: no terminal needed, the self-test runs first and the launch is refused
+    /// if the sandbox is weaker than the profile requires; a job summary is written to
+    /// $GITHUB_STEP_SUMMARY when set.
+    #[arg(long)]
+    ci: bool,
+    /// End the whole sandbox after DURATION (90s, 30m, 1h30m): SIGTERM, then SIGKILL 5 s later.
+    /// Exit 124.
+    #[arg(long, value_name = "DURATION", value_parser = stepproof::ci::parse_duration)]
+    timeout: Option<std::time::Duration>,
+    /// Write the markdown job summary to FILE.
+    #[arg(long, value_name = "FILE")]
+    summary: Option<PathBuf>,
+    /// Write the job summary as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    summary_json: Option<PathBuf>,
+    /// Exit 122 when the command finished but the hook denied at least one call.
+    #[arg(long)]
+    fail_on_deny: bool,
+    /// (Internal) Run the built-in escape probes inside this profile's sandbox instead of a
+    /// command; `stepproof selftest` uses it.
+    #[arg(long, hide = true)]
+    selftest: bool,
     /// The command and its arguments.
     #[arg(
-        required = true,
+        required_unless_present = "selftest",
         trailing_var_arg = true,
         allow_hyphen_values = true,
         value_name = "COMMAND"
@@ -83,8 +107,23 @@ fn open_audit_log(
 fn launch(args: &Args) -> Result<(Outcome, Option<AssuranceReport>), String> {
     let profile = Profile::load(args.profile.as_deref()).map_err(|e| e.to_string())?;
     let facts = cli::gather_facts(args.workspace.as_deref()).map_err(|e| e.to_string())?;
+    if args.ci {
+        // The sandbox this profile describes must hold before the agent gets it.
+        let escaped = run_selftest(args)?;
+        if !escaped.is_empty() {
+            return Err(format!(
+                "the self-test found the sandbox weaker than the profile requires ({}): refusing to start the command",
+                escaped.join(", ")
+            ));
+        }
+    }
     let audit = open_audit_log(args, &facts.home).map_err(|e| e.to_string())?;
-    let plan = cli::plan_for(&profile, &facts).map_err(|e| e.to_string())?;
+    let mut plan = cli::plan_for(&profile, &facts).map_err(|e| e.to_string())?;
+    let command: Vec<OsString> = if args.selftest {
+        stepproof::selftest::install_probe_binary(&mut plan).map_err(|e| e.to_string())?
+    } else {
+        args.command.clone()
+    };
     if !plan.losses.is_empty() {
         eprintln!(
             "stepproof-run: WARNING: running with Landlock + seccomp only (no user namespaces here):"
@@ -116,9 +155,12 @@ fn launch(args: &Args) -> Result<(Outcome, Option<AssuranceReport>), String> {
     }
     tracing::debug!("plan built");
     let snapshot = Snapshot::take(&plan);
-    let mut result = spawn::run(&plan, &args.command, audit.as_ref());
+    let options = spawn::RunOptions {
+        timeout: args.timeout,
+    };
+    let mut result = spawn::run(&plan, &command, audit.as_ref(), &options);
     // The persistence sweep, only when the command ran.
-    if !matches!(result.outcome, Outcome::StepproofError { .. }) {
+    if !matches!(result.outcome, Outcome::StepproofError { .. }) && !args.selftest {
         let findings = snapshot.sweep(&profile, &plan, &facts.run_dir.join("quarantine"));
         if let Some(audit) = &audit {
             audit.record(
@@ -174,7 +216,90 @@ fn launch(args: &Args) -> Result<(Outcome, Option<AssuranceReport>), String> {
     if let Some(dir) = &plan.scratch_dir {
         let _ = std::fs::remove_dir_all(dir);
     }
+    if let Some(audit) = &audit {
+        let summary = stepproof::ci::Summary::from_audit_log(audit.path(), &audit.head_hash());
+        if args.fail_on_deny
+            && !summary.denials.is_empty()
+            && matches!(
+                result.outcome,
+                Outcome::Exited { .. } | Outcome::Signaled { .. }
+            )
+        {
+            result.outcome = Outcome::Denied {
+                exit_code: stepproof::supervisor::status::EXIT_DENIED,
+                denials: summary.denials.len(),
+                command: Box::new(result.outcome),
+            };
+        }
+        write_summaries(args, &summary, &result.outcome);
+    }
     Ok((result.outcome, result.report))
+}
+
+/// Runs `stepproof-run --selftest` with the same profile and workspace; returns the probes that
+/// escaped (or an error if the self-test could not run).
+fn run_selftest(args: &Args) -> Result<Vec<String>, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("finding stepproof-run: {e}"))?;
+    let mut cmd = std::process::Command::new(exe);
+    if let Some(p) = &args.profile {
+        cmd.arg("--profile").arg(p);
+    }
+    if let Some(w) = &args.workspace {
+        cmd.arg("--workspace").arg(w);
+    }
+    let out = cmd
+        .arg("--selftest")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("running the self-test: {e}"))?;
+    let results = stepproof::selftest::parse_results(&String::from_utf8_lossy(&out.stdout));
+    if results.is_empty() {
+        return Err(format!(
+            "the self-test did not run: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(results
+        .into_iter()
+        .filter(|r| r.escaped)
+        .map(|r| r.name)
+        .collect())
+}
+
+fn write_summaries(args: &Args, summary: &stepproof::ci::Summary, outcome: &Outcome) {
+    let mut markdown = summary.markdown();
+    markdown.push_str(&format!(
+        "
+Status: `{}`
+",
+        serde_json::to_string(outcome).unwrap_or_default()
+    ));
+    let mut targets: Vec<PathBuf> = args.summary.iter().cloned().collect();
+    if args.ci
+        && let Some(path) = std::env::var_os("GITHUB_STEP_SUMMARY")
+    {
+        targets.push(PathBuf::from(path));
+    }
+    for path in targets {
+        use std::io::Write;
+        let written = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .and_then(|mut f| f.write_all(markdown.as_bytes()));
+        if let Err(e) = written {
+            eprintln!("stepproof-run: writing the summary {}: {e}", path.display());
+        }
+    }
+    if let Some(path) = &args.summary_json {
+        let json = serde_json::json!({ "summary": summary, "status": outcome });
+        if let Err(e) = std::fs::write(
+            path,
+            serde_json::to_string_pretty(&json).unwrap_or_default() + "\n",
+        ) {
+            eprintln!("stepproof-run: writing the summary {}: {e}", path.display());
+        }
+    }
 }
 
 fn main() {
@@ -207,7 +332,10 @@ fn main() {
         Outcome::NotFound { message, .. } | Outcome::NotExecutable { message, .. } => {
             eprintln!(
                 "stepproof-run: {}: {message}",
-                args.command[0].to_string_lossy()
+                args.command
+                    .first()
+                    .map(|c| c.to_string_lossy())
+                    .unwrap_or_default()
             )
         }
         _ => {}

@@ -74,6 +74,17 @@ enum Command {
         /// `NAME` or `NAME:ARG`; `list` prints the names.
         spec: String,
     },
+    /// (Internal) Every built-in probe, one JSON line each (what `selftest` runs inside).
+    #[command(name = "__probe-all", hide = true)]
+    ProbeAll,
+    /// Run the built-in escape probes inside the sandbox a profile describes; each must fail.
+    /// Exit non-zero if any escaped.
+    Selftest {
+        #[arg(long, value_name = "FILE")]
+        profile: Option<PathBuf>,
+        #[arg(long, value_name = "DIR")]
+        workspace: Option<PathBuf>,
+    },
     /// (Internal) Run CMD under Landlock + seccomp without namespaces: `floor` (allow-all
     /// seccomp, two Landlock rules) or `full` (the real tables). For the syscall benchmark.
     #[command(name = "__layers", hide = true)]
@@ -101,6 +112,60 @@ fn main() {
     cli::init_logging(args.verbose);
     let code = match args.command {
         Command::Audit { action } => audit::run_command(action),
+        Command::ProbeAll => stepproof::selftest::probe_all(),
+        Command::Selftest { profile, workspace } => {
+            let run = std::env::current_exe().map(|e| e.with_file_name("stepproof-run"));
+            let mut cmd = match run {
+                Ok(path) => std::process::Command::new(path),
+                Err(e) => {
+                    eprintln!("stepproof: {e}");
+                    std::process::exit(125);
+                }
+            };
+            if let Some(p) = &profile {
+                cmd.arg("--profile").arg(p);
+            }
+            if let Some(w) = &workspace {
+                cmd.arg("--workspace").arg(w);
+            }
+            match cmd
+                .arg("--selftest")
+                .stdin(std::process::Stdio::null())
+                .output()
+            {
+                Ok(out) => {
+                    let results =
+                        stepproof::selftest::parse_results(&String::from_utf8_lossy(&out.stdout));
+                    for r in &results {
+                        println!(
+                            "{:<8} {:<28} {}",
+                            if r.escaped { "ESCAPED" } else { "held" },
+                            r.name,
+                            r.detail
+                        );
+                    }
+                    let escaped = results.iter().filter(|r| r.escaped).count();
+                    if results.is_empty() {
+                        eprintln!(
+                            "stepproof: the self-test did not run: {}",
+                            String::from_utf8_lossy(&out.stderr).trim()
+                        );
+                        125
+                    } else {
+                        println!(
+                            "{} probes, {escaped} escaped: the sandbox {}",
+                            results.len(),
+                            if escaped == 0 { "held" } else { "DID NOT HOLD" }
+                        );
+                        i32::from(escaped > 0)
+                    }
+                }
+                Err(e) => {
+                    eprintln!("stepproof: running stepproof-run: {e}");
+                    125
+                }
+            }
+        }
         Command::Probe { spec } => {
             if spec == "list" {
                 for name in probes::all_probes().iter().chain(probes::control_probes()) {

@@ -16,7 +16,7 @@ pub const AUDIT_SOCKET: &str = "/run/stepproof/audit.sock";
 /// `CLAUDE_CONFIG_DIR` inside: the per-run config directory, writable.
 pub const CONFIG_DIR: &str = "/run/claude-config";
 /// Hooks must answer quickly; Claude Code's default is 600 s.
-const HOOK_TIMEOUT_SECONDS: u32 = 10;
+const HOOK_TIMEOUT_SECONDS: u32 = 5;
 
 /// Gates block the tool call when the hook fails; observers never block and never loop.
 const EVENTS: &[(&str, bool, bool)] = &[

@@ -14,7 +14,7 @@ use crate::sandbox::seccomp;
 use crate::sandbox::sys::{self, CloneResult, MountFlags};
 use crate::supervisor::audit_sink::AuditSink;
 use crate::supervisor::pty::{RawTerminal, TerminalRequest, copy_window_size, receive_terminal};
-use crate::supervisor::status::{InitEvent, Outcome};
+use crate::supervisor::status::{EXIT_TIMEOUT, InitEvent, Outcome};
 use crate::supervisor::{agent_state, fdpass, gateway, proxy};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{Signal, kill};
@@ -195,8 +195,20 @@ pub struct RunResult {
 
 /// Runs `command` in the sandbox the plan describes and reports how it ended. Never panics on
 /// the way out without restoring the terminal.
-pub fn run(plan: &SandboxPlan, command: &[OsString], audit: Option<&AuditSink>) -> RunResult {
-    match launch(plan, command, audit) {
+/// How a run is to be carried out, beyond the plan.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// End the whole sandbox after this long (exit 124).
+    pub timeout: Option<std::time::Duration>,
+}
+
+pub fn run(
+    plan: &SandboxPlan,
+    command: &[OsString],
+    audit: Option<&AuditSink>,
+    options: &RunOptions,
+) -> RunResult {
+    match launch(plan, command, audit, options) {
         Ok(result) => result,
         Err(e) => RunResult {
             outcome: Outcome::failed(e.to_string()),
@@ -210,6 +222,7 @@ fn launch(
     plan: &SandboxPlan,
     command: &[OsString],
     audit: Option<&AuditSink>,
+    options: &RunOptions,
 ) -> Result<RunResult, LaunchError> {
     let argv = command
         .iter()
@@ -476,9 +489,12 @@ fn launch(
         init_exit: None,
         pending_input: Vec::new(),
         enforcement: None,
+        deadline: options.timeout.map(|t| std::time::Instant::now() + t),
+        kill_at: None,
+        timed_out: false,
+        lifeline: Some(lifeline_write),
     };
     let outcome = relay.run();
-    drop(lifeline_write);
     if let Some((handle, drain)) = proxy {
         handle.shutdown();
         let _ = drain.join();
@@ -521,7 +537,17 @@ struct Relay<'t> {
     /// Keystrokes not yet accepted by the command's terminal.
     pending_input: Vec<u8>,
     enforcement: Option<CommandEnforcement>,
+    /// `--timeout`: when the whole sandbox must end.
+    deadline: Option<std::time::Instant>,
+    /// Set once the deadline passed: SIGTERM went out, SIGKILL follows at this instant.
+    kill_at: Option<std::time::Instant>,
+    timed_out: bool,
+    /// Closing it makes the init kill everything and exit (also without a pid namespace).
+    lifeline: Option<OwnedFd>,
 }
+
+/// How long a command has between SIGTERM and SIGKILL when `--timeout` ends it.
+const TIMEOUT_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl Relay<'_> {
     fn run(mut self) -> (Outcome, Option<CommandEnforcement>) {
@@ -556,7 +582,11 @@ impl Relay<'_> {
                 fds.push(PollFd::new(m.as_fd(), events));
                 fds.len() - 1
             });
-            match poll(&mut fds, PollTimeout::NONE) {
+            let wait = self.next_timer().map_or(PollTimeout::NONE, |left| {
+                PollTimeout::try_from(left.as_millis().min(60_000) as i32 + 1)
+                    .unwrap_or(PollTimeout::MAX)
+            });
+            match poll(&mut fds, wait) {
                 Ok(_) => {}
                 Err(nix::Error::EINTR) => continue,
                 Err(_) => break,
@@ -569,6 +599,7 @@ impl Relay<'_> {
                 ready(master_idx),
             );
             drop(fds);
+            self.check_timers();
             if sig_ready {
                 self.handle_signals();
             }
@@ -586,7 +617,40 @@ impl Relay<'_> {
             term.restore();
         }
         let enforcement = self.enforcement.take();
+        if self.timed_out {
+            let after = self.outcome();
+            return (
+                Outcome::TimedOut {
+                    exit_code: EXIT_TIMEOUT,
+                    command: Box::new(after),
+                },
+                enforcement,
+            );
+        }
         (self.outcome(), enforcement)
+    }
+
+    /// Time left until the next timer (deadline, then the SIGKILL after the grace period).
+    fn next_timer(&self) -> Option<std::time::Duration> {
+        let at = self
+            .kill_at
+            .or(if self.timed_out { None } else { self.deadline })?;
+        Some(at.saturating_duration_since(std::time::Instant::now()))
+    }
+
+    /// `--timeout`: SIGTERM to the command's group when the deadline passes, then after the
+    /// grace period the lifeline closes (the init kills everything) and the init gets SIGKILL.
+    fn check_timers(&mut self) {
+        let now = std::time::Instant::now();
+        if !self.timed_out && self.deadline.is_some_and(|d| now >= d) {
+            self.timed_out = true;
+            self.kill_at = Some(now + TIMEOUT_GRACE);
+            let _ = kill(self.child, Signal::SIGTERM);
+        } else if self.kill_at.is_some_and(|k| now >= k) {
+            self.kill_at = None;
+            drop(self.lifeline.take());
+            let _ = kill(self.child, Signal::SIGKILL);
+        }
     }
 
     fn handle_signals(&mut self) {

@@ -51,6 +51,17 @@ pub enum Outcome {
     NotExecutable { exit_code: i32, message: String },
     /// StepProof itself failed (125): the command did not run, or the sandbox broke.
     StepproofError { exit_code: i32, message: String },
+    /// `--timeout` ended the sandbox (124).
+    TimedOut {
+        exit_code: i32,
+        command: Box<Outcome>,
+    },
+    /// `--fail-on-deny`: the command finished, but the hook denied at least one call (122).
+    Denied {
+        exit_code: i32,
+        command: Box<Outcome>,
+        denials: usize,
+    },
     /// The command finished, but the persistence sweep found created or changed persistence
     /// paths (moved to quarantine): 123, whatever the command's own code was.
     Tampering {
@@ -61,6 +72,8 @@ pub enum Outcome {
     },
 }
 
+pub const EXIT_DENIED: i32 = 122;
+pub const EXIT_TIMEOUT: i32 = 124;
 pub const EXIT_STEPPROOF_FAILED: i32 = 125;
 pub const EXIT_NOT_EXECUTABLE: i32 = 126;
 pub const EXIT_NOT_FOUND: i32 = 127;
@@ -73,7 +86,9 @@ impl Outcome {
             | Outcome::NotFound { exit_code, .. }
             | Outcome::NotExecutable { exit_code, .. }
             | Outcome::StepproofError { exit_code, .. }
-            | Outcome::Tampering { exit_code, .. } => *exit_code,
+            | Outcome::Tampering { exit_code, .. }
+            | Outcome::TimedOut { exit_code, .. }
+            | Outcome::Denied { exit_code, .. } => *exit_code,
         }
     }
 

@@ -104,6 +104,7 @@ pub fn run_binary_for_user() -> &'static Path {
         for (from, name) in [
             (Path::new(RUN), "stepproof-run"),
             (hook.as_path(), "stepproof-hook"),
+            (Path::new(STEPPROOF), "stepproof"),
         ] {
             let staged = dir.join(format!(".{name}.tmp"));
             fs::copy(from, &staged).unwrap_or_else(|e| {
