@@ -157,7 +157,14 @@ bwrap_cmd+=(--bind "$ws" "$ws" --chdir "$ws" --clearenv
     --setenv PATH "/usr/local/bin:/usr/bin:/bin" --setenv HOME "$home"
     -- /bin/true)
 
-stepproof_cmd=("$stepproof_bin" --workspace "$ws" -- /bin/true)
+# The comparable view: the built-in default profile's sandbox without what bubblewrap has no
+# counterpart for (the hook and its agent state, the allow-list proxy). The full default profile
+# is timed too, as `default`.
+core_profile=$work/core.toml
+sed -n '1,/^\[network\]/p' "$root/profiles/default.toml" | sed '$d' > "$core_profile"
+printf '[network]\nmode = "none"\n' >> "$core_profile"
+stepproof_cmd=("$stepproof_bin" --profile "$core_profile" --audit-log /dev/null --workspace "$ws" -- /bin/true)
+default_cmd=("$stepproof_bin" --workspace "$ws" -- /bin/true)
 
 pin=()
 if [[ -n $PIN_CPU ]]; then
@@ -165,12 +172,13 @@ if [[ -n $PIN_CPU ]]; then
     pin=(taskset -c "$PIN_CPU")
 fi
 
-variants=(bare bwrap stepproof)
+variants=(bare bwrap stepproof default)
 cmd_of() { # variant -> sets the array $cmd
     case $1 in
     bare) cmd=("${bare_cmd[@]}") ;;
     bwrap) cmd=("${bwrap_cmd[@]}") ;;
     stepproof) cmd=("${stepproof_cmd[@]}") ;;
+    default) cmd=("${default_cmd[@]}") ;;
     esac
 }
 
@@ -241,6 +249,7 @@ echo "ratios of medians:"
 echo "  stepproof/bare   $(ratio "${med[stepproof]}" "${med[bare]}")"
 echo "  bwrap/bare       $(ratio "${med[bwrap]}" "${med[bare]}")"
 echo "  stepproof/bwrap  $(ratio "${med[stepproof]}" "${med[bwrap]}")"
+echo "  default/bwrap    $(ratio "${med[default]}" "${med[bwrap]}")  (full default profile: hook, proxy, audit log, sweep)"
 if awk -v a="${med[stepproof]}" -v b="${med[bwrap]}" 'BEGIN { exit !(a < b) }'; then
     echo "target: stepproof-run below bubblewrap: MET"
 else
