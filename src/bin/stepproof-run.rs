@@ -117,6 +117,22 @@ fn launch(args: &Args) -> Result<(Outcome, Option<AssuranceReport>), String> {
             ));
         }
     }
+    if let Some(path) = &args.audit_log {
+        // The sandbox must neither read nor write its own record.
+        let parent = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(std::path::Path::new("."));
+        let dir = parent
+            .canonicalize()
+            .unwrap_or_else(|_| parent.to_path_buf());
+        if dir.starts_with(&facts.workspace) {
+            return Err(format!(
+                "--audit-log {}: inside the workspace, where the sandbox could read and write it; put it outside",
+                path.display()
+            ));
+        }
+    }
     let audit = open_audit_log(args, &facts.home).map_err(|e| e.to_string())?;
     let mut plan = cli::plan_for(&profile, &facts).map_err(|e| e.to_string())?;
     let command: Vec<OsString> = if args.selftest {

@@ -110,6 +110,25 @@ struct ProfileFile {
     network: NetworkFile,
     hook: Option<HookConfig>,
     degraded: Option<Degraded>,
+    claude: Option<ClaudeFile>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClaudeFile {
+    #[serde(default)]
+    managed_settings: serde_json::Map<String, serde_json::Value>,
+}
+
+/// Keys of Claude Code's managed settings that StepProof owns: a profile may add others
+/// (permission rules, …), never these.
+pub const RESERVED_MANAGED_KEYS: &[&str] = &["hooks", "allowManagedHooksOnly", "disableAllHooks"];
+
+/// Claude Code, inside.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Claude {
+    /// Extra keys for `/etc/claude-code/managed-settings.json` (e.g. `permissions.deny`).
+    pub managed_settings: serde_json::Map<String, serde_json::Value>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -169,6 +188,7 @@ pub struct Profile {
     pub network: Network,
     pub hook: Option<HookConfig>,
     pub degraded: Degraded,
+    pub claude: Claude,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -384,6 +404,13 @@ fn merge(base: ProfileFile, child: ProfileFile) -> ProfileFile {
             gateway: child.network.gateway.or(base.network.gateway),
         },
         degraded: child.degraded.or(base.degraded),
+        claude: match (base.claude, child.claude) {
+            (Some(mut b), Some(c)) => {
+                b.managed_settings.extend(c.managed_settings);
+                Some(b)
+            }
+            (b, c) => c.or(b),
+        },
         hook: match (base.hook, child.hook) {
             (Some(b), Some(c)) => Some(HookConfig::merge(b, c)),
             (b, c) => c.or(b),
@@ -479,6 +506,15 @@ fn resolve(file: ProfileFile, origins: Vec<String>) -> Result<Profile, String> {
         },
         hook: file.hook,
         degraded: file.degraded.unwrap_or_default(),
+        claude: {
+            let managed_settings = file.claude.map(|c| c.managed_settings).unwrap_or_default();
+            if let Some(key) = RESERVED_MANAGED_KEYS.iter().find(|k| managed_settings.contains_key(**k)) {
+                return Err(format!(
+                    "claude.managed_settings.{key}: StepProof owns this key (its hook must stay installed); profiles may add other keys only"
+                ));
+            }
+            Claude { managed_settings }
+        },
     })
 }
 
@@ -559,6 +595,9 @@ mod tests {
         assert!(load_text("[filesystem]\nwritable = [\"/\"]\n").is_err());
         assert!(load_text("[filesystem]\nhidden = [\"\"]\n").is_err());
         assert!(load_text("[process]\nenv = [\"A=B\"]\n").is_err());
+        assert!(load_text("[claude.managed_settings]\ndisableAllHooks = true\n").is_err());
+        let p = load_text("[claude.managed_settings.permissions]\ndeny = [\"Bash(rm -rf *)\"]\n").unwrap();
+        assert_eq!(p.claude.managed_settings["permissions"]["deny"][0], "Bash(rm -rf *)");
         let err = load_text("[network]\nmode = \"allowlist\"\nallow = [\"*\"]\n").unwrap_err();
         assert!(err.to_string().contains("`*`"), "{err}");
     }

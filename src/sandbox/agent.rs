@@ -55,7 +55,7 @@ pub struct AgentPlan {
 
 /// Claude Code's managed settings: only managed hooks, every event StepProof handles, each in
 /// exec form with an explicit timeout; the gates with `onFailure: block`.
-pub fn managed_settings() -> serde_json::Value {
+pub fn managed_settings(extra: &serde_json::Map<String, serde_json::Value>) -> serde_json::Value {
     let mut hooks = serde_json::Map::new();
     for (event, matcher, blocks) in EVENTS {
         let mut entry = serde_json::json!({
@@ -73,10 +73,11 @@ pub fn managed_settings() -> serde_json::Value {
         }
         hooks.insert(event.to_string(), serde_json::json!([group]));
     }
-    serde_json::json!({
-        "allowManagedHooksOnly": true,
-        "hooks": hooks,
-    })
+    // The profile's own keys first; StepProof's are written last, so they always stand.
+    let mut settings = extra.clone();
+    settings.insert("allowManagedHooksOnly".into(), true.into());
+    settings.insert("hooks".into(), serde_json::Value::Object(hooks));
+    serde_json::Value::Object(settings)
 }
 
 /// The compiled hook policy, as the hook binary reads it.
@@ -167,7 +168,11 @@ mod tests {
 
     #[test]
     fn managed_settings_register_every_event_and_gates_fail_closed() {
-        let settings = managed_settings();
+        let mut extra = serde_json::Map::new();
+        extra.insert("permissions".into(), serde_json::json!({ "deny": ["Bash(rm -rf *)"] }));
+        extra.insert("hooks".into(), serde_json::json!({}));
+        let settings = managed_settings(&extra);
+        assert_eq!(settings["permissions"]["deny"][0], "Bash(rm -rf *)");
         assert_eq!(settings["allowManagedHooksOnly"], true);
         for (event, _, blocks) in EVENTS {
             let entry = &settings["hooks"][event][0]["hooks"][0];

@@ -35,8 +35,84 @@ pub struct Finding {
 
 const MAX_ENTRIES: usize = 10_000;
 
+/// Keys `git init` and ordinary work write to a repository's config; anything else (fsmonitor,
+/// hooksPath, sshCommand, pagers, editors, `!` aliases, filters, credential helpers, includes, …)
+/// can run code and makes a new config a finding.
+const INERT_GIT_CONFIG_KEYS: &[&str] = &[
+    "core.repositoryformatversion",
+    "core.filemode",
+    "core.bare",
+    "core.logallrefupdates",
+    "core.ignorecase",
+    "core.precomposeunicode",
+    "core.symlinks",
+    "extensions.objectformat",
+    "init.defaultbranch",
+    "user.name",
+    "user.email",
+];
+
+/// A repository's `config` with only inert keys (what `git init` writes).
+fn inert_git_config(text: &str) -> bool {
+    let mut section = String::new();
+    for line in text.lines().map(str::trim) {
+        if line.is_empty() || line.starts_with('#') || line.starts_with(';') {
+            continue;
+        }
+        if let Some(header) = line.strip_prefix('[') {
+            let header = header.trim_end_matches(']').trim();
+            if header.contains(['"', ' ']) {
+                return false; // subsections: remotes, branches, includeIf, filters, …
+            }
+            section = header.to_ascii_lowercase();
+            continue;
+        }
+        let key = line
+            .split('=')
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_ascii_lowercase();
+        if !INERT_GIT_CONFIG_KEYS.contains(&format!("{section}.{key}").as_str()) {
+            return false;
+        }
+    }
+    true
+}
+
+/// A fresh repository's `hooks` (only `*.sample` files, which git never runs) and inert
+/// `config` are what `git init` makes: not persistence. They count as absent.
+fn inert_git_path(path: &Path, meta: &fs::Metadata) -> bool {
+    let in_git_dir = path.parent().and_then(Path::file_name).is_some_and(|n| {
+        n == ".git"
+            || path
+                .parent()
+                .and_then(Path::parent)
+                .and_then(Path::file_name)
+                .is_some_and(|m| m == "modules")
+    });
+    if !in_git_dir || meta.file_type().is_symlink() {
+        return false;
+    }
+    match path.file_name().and_then(|n| n.to_str()) {
+        Some("hooks") if meta.is_dir() => fs::read_dir(path).is_ok_and(|entries| {
+            entries.flatten().all(|e| {
+                e.file_name().to_string_lossy().ends_with(".sample")
+                    && e.file_type().is_ok_and(|t| t.is_file())
+            })
+        }),
+        Some("config") if meta.is_file() => {
+            fs::read_to_string(path).is_ok_and(|t| inert_git_config(&t))
+        }
+        _ => false,
+    }
+}
+
 fn state_of(path: &Path) -> State {
     let meta = fs::symlink_metadata(path).ok()?;
+    if inert_git_path(path, &meta) {
+        return None;
+    }
     let mut entries = BTreeMap::new();
     collect(path, Path::new(""), &meta, &mut entries);
     Some(entries)
@@ -182,6 +258,25 @@ fn remove_tree(path: &Path) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn git_init_is_not_tampering_but_a_risky_config_is() {
+        assert!(inert_git_config(
+            "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n\tlogallrefupdates = true\n"
+        ));
+        assert!(!inert_git_config("[core]\n\tfsmonitor = ./x\n"));
+        assert!(!inert_git_config("[alias]\n\tst = !sh -c evil\n"));
+        assert!(!inert_git_config(
+            "[includeIf \"gitdir:/\"]\n\tpath = /tmp/x\n"
+        ));
+        let dir = tempfile::tempdir().unwrap();
+        let hooks = dir.path().join(".git/hooks");
+        fs::create_dir_all(&hooks).unwrap();
+        fs::write(hooks.join("pre-commit.sample"), "#!/bin/sh").unwrap();
+        assert_eq!(state_of(&hooks), None);
+        fs::write(hooks.join("pre-commit"), "#!/bin/sh").unwrap();
+        assert!(state_of(&hooks).is_some());
+    }
 
     #[test]
     fn created_and_changed_paths_are_quarantined() {
