@@ -508,7 +508,10 @@ fn resolve(file: ProfileFile, origins: Vec<String>) -> Result<Profile, String> {
         degraded: file.degraded.unwrap_or_default(),
         claude: {
             let managed_settings = file.claude.map(|c| c.managed_settings).unwrap_or_default();
-            if let Some(key) = RESERVED_MANAGED_KEYS.iter().find(|k| managed_settings.contains_key(**k)) {
+            if let Some(key) = RESERVED_MANAGED_KEYS
+                .iter()
+                .find(|k| managed_settings.contains_key(**k))
+            {
                 return Err(format!(
                     "claude.managed_settings.{key}: StepProof owns this key (its hook must stay installed); profiles may add other keys only"
                 ));
@@ -596,8 +599,12 @@ mod tests {
         assert!(load_text("[filesystem]\nhidden = [\"\"]\n").is_err());
         assert!(load_text("[process]\nenv = [\"A=B\"]\n").is_err());
         assert!(load_text("[claude.managed_settings]\ndisableAllHooks = true\n").is_err());
-        let p = load_text("[claude.managed_settings.permissions]\ndeny = [\"Bash(rm -rf *)\"]\n").unwrap();
-        assert_eq!(p.claude.managed_settings["permissions"]["deny"][0], "Bash(rm -rf *)");
+        let p = load_text("[claude.managed_settings.permissions]\ndeny = [\"Bash(rm -rf *)\"]\n")
+            .unwrap();
+        assert_eq!(
+            p.claude.managed_settings["permissions"]["deny"][0],
+            "Bash(rm -rf *)"
+        );
         let err = load_text("[network]\nmode = \"allowlist\"\nallow = [\"*\"]\n").unwrap_err();
         assert!(err.to_string().contains("`*`"), "{err}");
     }

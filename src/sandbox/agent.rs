@@ -112,7 +112,8 @@ pub fn plan_agent(
     })?;
     let policy = compiled_policy(profile, home, workspace)?;
     let settings =
-        serde_json::to_string_pretty(&managed_settings()).expect("JSON values serialize");
+        serde_json::to_string_pretty(&managed_settings(&profile.claude.managed_settings))
+            .expect("JSON values serialize");
     let state = AgentState {
         run_dir: facts.run_dir.clone(),
         config_dir: facts.run_dir.join("claude-config"),
@@ -169,7 +170,10 @@ mod tests {
     #[test]
     fn managed_settings_register_every_event_and_gates_fail_closed() {
         let mut extra = serde_json::Map::new();
-        extra.insert("permissions".into(), serde_json::json!({ "deny": ["Bash(rm -rf *)"] }));
+        extra.insert(
+            "permissions".into(),
+            serde_json::json!({ "deny": ["Bash(rm -rf *)"] }),
+        );
         extra.insert("hooks".into(), serde_json::json!({}));
         let settings = managed_settings(&extra);
         assert_eq!(settings["permissions"]["deny"][0], "Bash(rm -rf *)");
