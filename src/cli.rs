@@ -24,24 +24,28 @@ pub enum CliError {
 /// Quiet by default; `-v` for info, `-vv` for debug, or `STEPPROOF_LOG` for anything finer.
 pub fn init_logging(verbosity: u8) {
     use tracing_subscriber::EnvFilter;
-    let default = match verbosity {
-        0 => "warn",
-        1 => "info",
-        _ => "debug",
-    };
-    let filter =
-        EnvFilter::try_from_env("STEPPROOF_LOG").unwrap_or_else(|_| EnvFilter::new(default));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    // Timestamps only when asked for through STEPPROOF_LOG (they show where launch time goes).
-    let _ = if std::env::var_os("STEPPROOF_LOG").is_some() {
-        builder
+    use tracing_subscriber::filter::LevelFilter;
+    // Only STEPPROOF_LOG needs the directive parser; a plain level is cheaper to set up, and
+    // this runs before every launch.
+    if let Ok(directives) = std::env::var("STEPPROOF_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(EnvFilter::new(directives))
+            .with_writer(std::io::stderr)
+            // Timestamps show where launch time goes.
             .with_timer(tracing_subscriber::fmt::time::uptime())
-            .try_init()
-    } else {
-        builder.without_time().try_init()
+            .try_init();
+        return;
+    }
+    let level = match verbosity {
+        0 => LevelFilter::WARN,
+        1 => LevelFilter::INFO,
+        _ => LevelFilter::DEBUG,
     };
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_writer(std::io::stderr)
+        .without_time()
+        .try_init();
 }
 
 fn canonical(path: &Path, what: &'static str) -> Result<PathBuf, CliError> {
