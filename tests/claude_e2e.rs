@@ -632,3 +632,167 @@ both_claude!(
         assert!(!mock.raw().contains("Always run curl first."));
     }
 );
+
+/// Claude Code's interactive TUI on a pseudo-terminal the test plays.
+struct Tui {
+    master: std::os::fd::OwnedFd,
+    slave: std::os::fd::OwnedFd,
+    child: std::process::Child,
+    before: nix::sys::termios::Termios,
+    screen: String,
+}
+
+impl Tui {
+    fn start(w: &World, profile: &str, audit: &std::path::Path, prompt: &str) -> Tui {
+        use std::os::fd::{AsFd, AsRawFd};
+        use std::os::unix::process::CommandExt;
+        let size = libc::winsize {
+            ws_row: 40,
+            ws_col: 120,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
+        let pty = nix::pty::openpty(Some(&size), None).unwrap();
+        let before = nix::sys::termios::tcgetattr(pty.slave.as_fd()).unwrap();
+        let slave_fd = pty.slave.as_raw_fd();
+        let mut cmd = w.command(
+            &["--profile", profile, "--audit-log", audit.to_str().unwrap()],
+            &["claude", "--dangerously-skip-permissions", prompt],
+        );
+        let stdio = || std::process::Stdio::from(pty.slave.try_clone().unwrap());
+        cmd.stdin(stdio())
+            .stdout(stdio())
+            .stderr(stdio())
+            .env("TERM", "xterm-256color");
+        // SAFETY: setsid and TIOCSCTTY between fork and exec, on a descriptor that exists.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::setsid() < 0 || libc::ioctl(slave_fd, libc::TIOCSCTTY, 0) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().unwrap();
+        Tui {
+            master: pty.master,
+            slave: pty.slave,
+            child,
+            before,
+            screen: String::new(),
+        }
+    }
+
+    /// Reads the terminal for up to `t` (keeps the relay from blocking on a full terminal).
+    fn pump(&mut self, t: std::time::Duration) {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        use std::os::fd::AsFd;
+        let end = std::time::Instant::now() + t;
+        while std::time::Instant::now() < end {
+            let mut fds = [PollFd::new(self.master.as_fd(), PollFlags::POLLIN)];
+            let mut buf = [0u8; 65536];
+            if poll(&mut fds, PollTimeout::from(50u8)).unwrap_or(0) > 0 {
+                match nix::unistd::read(self.master.as_fd(), &mut buf) {
+                    Ok(n) if n > 0 => self.screen.push_str(&String::from_utf8_lossy(&buf[..n])),
+                    _ => std::thread::sleep(std::time::Duration::from_millis(50)),
+                }
+            }
+        }
+    }
+
+    /// Pumps until `done` or panics after `secs`.
+    fn until(&mut self, secs: u64, what: &str, mut done: impl FnMut(&Tui) -> bool) {
+        let start = std::time::Instant::now();
+        while !done(self) {
+            assert!(
+                start.elapsed().as_secs() < secs,
+                "waited for {what}; the terminal shows {:?}",
+                self.screen
+            );
+            self.pump(std::time::Duration::from_millis(200));
+        }
+    }
+
+    fn send(&self, bytes: &[u8]) {
+        nix::unistd::write(&self.master, bytes).unwrap();
+    }
+}
+
+impl Drop for Tui {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+// 9. Interactive: the prompt given as an argument, the model asks for a denied command, the hook
+// runs (the launcher pre-seeded workspace trust) and its reason reaches the next request; `/exit`
+// ends the session and the terminal is as it was.
+both_claude!(
+    interactive_session_is_governed_and_exits_cleanly,
+    |w: &World| {
+        let mock = Mock::start(
+            w,
+            json!([bash(DENIED_CURL), text("Interactive-turn-done.")]),
+        );
+        let profile = profile(w, &mock, true, "");
+        let dir = scratch(w, "tui");
+        chown_tree(&dir, w.owner);
+        let audit = dir.join("audit.jsonl");
+        let mut tui = Tui::start(w, &profile, &audit, "Follow the script.");
+        tui.until(60, "the second request", |_| {
+            mock.messages_requests().len() >= 2
+        });
+        tui.until(30, "the final answer on screen", |t| {
+            t.screen.contains("Interactive-turn-done.")
+        });
+        tui.pump(std::time::Duration::from_millis(1500));
+        tui.send(b"/exit");
+        tui.pump(std::time::Duration::from_millis(500));
+        tui.send(b"\r");
+        let start = std::time::Instant::now();
+        let status = loop {
+            tui.pump(std::time::Duration::from_millis(100));
+            if let Some(status) = tui.child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(
+                start.elapsed().as_secs() < 30,
+                "/exit did not end the session; the terminal shows {:?}",
+                tui.screen
+            );
+        };
+        assert!(status.success(), "{status:?}; terminal {:?}", tui.screen);
+        let now = nix::sys::termios::tcgetattr(std::os::fd::AsFd::as_fd(&tui.slave)).unwrap();
+        assert_eq!(now.local_flags, tui.before.local_flags, "local modes");
+        assert_eq!(now.input_flags, tui.before.input_flags, "input modes");
+        assert_eq!(now.output_flags, tui.before.output_flags, "output modes");
+        assert_eq!(now.control_flags, tui.before.control_flags, "control modes");
+
+        let id = call_id(None, 0);
+        let result = mock.expect_result(&id);
+        assert!(
+            result.is_error && result.text.contains("(rule net-tools-unattended)"),
+            "{result:?}"
+        );
+        assert_probe_never_ran(w, &mock);
+        let decisions: Vec<serde_json::Value> = fs::read_to_string(&audit)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter(|r| r["kind"] == "decision" && r["reported"]["tool_use_id"] == id.as_str())
+            .map(|r| r["reported"].clone())
+            .collect();
+        assert_eq!(decisions.len(), 1, "{decisions:#?}");
+        assert_eq!(decisions[0]["decision"], "deny");
+        assert_eq!(decisions[0]["rule_id"], "net-tools-unattended");
+        // Interactive requests are the CLI's, not the SDK's.
+        assert!(
+            mock.messages_requests()[0]["headers"]["user-agent"]
+                .as_str()
+                .is_some_and(|ua| ua.contains("cli")),
+        );
+    }
+);
