@@ -12,7 +12,15 @@ Prints `listening on HOST:PORT` once ready. `turns.json` is a list; each turn is
   {"text": "…"}                                   a final answer (stop_reason end_turn), or
   {"tool": "Bash", "input": {"command": "…"}}     a tool call (stop_reason tool_use),
   {"tools": [{"tool": …, "input": …}, …]}         several tool calls in one turn.
-Past the end of the script it answers "done".
+Past the end of the script it answers "done". `@PORT@` anywhere in a turn becomes the mock's
+own port (a test can only know it once the mock listens).
+
+A subagent's requests reach the mock too, each conversation counting its own assistant
+messages. To script one, give the script as an object instead of a list:
+  {"turns": [...], "threads": [{"marker": "SUB-1", "turns": [...]}, ...]}
+A request whose first user message contains a thread's marker (e.g. the prompt the main turns
+hand to an `Agent` tool call) is answered from that thread's turns (tool ids `toolu_mock_tN_…`);
+any other from `turns`.
 """
 import argparse
 import json
@@ -27,8 +35,8 @@ def sse(event, data):
     return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
 
 
-def turn_events(turn, model, index):
-    msg_id = f"msg_mock_{index}"
+def turn_events(turn, model, index, thread=""):
+    msg_id = f"msg_mock_{thread}{index}"
     yield sse("message_start", {"type": "message_start", "message": {
         "id": msg_id, "type": "message", "role": "assistant", "model": model, "content": [],
         "stop_reason": None, "stop_sequence": None,
@@ -45,7 +53,7 @@ def turn_events(turn, model, index):
             yield sse("content_block_delta", {"type": "content_block_delta", "index": i,
                                               "delta": {"type": "text_delta", "text": value}})
         else:
-            tool_id = f"toolu_mock_{index}_{i}"
+            tool_id = f"toolu_mock_{thread}{index}_{i}"
             yield sse("content_block_start", {"type": "content_block_start", "index": i,
                                               "content_block": {"type": "tool_use", "id": tool_id,
                                                                 "name": value["tool"], "input": {}}})
@@ -57,6 +65,18 @@ def turn_events(turn, model, index):
     yield sse("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
                                 "usage": {"output_tokens": 5}})
     yield sse("message_stop", {"type": "message_stop"})
+
+
+def pick_thread(script, messages):
+    """The turns for this conversation: a thread whose marker is in its first user message."""
+    if isinstance(script, list):
+        return script, ""
+    first = next((m for m in messages if m.get("role") == "user"), None)
+    text = json.dumps(first.get("content")) if first else ""
+    for n, thread in enumerate(script.get("threads", [])):
+        if thread["marker"] in text:
+            return thread["turns"], f"t{n}_"
+    return script.get("turns", []), ""
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -101,8 +121,10 @@ class Handler(BaseHTTPRequestHandler):
             return
         messages = body.get("messages", [])
         index = sum(1 for m in messages if m.get("role") == "assistant")
-        script = self.server.script
+        script, thread = pick_thread(self.server.script, messages)
         turn = script[index] if index < len(script) else {"text": "done"}
+        port = str(self.server.server_address[1])
+        turn = json.loads(json.dumps(turn).replace("@PORT@", port))
         model = body.get("model", "claude-mock")
         if not body.get("stream"):
             content = [{"type": "text", "text": turn.get("text", "done")}]
@@ -115,7 +137,7 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("cache-control", "no-cache")
         self.send_header("transfer-encoding", "chunked")
         self.end_headers()
-        for chunk in turn_events(turn, model, index):
+        for chunk in turn_events(turn, model, index, thread):
             self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
             self.wfile.flush()
         self.wfile.write(b"0\r\n\r\n")

@@ -1,0 +1,385 @@
+//! Helpers for the end-to-end tests with the real Claude Code: the mock Messages API
+//! (`scripts/mock-anthropic.py`, one per test, on 127.0.0.2), test profiles that let Claude reach
+//! it through the allow-list proxy, runs of `stepproof-run -- claude -p …` with a deadline, and
+//! readers for what the model saw (the mock's request record) and what the hook decided (the
+//! audit log).
+#![allow(dead_code)]
+
+use crate::support::*;
+use serde_json::Value;
+use std::fs;
+use std::io::{BufRead, BufReader, Read};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+pub const MOCK: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/mock-anthropic.py");
+pub const API_KEY: &str = "sk-ant-mock-key-1234567890";
+/// No single run should come near this; a hung Claude fails the test instead of the suite.
+const DEADLINE: Duration = Duration::from_secs(120);
+
+static COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+/// A fresh directory under the world's base (0755: the test user reads profiles from it).
+pub fn scratch(w: &World, name: &str) -> PathBuf {
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let dir = w.base.join(format!("e2e-{name}-{n}"));
+    fs::create_dir_all(&dir).unwrap();
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+    dir
+}
+
+/// True when Claude Code is installed (CI installs it; elsewhere the tests skip).
+pub fn claude_available() -> bool {
+    let ok = Command::new("claude")
+        .arg("--version")
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .stdin(Stdio::null())
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        skip_or_fail("Claude Code (`claude`) is not installed");
+    }
+    ok
+}
+
+/// One mock of the Messages API; killed when dropped.
+pub struct Mock {
+    child: Child,
+    pub port: u16,
+    pub record: PathBuf,
+}
+
+impl Mock {
+    /// Starts the mock with `script` (a list of turns, or `{"turns": …, "threads": …}`).
+    pub fn start(w: &World, script: Value) -> Mock {
+        let dir = scratch(w, "mock");
+        let script_path = dir.join("turns.json");
+        fs::write(&script_path, serde_json::to_vec_pretty(&script).unwrap()).unwrap();
+        let record = dir.join("requests.jsonl");
+        let mut child = Command::new("python3")
+            .arg(MOCK)
+            .arg("--script")
+            .arg(&script_path)
+            .arg("--record")
+            .arg(&record)
+            .args(["--host", "127.0.0.2", "--port", "0"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the mock (python3)");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port = line
+            .trim()
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("mock did not say where it listens: {line:?}"));
+        Mock {
+            child,
+            port,
+            record,
+        }
+    }
+
+    /// The raw record: every request the mock received, as JSON Lines.
+    pub fn raw(&self) -> String {
+        fs::read_to_string(&self.record).unwrap_or_default()
+    }
+
+    pub fn requests(&self) -> Vec<Value> {
+        self.raw()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    /// Requests to the Messages endpoint.
+    pub fn messages_requests(&self) -> Vec<Value> {
+        self.requests()
+            .into_iter()
+            .filter(|r| {
+                r["method"] == "POST"
+                    && r["path"]
+                        .as_str()
+                        .is_some_and(|p| p.starts_with("/v1/messages"))
+            })
+            .collect()
+    }
+
+    /// The tool_result the model received for `tool_use_id` (searched in every request):
+    /// its text and whether it was an error.
+    pub fn tool_result(&self, tool_use_id: &str) -> Option<ToolResult> {
+        for request in self.messages_requests() {
+            for message in request["body"]["messages"].as_array().into_iter().flatten() {
+                for block in message["content"].as_array().into_iter().flatten() {
+                    if block["type"] == "tool_result" && block["tool_use_id"] == tool_use_id {
+                        let text = match &block["content"] {
+                            Value::String(s) => s.clone(),
+                            Value::Array(parts) => parts
+                                .iter()
+                                .filter_map(|p| p["text"].as_str())
+                                .collect::<Vec<_>>()
+                                .join("\n"),
+                            other => other.to_string(),
+                        };
+                        return Some(ToolResult {
+                            text,
+                            is_error: block["is_error"] == true,
+                        });
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    #[track_caller]
+    pub fn expect_result(&self, tool_use_id: &str) -> ToolResult {
+        self.tool_result(tool_use_id).unwrap_or_else(|| {
+            panic!(
+                "no tool_result for {tool_use_id} reached the mock; requests:\n{}",
+                self.raw()
+            )
+        })
+    }
+}
+
+impl Drop for Mock {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ToolResult {
+    pub text: String,
+    pub is_error: bool,
+}
+
+/// A test profile on top of `ci`: the mock allow-listed (name and loopback address), Claude
+/// pointed at it; `extra` is appended (more `[hook]` rules, …). With `api_key` false Claude
+/// authenticates with the OAuth credentials in its config dir.
+pub fn profile(w: &World, mock: &Mock, api_key: bool, extra: &str) -> String {
+    let dir = scratch(w, "profile");
+    let path = dir.join("profile.toml");
+    let port = mock.port;
+    let key = if api_key {
+        format!("ANTHROPIC_API_KEY = \"{API_KEY}\", ")
+    } else {
+        String::new()
+    };
+    fs::write(
+        &path,
+        format!(
+            "extends = \"ci\"\n[network]\nallow = [\"127.0.0.2:{port}\"]\nallow_addresses = [\"127.0.0.2\"]\n\
+             [process]\nset_env = {{ ANTHROPIC_BASE_URL = \"http://127.0.0.2:{port}\", {key}CLAUDE_CODE_MAX_RETRIES = \"1\" }}\n{extra}\n"
+        ),
+    )
+    .unwrap();
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
+    path.display().to_string()
+}
+
+/// One finished `stepproof-run -- claude …`.
+pub struct Run {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+    pub audit: Vec<Value>,
+    pub status_file: Value,
+    pub audit_path: PathBuf,
+}
+
+impl Run {
+    pub fn describe(&self) -> String {
+        format!(
+            "status {:?}\nstdout:\n{}\nstderr:\n{}",
+            self.status, self.stdout, self.stderr
+        )
+    }
+
+    /// The hook's decision records (the `reported` objects), in order.
+    pub fn decisions(&self) -> Vec<&Value> {
+        self.audit
+            .iter()
+            .filter(|r| r["kind"] == "decision" && r["source"] == "sandbox")
+            .map(|r| &r["reported"])
+            .collect()
+    }
+
+    /// The PreToolUse decision for one tool call.
+    #[track_caller]
+    pub fn decision(&self, tool_use_id: &str) -> &Value {
+        self.decisions()
+            .into_iter()
+            .find(|d| d["event"] == "PreToolUse" && d["tool_use_id"] == tool_use_id)
+            .unwrap_or_else(|| {
+                panic!(
+                    "no hook decision for {tool_use_id} in the audit log:\n{:#?}",
+                    self.decisions()
+                )
+            })
+    }
+
+    /// Asserts the hook's decision and rule id for a tool call (the layer that acted).
+    #[track_caller]
+    pub fn expect_decision(&self, tool_use_id: &str, decision: &str, rule: &str) {
+        let d = self.decision(tool_use_id);
+        assert_eq!(
+            (d["decision"].as_str(), d["rule_id"].as_str()),
+            (Some(decision), Some(rule)),
+            "hook decision for {tool_use_id}: {d:#}"
+        );
+    }
+
+    pub fn records(&self, kind: &str) -> Vec<&Value> {
+        self.audit.iter().filter(|r| r["kind"] == kind).collect()
+    }
+}
+
+/// Runs `stepproof-run --profile P --audit-log … -- claude -p PROMPT
+/// --dangerously-skip-permissions --output-format json [claude_args…]` from the workspace.
+pub fn run_claude(w: &World, profile: &str, claude_args: &[&str]) -> Run {
+    run_claude_with(w, None, profile, claude_args)
+}
+
+/// The same with another launcher binary (`run_binary`: a copy next to a different hook).
+pub fn run_claude_with(
+    w: &World,
+    run_binary: Option<&Path>,
+    profile: &str,
+    claude_args: &[&str],
+) -> Run {
+    let dir = scratch(w, "run");
+    chown_tree(&dir, w.owner);
+    let audit_path = dir.join("audit.jsonl");
+    let status_path = dir.join("status.json");
+    let mut args = vec![
+        "claude",
+        "-p",
+        "Follow the script.",
+        "--dangerously-skip-permissions",
+        "--output-format",
+        "json",
+    ];
+    args.extend_from_slice(claude_args);
+    let binary = run_binary.unwrap_or(match w.who {
+        Who::Root => Path::new(RUN),
+        Who::User => run_binary_for_user(),
+    });
+    let mut cmd = match w.who {
+        Who::Root => Command::new(binary),
+        Who::User => {
+            let mut c = Command::new("setpriv");
+            c.arg(format!("--reuid={}", w.owner.0))
+                .arg(format!("--regid={}", w.owner.1))
+                .arg("--clear-groups")
+                .arg("--")
+                .arg(binary);
+            c
+        }
+    };
+    cmd.arg("--profile")
+        .arg(profile)
+        .arg("--audit-log")
+        .arg(&audit_path)
+        .arg("--status-file")
+        .arg(&status_path)
+        .arg("--")
+        .args(args)
+        .current_dir(&w.workspace)
+        .env_clear()
+        .env("HOME", &w.home)
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("LANG", "C.UTF-8")
+        .stdin(Stdio::null());
+    let (status, stdout, stderr) = run_with_deadline(cmd);
+    let audit = fs::read_to_string(&audit_path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let status_file = fs::read(&status_path)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or(Value::Null);
+    Run {
+        status,
+        stdout,
+        stderr,
+        audit,
+        status_file,
+        audit_path,
+    }
+}
+
+fn run_with_deadline(mut cmd: Command) -> (ExitStatus, String, String) {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start stepproof-run");
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let out_thread = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let err_thread = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > DEADLINE {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "stepproof-run -- claude did not finish within {DEADLINE:?}; stderr:\n{}",
+                err_thread.join().unwrap()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    (
+        status,
+        out_thread.join().unwrap(),
+        err_thread.join().unwrap(),
+    )
+}
+
+/// A Bash tool call.
+pub fn bash(command: &str) -> Value {
+    serde_json::json!({ "tool": "Bash", "input": { "command": command } })
+}
+
+/// Any tool call.
+pub fn tool(name: &str, input: Value) -> Value {
+    serde_json::json!({ "tool": name, "input": input })
+}
+
+pub fn text(t: &str) -> Value {
+    serde_json::json!({ "text": t })
+}
+
+/// The tool_use id the mock gives the call of main-conversation turn `turn` (`thread` for a
+/// subagent's thread: `Some(n)` is the n-th thread of the script).
+pub fn call_id(thread: Option<usize>, turn: usize) -> String {
+    match thread {
+        None => format!("toolu_mock_{turn}_0"),
+        Some(n) => format!("toolu_mock_t{n}_{turn}_0"),
+    }
+}
