@@ -179,8 +179,11 @@ impl AuditSink {
     /// Flushes the log to disk (at run end).
     pub fn sync(&self) {
         let state = self.lock();
-        if let Err(e) = state.file.sync_all() {
-            tracing::warn!(path = %self.path.display(), "syncing the audit log: {e}");
+        match state.file.sync_all() {
+            // Not a regular file (/dev/null, a pipe): nothing to flush.
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
+            Err(e) => tracing::warn!(path = %self.path.display(), "syncing the audit log: {e}"),
+            Ok(()) => {}
         }
     }
 }
