@@ -70,7 +70,11 @@ fn caller_home(uid: u32) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("/"))
 }
 
-pub fn gather_facts(workspace: Option<&Path>) -> Result<HostFacts, CliError> {
+/// The facts of this machine. Invoked as root, whether idmapped mounts work is probed only with
+/// `probe_idmap` (explain, and profiles that allow the root fallback): a probe costs detached
+/// mount trees whose teardown waits for an RCU grace period, and a launch that needs them
+/// prepares them anyway and stops (exit 125) if the file system refuses.
+pub fn gather_facts(workspace: Option<&Path>, probe_idmap: bool) -> Result<HostFacts, CliError> {
     let cwd_raw = std::env::current_dir().map_err(|source| CliError::Io {
         what: "reading the current directory",
         path: ".".into(),
@@ -93,8 +97,9 @@ pub fn gather_facts(workspace: Option<&Path>) -> Result<HostFacts, CliError> {
     let home = caller_home(uid);
     let home_for_facts = home.clone();
     let idmapped_mounts = uid == 0
-        && idmapped_mounts_work(&workspace)
-        && (!home.is_dir() || idmapped_mounts_work(&home));
+        && (!probe_idmap
+            || (idmapped_mounts_work(&workspace)
+                && (!home.is_dir() || idmapped_mounts_work(&home))));
     Ok(HostFacts {
         uid,
         gid,
@@ -124,7 +129,7 @@ pub fn load_plan(
 ) -> Result<(Profile, SandboxPlan), CliError> {
     let profile = Profile::load(profile)?;
     tracing::debug!("profile loaded");
-    let facts = gather_facts(workspace)?;
+    let facts = gather_facts(workspace, true)?;
     tracing::debug!("facts gathered");
     let plan = plan_for(&profile, &facts)?;
     Ok((profile, plan))

@@ -39,24 +39,9 @@ both!(timeout_ends_a_tree_that_ignores_sigterm, |w: &World| {
 });
 
 both!(selftest_holds, |w: &World| {
-    let mut cmd = match w.who {
-        Who::Root => Command::new(STEPPROOF),
-        Who::User => {
-            let mut c = Command::new("setpriv");
-            c.arg(format!("--reuid={}", w.owner.0))
-                .arg(format!("--regid={}", w.owner.1))
-                .arg("--clear-groups")
-                .arg("--")
-                .arg(run_binary_for_user().with_file_name("stepproof"));
-            c
-        }
-    };
-    let out = cmd
-        .arg("selftest")
-        .current_dir(&w.workspace)
-        .env("HOME", &w.home)
-        .output()
-        .unwrap();
+    let mut cmd = w.as_owner(&w.run_binary().with_file_name("stepproof"));
+    cmd.arg("selftest");
+    let out = w.clean_env(&mut cmd).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", describe(&out));
     assert!(text.contains("0 escaped: the sandbox held"), "{text}");

@@ -7,7 +7,7 @@ mod support;
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use support::*;
 
 const NO_USERNS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/no-userns.py");
@@ -17,18 +17,14 @@ fn run_without_userns(w: &World, profile: &str, args: &[&str]) -> Output {
     let report = w.base.join("report.json");
     let report_s = report.to_str().unwrap().to_string();
     extra.extend(["--report", &report_s]);
-    Command::new("python3")
-        .arg(NO_USERNS)
+    let mut cmd = Command::new("python3");
+    cmd.arg(NO_USERNS)
         .arg(run_binary_for_user())
         .args(&extra)
         .arg("--")
-        .args(args)
-        .current_dir(&w.workspace)
-        .env_clear()
-        .env("HOME", &w.home)
-        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .args(args);
+    w.clean_env(&mut cmd)
         .env("NO_USERNS_UID", w.owner.0.to_string())
-        .stdin(Stdio::null())
         .output()
         .unwrap()
 }

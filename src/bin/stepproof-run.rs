@@ -106,7 +106,11 @@ fn open_audit_log(
 /// hidden like the rest of StepProof's state), then the plan and the run.
 fn launch(args: &Args) -> Result<(Outcome, Option<AssuranceReport>), String> {
     let profile = Profile::load(args.profile.as_deref()).map_err(|e| e.to_string())?;
-    let facts = cli::gather_facts(args.workspace.as_deref()).map_err(|e| e.to_string())?;
+    let facts = cli::gather_facts(
+        args.workspace.as_deref(),
+        profile.process.allow_root_fallback,
+    )
+    .map_err(|e| e.to_string())?;
     if args.ci {
         // The sandbox this profile describes must hold before the agent gets it.
         let escaped = run_selftest(args)?;

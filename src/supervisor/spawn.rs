@@ -114,7 +114,7 @@ pub fn prepare_idmapped_trees(plan: &SandboxPlan) -> Result<IdmappedTrees, Launc
         sys::idmap_detached_tree(&tree, userns, flags).map_err(|source| LaunchError::Os {
             step: format!("idmapping {}", src.display()),
             source,
-            hint: " (this file system may not support idmapped mounts)",
+            hint: " (this file system does not support idmapped mounts, which a root invocation needs to run the command as an unprivileged user; set process.allow_root_fallback = true to run as uid 0 without capabilities instead, or run stepproof-run as a normal user)",
         })?;
         trees.push_back(tree);
     }

@@ -271,22 +271,8 @@ pub fn run_claude_with(
         "json",
     ];
     args.extend_from_slice(claude_args);
-    let binary = run_binary.unwrap_or(match w.who {
-        Who::Root => Path::new(RUN),
-        Who::User => run_binary_for_user(),
-    });
-    let mut cmd = match w.who {
-        Who::Root => Command::new(binary),
-        Who::User => {
-            let mut c = Command::new("setpriv");
-            c.arg(format!("--reuid={}", w.owner.0))
-                .arg(format!("--regid={}", w.owner.1))
-                .arg("--clear-groups")
-                .arg("--")
-                .arg(binary);
-            c
-        }
-    };
+    let binary = run_binary.unwrap_or(w.run_binary());
+    let mut cmd = w.as_owner(binary);
     cmd.arg("--profile")
         .arg(profile)
         .arg("--audit-log")
@@ -294,13 +280,8 @@ pub fn run_claude_with(
         .arg("--status-file")
         .arg(&status_path)
         .arg("--")
-        .args(args)
-        .current_dir(&w.workspace)
-        .env_clear()
-        .env("HOME", &w.home)
-        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-        .env("LANG", "C.UTF-8")
-        .stdin(Stdio::null());
+        .args(args);
+    w.clean_env(&mut cmd);
     let (status, stdout, stderr) = run_with_deadline(cmd);
     let audit = fs::read_to_string(&audit_path)
         .unwrap_or_default()

@@ -191,27 +191,45 @@ impl World {
         })
     }
 
-    /// `stepproof-run [extra…] -- args…` from the workspace, as `who`, with HOME = the planted home.
-    pub fn command<S: AsRef<OsStr>>(&self, extra: &[&str], args: &[S]) -> Command {
-        let mut cmd = match self.who {
-            Who::Root => Command::new(RUN),
+    /// `program` started as whoever this world runs as (the test user through setpriv).
+    pub fn as_owner(&self, program: &Path) -> Command {
+        match self.who {
+            Who::Root => Command::new(program),
             Who::User => {
                 let mut c = Command::new("setpriv");
                 c.arg(format!("--reuid={}", self.owner.0))
                     .arg(format!("--regid={}", self.owner.1))
                     .arg("--clear-groups")
                     .arg("--")
-                    .arg(run_binary_for_user());
+                    .arg(program);
                 c
             }
-        };
-        cmd.args(extra).arg("--").args(args);
+        }
+    }
+
+    /// From the workspace, with only HOME (the planted one), PATH and LANG, and no stdin.
+    pub fn clean_env<'c>(&self, cmd: &'c mut Command) -> &'c mut Command {
         cmd.current_dir(&self.workspace)
             .env_clear()
             .env("HOME", &self.home)
             .env("PATH", "/usr/local/bin:/usr/bin:/bin")
             .env("LANG", "C.UTF-8")
-            .stdin(Stdio::null());
+            .stdin(Stdio::null())
+    }
+
+    /// The `stepproof-run` this world uses (a copy the test user can execute).
+    pub fn run_binary(&self) -> &'static Path {
+        match self.who {
+            Who::Root => Path::new(RUN),
+            Who::User => run_binary_for_user(),
+        }
+    }
+
+    /// `stepproof-run [extra…] -- args…` from the workspace, as `who`, with HOME = the planted home.
+    pub fn command<S: AsRef<OsStr>>(&self, extra: &[&str], args: &[S]) -> Command {
+        let mut cmd = self.as_owner(self.run_binary());
+        cmd.args(extra).arg("--").args(args);
+        self.clean_env(&mut cmd);
         cmd
     }
 
