@@ -84,39 +84,40 @@ fn report(status: &mut File, event: &InitEvent) {
 /// status pipe).
 pub fn run_init(args: InitArgs<'_>) -> i32 {
     let mut status = File::from(args.status);
-    // A network namespace of our own, made here rather than in the clone so that its cost (the
-    // largest of all namespaces) overlaps with the supervisor writing our id maps; the
-    // capabilities it needs are ours from the clone on. Loopback up for local test servers.
-    if args.plan.isolation == Isolation::Namespaces
+    // A network namespace of our own, made by a helper child on the other core while this
+    // process builds the view (it is the costliest namespace to create); joined before the
+    // capabilities go. The capabilities it needs are ours from the clone on.
+    let netns = if args.plan.isolation == Isolation::Namespaces
         && args.plan.network != crate::profile::NetworkMode::Host
-        && let Err(e) = new_network_namespace()
     {
-        report(
-            &mut status,
-            &InitEvent::SetupFailed {
-                message: e.to_string(),
-            },
-        );
-        return 125;
-    }
-    if let Some(channel) = args.proxy_channel
-        && let Err(e) = listen_for_proxy(args.plan, &channel)
-    {
-        report(
-            &mut status,
-            &InitEvent::SetupFailed {
-                message: format!("opening the proxy's port inside the sandbox: {e}"),
-            },
-        );
-        return 125;
-    }
+        match NetnsHelper::spawn() {
+            Ok(helper) => Some(helper),
+            Err(e) => {
+                report(
+                    &mut status,
+                    &InitEvent::SetupFailed {
+                        message: e.to_string(),
+                    },
+                );
+                return 125;
+            }
+        }
+    } else {
+        None
+    };
     let mut byte = [0u8; 1];
     if !matches!(File::from(args.go).read(&mut byte), Ok(1)) {
         // The supervisor failed to map our ids and is going away.
         return 125;
     }
     tracing::debug!("init: maps written");
-    if let Err(e) = enter_sandbox(args.plan, args.idmapped, args.handed) {
+    if let Err(e) = enter_sandbox(
+        args.plan,
+        args.idmapped,
+        args.handed,
+        netns,
+        args.proxy_channel,
+    ) {
         report(
             &mut status,
             &InitEvent::SetupFailed {
@@ -227,6 +228,8 @@ fn enter_sandbox(
     plan: &SandboxPlan,
     idmapped: IdmappedTrees,
     handed: crate::sandbox::mounts::SupervisorPaths,
+    netns: Option<NetnsHelper>,
+    proxy_channel: Option<OwnedFd>,
 ) -> Result<(), SetupError> {
     if plan.isolation == Isolation::LandlockSeccompOnly {
         return enter_degraded_sandbox(plan);
@@ -239,6 +242,18 @@ fn enter_sandbox(
     become_sandbox_user(plan)?;
     // The file system view, ending with pivot_root and the old root detached.
     mounts::build_view(plan, idmapped, handed)?;
+    tracing::debug!("init: view built");
+    // Join the network namespace the helper made meanwhile (setns needs CAP_SYS_ADMIN, which
+    // goes below), then open the proxy's port on its loopback.
+    if let Some(helper) = netns {
+        helper.join()?;
+    }
+    if let Some(channel) = proxy_channel {
+        listen_for_proxy(plan, &channel).map_err(|source| SetupError::Process {
+            step: "opening the proxy's port inside the sandbox",
+            source,
+        })?;
+    }
     // Emptying the bounding set needs CAP_SETPCAP, which the next step gives up.
     caps::drop_bounding_set()?;
     caps::clear_all_sets()?;
@@ -291,10 +306,59 @@ fn listen_for_proxy(plan: &SandboxPlan, channel: &OwnedFd) -> std::io::Result<()
     crate::supervisor::fdpass::send_fd(channel, &listener)
 }
 
-fn new_network_namespace() -> Result<(), SetupError> {
-    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)
-        .map_err(|e| SetupError::Loopback(e.into()))?;
-    sys::bring_loopback_up().map_err(SetupError::Loopback)
+/// A child that creates the sandbox's network namespace (loopback up) and holds it until the
+/// init has joined it.
+struct NetnsHelper {
+    pid: Pid,
+    ready: OwnedFd,
+    hold: OwnedFd,
+}
+
+impl NetnsHelper {
+    fn spawn() -> Result<NetnsHelper, SetupError> {
+        let fail = |e: std::io::Error| SetupError::Loopback(e);
+        let (ready_read, ready_write) =
+            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| fail(e.into()))?;
+        let (hold_read, hold_write) =
+            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| fail(e.into()))?;
+        match sys::fork().map_err(fail)? {
+            CloneResult::Child => {
+                drop((ready_read, hold_write));
+                let made = nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)
+                    .map_err(std::io::Error::from)
+                    .and_then(|()| sys::bring_loopback_up());
+                let _ = nix::unistd::write(&ready_write, if made.is_ok() { b"1" } else { b"0" });
+                let mut byte = [0u8; 1];
+                let _ = File::from(hold_read).read(&mut byte);
+                sys::exit_now(0);
+            }
+            CloneResult::Parent { child } => Ok(NetnsHelper {
+                pid: Pid::from_raw(child),
+                ready: ready_read,
+                hold: hold_write,
+            }),
+        }
+    }
+
+    /// Waits for the namespace, joins it, and lets the helper go.
+    fn join(self) -> Result<(), SetupError> {
+        let mut byte = [0u8; 1];
+        let ready = File::from(self.ready)
+            .read(&mut byte)
+            .map(|n| n == 1 && byte[0] == b'1');
+        let joined = match ready {
+            Ok(true) => File::open(format!("/proc/{}/ns/net", self.pid)).and_then(|ns| {
+                nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWNET).map_err(Into::into)
+            }),
+            Ok(false) => Err(std::io::Error::other(
+                "the helper could not create the network namespace",
+            )),
+            Err(e) => Err(e),
+        };
+        drop(self.hold);
+        let _ = waitpid(self.pid, None);
+        joined.map_err(SetupError::Loopback)
+    }
 }
 
 fn become_sandbox_user(plan: &SandboxPlan) -> Result<(), SetupError> {
@@ -421,6 +485,7 @@ fn exec_command(
     let keep = err_pipe.as_fd().as_raw_fd() as u32;
     step!("close_range", sys::close_fd_range(3, keep - 1));
     step!("close_range", sys::close_fd_range(keep + 1, u32::MAX));
+    tracing::debug!("command: forked");
     step!("chdir", nix::unistd::chdir(&plan.cwd));
     // Limits before anything else runs under them.
     let limits = step!(

@@ -226,7 +226,7 @@ fn names_only<S: serde::Serializer>(env: &[(String, String)], s: S) -> Result<S:
 }
 
 const SCAN_ENTRY_LIMIT: usize = 20_000;
-const SOCKET_SCAN_DEPTH: usize = 3;
+const SOCKET_SCAN_DEPTH: usize = 2;
 const NESTED_REPO_DEPTH: usize = 6;
 const SHELL_RC_FILES: &[&str] = &[
     ".bashrc",
