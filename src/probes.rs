@@ -506,16 +506,11 @@ pub fn typical_plan(workspace: &Path) -> LandlockPlan {
             access: FsAccess::ReadWrite,
         });
     }
-    for p in [
-        "/dev/null",
-        "/dev/zero",
-        "/dev/full",
-        "/dev/random",
-        "/dev/urandom",
-        "/dev/tty",
-        "/dev/ptmx",
-        "/dev/pts",
-    ] {
+    let devices = crate::sandbox::plan::DEVICE_NODES
+        .iter()
+        .map(|n| format!("/dev/{n}"))
+        .chain(["/dev/ptmx".to_string(), "/dev/pts".to_string()]);
+    for p in devices {
         rules.push(LandlockRule {
             path: p.into(),
             access: FsAccess::Device,

@@ -9,22 +9,11 @@ use crate::profile::{NetworkMode, Profile};
 use crate::sandbox::env::build_environment;
 use crate::sandbox::landlock::{self, FsAccess, LandlockPlan, LandlockRule, TcpPolicy};
 use crate::sandbox::plan::{
-    HostFacts, IdentityMode, Isolation, PlanError, SandboxPlan, choose_identity, existing,
-    hide_target, home_sockets, other_projects, protected_paths,
+    DEVICE_NODES, HostFacts, IdentityMode, Isolation, PlanError, SandboxPlan, choose_identity,
+    existing, hide_target, home_sockets, other_projects, protected_paths,
 };
 use std::fs;
 use std::path::{Path, PathBuf};
-
-const DEVICES: &[&str] = &[
-    "/dev/null",
-    "/dev/zero",
-    "/dev/full",
-    "/dev/random",
-    "/dev/urandom",
-    "/dev/tty",
-    "/dev/pts",
-    "/dev/ptmx",
-];
 
 fn rule(path: impl Into<PathBuf>, access: FsAccess) -> Result<LandlockRule, PlanError> {
     let path = path.into();
@@ -112,9 +101,13 @@ pub fn build_degraded_plan(profile: &Profile, facts: &HostFacts) -> Result<Sandb
     }
     rules.push(rule("/proc", FsAccess::ReadExecute)?);
     rules.push(rule("/sys", FsAccess::ReadExecute)?);
-    for device in DEVICES {
-        if Path::new(device).exists() {
-            rules.push(rule(*device, FsAccess::Device)?);
+    let devices = DEVICE_NODES
+        .iter()
+        .map(|n| format!("/dev/{n}"))
+        .chain(["/dev/pts".into(), "/dev/ptmx".into()]);
+    for device in devices {
+        if Path::new(&device).exists() {
+            rules.push(rule(device, FsAccess::Device)?);
         }
     }
     let list_dir = |dir: &Path| landlock::list_dir(dir);

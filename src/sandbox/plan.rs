@@ -225,6 +225,9 @@ fn names_only<S: serde::Serializer>(env: &[(String, String)], s: S) -> Result<S:
     s.collect_seq(env.iter().map(|(name, _)| name))
 }
 
+/// The device nodes of the minimal /dev (besides the terminal devices of a new devpts).
+pub const DEVICE_NODES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
+
 const SCAN_ENTRY_LIMIT: usize = 20_000;
 const SOCKET_SCAN_DEPTH: usize = 2;
 const NESTED_REPO_DEPTH: usize = 6;
@@ -555,7 +558,7 @@ fn push_minimal_dev(mounts: &mut Vec<MountOp>) {
         mode: 0o755,
         size_mib: Some(1),
     });
-    for node in ["null", "zero", "full", "random", "urandom", "tty"] {
+    for node in DEVICE_NODES {
         let path = PathBuf::from("/dev").join(node);
         mounts.push(MountOp::DevNode {
             src: path.clone(),

@@ -477,10 +477,6 @@ impl GatewayHandler {
         headers: &[Header],
         credential_line: &[u8],
     ) -> Vec<u8> {
-        let named_by_connection: Vec<String> = http::header_values(headers, "connection")
-            .flat_map(|v| v.split(|b| *b == b','))
-            .map(|v| String::from_utf8_lossy(v).trim().to_ascii_lowercase())
-            .collect();
         const DROPPED: &[&str] = &[
             "host",
             "x-api-key",
@@ -501,16 +497,7 @@ impl GatewayHandler {
             format!("{}:{}", self.upstream.host, self.upstream.port)
         };
         out.extend_from_slice(format!("Host: {host}\r\n").as_bytes());
-        for (name, value) in headers {
-            let lower = name.to_ascii_lowercase();
-            if DROPPED.contains(&lower.as_str()) || named_by_connection.contains(&lower) {
-                continue;
-            }
-            out.extend_from_slice(name.as_bytes());
-            out.extend_from_slice(b": ");
-            out.extend_from_slice(value);
-            out.extend_from_slice(b"\r\n");
-        }
+        http::write_forwarded_headers(&mut out, headers, DROPPED);
         out.extend_from_slice(credential_line);
         out.extend_from_slice(b"\r\n");
         out

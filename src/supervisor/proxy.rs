@@ -445,10 +445,6 @@ fn parse_target(head: &RequestHead, record: &mut ConnectionRecord) -> Result<Tar
 /// headers removed, and `Connection: close` (one request per connection keeps every request of
 /// the connection aimed at the host that was checked).
 fn forwarded_head(head: &RequestHead, target: &Target, path: &str) -> Vec<u8> {
-    let named_by_connection: Vec<String> = io::header_values(&head.headers, "connection")
-        .flat_map(|v| v.split(|b| *b == b','))
-        .map(|v| String::from_utf8_lossy(v).trim().to_ascii_lowercase())
-        .collect();
     const DROPPED: &[&str] = &[
         "host",
         "connection",
@@ -467,16 +463,7 @@ fn forwarded_head(head: &RequestHead, target: &Target, path: &str) -> Vec<u8> {
         format!("{}:{}", target.host, target.port)
     };
     out.extend_from_slice(format!("Host: {host}\r\n").as_bytes());
-    for (name, value) in &head.headers {
-        let lower = name.to_ascii_lowercase();
-        if DROPPED.contains(&lower.as_str()) || named_by_connection.contains(&lower) {
-            continue;
-        }
-        out.extend_from_slice(name.as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value);
-        out.extend_from_slice(b"\r\n");
-    }
+    io::write_forwarded_headers(&mut out, &head.headers, DROPPED);
     out.extend_from_slice(b"Connection: close\r\n\r\n");
     out
 }

@@ -487,3 +487,22 @@ fn copy_half(from: &TcpStream, to: &TcpStream, count: &mut u64) -> io::Result<()
     }
     result
 }
+
+/// Copies `headers` to `out` as `Name: value` lines, leaving out the names in `dropped` and the
+/// hop-by-hop headers the request's own `Connection` header names (both compared lower-case).
+pub fn write_forwarded_headers(out: &mut Vec<u8>, headers: &[Header], dropped: &[&str]) {
+    let named_by_connection: Vec<String> = header_values(headers, "connection")
+        .flat_map(|v| v.split(|b| *b == b','))
+        .map(|v| String::from_utf8_lossy(v).trim().to_ascii_lowercase())
+        .collect();
+    for (name, value) in headers {
+        let lower = name.to_ascii_lowercase();
+        if dropped.contains(&lower.as_str()) || named_by_connection.contains(&lower) {
+            continue;
+        }
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value);
+        out.extend_from_slice(b"\r\n");
+    }
+}
