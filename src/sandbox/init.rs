@@ -588,6 +588,9 @@ fn supervise(
                 if let Some(last) = reap(command, status) {
                     report(status, &last);
                     kill_everything(isolation, command);
+                    // Nothing of the sandbox runs any more: the supervisor need not wait for
+                    // this process's own exit (the namespaces' teardown happens in it).
+                    report(status, &InitEvent::AllGone);
                     return;
                 }
             } else if let Ok(signal) = Signal::try_from(sig) {

@@ -493,6 +493,7 @@ fn launch(
         kill_at: None,
         timed_out: false,
         lifeline: Some(lifeline_write),
+        all_gone: false,
     };
     let outcome = relay.run();
     if let Some((handle, drain)) = proxy {
@@ -544,6 +545,8 @@ struct Relay<'t> {
     timed_out: bool,
     /// Closing it makes the init kill everything and exit (also without a pid namespace).
     lifeline: Option<OwnedFd>,
+    /// The init reported that nothing else of the sandbox is left.
+    all_gone: bool,
 }
 
 /// How long a command has between SIGTERM and SIGKILL when `--timeout` ends it.
@@ -562,6 +565,11 @@ impl Relay<'_> {
         loop {
             let master_open = self.master.is_some();
             if self.init_exit.is_some() && !status_open && !master_open {
+                break;
+            }
+            // The command ended and the init has reaped everything else: the init's own exit
+            // (the namespaces' teardown) need not be waited for.
+            if self.all_gone && self.final_event.is_some() && !master_open {
                 break;
             }
             let stdin = io::stdin();
@@ -718,6 +726,7 @@ impl Relay<'_> {
             match event {
                 InitEvent::Started { enforcement, .. } => self.enforcement = enforcement,
                 InitEvent::Stopped { .. } => self.suspend(),
+                InitEvent::AllGone => self.all_gone = true,
                 other => self.final_event = Some(other),
             }
         }

@@ -32,6 +32,8 @@ pub enum InitEvent {
     SetupFailed {
         message: String,
     },
+    /// After the final event: every other process of the sandbox has been killed and reaped.
+    AllGone,
 }
 
 /// How the run ended, from the caller's point of view.
