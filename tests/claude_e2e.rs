@@ -378,6 +378,16 @@ both_claude!(outside_writes_and_subagent_calls_are_denied, |w: &World| {
     run.expect_decision(&call_id(None, 1), "allow", "subagents");
     assert_denied_by(&run, &mock, &call_id(Some(0), 0), "net-tools-unattended");
     assert_denied_by(&run, &mock, &call_id(Some(0), 1), "default");
+    // The audit record says which agent asked: the subagent's calls carry its id and type.
+    let sub = run.decision(&call_id(Some(0), 0));
+    assert!(
+        !sub["agent_id"].is_null() || !sub["agent_type"].is_null(),
+        "subagent record: {sub:#}"
+    );
+    assert!(
+        run.decision(&call_id(None, 0))["agent_id"].is_null(),
+        "main agent record"
+    );
     // The subagent's results went back in the subagent's own conversation.
     let sub_requests: Vec<_> = mock
         .messages_requests()

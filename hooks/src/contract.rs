@@ -141,6 +141,11 @@ pub struct HookInput {
     /// PostToolUseFailure: the error.
     #[serde(default)]
     pub error: Option<Value>,
+    /// Inside a subagent: its id and type (the audit record says which agent asked).
+    #[serde(default)]
+    pub agent_id: Option<Value>,
+    #[serde(default)]
+    pub agent_type: Option<Value>,
 }
 
 /// Judges a PreToolUse input: missing fields deny (fail closed).
@@ -577,6 +582,8 @@ fn base_record(
         "event": event,
         "session_id": input.session_id,
         "tool_use_id": input.tool_use_id,
+        "agent_id": input.agent_id,
+        "agent_type": input.agent_type,
         "profile": policy.map(|p| p.profile.clone()),
         "hook_pid": std::process::id(),
         "ts_ms": ts_ms,
