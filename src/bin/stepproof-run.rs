@@ -369,5 +369,6 @@ fn main() {
             );
         }
     }
+    tracing::debug!("exiting");
     std::process::exit(outcome.exit_code());
 }
