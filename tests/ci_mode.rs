@@ -30,12 +30,10 @@ both!(timeout_ends_a_tree_that_ignores_sigterm, |w: &World| {
         "took {:?}",
         start.elapsed()
     );
-    let left = fs::read_dir("/proc").unwrap().flatten().any(|e| {
-        fs::read(e.path().join("cmdline"))
-            .map(|c| c == format!("sleep\0{marker}\0").as_bytes())
-            .unwrap_or(false)
-    });
-    assert!(!left, "a process of the sandbox outlived --timeout");
+    assert!(
+        !process_running(&["sleep", &marker]),
+        "a process of the sandbox outlived --timeout"
+    );
 });
 
 both!(selftest_holds, |w: &World| {

@@ -335,13 +335,7 @@ both!(killing_the_supervisor_kills_the_command, |w: &World| {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let find = || {
-        fs::read_dir("/proc").unwrap().flatten().any(|e| {
-            fs::read(e.path().join("cmdline"))
-                .map(|c| c == format!("sleep\0{marker}\0").as_bytes())
-                .unwrap_or(false)
-        })
-    };
+    let find = || process_running(&["sleep", &marker]);
     let start = Instant::now();
     while !find() {
         assert!(

@@ -236,7 +236,9 @@ fn launch(args: &Args) -> Result<(Outcome, Option<AssuranceReport>), String> {
     if let Some(dir) = &plan.scratch_dir {
         let _ = std::fs::remove_dir_all(dir);
     }
-    if let Some(audit) = &audit {
+    let wants_summary =
+        args.ci || args.fail_on_deny || args.summary.is_some() || args.summary_json.is_some();
+    if let Some(audit) = audit.as_ref().filter(|_| wants_summary) {
         let summary = stepproof::ci::Summary::from_audit_log(audit.path(), &audit.head_hash());
         if args.fail_on_deny
             && !summary.denials.is_empty()

@@ -10,16 +10,10 @@ use crate::sandbox::env::build_environment;
 use crate::sandbox::landlock::{self, FsAccess, LandlockPlan, LandlockRule, TcpPolicy};
 use crate::sandbox::plan::{
     DEVICE_NODES, HostFacts, IdentityMode, Isolation, PlanError, SandboxPlan, choose_identity,
-    existing, hide_target, home_sockets, other_projects, protected_paths,
+    existing, hide_target, home_sockets, landlock_rule, other_projects, protected_paths,
 };
 use std::fs;
 use std::path::{Path, PathBuf};
-
-fn rule(path: impl Into<PathBuf>, access: FsAccess) -> Result<LandlockRule, PlanError> {
-    let path = path.into();
-    LandlockRule::new(path.clone(), access)
-        .map_err(|e| PlanError::Refused(format!("Landlock rule for {}: {e}", path.display())))
-}
 
 pub fn build_degraded_plan(profile: &Profile, facts: &HostFacts) -> Result<SandboxPlan, PlanError> {
     if !profile.degraded.allow {
@@ -96,18 +90,18 @@ pub fn build_degraded_plan(profile: &Profile, facts: &HostFacts) -> Result<Sandb
     for spec in &profile.filesystem.system {
         let path = resolve(spec);
         if fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_dir()) {
-            rules.push(rule(path, FsAccess::ReadExecute)?);
+            rules.push(landlock_rule(path, FsAccess::ReadExecute)?);
         }
     }
-    rules.push(rule("/proc", FsAccess::ReadExecute)?);
-    rules.push(rule("/sys", FsAccess::ReadExecute)?);
+    rules.push(landlock_rule("/proc", FsAccess::ReadExecute)?);
+    rules.push(landlock_rule("/sys", FsAccess::ReadExecute)?);
     let devices = DEVICE_NODES
         .iter()
         .map(|n| format!("/dev/{n}"))
         .chain(["/dev/pts".into(), "/dev/ptmx".into()]);
     for device in devices {
         if Path::new(&device).exists() {
-            rules.push(rule(device, FsAccess::Device)?);
+            rules.push(landlock_rule(device, FsAccess::Device)?);
         }
     }
     let list_dir = |dir: &Path| landlock::list_dir(dir);
@@ -133,7 +127,7 @@ pub fn build_degraded_plan(profile: &Profile, facts: &HostFacts) -> Result<Sandb
         let path = existing(resolve(spec), "filesystem.read_only")?;
         grant(&path, FsAccess::ReadExecute, &mut rules)?;
     }
-    rules.push(rule(scratch.clone(), FsAccess::ReadWrite)?);
+    rules.push(landlock_rule(scratch.clone(), FsAccess::ReadWrite)?);
 
     let protected_paths = protected_paths(profile, &workspace, &home, &mut notes);
     let writable_protected: Vec<String> = protected_paths

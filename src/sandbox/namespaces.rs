@@ -59,30 +59,15 @@ pub fn write_id_maps(child: i32, identity: &Identity) -> Result<(), NamespaceErr
 /// on disk as root's. Its holder process is released at once and never waited for here (it is
 /// reaped when the supervisor exits): waiting cost a scheduling round trip on every launch.
 pub fn root_to_sandbox_userns(outside_id: u32) -> Result<OwnedFd, NamespaceError> {
-    let fail = |step, source| NamespaceError {
-        step,
-        path: "the idmap user namespace".into(),
-        source,
-        hint: USERNS_HINT,
-    };
-    let (release_read, release_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-        .map_err(|e| fail("creating a pipe for", e.into()))?;
-    let holder =
-        sys::spawn_user_namespace_holder(&release_read).map_err(|e| fail("creating", e))?;
-    let child = holder.pid;
-    let result = (|| {
-        write_proc(
-            child,
-            "uid_map",
-            &format!("0 {outside_id} 1\n"),
-            "writing the uid map",
-        )?;
-        write_proc(
-            child,
-            "gid_map",
-            &format!("0 {outside_id} 1\n"),
-            "writing the gid map",
-        )?;
+    with_new_user_namespace(|child| {
+        for file in ["uid_map", "gid_map"] {
+            write_proc(
+                child,
+                file,
+                &format!("0 {outside_id} 1\n"),
+                "writing the id map",
+            )?;
+        }
         let path = PathBuf::from(format!("/proc/{child}/ns/user"));
         File::open(&path)
             .map(OwnedFd::from)
@@ -92,28 +77,33 @@ pub fn root_to_sandbox_userns(outside_id: u32) -> Result<OwnedFd, NamespaceError
                 source,
                 hint: "",
             })
-    })();
-    // A byte, not end-of-file: the holder has its own copy of the write end (it shares our
-    // memory, not our descriptor table).
-    let _ = nix::unistd::write(&release_write, b"x");
-    // The holder's stack must outlive it; it exits within microseconds of the release, but
-    // nothing here waits to know, so the stack is kept for the life of the process.
-    std::mem::forget(holder);
-    result
+    })?
 }
 
 /// Whether this process may create a user namespace at all (asked only by profiles that allow
 /// the Landlock + seccomp-only mode). Costs one CLONE_VM child that is never waited for.
 pub fn user_namespaces_available() -> bool {
-    let Ok((release_read, release_write)) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) else {
-        return false;
+    with_new_user_namespace(|_| ()).is_ok()
+}
+
+/// Runs `use_it` with the pid of a CLONE_VM child holding a new user namespace, then releases
+/// the child. It is never waited for (it exits within microseconds and is reaped with the
+/// supervisor); its stack is kept for the life of the process for that reason.
+fn with_new_user_namespace<T>(use_it: impl FnOnce(i32) -> T) -> Result<T, NamespaceError> {
+    let fail = |step, source| NamespaceError {
+        step,
+        path: "a new user namespace".into(),
+        source,
+        hint: USERNS_HINT,
     };
-    match sys::spawn_user_namespace_holder(&release_read) {
-        Ok(holder) => {
-            let _ = nix::unistd::write(&release_write, b"x");
-            std::mem::forget(holder);
-            true
-        }
-        Err(_) => false,
-    }
+    let (release_read, release_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(|e| fail("creating a pipe for", e.into()))?;
+    let holder =
+        sys::spawn_user_namespace_holder(&release_read).map_err(|e| fail("creating", e))?;
+    let result = use_it(holder.pid);
+    // A byte, not end-of-file: the holder has its own copy of the write end (it shares our
+    // memory, not our descriptor table).
+    let _ = nix::unistd::write(&release_write, b"x");
+    std::mem::forget(holder);
+    Ok(result)
 }

@@ -450,12 +450,21 @@ pub fn build_plan(profile: &Profile, facts: &HostFacts) -> Result<SandboxPlan, P
     })
 }
 
+/// A checked Landlock rule; a path Landlock must not be given (a writable /proc, …) refuses the
+/// plan.
+pub(crate) fn landlock_rule(
+    path: impl Into<PathBuf>,
+    access: FsAccess,
+) -> Result<LandlockRule, PlanError> {
+    let path = path.into();
+    LandlockRule::new(path.clone(), access)
+        .map_err(|e| PlanError::Refused(format!("Landlock rule for {}: {e}", path.display())))
+}
+
 /// The Landlock rules that mirror the mount list: read-execute where the view is read-only,
 /// read-write where it is writable, device rights on the device nodes and terminals.
 fn landlock_rules(mounts: &[MountOp]) -> Result<Vec<LandlockRule>, PlanError> {
-    let list_root = LandlockRule::new("/", FsAccess::ListDirectories)
-        .map_err(|e| PlanError::Refused(format!("Landlock rule for /: {e}")))?;
-    let mut rules = vec![list_root];
+    let mut rules = vec![landlock_rule("/", FsAccess::ListDirectories)?];
     for op in mounts {
         let (path, access) = match op {
             MountOp::Bind { dst, access, .. } | MountOp::IdmappedBind { dst, access, .. } => (
@@ -486,10 +495,7 @@ fn landlock_rules(mounts: &[MountOp]) -> Result<Vec<LandlockRule>, PlanError> {
             ),
             MountOp::Overlay { dst, .. } => (dst, FsAccess::ReadExecute),
         };
-        let rule = LandlockRule::new(path.clone(), access).map_err(|e| {
-            PlanError::Refused(format!("Landlock rule for {}: {e}", path.display()))
-        })?;
-        rules.push(rule);
+        rules.push(landlock_rule(path.clone(), access)?);
     }
     Ok(rules)
 }

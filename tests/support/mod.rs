@@ -297,6 +297,15 @@ impl Probes {
     }
 }
 
+/// Whether any process on the host has exactly this command line (`["sleep", "123"]`).
+pub fn process_running(argv: &[&str]) -> bool {
+    let wanted: Vec<u8> = argv.iter().flat_map(|a| a.bytes().chain([0])).collect();
+    fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .any(|e| fs::read(e.path().join("cmdline")).is_ok_and(|c| c == wanted))
+}
+
 pub fn chown_tree(path: &Path, (uid, gid): (u32, u32)) {
     let _ = std::os::unix::fs::lchown(path, Some(uid), Some(gid));
     if path.is_dir() && !path.is_symlink() {
