@@ -106,6 +106,7 @@ fn open_audit_log(
 /// hidden like the rest of StepProof's state), then the plan and the run.
 fn launch(args: &Args) -> Result<(Outcome, Option<AssuranceReport>), String> {
     let profile = Profile::load(args.profile.as_deref()).map_err(|e| e.to_string())?;
+    // The kernel's part of the namespaces starts now, on the other core, while the plan is built.
     let facts = cli::gather_facts(
         args.workspace.as_deref(),
         profile.process.allow_root_fallback,
@@ -325,6 +326,9 @@ Status: `{}`
 }
 
 fn main() {
+    // The kernel's part of the sandbox's namespaces starts first, on the other core, while the
+    // arguments, the profile and the plan are read and built here.
+    spawn::start_namespace_seed();
     let args = match Args::try_parse() {
         Ok(args) => args,
         Err(e) => {

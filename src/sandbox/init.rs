@@ -7,7 +7,7 @@ use crate::sandbox::env::GATEWAY_SOCKET;
 use crate::sandbox::mounts::{self, IdmappedTrees};
 use crate::sandbox::plan::{IdentityMode, Isolation, SandboxPlan};
 use crate::sandbox::report::CommandEnforcement;
-use crate::sandbox::sys::{self, CloneResult};
+use crate::sandbox::sys;
 use crate::sandbox::{landlock, rlimits, seccomp};
 use crate::supervisor::pty::{TerminalRequest, open_terminal_inside};
 use crate::supervisor::status::InitEvent;
@@ -19,7 +19,7 @@ use nix::unistd::{Gid, Pid, Uid};
 use std::ffi::CString;
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::{AsFd, AsRawFd, IntoRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
@@ -28,8 +28,6 @@ pub struct InitArgs<'a> {
     pub plan: &'a SandboxPlan,
     pub argv: Vec<CString>,
     pub envp: Vec<CString>,
-    /// Readable once the supervisor has written our id maps.
-    pub go: OwnedFd,
     /// Where `InitEvent`s go.
     pub status: OwnedFd,
     /// Its write end stays with the supervisor: hang-up means the supervisor is gone.
@@ -41,6 +39,8 @@ pub struct InitArgs<'a> {
     pub proxy_channel: Option<OwnedFd>,
     /// The credential gateway: where to send the unix socket made on the sandbox's /run.
     pub gateway_channel: Option<OwnedFd>,
+    /// Where the sandbox's network namespace arrives (made by the seed's network maker).
+    pub netns: Option<OwnedFd>,
     pub idmapped: IdmappedTrees,
     /// Descriptors of host paths the plan binds (`FromSupervisor`), in order.
     pub handed: crate::sandbox::mounts::SupervisorPaths,
@@ -84,38 +84,11 @@ fn report(status: &mut File, event: &InitEvent) {
 /// status pipe).
 pub fn run_init(args: InitArgs<'_>) -> i32 {
     let mut status = File::from(args.status);
-    // A network namespace of our own, made by a helper child on the other core while this
-    // process builds the view (it is the costliest namespace to create); joined before the
-    // capabilities go. The capabilities it needs are ours from the clone on.
-    let netns = if args.plan.isolation == Isolation::Namespaces
-        && args.plan.network != crate::profile::NetworkMode::Host
-    {
-        match NetnsHelper::spawn() {
-            Ok(helper) => Some(helper),
-            Err(e) => {
-                report(
-                    &mut status,
-                    &InitEvent::SetupFailed {
-                        message: e.to_string(),
-                    },
-                );
-                return 125;
-            }
-        }
-    } else {
-        None
-    };
-    let mut byte = [0u8; 1];
-    if !matches!(File::from(args.go).read(&mut byte), Ok(1)) {
-        // The supervisor failed to map our ids and is going away.
-        return 125;
-    }
-    tracing::debug!("init: maps written");
     if let Err(e) = enter_sandbox(
         args.plan,
         args.idmapped,
         args.handed,
-        netns,
+        args.netns,
         args.proxy_channel,
     ) {
         report(
@@ -228,7 +201,7 @@ fn enter_sandbox(
     plan: &SandboxPlan,
     idmapped: IdmappedTrees,
     handed: crate::sandbox::mounts::SupervisorPaths,
-    netns: Option<NetnsHelper>,
+    netns: Option<OwnedFd>,
     proxy_channel: Option<OwnedFd>,
 ) -> Result<(), SetupError> {
     if plan.isolation == Isolation::LandlockSeccompOnly {
@@ -243,11 +216,12 @@ fn enter_sandbox(
     // The file system view, ending with pivot_root and the old root detached.
     mounts::build_view(plan, idmapped, handed)?;
     tracing::debug!("init: view built");
-    // Join the network namespace the helper made meanwhile (setns needs CAP_SYS_ADMIN, which
-    // goes below), then open the proxy's port on its loopback.
-    if let Some(helper) = netns {
-        helper.join()?;
+    // Join the network namespace the seed's maker made meanwhile (setns needs CAP_SYS_ADMIN,
+    // which goes below), then open the proxy's port on its loopback.
+    if let Some(channel) = netns {
+        join_network(&channel)?;
     }
+    tracing::debug!("init: network joined");
     if let Some(channel) = proxy_channel {
         listen_for_proxy(plan, &channel).map_err(|source| SetupError::Process {
             step: "opening the proxy's port inside the sandbox",
@@ -308,57 +282,19 @@ fn listen_for_proxy(plan: &SandboxPlan, channel: &OwnedFd) -> std::io::Result<()
 
 /// A child that creates the sandbox's network namespace (loopback up) and holds it until the
 /// init has joined it.
-struct NetnsHelper {
-    pid: Pid,
-    ready: OwnedFd,
-    hold: OwnedFd,
-}
-
-impl NetnsHelper {
-    fn spawn() -> Result<NetnsHelper, SetupError> {
-        let fail = |e: std::io::Error| SetupError::Loopback(e);
-        let (ready_read, ready_write) =
-            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| fail(e.into()))?;
-        let (hold_read, hold_write) =
-            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| fail(e.into()))?;
-        match sys::fork().map_err(fail)? {
-            CloneResult::Child => {
-                drop((ready_read, hold_write));
-                let made = nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)
-                    .map_err(std::io::Error::from)
-                    .and_then(|()| sys::bring_loopback_up());
-                let _ = nix::unistd::write(&ready_write, if made.is_ok() { b"1" } else { b"0" });
-                let mut byte = [0u8; 1];
-                let _ = File::from(hold_read).read(&mut byte);
-                sys::exit_now(0);
-            }
-            CloneResult::Parent { child } => Ok(NetnsHelper {
-                pid: Pid::from_raw(child),
-                ready: ready_read,
-                hold: hold_write,
-            }),
-        }
-    }
-
-    /// Waits for the namespace, joins it, and lets the helper go.
-    fn join(self) -> Result<(), SetupError> {
-        let mut byte = [0u8; 1];
-        let ready = File::from(self.ready)
-            .read(&mut byte)
-            .map(|n| n == 1 && byte[0] == b'1');
-        let joined = match ready {
-            Ok(true) => File::open(format!("/proc/{}/ns/net", self.pid)).and_then(|ns| {
-                nix::sched::setns(ns, nix::sched::CloneFlags::CLONE_NEWNET).map_err(Into::into)
-            }),
-            Ok(false) => Err(std::io::Error::other(
-                "the helper could not create the network namespace",
-            )),
-            Err(e) => Err(e),
-        };
-        drop(self.hold);
-        let _ = waitpid(self.pid, None);
-        joined.map_err(SetupError::Loopback)
-    }
+/// Receives the network namespace from the supervisor and enters it. No namespace (the maker
+/// failed, the supervisor is gone) stops the set-up: the command never runs on the host's
+/// network when the profile asked for its own.
+fn join_network(channel: &OwnedFd) -> Result<(), SetupError> {
+    let netns = crate::supervisor::fdpass::receive_fd(channel)
+        .map_err(SetupError::Loopback)?
+        .ok_or_else(|| {
+            SetupError::Loopback(std::io::Error::other(
+                "the supervisor sent no network namespace",
+            ))
+        })?;
+    nix::sched::setns(netns, nix::sched::CloneFlags::CLONE_NEWNET)
+        .map_err(|e| SetupError::Loopback(e.into()))
 }
 
 fn become_sandbox_user(plan: &SandboxPlan) -> Result<(), SetupError> {
@@ -405,20 +341,23 @@ fn start_command(
     };
     let (err_read, err_write) =
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| io_fail("pipe2", e.into()))?;
-    match sys::fork().map_err(|e| io_fail("fork", e))? {
-        CloneResult::Child => {
-            drop(err_read);
-            let (step, error) = exec_command(plan, argv, envp, tty, seccomp, &err_write);
-            let errno = error.raw_os_error().unwrap_or(0);
-            let mut message = vec![b'E'];
-            message.extend_from_slice(&errno.to_ne_bytes());
-            message.extend_from_slice(step.as_bytes());
-            message.push(0);
-            message.extend_from_slice(error.to_string().as_bytes());
-            let _ = File::from(err_write).write_all(&message);
-            sys::exit_now(127);
-        }
-        CloneResult::Parent { child } => {
+    // The child shares the init's memory until it execs (see `spawn_sharing_memory`): it gets
+    // references and descriptor numbers only.
+    let tty_fd = tty.as_ref().map(|fd| fd.as_raw_fd());
+    let spawned = sys::spawn_sharing_memory(|| {
+        let (step, error) = exec_command(plan, argv, envp, tty_fd, seccomp, &err_write);
+        let errno = error.raw_os_error().unwrap_or(0);
+        let mut message = vec![b'E'];
+        message.extend_from_slice(&errno.to_ne_bytes());
+        message.extend_from_slice(step.as_bytes());
+        message.push(0);
+        message.extend_from_slice(error.to_string().as_bytes());
+        write_fully(&err_write, &message);
+        127
+    });
+    match spawned.map_err(|e| io_fail("clone", e)) {
+        Err(e) => Err(e),
+        Ok(child) => {
             drop(err_write);
             // Also from this side, so neither order of the two processes leaves a window.
             let _ = nix::unistd::setpgid(Pid::from_raw(child), Pid::from_raw(child));
@@ -447,13 +386,25 @@ fn start_command(
     }
 }
 
-/// In the forked child: the command's own set-up, in order, then `execve`. Returns only on
+/// Writes all of `data` to a pipe (the command's child reports through it).
+fn write_fully(fd: &OwnedFd, mut data: &[u8]) {
+    while !data.is_empty() {
+        match nix::unistd::write(fd, data) {
+            Ok(0) => return,
+            Ok(n) => data = &data[n..],
+            Err(nix::Error::EINTR) => {}
+            Err(_) => return,
+        }
+    }
+}
+
+/// In the command's child (sharing the init's memory until execve): its own set-up, in order, then `execve`. Returns only on
 /// failure, with the step that failed.
 fn exec_command(
     plan: &SandboxPlan,
     argv: &[CString],
     envp: &[CString],
-    tty: Option<OwnedFd>,
+    tty: Option<std::os::fd::RawFd>,
     seccomp: &[seccompiler::BpfProgram],
     err_pipe: &OwnedFd,
 ) -> (&'static str, std::io::Error) {
@@ -473,7 +424,7 @@ fn exec_command(
         nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0))
     );
     // Raw from here on: close_range below closes it, and no destructor may close it twice.
-    if let Some(tty) = tty.map(IntoRawFd::into_raw_fd) {
+    if let Some(tty) = tty {
         step!("tcsetpgrp", sys::set_foreground_group(tty));
         for target in 0..=2 {
             step!("dup2", sys::dup2(tty, target));

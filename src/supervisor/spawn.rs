@@ -24,7 +24,7 @@ use nix::unistd::Pid;
 use std::ffi::{CString, OsString};
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::OnceLock;
 
@@ -94,6 +94,34 @@ fn idmap_userns() -> Result<&'static OwnedFd, LaunchError> {
             source: io::Error::other(message.clone()),
             hint: USERNS_HINT,
         })
+}
+
+/// The namespace seed started early (see [`start_namespace_seed`]), waiting for the launch.
+static EARLY_SEED: std::sync::Mutex<Option<(bool, sys::seed::NamespaceSeed)>> =
+    std::sync::Mutex::new(None);
+
+/// Starts the sandbox's user namespace and its network namespace first thing, before the
+/// profile is read: the kernel builds them (the network namespace costs about half a
+/// millisecond) on the other core while this process reads the profile and builds the plan. A
+/// profile that shares the host's network gets a new seed without one at launch; a run that
+/// ends before its launch stops the seed. A failure here is not reported: the launch tries
+/// again and reports it then (or runs without namespaces where the profile allows that).
+pub fn start_namespace_seed() {
+    let new_net = true;
+    if let Ok(seed) = sys::seed::NamespaceSeed::spawn(new_net)
+        && let Ok(mut slot) = EARLY_SEED.lock()
+    {
+        *slot = Some((new_net, seed));
+    }
+}
+
+/// The early seed if it fits, else a new one.
+fn take_seed(new_net: bool) -> io::Result<sys::seed::NamespaceSeed> {
+    let early = EARLY_SEED.lock().ok().and_then(|mut slot| slot.take());
+    match early {
+        Some((net, seed)) if net == new_net => Ok(seed),
+        _ => sys::seed::NamespaceSeed::spawn(new_net),
+    }
 }
 
 /// Detached idmapped copies of the trees the plan binds through an id mapping (root
@@ -328,70 +356,89 @@ fn launch(
         .map_err(nix_os("creating a signalfd"))?;
     let pipe =
         || nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(nix_os("creating a pipe"));
-    let (go_read, go_write) = pipe()?;
     let (status_read, status_write) = pipe()?;
     let (lifeline_read, lifeline_write) = pipe()?;
     let (seccomp_read, seccomp_write) = pipe()?;
-
-    let flags = if !namespaces {
-        0
+    // The network namespace reaches the init through this channel once the seed's network
+    // maker has made it (the init joins it after building the view).
+    let (netns_ours, netns_theirs) = if namespaces && plan.network != NetworkMode::Host {
+        let (ours, theirs) = fdpass::channel().map_err(os("creating the network channel"))?;
+        (Some(ours), Some(theirs))
     } else {
-        libc::CLONE_NEWUSER
-            | libc::CLONE_NEWNS
+        (None, None)
+    };
+
+    // The init's side of everything, and the numbers of this side's descriptors, which the init
+    // closes in its copy of the table.
+    let ours: Vec<std::os::fd::RawFd> = [
+        Some(status_read.as_raw_fd()),
+        Some(lifeline_write.as_raw_fd()),
+        Some(seccomp_write.as_raw_fd()),
+        terminal_channel.as_ref().map(|fd| fd.as_raw_fd()),
+        proxy_channel_ours.as_ref().map(|fd| fd.as_raw_fd()),
+        gateway_channel_ours.as_ref().map(|fd| fd.as_raw_fd()),
+        netns_ours.as_ref().map(|fd| fd.as_raw_fd()),
+        Some(signal_fd.as_raw_fd()),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let init_signals = signals;
+    let init = move || -> i32 {
+        let _ = init_signals.thread_set_mask();
+        for fd in ours {
+            sys::seed::close_inherited(fd);
+        }
+        run_init(InitArgs {
+            plan,
+            argv,
+            envp,
+            status: status_write,
+            lifeline: lifeline_read,
+            terminal: terminal_request,
+            proxy_channel: proxy_channel_theirs,
+            gateway_channel: gateway_channel_theirs,
+            netns: netns_theirs,
+            idmapped,
+            handed,
+            seccomp: seccomp_read,
+            signals: init_signals,
+        })
+    };
+    let mut seed = None;
+    let child = if namespaces {
+        // The seed holds the sandbox's user namespace (its network maker has been making the
+        // network namespace since the start); the init is cloned into it with the other
+        // namespaces, after its id maps are written, so it starts with its ids in place.
+        let new_seed = take_seed(netns_ours.is_some()).map_err(|source| LaunchError::Os {
+            step: "creating the sandbox's user namespace".into(),
+            source,
+            hint: USERNS_HINT,
+        })?;
+        let seed = seed.insert(new_seed);
+        namespaces::write_id_maps(seed.pid(), &plan.identity)?;
+        let flags = libc::CLONE_NEWNS
             | libc::CLONE_NEWPID
             | libc::CLONE_NEWIPC
             | libc::CLONE_NEWUTS
-            | libc::CLONE_NEWCGROUP
-    };
-    // The network namespace, the costliest to create, is made by the init itself (it has the
-    // capabilities in its new user namespace at once), so that its cost overlaps with the
-    // supervisor's own work below.
-    let child = match sys::clone_with_namespaces(flags).map_err(|source| LaunchError::Os {
-        step: "creating the sandbox namespaces (clone)".into(),
-        source,
-        hint: USERNS_HINT,
-    })? {
-        CloneResult::Child => {
-            drop((
-                go_write,
-                status_read,
-                lifeline_write,
-                seccomp_write,
-                terminal_channel,
-                proxy_channel_ours,
-                gateway_channel_ours,
-                signal_fd,
-            ));
-            let code = run_init(InitArgs {
-                plan,
-                argv,
-                envp,
-                go: go_read,
-                status: status_write,
-                lifeline: lifeline_read,
-                terminal: terminal_request,
-                proxy_channel: proxy_channel_theirs,
-                gateway_channel: gateway_channel_theirs,
-                idmapped,
-                handed,
-                seccomp: seccomp_read,
-                signals,
-            });
-            sys::exit_now(code);
+            | libc::CLONE_NEWCGROUP;
+        let pid = seed
+            .clone_init(flags, init)
+            .map_err(|source| LaunchError::Os {
+                step: "creating the sandbox namespaces (clone)".into(),
+                source,
+                hint: USERNS_HINT,
+            })?;
+        Pid::from_raw(pid)
+    } else {
+        match sys::fork().map_err(os("starting the sandbox init (fork)"))? {
+            CloneResult::Child => sys::exit_now(init()),
+            CloneResult::Parent { child } => {
+                drop(init);
+                Pid::from_raw(child)
+            }
         }
-        CloneResult::Parent { child } => Pid::from_raw(child),
     };
-    drop((
-        go_read,
-        status_write,
-        lifeline_read,
-        seccomp_read,
-        terminal_request,
-        proxy_channel_theirs,
-        gateway_channel_theirs,
-        idmapped,
-        handed,
-    ));
     // Records from the hook, checked message by message against the hook binary's identity.
     let receiver = match (hook_listener, audit, &plan.agent) {
         (Some(listener), Some(audit), Some(state)) => {
@@ -413,15 +460,6 @@ fn launch(
     };
 
     tracing::debug!("sandbox cloned");
-    if namespaces && let Err(e) = namespaces::write_id_maps(child.as_raw(), &plan.identity) {
-        drop(go_write);
-        let _ = kill(child, Signal::SIGKILL);
-        let _ = waitpid(child, None);
-        return Err(e.into());
-    }
-    File::from(go_write)
-        .write_all(b"g")
-        .map_err(os("starting the sandbox init"))?;
     // Compiled here, on this core, while the init builds the view on the other; the init waits
     // for it before starting the command, and refuses to start it without one.
     let arch = seccomp::Arch::native();
@@ -436,6 +474,17 @@ fn launch(
             None
         }
     };
+    // The network namespace, when the maker has it; without it the init refuses to go on.
+    if let (Some(channel), Some(seed)) = (&netns_ours, seed.as_mut()) {
+        match seed.take_network() {
+            Ok(netns) => {
+                let _ = fdpass::send_fd(channel, &netns);
+            }
+            Err(e) => tracing::error!("creating the network namespace: {e}"),
+        }
+    }
+    drop(netns_ours);
+    drop(seed);
     let proxy = match &proxy_channel_ours {
         Some(channel) => fdpass::receive_fd(channel)
             .map_err(os("receiving the proxy's socket"))?

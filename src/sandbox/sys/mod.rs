@@ -11,6 +11,7 @@ use std::path::Path;
 
 pub mod kernel;
 pub mod probe;
+pub mod seed;
 
 fn cstring(path: &Path) -> io::Result<CString> {
     CString::new(path.as_os_str().as_bytes())
@@ -60,6 +61,49 @@ pub fn clone_with_namespaces(flags: libc::c_int) -> io::Result<CloneResult> {
 /// Plain `fork(2)`. Same single-thread rule as above.
 pub fn fork() -> io::Result<CloneResult> {
     clone_with_namespaces(0)
+}
+
+/// Starts a child that shares this process's memory and runs `child` until it calls `execve`
+/// or exits, while this thread waits (`CLONE_VM | CLONE_VFORK`, as `posix_spawn` does): no
+/// page tables are copied and no copy-on-write faults follow, which a fork of the init would
+/// cost on every launch. Returns the child's pid once it has exec'd or exited.
+///
+/// Contract for `child`, which runs on its own stack in this process's memory: it must not
+/// drop or move out anything this process owns (capture references and plain numbers only);
+/// allocating is fine (this thread is suspended meanwhile, so the allocator's state stays
+/// consistent). It must end in `execve` or `_exit`; its return value becomes the exit code.
+/// This process must be single-threaded.
+pub fn spawn_sharing_memory<F: FnOnce() -> i32>(child: F) -> io::Result<libc::pid_t> {
+    const STACK: usize = 1024 * 1024;
+    extern "C" fn trampoline<F: FnOnce() -> i32>(arg: *mut libc::c_void) -> libc::c_int {
+        // SAFETY: `arg` is the `Option<F>` below, in the memory we share with the suspended
+        // parent, alive until the parent resumes.
+        let slot = unsafe { &mut *(arg as *mut Option<F>) };
+        let code = slot.take().map_or(127, |f| f());
+        // SAFETY: _exit runs no destructors and no atexit handlers (which would touch the
+        // parent's state).
+        unsafe { libc::_exit(code) }
+    }
+    let mut stack = vec![0u8; STACK].into_boxed_slice();
+    // The stack grows down on every architecture we build for; align the top to 16 bytes.
+    let top = (stack.as_mut_ptr() as usize + STACK) & !0xf;
+    let mut slot = Some(child);
+    // SAFETY: the child runs `trampoline` on `stack`, which outlives it (this thread is
+    // suspended until the child has exec'd or exited, and only then is the stack freed); the
+    // argument points to `slot`, alive for as long. The closure's contract is documented above.
+    let pid = unsafe {
+        libc::clone(
+            trampoline::<F>,
+            top as *mut libc::c_void,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            (&mut slot as *mut Option<F>).cast(),
+        )
+    };
+    drop(stack);
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(pid)
 }
 
 /// `pivot_root(2)`: libc has no wrapper.

@@ -1,0 +1,453 @@
+//! The namespace seed: a child that shares the supervisor's memory and descriptor table
+//! (`CLONE_VM | CLONE_FILES`), born in a new user namespace first thing in `stepproof-run`.
+//! It starts a second such child in that user namespace, the network maker, which creates the
+//! sandbox's network namespace and brings up its loopback (the kernel's costliest namespace:
+//! half a millisecond here, more while another network namespace is being torn down) and
+//! leaves a descriptor of it in the shared table; so that work runs on the other core while the
+//! supervisor reads the profile, builds the plan and the init builds the view, instead of on
+//! the launch's critical path. When the plan is ready the seed clones the sandbox init into its
+//! user namespace (with the remaining namespace flags and `CLONE_PARENT`, so the init is the
+//! supervisor's child), reports the pid and exits; the init joins the network namespace once
+//! its view is built (the supervisor passes it the descriptor).
+//!
+//! The seed and the network maker run only raw system calls on their own stacks: no
+//! allocation, no locks, no destructors. The supervisor is blocked reading the seed's reply
+//! while the seed clones the init, so the init starts from a quiescent copy of the supervisor's
+//! memory, exactly as after a `fork` from the supervisor's own thread.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+/// Size of the seed's stack, which the init also runs on (in its own copy) for its whole life.
+const STACK_SIZE: usize = 8 * 1024 * 1024;
+const GUARD_SIZE: usize = 64 * 1024;
+/// The network maker's stack: raw calls only.
+const NET_STACK_SIZE: usize = 64 * 1024;
+
+/// Reply tags, seed → supervisor.
+const NET_READY: u8 = b'N';
+const CLONED: u8 = b'P';
+
+/// What the seed reads at its start (a copy is taken before anything else runs).
+#[derive(Clone, Copy)]
+struct SeedArgs {
+    request: libc::c_int,
+    reply: libc::c_int,
+    /// Where the network maker reports (write end), and its stack's top (0: no network).
+    net_reply: libc::c_int,
+    net_stack_top: usize,
+    /// The supervisor's ends of the pipes, and the maker's (closed in the init).
+    theirs: [libc::c_int; 3],
+    supervisor: libc::pid_t,
+}
+
+/// The code the cloned init runs, and its data, both in the supervisor's memory (which the init
+/// receives a copy of).
+#[repr(C)]
+struct Job {
+    call: unsafe fn(*mut libc::c_void) -> libc::c_int,
+    data: *mut libc::c_void,
+}
+
+/// A running seed. Dropping it stops a seed that cloned no init.
+pub struct NamespaceSeed {
+    pid: libc::pid_t,
+    new_net: bool,
+    net_taken: bool,
+    cloned: bool,
+    /// Supervisor → seed (write end); the read end stays open in the shared table.
+    request: OwnedFd,
+    /// Seed → supervisor (read end).
+    reply: OwnedFd,
+    /// Network maker → supervisor (read end).
+    net_reply: OwnedFd,
+    /// The children's ends, shared through `CLONE_FILES`: open while they may use them (see
+    /// `Drop`).
+    seed_ends: Option<(OwnedFd, OwnedFd, OwnedFd)>,
+    /// The seed's arguments, read by the seed at its start (kept alive for it).
+    _args: Box<SeedArgs>,
+}
+
+fn write_all_raw(fd: libc::c_int, bytes: &[u8]) -> bool {
+    let mut done = 0;
+    while done < bytes.len() {
+        // SAFETY: writes from a live slice; no allocation.
+        let n = unsafe { libc::write(fd, bytes[done..].as_ptr().cast(), bytes.len() - done) };
+        if n <= 0 {
+            return false;
+        }
+        done += n as usize;
+    }
+    true
+}
+
+fn read_exact_raw(fd: libc::c_int, bytes: &mut [u8]) -> bool {
+    let mut done = 0;
+    while done < bytes.len() {
+        // SAFETY: reads into a live, exclusively borrowed slice; no allocation.
+        let n = unsafe { libc::read(fd, bytes[done..].as_mut_ptr().cast(), bytes.len() - done) };
+        if n <= 0 {
+            return false;
+        }
+        done += n as usize;
+    }
+    true
+}
+
+fn errno() -> i32 {
+    io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
+}
+
+/// The seed's whole life. Raw calls only (see the module comment).
+extern "C" fn seed_main(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` points to the boxed `SeedArgs` the supervisor keeps alive while the seed
+    // runs; it is copied out at once.
+    let args = unsafe { *(arg as *const SeedArgs) };
+    // SAFETY: plain prctl/getppid/sigprocmask calls with no pointers into shared state; the
+    // signal set lives on this stack.
+    unsafe {
+        libc::prctl(libc::PR_SET_NAME, c"stepproof-seed".as_ptr(), 0, 0, 0);
+        libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        );
+        if libc::getppid() != args.supervisor {
+            libc::_exit(0);
+        }
+        // The init inherits this mask and sets its own first thing.
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::sigprocmask(libc::SIG_SETMASK, &all, std::ptr::null_mut());
+    }
+    if args.net_stack_top != 0 {
+        // SAFETY: `net_main` only makes raw system calls on its own stack (a mapping never
+        // unmapped); its argument is the supervisor's boxed SeedArgs, which stays alive until
+        // the supervisor has read the maker's report.
+        let pid = unsafe {
+            libc::clone(
+                net_main,
+                args.net_stack_top as *mut libc::c_void,
+                libc::CLONE_VM | libc::CLONE_FILES | libc::CLONE_PARENT | libc::SIGCHLD,
+                arg,
+            )
+        };
+        if pid < 0 {
+            report_network(args.net_reply, Err(errno()));
+        }
+    }
+    let mut request = [0u8; 16];
+    if !read_exact_raw(args.request, &mut request) {
+        // SAFETY: as above.
+        unsafe { libc::_exit(0) };
+    }
+    let flags = u64::from_ne_bytes(request[..8].try_into().unwrap_or_default());
+    let job = u64::from_ne_bytes(request[8..].try_into().unwrap_or_default()) as usize;
+    // SAFETY: a raw clone with a NULL stack: the child continues on a copy-on-write copy of this
+    // stack and of the whole address space, taken while the supervisor is blocked reading our
+    // reply (so no lock in its memory is held). No tid/tls pointers are requested.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            flags as libc::c_ulong,
+            std::ptr::null_mut::<libc::c_void>(),
+            std::ptr::null_mut::<libc::c_int>(),
+            std::ptr::null_mut::<libc::c_int>(),
+            0 as libc::c_ulong,
+        )
+    };
+    if ret == 0 {
+        // SAFETY: the pipe ends are this process's copies, owned by nothing in it; the name is a
+        // literal.
+        unsafe {
+            libc::prctl(libc::PR_SET_NAME, c"stepproof-init".as_ptr(), 0, 0, 0);
+            for fd in [
+                args.request,
+                args.reply,
+                args.net_reply,
+                args.theirs[0],
+                args.theirs[1],
+                args.theirs[2],
+            ] {
+                libc::close(fd);
+            }
+        }
+        // The init. `job` points into our copy of the supervisor's stack, to a `Job` the
+        // supervisor built for exactly this call.
+        // SAFETY: see `NamespaceSeed::clone_init`: the Job and its data outlive the request in
+        // the supervisor, and this process has its own copy of both.
+        let code = unsafe {
+            let job = &*(job as *const Job);
+            (job.call)(job.data)
+        };
+        // SAFETY: _exit touches no shared state.
+        unsafe { libc::_exit(code) };
+    }
+    let pid = if ret < 0 { -errno() } else { ret as i32 };
+    let mut message = [CLONED, 0, 0, 0, 0];
+    message[1..].copy_from_slice(&pid.to_ne_bytes());
+    write_all_raw(args.reply, &message);
+    // SAFETY: _exit touches no shared state.
+    unsafe { libc::_exit(0) }
+}
+
+/// The network maker's message: the namespace's descriptor (in the shared table) or an errno.
+fn report_network(fd: libc::c_int, made: Result<libc::c_int, i32>) {
+    let (errno, netns) = match made {
+        Ok(netns) => (0i32, netns),
+        Err(errno) => (errno, -1),
+    };
+    let mut message = [NET_READY, 0, 0, 0, 0, 0, 0, 0, 0];
+    message[1..5].copy_from_slice(&errno.to_ne_bytes());
+    message[5..].copy_from_slice(&netns.to_ne_bytes());
+    write_all_raw(fd, &message);
+}
+
+/// The network maker: a new network namespace with its loopback up, left open in the shared
+/// descriptor table for the supervisor to pass to the init. Raw calls only.
+extern "C" fn net_main(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` points to the supervisor's boxed SeedArgs, alive until our report is read.
+    let (reply, supervisor) = unsafe {
+        let args = &*(arg as *const SeedArgs);
+        (args.net_reply, args.supervisor)
+    };
+    // SAFETY: prctl/getppid take no pointers into shared state (the name is a literal).
+    unsafe {
+        libc::prctl(libc::PR_SET_NAME, c"stepproof-net".as_ptr(), 0, 0, 0);
+        libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        );
+        if libc::getppid() != supervisor {
+            libc::_exit(0);
+        }
+    }
+    // SAFETY: unshare takes no pointers.
+    let made = if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+        Err(errno())
+    } else {
+        super::bring_loopback_up()
+            .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
+            .and_then(|()| {
+                // SAFETY: a NUL-terminated literal path; the descriptor goes to the supervisor.
+                let fd = unsafe {
+                    libc::open(
+                        c"/proc/thread-self/ns/net".as_ptr(),
+                        libc::O_RDONLY | libc::O_CLOEXEC,
+                    )
+                };
+                if fd < 0 { Err(errno()) } else { Ok(fd) }
+            })
+    };
+    report_network(reply, made);
+    // SAFETY: _exit touches no shared state (and, the table being shared, closes nothing).
+    unsafe { libc::_exit(0) }
+}
+
+/// Calls the boxed-up closure in the cloned init.
+///
+/// # Safety
+/// `data` must point to an `Option<F>` (in this process's memory).
+unsafe fn call_once<F: FnOnce() -> i32>(data: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: the caller's contract.
+    let slot = unsafe { &mut *(data as *mut Option<F>) };
+    match slot.take() {
+        Some(f) => f(),
+        None => 125,
+    }
+}
+
+/// A never-unmapped stack with a guard page below it; returns its 16-byte aligned top. The
+/// children that run on it may outlive any owner here, so it is never freed (one per run).
+fn leaked_stack(size: usize) -> io::Result<usize> {
+    // SAFETY: a fresh anonymous private mapping; the result is checked.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            size + GUARD_SIZE,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+            -1,
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the lowest GUARD_SIZE bytes of the mapping just made: an overflow of the stack
+    // faults instead of writing below it.
+    if unsafe { libc::mprotect(base, GUARD_SIZE, libc::PROT_NONE) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // The stack grows down on every architecture we build for.
+    Ok((base as usize + size + GUARD_SIZE) & !0xf)
+}
+
+impl NamespaceSeed {
+    /// Starts a seed in a new user namespace, and (with `new_net`) its network maker. Its id
+    /// maps are the supervisor's to write ([`NamespaceSeed::pid`]).
+    pub fn spawn(new_net: bool) -> io::Result<NamespaceSeed> {
+        let (request_read, request) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+        let (reply, reply_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+        let (net_reply, net_reply_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+        let net_stack_top = if new_net {
+            leaked_stack(NET_STACK_SIZE)?
+        } else {
+            0
+        };
+        let args = Box::new(SeedArgs {
+            request: request_read.as_raw_fd(),
+            reply: reply_write.as_raw_fd(),
+            net_reply: net_reply_write.as_raw_fd(),
+            net_stack_top,
+            theirs: [
+                request.as_raw_fd(),
+                reply.as_raw_fd(),
+                net_reply.as_raw_fd(),
+            ],
+            // SAFETY: getpid has no preconditions.
+            supervisor: unsafe { libc::getpid() },
+        });
+        let top = leaked_stack(STACK_SIZE)?;
+        let flags = libc::CLONE_VM | libc::CLONE_FILES | libc::CLONE_NEWUSER | libc::SIGCHLD;
+        // SAFETY: `seed_main` only makes raw system calls on the stack above (see the module
+        // comment); its argument is the boxed SeedArgs, which `NamespaceSeed` keeps alive, and
+        // the descriptors it names stay open in the shared table while it may use them.
+        let pid = unsafe {
+            libc::clone(
+                seed_main,
+                top as *mut libc::c_void,
+                flags,
+                (&*args as *const SeedArgs).cast_mut().cast(),
+            )
+        };
+        if pid < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(NamespaceSeed {
+            pid,
+            new_net,
+            net_taken: false,
+            cloned: false,
+            request,
+            reply,
+            net_reply,
+            seed_ends: Some((request_read, reply_write, net_reply_write)),
+            _args: args,
+        })
+    }
+
+    /// The seed's pid: its `/proc/<pid>/uid_map` and `gid_map` are the sandbox's.
+    pub fn pid(&self) -> libc::pid_t {
+        self.pid
+    }
+
+    /// Waits for the network maker: a descriptor of the new network namespace, its loopback up.
+    /// Once only.
+    pub fn take_network(&mut self) -> io::Result<OwnedFd> {
+        if !self.new_net || self.net_taken {
+            return Err(io::Error::other(
+                "this seed has no network namespace to give",
+            ));
+        }
+        self.net_taken = true;
+        let mut message = [0u8; 9];
+        if !read_exact_raw(self.net_reply.as_raw_fd(), &mut message) || message[0] != NET_READY {
+            return Err(io::Error::other(
+                "the network namespace maker exited unexpectedly",
+            ));
+        }
+        let errno = i32::from_ne_bytes([message[1], message[2], message[3], message[4]]);
+        let fd = i32::from_ne_bytes([message[5], message[6], message[7], message[8]]);
+        if errno != 0 || fd < 0 {
+            return Err(io::Error::from_raw_os_error(if errno != 0 {
+                errno
+            } else {
+                libc::EIO
+            }));
+        }
+        // SAFETY: the maker opened this descriptor in the table we share and reported it to us
+        // alone; nothing else owns it.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    }
+
+    fn read_reply(&self, tag: u8) -> io::Result<i32> {
+        let mut message = [0u8; 5];
+        if !read_exact_raw(self.reply.as_raw_fd(), &mut message) || message[0] != tag {
+            return Err(io::Error::other("the namespace seed exited unexpectedly"));
+        }
+        Ok(i32::from_ne_bytes([
+            message[1], message[2], message[3], message[4],
+        ]))
+    }
+
+    /// Has the seed clone a child with `flags` (namespace flags; `CLONE_PARENT` and `SIGCHLD`
+    /// are added) that runs `init` and exits with its result; returns the child's pid. The
+    /// caller must be the only thread of this process (it is blocked here while the seed
+    /// clones, so the child gets a consistent copy of its memory).
+    pub fn clone_init<F: FnOnce() -> i32>(
+        &mut self,
+        flags: libc::c_int,
+        init: F,
+    ) -> io::Result<libc::pid_t> {
+        if self.cloned {
+            return Err(io::Error::other("the seed has cloned its init already"));
+        }
+        let mut slot = Some(init);
+        let job = Job {
+            call: call_once::<F>,
+            data: (&mut slot as *mut Option<F>).cast(),
+        };
+        let flags = (flags | libc::CLONE_PARENT | libc::SIGCHLD) as u64;
+        let mut request = [0u8; 16];
+        request[..8].copy_from_slice(&flags.to_ne_bytes());
+        request[8..].copy_from_slice(&(&job as *const Job as usize as u64).to_ne_bytes());
+        if !write_all_raw(self.request.as_raw_fd(), &request) {
+            return Err(io::Error::last_os_error());
+        }
+        let pid = self.read_reply(CLONED);
+        // The seed has exited or is about to, touching nothing more; `slot` still holds the
+        // closure on this side, and dropping it closes this side's copies of what it captured.
+        self.cloned = true;
+        drop(slot);
+        match pid? {
+            pid if pid > 0 => Ok(pid),
+            errno => Err(io::Error::from_raw_os_error(-errno)),
+        }
+    }
+}
+
+impl Drop for NamespaceSeed {
+    fn drop(&mut self) {
+        // A seed that cloned no init is stopped (closing a pipe end does not wake a reader
+        // sharing our descriptor table); its namespaces go with it. It is reaped with us.
+        if !self.cloned {
+            // SAFETY: kill takes no pointers; the pid is our own unreaped child.
+            unsafe { libc::kill(self.pid, libc::SIGKILL) };
+        }
+        // The children write to their ends by number, in the table we share: closed while the
+        // network maker may still report, the number could be reused for one of our files and
+        // receive its message. So the ends are closed only when both children are done, and
+        // otherwise left open (three descriptors, for the rest of this short-lived process).
+        let done = self.cloned && (!self.new_net || self.net_taken);
+        if let Some(ends) = self.seed_ends.take()
+            && !done
+        {
+            std::mem::forget(ends);
+        }
+    }
+}
+
+/// Closes a descriptor number inherited across a clone (the other side's copy of a pipe end)
+/// for which this process holds no `OwnedFd`.
+pub fn close_inherited(fd: std::os::fd::RawFd) {
+    // SAFETY: the caller names a descriptor this process inherited and owns nothing else for.
+    drop(unsafe { OwnedFd::from_raw_fd(fd) });
+}
