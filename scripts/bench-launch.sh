@@ -15,8 +15,9 @@
 # Environment:
 #   ROUNDS (30)          interleaved rounds; the variant order rotates every round
 #   RUNS_PER_ROUND (5)   launches of each variant per round, each timed on its own
-#   STEPPROOF_RUN        path to stepproof-run; default: build it (release, cargo's
-#                        CARGO_TARGET_DIR or the workspace's target/)
+#   STEPPROOF_RUN        path to stepproof-run (the default variant needs stepproof-hook
+#                        beside it); default: build all three as scripts/install does
+#                        (scripts/build-release, in CARGO_TARGET_DIR or the workspace's target/)
 #   PIN_CPU ("")         CPU to pin every launch to with taskset; "" = no pinning
 #
 # Exit status: 0 when the benchmark ran (whether or not the target is met), non-zero when
@@ -53,18 +54,15 @@ if ! command -v bwrap >/dev/null; then
 fi
 bwrap_bin=$(command -v bwrap) || die "bwrap still not found after installing bubblewrap"
 
-# --- stepproof-run -------------------------------------------------------------------------
+# --- stepproof-run ------------------------------------------------------------------------
 if [[ -n ${STEPPROOF_RUN:-} ]]; then
     [[ -x $STEPPROOF_RUN ]] || die "STEPPROOF_RUN=$STEPPROOF_RUN is not executable"
     stepproof_bin=$STEPPROOF_RUN
 else
     command -v cargo >/dev/null || die "cargo not found (or set STEPPROOF_RUN=/path/to/stepproof-run)"
-    target=${CARGO_TARGET_DIR:-$root/target}
-    echo "building stepproof-run (release) in $target …" >&2
-    CARGO_TARGET_DIR=$target cargo build --quiet --release \
-        --manifest-path "$root/Cargo.toml" -p stepproof --bin stepproof-run >&2 ||
-        die "cargo build failed"
-    stepproof_bin=$target/release/stepproof-run
+    echo "building the release binaries as scripts/install does (scripts/build-release) …" >&2
+    built=$("$root/scripts/build-release") || die "cargo build failed"
+    stepproof_bin=$built/stepproof-run
 fi
 
 # --- the timer -----------------------------------------------------------------------------
