@@ -348,3 +348,47 @@ curl -s --unix-socket "$ANTHROPIC_UNIX_SOCKET" -H "x-api-key: $ANTHROPIC_API_KEY
     );
     assert!(!w.workspace.join("ran").exists());
 });
+
+both!(network_none_is_private_and_host_is_shared, |w: &World| {
+    // `none` gets a namespace of its own (made by the launch's network maker while the plan is
+    // built) with nothing but its loopback; `host` shares the supervisor's (the early seed made
+    // for a private network is dropped for one without).
+    let host_ns = fs::read_link("/proc/self/ns/net").unwrap();
+    let log = audit_dir(w).join("modes.jsonl");
+    for (mode, shared) in [("none", false), ("host", true)] {
+        let path = w.base.join(format!("net-mode-{mode}.toml"));
+        fs::write(
+            &path,
+            format!("extends = \"default\"\n[network]\nmode = \"{mode}\"\n"),
+        )
+        .unwrap();
+        let out = w
+            .command(
+                &[
+                    "--profile",
+                    path.to_str().unwrap(),
+                    "--audit-log",
+                    log.to_str().unwrap(),
+                ],
+                &[
+                    "/bin/sh",
+                    "-c",
+                    "readlink /proc/self/ns/net; tail -n +3 /proc/net/dev | cut -d: -f1",
+                ],
+            )
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{mode}: {}", describe(&out));
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut lines = text.lines().map(str::trim);
+        let ns = lines.next().unwrap_or_default();
+        let interfaces: Vec<&str> = lines.collect();
+        if shared {
+            assert_eq!(ns, host_ns.to_str().unwrap(), "{mode}: {}", describe(&out));
+        } else {
+            assert!(ns.starts_with("net:["), "{mode}: {}", describe(&out));
+            assert_ne!(ns, host_ns.to_str().unwrap(), "{mode}: {}", describe(&out));
+            assert_eq!(interfaces, ["lo"], "{mode}: {}", describe(&out));
+        }
+    }
+});
