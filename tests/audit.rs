@@ -382,6 +382,7 @@ fn sixteen_hook_clients_and_the_supervisor_share_one_chain() {
     let clients: Vec<_> = (0..16)
         .map(|c| {
             let socket = served.socket.clone();
+            let log = served.log.clone();
             std::thread::spawn(move || {
                 let line = |n: u32| {
                     format!(
@@ -394,7 +395,13 @@ fn sixteen_hook_clients_and_the_supervisor_share_one_chain() {
                     // One connection, one write per line.
                     let mut stream = UnixStream::connect(&socket).unwrap();
                     for n in 0..1000 {
-                        stream.write_all(line(n).as_bytes()).unwrap();
+                        if let Err(e) = stream.write_all(line(n).as_bytes()) {
+                            // Say why the receiver let go (seen once under load, not explained).
+                            panic!(
+                                "client {c}, line {n}: {e}; refused peers: {:?}",
+                                refused_records(&log)
+                            );
+                        }
                     }
                     stream.shutdown(std::net::Shutdown::Write).unwrap();
                     let mut answer = String::new();

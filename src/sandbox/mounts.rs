@@ -128,19 +128,38 @@ fn inside(path: &Path) -> PathBuf {
 }
 
 /// Creates the mount point: a directory, or an empty file when the source is not a directory.
+/// Anything already there (of any kind, a symlink included: never followed) is left as it is.
+/// Creating first and looking only on failure saves a `stat` per mount point: in the fresh new
+/// root nearly every one is new.
 fn ensure_mount_point(target: &Path, directory: bool) -> Result<(), MountError> {
-    if fs::symlink_metadata(target).is_ok() {
-        return Ok(());
+    let create = || {
+        if directory {
+            fs::create_dir(target)
+        } else {
+            // O_EXCL: an existing entry, a symlink included, is an error, never opened.
+            fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(target)
+                .map(drop)
+        }
+    };
+    match create() {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            if let Some(parent) = target.parent() {
+                fs::create_dir_all(parent).map_err(err("creating mount point", parent))?;
+            }
+            match create() {
+                Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
+                    Err(err("creating mount point", target)(e))
+                }
+                _ => Ok(()),
+            }
+        }
+        Err(e) => Err(err("creating mount point", target)(e)),
     }
-    if directory {
-        return fs::create_dir_all(target).map_err(err("creating mount point", target));
-    }
-    if let Some(parent) = target.parent() {
-        fs::create_dir_all(parent).map_err(err("creating mount point", parent))?;
-    }
-    fs::File::create(target)
-        .map(drop)
-        .map_err(err("creating mount point", target))
 }
 
 fn bind(source: &Path, target: &Path, step: &str) -> Result<(), MountError> {
@@ -248,14 +267,25 @@ fn apply(
             sys::mount_setattr(&target, false, flags).map_err(err("restricting the mount", &target))
         }
         MountOp::Symlink { target, dst } => {
+            // As for mount points: create first, look only on failure; an existing entry stays.
             let link = inside(dst);
-            if fs::symlink_metadata(&link).is_ok() {
-                return Ok(());
+            match symlink(target, &link) {
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    if let Some(parent) = link.parent() {
+                        fs::create_dir_all(parent).map_err(err("creating", parent))?;
+                    }
+                    match symlink(target, &link) {
+                        Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
+                            Err(err("creating symlink", &link)(e))
+                        }
+                        _ => Ok(()),
+                    }
+                }
+                Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
+                    Err(err("creating symlink", &link)(e))
+                }
+                _ => Ok(()),
             }
-            if let Some(parent) = link.parent() {
-                fs::create_dir_all(parent).map_err(err("creating", parent))?;
-            }
-            symlink(target, &link).map_err(err("creating symlink", &link))
         }
         MountOp::HideDir { dst, .. } => tmpfs(
             &inside(dst),
