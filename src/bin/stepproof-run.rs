@@ -106,7 +106,6 @@ fn open_audit_log(
 /// hidden like the rest of StepProof's state), then the plan and the run.
 fn launch(args: &Args) -> Result<(Outcome, Option<AssuranceReport>), String> {
     let profile = Profile::load(args.profile.as_deref()).map_err(|e| e.to_string())?;
-    // The kernel's part of the namespaces starts now, on the other core, while the plan is built.
     let facts = cli::gather_facts(
         args.workspace.as_deref(),
         profile.process.allow_root_fallback,

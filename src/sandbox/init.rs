@@ -280,8 +280,6 @@ fn listen_for_proxy(plan: &SandboxPlan, channel: &OwnedFd) -> std::io::Result<()
     crate::supervisor::fdpass::send_fd(channel, &listener)
 }
 
-/// A child that creates the sandbox's network namespace (loopback up) and holds it until the
-/// init has joined it.
 /// Receives the network namespace from the supervisor and enters it. No namespace (the maker
 /// failed, the supervisor is gone) stops the set-up: the command never runs on the host's
 /// network when the profile asked for its own.
@@ -398,8 +396,8 @@ fn write_fully(fd: &OwnedFd, mut data: &[u8]) {
     }
 }
 
-/// In the command's child (sharing the init's memory until execve): its own set-up, in order, then `execve`. Returns only on
-/// failure, with the step that failed.
+/// In the command's child (sharing the init's memory until `execve`): its own set-up, in order,
+/// then `execve`. Returns only on failure, with the step that failed.
 fn exec_command(
     plan: &SandboxPlan,
     argv: &[CString],

@@ -64,8 +64,9 @@ pub struct NamespaceSeed {
     /// The children's ends, shared through `CLONE_FILES`: open while they may use them (see
     /// `Drop`).
     seed_ends: Option<(OwnedFd, OwnedFd, OwnedFd)>,
-    /// The seed's arguments, read by the seed at its start (kept alive for it).
-    _args: Box<SeedArgs>,
+    /// The children's arguments, read by each at its start: alive while they may run (see
+    /// `Drop`).
+    args: Option<Box<SeedArgs>>,
 }
 
 fn write_all_raw(fd: libc::c_int, bytes: &[u8]) -> bool {
@@ -340,7 +341,7 @@ impl NamespaceSeed {
             reply,
             net_reply,
             seed_ends: Some((request_read, reply_write, net_reply_write)),
-            _args: args,
+            args: Some(args),
         })
     }
 
@@ -434,13 +435,18 @@ impl Drop for NamespaceSeed {
         }
         // The children write to their ends by number, in the table we share: closed while the
         // network maker may still report, the number could be reused for one of our files and
-        // receive its message. So the ends are closed only when both children are done, and
-        // otherwise left open (three descriptors, for the rest of this short-lived process).
+        // receive its message; and they read their arguments from our heap when they start
+        // (even a seed just sent SIGKILL may still be running for a moment). So the ends and the
+        // arguments are released only when both children are done, and otherwise left alone
+        // (three descriptors and a few bytes, for the rest of this short-lived process).
         let done = self.cloned && (!self.new_net || self.net_taken);
-        if let Some(ends) = self.seed_ends.take()
-            && !done
-        {
-            std::mem::forget(ends);
+        if !done {
+            if let Some(ends) = self.seed_ends.take() {
+                std::mem::forget(ends);
+            }
+            if let Some(args) = self.args.take() {
+                Box::leak(args);
+            }
         }
     }
 }
