@@ -374,6 +374,7 @@ fn main() {
             );
         }
     }
+    spawn::reap_finished_children();
     tracing::debug!("exiting");
     std::process::exit(outcome.exit_code());
 }

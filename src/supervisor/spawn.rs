@@ -124,6 +124,18 @@ fn take_seed(new_net: bool) -> io::Result<sys::seed::NamespaceSeed> {
     }
 }
 
+/// Reaps every child of this process that has already exited (the namespace seed and its
+/// network maker, the idmap user namespace's holder, usually the sandbox init), without
+/// waiting for any: called just before `stepproof-run` exits, so that they are not left as
+/// zombies for a pid 1 that might not reap (as in some containers).
+pub fn reap_finished_children() {
+    while let Ok(status) = waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+        if status == WaitStatus::StillAlive {
+            break;
+        }
+    }
+}
+
 /// Detached idmapped copies of the trees the plan binds through an id mapping (root
 /// invocations), created here because only host root may create them.
 pub fn prepare_idmapped_trees(plan: &SandboxPlan) -> Result<IdmappedTrees, LaunchError> {
