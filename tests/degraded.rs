@@ -119,3 +119,34 @@ fn a_hooked_profile_is_refused_unless_it_accepts_a_removable_hook() {
     );
     assert!(!w.workspace.join("ran").exists());
 }
+
+#[test]
+fn a_refused_network_namespace_stops_the_launch() {
+    // User namespaces work here, network namespaces do not: a profile that asks for its own
+    // network must not run on the host's.
+    let Some(w) = world() else { return };
+    let profile = write_profile(
+        &w,
+        "no-netns.toml",
+        "extends = \"default\"\n[network]\nmode = \"none\"\n",
+    );
+    let marker = w.workspace.join("ran");
+    let mut cmd = Command::new("python3");
+    cmd.arg(NO_USERNS)
+        .arg(run_binary_for_user())
+        .args(["--profile", &profile, "--"])
+        .args(["/usr/bin/touch", marker.to_str().unwrap()]);
+    let out = w
+        .clean_env(&mut cmd)
+        .env("NO_USERNS_UID", w.owner.0.to_string())
+        .env("NO_USERNS_LIMIT", "max_net_namespaces")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125), "{}", describe(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("creating the sandbox's network namespace"),
+        "{stderr}"
+    );
+    assert!(!marker.exists(), "the command ran: {}", describe(&out));
+}

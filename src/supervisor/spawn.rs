@@ -486,14 +486,17 @@ fn launch(
             None
         }
     };
-    // The network namespace, when the maker has it; without it the init refuses to go on.
+    // The network namespace, when the maker has it. Without it the launch stops here (the init,
+    // finding the channel closed, stops too): the command never gets the host's network when
+    // the profile asked for its own.
     if let (Some(channel), Some(seed)) = (&netns_ours, seed.as_mut()) {
-        match seed.take_network() {
-            Ok(netns) => {
-                let _ = fdpass::send_fd(channel, &netns);
-            }
-            Err(e) => tracing::error!("creating the network namespace: {e}"),
-        }
+        let netns = seed.take_network().map_err(|source| LaunchError::Os {
+            step: "creating the sandbox's network namespace".into(),
+            source,
+            hint: " (the kernel refused it: check `sysctl user.max_net_namespaces` and what the container allows; `stepproof doctor` tells)",
+        })?;
+        fdpass::send_fd(channel, &netns)
+            .map_err(os("handing the network namespace to the init"))?;
     }
     drop(netns_ours);
     drop(seed);
