@@ -128,11 +128,8 @@ fn inside(path: &Path) -> PathBuf {
 }
 
 /// Creates the mount point: a directory, or an empty file when the source is not a directory.
-/// Anything already there (of any kind, a symlink included: never followed) is left as it is.
-/// Creating first and looking only on failure saves a `stat` per mount point: in the fresh new
-/// root nearly every one is new.
 fn ensure_mount_point(target: &Path, directory: bool) -> Result<(), MountError> {
-    let create = || {
+    create_unless_present(target, "creating mount point", || {
         if directory {
             fs::create_dir(target)
         } else {
@@ -143,22 +140,28 @@ fn ensure_mount_point(target: &Path, directory: bool) -> Result<(), MountError> 
                 .open(target)
                 .map(drop)
         }
-    };
-    match create() {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            if let Some(parent) = target.parent() {
-                fs::create_dir_all(parent).map_err(err("creating mount point", parent))?;
-            }
-            match create() {
-                Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
-                    Err(err("creating mount point", target)(e))
-                }
-                _ => Ok(()),
-            }
-        }
-        Err(e) => Err(err("creating mount point", target)(e)),
+    })
+}
+
+/// Runs `create` for `path`, creating missing parents once if it needs them. Anything already at
+/// `path` (of any kind, a symlink included: never followed) is left as it is. Creating first and
+/// looking only on failure saves a `stat` per entry: in the fresh new root nearly every one is
+/// new.
+fn create_unless_present(
+    path: &Path,
+    step: &str,
+    create: impl Fn() -> io::Result<()>,
+) -> Result<(), MountError> {
+    let mut result = create();
+    if matches!(&result, Err(e) if e.kind() == io::ErrorKind::NotFound)
+        && let Some(parent) = path.parent()
+    {
+        fs::create_dir_all(parent).map_err(err(step, parent))?;
+        result = create();
+    }
+    match result {
+        Err(e) if e.kind() != io::ErrorKind::AlreadyExists => Err(err(step, path)(e)),
+        _ => Ok(()),
     }
 }
 
@@ -267,25 +270,8 @@ fn apply(
             sys::mount_setattr(&target, false, flags).map_err(err("restricting the mount", &target))
         }
         MountOp::Symlink { target, dst } => {
-            // As for mount points: create first, look only on failure; an existing entry stays.
             let link = inside(dst);
-            match symlink(target, &link) {
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                    if let Some(parent) = link.parent() {
-                        fs::create_dir_all(parent).map_err(err("creating", parent))?;
-                    }
-                    match symlink(target, &link) {
-                        Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
-                            Err(err("creating symlink", &link)(e))
-                        }
-                        _ => Ok(()),
-                    }
-                }
-                Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
-                    Err(err("creating symlink", &link)(e))
-                }
-                _ => Ok(()),
-            }
+            create_unless_present(&link, "creating symlink", || symlink(target, &link))
         }
         MountOp::HideDir { dst, .. } => tmpfs(
             &inside(dst),
