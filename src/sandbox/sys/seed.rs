@@ -13,7 +13,11 @@
 //! The seed and the network maker run only raw system calls on their own stacks: no
 //! allocation, no locks, no destructors. The supervisor is blocked reading the seed's reply
 //! while the seed clones the init, so the init starts from a quiescent copy of the supervisor's
-//! memory, exactly as after a `fork` from the supervisor's own thread.
+//! memory, exactly as after a `fork` from the supervisor's own thread. They share the
+//! supervisor's thread-local storage too, so a call of theirs that *fails* writes the
+//! supervisor's `errno`; that can garble the error of a supervisor call failing at the same
+//! instant, but every such failure of theirs stops the launch anyway (no network namespace, no
+//! init), so no decision rests on it.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -74,6 +78,9 @@ fn write_all_raw(fd: libc::c_int, bytes: &[u8]) -> bool {
     while done < bytes.len() {
         // SAFETY: writes from a live slice; no allocation.
         let n = unsafe { libc::write(fd, bytes[done..].as_ptr().cast(), bytes.len() - done) };
+        if n < 0 && errno() == libc::EINTR {
+            continue;
+        }
         if n <= 0 {
             return false;
         }
@@ -87,6 +94,9 @@ fn read_exact_raw(fd: libc::c_int, bytes: &mut [u8]) -> bool {
     while done < bytes.len() {
         // SAFETY: reads into a live, exclusively borrowed slice; no allocation.
         let n = unsafe { libc::read(fd, bytes[done..].as_mut_ptr().cast(), bytes.len() - done) };
+        if n < 0 && errno() == libc::EINTR {
+            continue;
+        }
         if n <= 0 {
             return false;
         }
