@@ -88,7 +88,7 @@ pub fn user_namespaces_available() -> bool {
 
 /// Runs `use_it` with the pid of a CLONE_VM child holding a new user namespace, then releases
 /// the child. It is never waited for (it exits within microseconds and is reaped with the
-/// supervisor); its stack is kept for the life of the process for that reason.
+/// supervisor); its stack is never freed for that reason.
 fn with_new_user_namespace<T>(use_it: impl FnOnce(i32) -> T) -> Result<T, NamespaceError> {
     let fail = |step, source| NamespaceError {
         step,
@@ -100,10 +100,9 @@ fn with_new_user_namespace<T>(use_it: impl FnOnce(i32) -> T) -> Result<T, Namesp
         .map_err(|e| fail("creating a pipe for", e.into()))?;
     let holder =
         sys::spawn_user_namespace_holder(&release_read).map_err(|e| fail("creating", e))?;
-    let result = use_it(holder.pid);
+    let result = use_it(holder);
     // A byte, not end-of-file: the holder has its own copy of the write end (it shares our
     // memory, not our descriptor table).
     let _ = nix::unistd::write(&release_write, b"x");
-    std::mem::forget(holder);
     Ok(result)
 }

@@ -418,14 +418,33 @@ pub fn set_foreground_group(fd: RawFd) -> io::Result<()> {
     check(ret as libc::c_long).map(drop)
 }
 
-/// A child process that exists only to hold a new user namespace open while its creator writes
-/// the maps and opens `/proc/<pid>/ns/user`. It shares our memory (`CLONE_VM`: no page tables
-/// copied, which made a plain fork the slowest step of a root launch) and runs only
-/// async-signal-safe code on a stack of its own: it blocks reading `release` and exits.
-pub struct NamespaceHolder {
-    pub pid: libc::pid_t,
-    /// The child's stack: it must outlive the child, so it lives as long as this value.
-    _stack: Box<[u8]>,
+/// Guard below the stacks of `CLONE_VM` children: an overflow faults instead of writing below.
+const GUARD_SIZE: usize = 64 * 1024;
+
+/// A never-unmapped stack with a guard page below it; returns its 16-byte aligned top. The
+/// children that run on it may outlive any owner here, so it is never freed (a few per run).
+pub(crate) fn leaked_stack(size: usize) -> io::Result<usize> {
+    // SAFETY: a fresh anonymous private mapping; the result is checked.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            size + GUARD_SIZE,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+            -1,
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the lowest GUARD_SIZE bytes of the mapping just made: an overflow of the stack
+    // faults instead of writing below it.
+    if unsafe { libc::mprotect(base, GUARD_SIZE, libc::PROT_NONE) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // The stack grows down on every architecture we build for.
+    Ok((base as usize + size + GUARD_SIZE) & !0xf)
 }
 
 extern "C" fn hold_until_released(arg: *mut libc::c_void) -> libc::c_int {
@@ -439,17 +458,17 @@ extern "C" fn hold_until_released(arg: *mut libc::c_void) -> libc::c_int {
     }
 }
 
-/// Starts a [`NamespaceHolder`] in a new user namespace. `release` is the read end of a pipe:
-/// a byte written to it lets the holder exit.
-pub fn spawn_user_namespace_holder(release: &OwnedFd) -> io::Result<NamespaceHolder> {
-    const STACK: usize = 64 * 1024;
-    let mut stack = vec![0u8; STACK].into_boxed_slice();
-    // The stack grows down on every architecture we build for; align the top to 16 bytes.
-    let top = (stack.as_mut_ptr() as usize + STACK) & !0xf;
+/// Starts a child that exists only to hold a new user namespace open while its creator writes
+/// the maps and opens `/proc/<pid>/ns/user`; returns its pid. It shares our memory (`CLONE_VM`:
+/// no page tables copied, which made a plain fork the slowest step of a root launch) and runs
+/// only async-signal-safe code on a stack of its own: it blocks reading `release` (a byte
+/// written to the pipe lets it exit) and exits.
+pub fn spawn_user_namespace_holder(release: &OwnedFd) -> io::Result<libc::pid_t> {
+    let top = leaked_stack(64 * 1024)?;
     let flags = libc::CLONE_VM | libc::CLONE_NEWUSER | libc::SIGCHLD;
-    // SAFETY: `hold_until_released` only reads from the pipe and calls _exit; its stack is the
-    // buffer above, kept alive by the returned holder for longer than the child can run; the
-    // argument is a plain descriptor number smuggled through the pointer.
+    // SAFETY: `hold_until_released` only reads from the pipe and calls _exit; its stack is a
+    // mapping never unmapped; the argument is a plain descriptor number smuggled through the
+    // pointer.
     let pid = unsafe {
         libc::clone(
             hold_until_released,
@@ -461,5 +480,5 @@ pub fn spawn_user_namespace_holder(release: &OwnedFd) -> io::Result<NamespaceHol
     if pid < 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(NamespaceHolder { pid, _stack: stack })
+    Ok(pid)
 }

@@ -12,6 +12,21 @@ fn errno() -> i32 {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }
 
+/// After a fork-like clone in a probe: the child (`ret == 0`) leaves at once, touching nothing
+/// shared; the parent reaps a child it made and answers with the clone's result.
+fn exit_child_or_reap(ret: libc::c_long) -> Answer {
+    if ret == 0 {
+        // SAFETY: _exit is async-signal-safe and runs no destructors or atexit handlers.
+        unsafe { libc::_exit(0) };
+    }
+    if ret > 0 {
+        let mut status = 0;
+        // SAFETY: reaping the child we just created; `status` is a valid out pointer.
+        unsafe { libc::waitpid(ret as i32, &mut status, 0) };
+    }
+    answer(ret)
+}
+
 fn answer(ret: libc::c_long) -> Answer {
     if ret < 0 { Err(errno()) } else { Ok(ret) }
 }
@@ -233,16 +248,7 @@ pub fn clone3(flags: u64) -> Answer {
             std::mem::size_of_val(&args),
         )
     };
-    if ret == 0 {
-        // SAFETY: see above; the child leaves immediately.
-        unsafe { libc::_exit(0) };
-    }
-    if ret > 0 {
-        let mut status = 0;
-        // SAFETY: reaping the child we just created; `status` is a valid out pointer.
-        unsafe { libc::waitpid(ret as i32, &mut status, 0) };
-    }
-    answer(ret)
+    exit_child_or_reap(ret)
 }
 
 /// `clone(flags | SIGCHLD)` like fork; the child exits at once and is reaped. Only call this
@@ -260,14 +266,5 @@ pub fn clone_flags(flags: u64) -> Answer {
             0usize,
         )
     };
-    if ret == 0 {
-        // SAFETY: the child leaves immediately, touching nothing shared.
-        unsafe { libc::_exit(0) };
-    }
-    if ret > 0 {
-        let mut status = 0;
-        // SAFETY: reaping the child we just created; `status` is a valid out pointer.
-        unsafe { libc::waitpid(ret as i32, &mut status, 0) };
-    }
-    answer(ret)
+    exit_child_or_reap(ret)
 }

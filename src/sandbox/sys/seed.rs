@@ -24,7 +24,6 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 /// Size of the seed's stack, which the init also runs on (in its own copy) for its whole life.
 const STACK_SIZE: usize = 8 * 1024 * 1024;
-const GUARD_SIZE: usize = 64 * 1024;
 /// The network maker's stack: raw calls only.
 const NET_STACK_SIZE: usize = 64 * 1024;
 
@@ -156,49 +155,42 @@ extern "C" fn seed_main(arg: *mut libc::c_void) -> libc::c_int {
         // SAFETY: as above.
         unsafe { libc::_exit(0) };
     }
-    let flags = u64::from_ne_bytes(request[..8].try_into().unwrap_or_default());
+    let flags = u64::from_ne_bytes(request[..8].try_into().unwrap_or_default()) as libc::c_int;
     let job = u64::from_ne_bytes(request[8..].try_into().unwrap_or_default()) as usize;
-    // SAFETY: a raw clone with a NULL stack: the child continues on a copy-on-write copy of this
-    // stack and of the whole address space, taken while the supervisor is blocked reading our
-    // reply (so no lock in its memory is held). No tid/tls pointers are requested.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_clone,
-            flags as libc::c_ulong,
-            std::ptr::null_mut::<libc::c_void>(),
-            std::ptr::null_mut::<libc::c_int>(),
-            std::ptr::null_mut::<libc::c_int>(),
-            0 as libc::c_ulong,
-        )
-    };
-    if ret == 0 {
-        // SAFETY: the pipe ends are this process's copies, owned by nothing in it; the name is a
-        // literal.
-        unsafe {
-            libc::prctl(libc::PR_SET_NAME, c"stepproof-init".as_ptr(), 0, 0, 0);
-            for fd in [
-                args.request,
-                args.reply,
-                args.net_reply,
-                args.theirs[0],
-                args.theirs[1],
-                args.theirs[2],
-            ] {
-                libc::close(fd);
+    // Fork semantics: the child continues on a copy-on-write copy of this stack and of the whole
+    // address space, taken while the supervisor is blocked reading our reply (so no lock in its
+    // memory is held).
+    let pid = match super::clone_with_namespaces(flags) {
+        Ok(super::CloneResult::Child) => {
+            // SAFETY: the pipe ends are this process's copies, owned by nothing in it; the name
+            // is a literal.
+            unsafe {
+                libc::prctl(libc::PR_SET_NAME, c"stepproof-init".as_ptr(), 0, 0, 0);
+                for fd in [
+                    args.request,
+                    args.reply,
+                    args.net_reply,
+                    args.theirs[0],
+                    args.theirs[1],
+                    args.theirs[2],
+                ] {
+                    libc::close(fd);
+                }
             }
+            // The init. `job` points into our copy of the supervisor's stack, to a `Job` the
+            // supervisor built for exactly this call.
+            // SAFETY: see `NamespaceSeed::clone_init`: the Job and its data outlive the request
+            // in the supervisor, and this process has its own copy of both.
+            let code = unsafe {
+                let job = &*(job as *const Job);
+                (job.call)(job.data)
+            };
+            // SAFETY: _exit touches no shared state.
+            unsafe { libc::_exit(code) };
         }
-        // The init. `job` points into our copy of the supervisor's stack, to a `Job` the
-        // supervisor built for exactly this call.
-        // SAFETY: see `NamespaceSeed::clone_init`: the Job and its data outlive the request in
-        // the supervisor, and this process has its own copy of both.
-        let code = unsafe {
-            let job = &*(job as *const Job);
-            (job.call)(job.data)
-        };
-        // SAFETY: _exit touches no shared state.
-        unsafe { libc::_exit(code) };
-    }
-    let pid = if ret < 0 { -errno() } else { ret as i32 };
+        Ok(super::CloneResult::Parent { child }) => child,
+        Err(e) => -e.raw_os_error().unwrap_or(libc::EIO),
+    };
     let mut message = [CLONED, 0, 0, 0, 0];
     message[1..].copy_from_slice(&pid.to_ne_bytes());
     write_all_raw(args.reply, &message);
@@ -275,32 +267,6 @@ unsafe fn call_once<F: FnOnce() -> i32>(data: *mut libc::c_void) -> libc::c_int 
     }
 }
 
-/// A never-unmapped stack with a guard page below it; returns its 16-byte aligned top. The
-/// children that run on it may outlive any owner here, so it is never freed (one per run).
-fn leaked_stack(size: usize) -> io::Result<usize> {
-    // SAFETY: a fresh anonymous private mapping; the result is checked.
-    let base = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            size + GUARD_SIZE,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
-            -1,
-            0,
-        )
-    };
-    if base == libc::MAP_FAILED {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: the lowest GUARD_SIZE bytes of the mapping just made: an overflow of the stack
-    // faults instead of writing below it.
-    if unsafe { libc::mprotect(base, GUARD_SIZE, libc::PROT_NONE) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // The stack grows down on every architecture we build for.
-    Ok((base as usize + size + GUARD_SIZE) & !0xf)
-}
-
 impl NamespaceSeed {
     /// Starts a seed in a new user namespace, and (with `new_net`) its network maker. Its id
     /// maps are the supervisor's to write ([`NamespaceSeed::pid`]).
@@ -309,7 +275,7 @@ impl NamespaceSeed {
         let (reply, reply_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
         let (net_reply, net_reply_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
         let net_stack_top = if new_net {
-            leaked_stack(NET_STACK_SIZE)?
+            super::leaked_stack(NET_STACK_SIZE)?
         } else {
             0
         };
@@ -326,7 +292,7 @@ impl NamespaceSeed {
             // SAFETY: getpid has no preconditions.
             supervisor: unsafe { libc::getpid() },
         });
-        let top = leaked_stack(STACK_SIZE)?;
+        let top = super::leaked_stack(STACK_SIZE)?;
         let flags = libc::CLONE_VM | libc::CLONE_FILES | libc::CLONE_NEWUSER | libc::SIGCHLD;
         // SAFETY: `seed_main` only makes raw system calls on the stack above (see the module
         // comment); its argument is the boxed SeedArgs, which `NamespaceSeed` keeps alive, and
@@ -399,10 +365,10 @@ impl NamespaceSeed {
         ]))
     }
 
-    /// Has the seed clone a child with `flags` (namespace flags; `CLONE_PARENT` and `SIGCHLD`
-    /// are added) that runs `init` and exits with its result; returns the child's pid. The
-    /// caller must be the only thread of this process (it is blocked here while the seed
-    /// clones, so the child gets a consistent copy of its memory).
+    /// Has the seed clone a child with `flags` (namespace flags; `CLONE_PARENT` is added here,
+    /// `SIGCHLD` by `clone_with_namespaces`) that runs `init` and exits with its result; returns
+    /// the child's pid. The caller must be the only thread of this process (it is blocked here
+    /// while the seed clones, so the child gets a consistent copy of its memory).
     pub fn clone_init<F: FnOnce() -> i32>(
         &mut self,
         flags: libc::c_int,
@@ -416,7 +382,7 @@ impl NamespaceSeed {
             call: call_once::<F>,
             data: (&mut slot as *mut Option<F>).cast(),
         };
-        let flags = (flags | libc::CLONE_PARENT | libc::SIGCHLD) as u64;
+        let flags = (flags | libc::CLONE_PARENT) as u64;
         let mut request = [0u8; 16];
         request[..8].copy_from_slice(&flags.to_ne_bytes());
         request[8..].copy_from_slice(&(&job as *const Job as usize as u64).to_ne_bytes());
