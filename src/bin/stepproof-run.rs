@@ -7,6 +7,7 @@ use stepproof::cli;
 use stepproof::profile::Profile;
 use stepproof::sandbox::report::AssuranceReport;
 use stepproof::supervisor::audit_sink::{AuditSink, AuditSinkError};
+use stepproof::supervisor::output_files::{OutputFile, WriteMode, writable_roots};
 use stepproof::supervisor::spawn;
 use stepproof::supervisor::status::Outcome;
 use stepproof::supervisor::sweep::{EXIT_TAMPERING, Snapshot};
@@ -102,9 +103,83 @@ fn open_audit_log(
     }
 }
 
+/// The files the caller asked for, opened before the sandbox starts (see
+/// [`stepproof::supervisor::output_files`]).
+#[derive(Default)]
+struct Outputs {
+    opened: bool,
+    status: Option<OutputFile>,
+    report: Option<OutputFile>,
+    summaries: Vec<OutputFile>,
+    summary_json: Option<OutputFile>,
+}
+
+impl Outputs {
+    fn open(args: &Args, roots: &[PathBuf]) -> Result<Outputs, String> {
+        let open = |what, path: &Option<PathBuf>, mode| {
+            path.as_deref()
+                .map(|p| OutputFile::open(what, p, roots, mode))
+                .transpose()
+                .map_err(|e| e.to_string())
+        };
+        let mut summaries: Vec<OutputFile> =
+            open("the summary", &args.summary, WriteMode::Replace)?
+                .into_iter()
+                .collect();
+        if args.ci
+            && let Some(path) = std::env::var_os("GITHUB_STEP_SUMMARY")
+        {
+            summaries.push(
+                OutputFile::open(
+                    "$GITHUB_STEP_SUMMARY",
+                    std::path::Path::new(&path),
+                    roots,
+                    WriteMode::Append,
+                )
+                .map_err(|e| e.to_string())?,
+            );
+        }
+        Ok(Outputs {
+            opened: true,
+            status: open("the status file", &args.status_file, WriteMode::Replace)?,
+            report: open("the report", &args.report, WriteMode::Replace)?,
+            summaries,
+            summary_json: open("the JSON summary", &args.summary_json, WriteMode::Replace)?,
+        })
+    }
+
+    /// A launch that failed before the plan: nothing ran, so the workspace is the only
+    /// directory a run could have written (an earlier one).
+    fn open_late(args: &Args) -> Outputs {
+        let workspace = args
+            .workspace
+            .clone()
+            .or_else(|| std::env::current_dir().ok())
+            .and_then(|w| w.canonicalize().ok());
+        Outputs::open(args, &workspace.into_iter().collect::<Vec<_>>()).unwrap_or_else(|e| {
+            eprintln!("stepproof-run: {e}");
+            Outputs {
+                opened: true,
+                ..Outputs::default()
+            }
+        })
+    }
+}
+
+fn write_output(file: &mut Option<OutputFile>, bytes: &[u8]) {
+    if let Some(file) = file
+        && let Err(e) = file.write(bytes)
+    {
+        eprintln!("stepproof-run: writing {}: {e}", file.path().display());
+    }
+}
+
 /// Profile and facts, then the audit log (before the plan, so that its directory exists and is
 /// hidden like the rest of StepProof's state), then the plan and the run.
-fn launch(args: &Args) -> Result<(Outcome, Option<AssuranceReport>), String> {
+fn launch(
+    args: &Args,
+    outputs: &mut Outputs,
+) -> Result<(Outcome, Option<AssuranceReport>), String> {
     let profile = Profile::load(args.profile.as_deref()).map_err(|e| e.to_string())?;
     let facts = cli::gather_facts(
         args.workspace.as_deref(),
@@ -139,6 +214,9 @@ fn launch(args: &Args) -> Result<(Outcome, Option<AssuranceReport>), String> {
     }
     let audit = open_audit_log(args, &facts.home).map_err(|e| e.to_string())?;
     let mut plan = cli::plan_for(&profile, &facts).map_err(|e| e.to_string())?;
+    // Before anything runs: whatever the sandbox plants at these names later is not followed.
+    *outputs =
+        Outputs::open(args, &writable_roots(&plan)).inspect_err(|_| outputs.opened = true)?;
     let command: Vec<OsString> = if args.selftest {
         stepproof::selftest::install_probe_binary(&mut plan).map_err(|e| e.to_string())?
     } else {
@@ -181,7 +259,11 @@ fn launch(args: &Args) -> Result<(Outcome, Option<AssuranceReport>), String> {
     let mut result = spawn::run(&plan, &command, audit.as_ref(), &options);
     // The persistence sweep, only when the command ran.
     if !matches!(result.outcome, Outcome::StepproofError { .. }) && !args.selftest {
-        let findings = snapshot.sweep(&profile, &plan, &facts.run_dir.join("quarantine"));
+        let mut findings = snapshot.sweep(&profile, &plan, &facts.run_dir.join("quarantine"));
+        findings.extend(stepproof::supervisor::profile_check::changed_profile_files(
+            &profile,
+            &writable_roots(&plan),
+        ));
         if let Some(audit) = &audit {
             audit.record(
                 "supervisor",
@@ -253,7 +335,7 @@ fn launch(args: &Args) -> Result<(Outcome, Option<AssuranceReport>), String> {
                 command: Box::new(result.outcome),
             };
         }
-        write_summaries(args, &summary, &result.outcome);
+        write_summaries(outputs, &summary, &result.outcome);
     }
     Ok((result.outcome, result.report))
 }
@@ -288,40 +370,25 @@ fn run_selftest(args: &Args) -> Result<Vec<String>, String> {
         .collect())
 }
 
-fn write_summaries(args: &Args, summary: &stepproof::ci::Summary, outcome: &Outcome) {
+fn write_summaries(outputs: &mut Outputs, summary: &stepproof::ci::Summary, outcome: &Outcome) {
     let mut markdown = summary.markdown();
     markdown.push_str(&format!(
-        "
-Status: `{}`
-",
+        "\nStatus: `{}`\n",
         serde_json::to_string(outcome).unwrap_or_default()
     ));
-    let mut targets: Vec<PathBuf> = args.summary.iter().cloned().collect();
-    if args.ci
-        && let Some(path) = std::env::var_os("GITHUB_STEP_SUMMARY")
-    {
-        targets.push(PathBuf::from(path));
-    }
-    for path in targets {
-        use std::io::Write;
-        let written = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .and_then(|mut f| f.write_all(markdown.as_bytes()));
-        if let Err(e) = written {
-            eprintln!("stepproof-run: writing the summary {}: {e}", path.display());
+    for file in &mut outputs.summaries {
+        if let Err(e) = file.write(markdown.as_bytes()) {
+            eprintln!(
+                "stepproof-run: writing the summary {}: {e}",
+                file.path().display()
+            );
         }
     }
-    if let Some(path) = &args.summary_json {
-        let json = serde_json::json!({ "summary": summary, "status": outcome });
-        if let Err(e) = std::fs::write(
-            path,
-            serde_json::to_string_pretty(&json).unwrap_or_default() + "\n",
-        ) {
-            eprintln!("stepproof-run: writing the summary {}: {e}", path.display());
-        }
-    }
+    let json = serde_json::json!({ "summary": summary, "status": outcome });
+    write_output(
+        &mut outputs.summary_json,
+        (serde_json::to_string_pretty(&json).unwrap_or_default() + "\n").as_bytes(),
+    );
 }
 
 fn main() {
@@ -337,20 +404,20 @@ fn main() {
         }
     };
     cli::init_logging(args.verbose);
-    let (outcome, report) = match launch(&args) {
+    let mut outputs = Outputs::default();
+    let (outcome, report) = match launch(&args, &mut outputs) {
         Ok(done) => done,
         Err(message) => (Outcome::failed(message), None),
     };
+    if !outputs.opened {
+        outputs = Outputs::open_late(&args);
+    }
     if let Some(report) = &report {
         let json = serde_json::to_string_pretty(report).unwrap_or_default();
         if args.verbose > 0 {
             eprintln!("enforced: {json}");
         }
-        if let Some(path) = &args.report
-            && let Err(e) = std::fs::write(path, json + "\n")
-        {
-            eprintln!("stepproof-run: writing the report {}: {e}", path.display());
-        }
+        write_output(&mut outputs.report, (json + "\n").as_bytes());
     }
     match &outcome {
         Outcome::StepproofError { message, .. } => eprintln!("stepproof-run: {message}"),
@@ -365,15 +432,8 @@ fn main() {
         }
         _ => {}
     }
-    if let Some(path) = &args.status_file {
-        let json = serde_json::to_string_pretty(&outcome).unwrap_or_default();
-        if let Err(e) = std::fs::write(path, json + "\n") {
-            eprintln!(
-                "stepproof-run: writing the status file {}: {e}",
-                path.display()
-            );
-        }
-    }
+    let json = serde_json::to_string_pretty(&outcome).unwrap_or_default();
+    write_output(&mut outputs.status, (json + "\n").as_bytes());
     spawn::reap_finished_children();
     tracing::debug!("exiting");
     std::process::exit(outcome.exit_code());

@@ -173,6 +173,26 @@ struct NetworkFile {
     gateway: Option<GatewayConfig>,
 }
 
+/// A profile file that was read, by its canonical path, and the sha256 of what was read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ProfileSource {
+    pub path: PathBuf,
+    pub sha256: String,
+}
+
+impl ProfileSource {
+    fn of(path: &Path, text: &str) -> ProfileSource {
+        let absolute = path
+            .canonicalize()
+            .or_else(|_| std::env::current_dir().map(|d| d.join(path)))
+            .unwrap_or_else(|_| path.to_path_buf());
+        ProfileSource {
+            path: absolute,
+            sha256: hex::encode(Sha256::digest(text.as_bytes())),
+        }
+    }
+}
+
 /// The effective, merged profile: what the user asked for, with `~` and the workspace still
 /// symbolic. Its canonical JSON is what the policy hash covers.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -182,6 +202,9 @@ pub struct Profile {
     /// Where each layer came from, outermost first (for `explain`; not hashed).
     #[serde(skip)]
     pub origins: Vec<String>,
+    /// The files of the chain as they were read: what a run must not be able to change.
+    #[serde(skip)]
+    pub files: Vec<ProfileSource>,
     pub assurance: Assurance,
     pub filesystem: Filesystem,
     pub process: Process,
@@ -244,9 +267,14 @@ impl Profile {
     /// Loads a profile file, or the built-in default when `path` is `None`.
     pub fn load(path: Option<&Path>) -> Result<Profile, ProfileError> {
         let mut layers = Vec::new();
+        let mut files = Vec::new();
         let (mut origin, mut text, mut base_dir) = match path {
             None => builtin_source("default").expect("the default profile is compiled in"),
-            Some(p) => file_source(p)?,
+            Some(p) => {
+                let source = file_source(p)?;
+                files.push(ProfileSource::of(p, &source.1));
+                source
+            }
         };
         loop {
             let file = parse_file(&origin, &text)?;
@@ -280,7 +308,9 @@ impl Profile {
                             ),
                         });
                     }
-                    file_source(&parent_path)?
+                    let source = file_source(&parent_path)?;
+                    files.push(ProfileSource::of(&parent_path, &source.1));
+                    source
                 }
             };
         }
@@ -292,7 +322,10 @@ impl Profile {
             origins.push(origin);
         }
         let origin = origins.last().cloned().unwrap_or_default();
-        resolve(merged, origins).map_err(|message| ProfileError::Invalid { origin, message })
+        let mut profile = resolve(merged, origins)
+            .map_err(|message| ProfileError::Invalid { origin, message })?;
+        profile.files = files;
+        Ok(profile)
     }
 
     /// `sha256:` of the canonical JSON of the requested policy.
@@ -452,6 +485,7 @@ fn resolve(file: ProfileFile, origins: Vec<String>) -> Result<Profile, String> {
         name: file.name.unwrap_or_else(|| "unnamed".into()),
         description: file.description.unwrap_or_default(),
         origins,
+        files: Vec::new(),
         assurance: file.assurance.unwrap_or_default(),
         filesystem: Filesystem {
             system: fs.system,

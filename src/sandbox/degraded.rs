@@ -141,6 +141,18 @@ pub fn build_degraded_plan(profile: &Profile, facts: &HostFacts) -> Result<Sandb
             writable_protected.join(", ")
         ));
     }
+    let writable_profile: Vec<String> = profile
+        .files
+        .iter()
+        .filter(|f| f.path.starts_with(&workspace))
+        .map(|f| f.path.display().to_string())
+        .collect();
+    if !writable_profile.is_empty() {
+        losses.push(format!(
+            "the profile's own files inside the workspace cannot be made read-only (checked after the run instead): {}",
+            writable_profile.join(", ")
+        ));
+    }
 
     let tcp = match profile.network.mode {
         NetworkMode::None => {

@@ -288,6 +288,10 @@ fn apply(
             bind(&target, &target, "re-binding")?;
             restrict(&target, true, true)
         }
+        MountOp::PinInPlace { path } => {
+            let target = inside(path);
+            bind(&target, &target, "pinning")
+        }
         MountOp::Overlay { src, dst, files } => {
             let layer = PathBuf::from(format!("/overlay-{index}"));
             for (rel, contents) in files {

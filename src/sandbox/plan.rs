@@ -130,6 +130,12 @@ pub enum MountOp {
     ReadOnlyInPlace {
         path: PathBuf,
     },
+    /// The directory as the view already shows it, bound onto itself with its access unchanged:
+    /// a mount point cannot be renamed or removed (EBUSY), so what is bound below it stays put
+    /// (the ancestors of a profile file kept in the workspace).
+    PinInPlace {
+        path: PathBuf,
+    },
     /// `dst` read-only, as the host has it, with generated files laid over it (an overlay with
     /// two lower layers and no upper one): how StepProof adds `/etc/claude-code/…` and the
     /// sandbox account without touching the host's `/etc`. Paths in `files` are relative to dst.
@@ -393,6 +399,9 @@ pub fn build_plan(profile: &Profile, facts: &HostFacts) -> Result<SandboxPlan, P
         }
     }
 
+    // The profile that confines the run, where the run could write it: read-only and pinned.
+    mounts.extend(profile_file_mounts(profile, &workspace, &mounts));
+
     mounts.push(MountOp::ReadOnlyRoot);
 
     let (mut env, env_dropped) = build_environment(profile, facts, &identity, &home);
@@ -483,6 +492,7 @@ fn landlock_rules(mounts: &[MountOp]) -> Result<Vec<LandlockRule>, PlanError> {
             | MountOp::HideDir { .. }
             | MountOp::HideFile { .. }
             | MountOp::ReadOnlyInPlace { .. }
+            | MountOp::PinInPlace { .. }
             | MountOp::File { .. }
             | MountOp::SealReadOnly { .. }
             | MountOp::ReadOnlyRoot => continue,
@@ -591,6 +601,63 @@ fn push_minimal_dev(mounts: &mut Vec<MountOp>) {
         mode: 0o1777,
         size_mib: Some(64),
     });
+}
+
+/// Host directories the view binds read-write (workspace, writable extras).
+pub(crate) fn writable_binds(mounts: &[MountOp]) -> Vec<PathBuf> {
+    mounts
+        .iter()
+        .filter_map(|op| match op {
+            MountOp::Bind {
+                src,
+                access: Access::ReadWrite,
+                ..
+            }
+            | MountOp::IdmappedBind {
+                src,
+                access: Access::ReadWrite,
+                ..
+            } => Some(src.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Every file of the profile's chain that lies in a directory the run can write becomes a
+/// read-only bind, and each directory between it and that writable root is pinned onto itself
+/// first (a read-only file bind would otherwise move with a renamed parent). The hashes taken
+/// when the profile was read are compared after the run.
+fn profile_file_mounts(profile: &Profile, workspace: &Path, mounts: &[MountOp]) -> Vec<MountOp> {
+    let mut roots = writable_binds(mounts);
+    roots.push(workspace.to_path_buf());
+    let mut ops = Vec::new();
+    for file in &profile.files {
+        let Some(root) = roots.iter().filter(|r| file.path.starts_with(r)).max() else {
+            continue;
+        };
+        let mut dir = root.clone();
+        let rel = file.path.strip_prefix(root).unwrap_or(&file.path);
+        let parts: Vec<_> = rel.components().collect();
+        for part in &parts[..parts.len().saturating_sub(1)] {
+            dir.push(part);
+            let op = MountOp::PinInPlace { path: dir.clone() };
+            if !ops.contains(&op) {
+                ops.push(op);
+            }
+        }
+        let op = MountOp::ReadOnlyInPlace {
+            path: file.path.clone(),
+        };
+        if !ops.contains(&op) {
+            ops.push(op);
+        }
+    }
+    // Pins first, outermost first: a later bind of an ancestor would hide what is below it.
+    ops.sort_by_key(|op| match op {
+        MountOp::PinInPlace { path } => (0, path.components().count()),
+        _ => (1, 0),
+    });
+    ops
 }
 
 pub(crate) fn existing(path: PathBuf, key: &str) -> Result<PathBuf, PlanError> {
@@ -891,6 +958,7 @@ impl std::fmt::Display for MountOp {
                 write!(f, "--   hidden    {} ({why})", dst.display())
             }
             MountOp::ReadOnlyInPlace { path } => write!(f, "ro   protect   {}", path.display()),
+            MountOp::PinInPlace { path } => write!(f, "pin  in place  {}", path.display()),
             MountOp::File { dst, .. } => write!(f, "ro   generated {}", dst.display()),
             MountOp::FromSupervisor { src, dst, access } => write!(
                 f,

@@ -5,6 +5,8 @@ pub mod agent_state;
 pub mod audit_sink;
 pub mod fdpass;
 pub mod gateway;
+pub mod output_files;
+pub mod profile_check;
 pub mod proxy;
 pub mod pty;
 pub mod spawn;

@@ -570,9 +570,13 @@ fn launch(
     }
     let hook_records = receiver.map(|r| r.shutdown());
     if let Some(state) = &plan.agent
-        && let Some(note) = agent_state::carry_back(state)
+        && let Some(done) = agent_state::carry_back(state, plan.identity.outside_uid)
     {
-        tracing::info!("{note}");
+        let note = done.note();
+        match done {
+            agent_state::CarryBack::Refreshed(_) => tracing::info!("{note}"),
+            agent_state::CarryBack::Refused(_) => eprintln!("stepproof-run: {note}"),
+        }
         if let Some(audit) = audit {
             audit.record(
                 "supervisor",

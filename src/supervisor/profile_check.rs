@@ -1,0 +1,49 @@
+//! After the run: the profile files that confined it, where the run could write them, still
+//! hold what was read at launch. They were read-only and pinned inside, so a difference means
+//! the floor did not hold (or a degraded host could not pin them): tampering either way.
+
+use crate::profile::Profile;
+use crate::supervisor::sweep::Finding;
+use sha2::{Digest, Sha256};
+use std::fs::OpenOptions;
+use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
+
+/// Larger than any profile; reading stops there.
+const MAX_PROFILE_BYTES: u64 = 4 << 20;
+
+/// The profile files under `writable_roots` whose content is not what was read at launch.
+pub fn changed_profile_files(profile: &Profile, writable_roots: &[PathBuf]) -> Vec<Finding> {
+    profile
+        .files
+        .iter()
+        .filter(|f| writable_roots.iter().any(|r| f.path.starts_with(r)))
+        .filter_map(|f| {
+            let now = OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+                .open(&f.path)
+                .and_then(|file| {
+                    if !file.metadata()?.is_file() {
+                        return Err(std::io::Error::other("no longer a regular file"));
+                    }
+                    let mut bytes = Vec::new();
+                    file.take(MAX_PROFILE_BYTES).read_to_end(&mut bytes)?;
+                    Ok(hex::encode(Sha256::digest(&bytes)))
+                });
+            let (change, error) = match now {
+                Ok(hash) if hash == f.sha256 => return None,
+                Ok(_) => ("profile-changed", None),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => ("profile-removed", None),
+                Err(e) => ("profile-replaced", Some(e.to_string())),
+            };
+            Some(Finding {
+                path: f.path.clone(),
+                change,
+                quarantined_to: None,
+                error,
+            })
+        })
+        .collect()
+}
