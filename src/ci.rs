@@ -6,33 +6,56 @@ use std::path::Path;
 use std::time::Duration;
 
 /// `90`, `90s`, `30m`, `1h`, `1h30m` (a bare number is seconds).
+/// The longest `--timeout`: 30 days. Anything longer is a mistake, and every value has to fit
+/// the clock arithmetic without wrapping.
+pub const MAX_TIMEOUT_SECS: u64 = 30 * 24 * 3600;
+
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let err = || format!("{text:?} is not a duration (like 90s, 30m, 1h30m)");
+    let too_long =
+        || format!("{text:?} is longer than the allowed range (1 s to {MAX_TIMEOUT_SECS} s, 720h)");
     if text.is_empty() {
         return Err(err());
     }
-    if let Ok(secs) = text.parse::<u64>() {
-        return Ok(Duration::from_secs(secs));
-    }
-    let mut total = 0u64;
-    let mut number = String::new();
-    for c in text.chars() {
-        if c.is_ascii_digit() {
-            number.push(c);
-            continue;
-        }
-        let value: u64 = number.parse().map_err(|_| err())?;
-        number.clear();
-        total += value
-            * match c {
+    let total = if text.bytes().all(|b| b.is_ascii_digit()) {
+        text.parse::<u64>().map_err(|_| too_long())?
+    } else {
+        let mut total = 0u64;
+        let mut number = String::new();
+        for c in text.chars() {
+            if c.is_ascii_digit() {
+                number.push(c);
+                continue;
+            }
+            let value: u64 = number.parse().map_err(|e: std::num::ParseIntError| {
+                if matches!(e.kind(), std::num::IntErrorKind::PosOverflow) {
+                    too_long()
+                } else {
+                    err()
+                }
+            })?;
+            number.clear();
+            let unit = match c {
                 'h' => 3600,
                 'm' => 60,
                 's' => 1,
                 _ => return Err(err()),
             };
+            total = value
+                .checked_mul(unit)
+                .and_then(|v| v.checked_add(total))
+                .ok_or_else(too_long)?;
+        }
+        if !number.is_empty() {
+            return Err(err());
+        }
+        total
+    };
+    if total == 0 {
+        return Err(format!("{text:?}: a timeout must be at least 1 s"));
     }
-    if !number.is_empty() || total == 0 {
-        return Err(err());
+    if total > MAX_TIMEOUT_SECS {
+        return Err(too_long());
     }
     Ok(Duration::from_secs(total))
 }
@@ -212,6 +235,22 @@ mod tests {
         assert_eq!(parse_duration("90s").unwrap(), Duration::from_secs(90));
         assert_eq!(parse_duration("30m").unwrap(), Duration::from_secs(1800));
         assert_eq!(parse_duration("1h30m").unwrap(), Duration::from_secs(5400));
+        assert_eq!(
+            parse_duration("720h").unwrap(),
+            Duration::from_secs(MAX_TIMEOUT_SECS)
+        );
+        // Values that used to wrap or overflow are refused with the range.
+        for bad in [
+            "18446744073709551615",
+            "18446744073709551615s3s",
+            "5124095576030432h",
+            "99999999999999999999999s",
+            "721h",
+            "2592001",
+        ] {
+            let e = parse_duration(bad).unwrap_err();
+            assert!(e.contains("allowed range"), "{bad}: {e}");
+        }
         for bad in ["", "m", "1x", "10m5", "0s"] {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }

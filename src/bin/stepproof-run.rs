@@ -7,7 +7,9 @@ use stepproof::cli;
 use stepproof::profile::Profile;
 use stepproof::sandbox::report::AssuranceReport;
 use stepproof::supervisor::audit_sink::{AuditSink, AuditSinkError};
-use stepproof::supervisor::output_files::{OutputFile, WriteMode, writable_roots};
+use stepproof::supervisor::output_files::{
+    OutputFile, WriteMode, writable_root_of, writable_roots,
+};
 use stepproof::supervisor::spawn;
 use stepproof::supervisor::status::Outcome;
 use stepproof::supervisor::sweep::{EXIT_TAMPERING, Snapshot};
@@ -197,18 +199,22 @@ fn launch(
         }
     }
     if let Some(path) = &args.audit_log {
-        // The sandbox must neither read nor write its own record.
-        let parent = path
-            .parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or(std::path::Path::new("."));
-        let dir = parent
-            .canonicalize()
-            .unwrap_or_else(|_| parent.to_path_buf());
-        if dir.starts_with(&facts.workspace) {
+        // The sandbox must neither read nor write its own record: resolved once, here, with the
+        // directories the run will be able to write (a directory that does not exist yet counts
+        // by its name; a link inside them is not followed).
+        let mut roots = vec![facts.workspace.clone()];
+        roots.extend(profile.filesystem.writable.iter().filter_map(|spec| {
+            spec.resolve(&facts.home, &facts.workspace)
+                .canonicalize()
+                .ok()
+        }));
+        let inside = writable_root_of(path, &roots)
+            .map_err(|e| format!("--audit-log {}: {e}", path.display()))?;
+        if let Some(root) = inside {
             return Err(format!(
-                "--audit-log {}: inside the workspace, where the sandbox could read and write it; put it outside",
-                path.display()
+                "--audit-log {}: inside {}, where the sandbox could read and write it; put it outside",
+                path.display(),
+                root.display()
             ));
         }
     }

@@ -451,6 +451,26 @@ fn merge(base: ProfileFile, child: ProfileFile) -> ProfileFile {
     }
 }
 
+/// 1 TiB: a larger private /tmp is a mistake, and the size has to fit tmpfs's byte count.
+const MAX_TMP_SIZE_MIB: u64 = 1 << 20;
+/// The kernel's largest pid_max.
+const MAX_NPROC: u64 = 4_194_304;
+/// The kernel's default fs.nr_open.
+const MAX_NOFILE: u64 = 1 << 20;
+const MAX_SANDBOX_UID: u32 = i32::MAX as u32 - 1;
+const OVERFLOW_UID: u32 = 65534;
+
+/// Every number a profile sets is checked against its range, named in the error.
+fn in_range(key: &str, value: u64, min: u64, max: u64) -> Result<(), String> {
+    if (min..=max).contains(&value) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{key} = {value} is outside the allowed range {min} to {max}"
+        ))
+    }
+}
+
 fn resolve(file: ProfileFile, origins: Vec<String>) -> Result<Profile, String> {
     let fs = file.filesystem;
     for p in &fs.protected {
@@ -466,9 +486,7 @@ fn resolve(file: ProfileFile, origins: Vec<String>) -> Result<Profile, String> {
         }
     }
     let tmp_size_mib = fs.tmp_size_mib.unwrap_or(1024);
-    if tmp_size_mib == 0 {
-        return Err("filesystem.tmp_size_mib must be at least 1".into());
-    }
+    in_range("filesystem.tmp_size_mib", tmp_size_mib, 1, MAX_TMP_SIZE_MIB)?;
     for name in file.process.env.iter().chain(file.process.set_env.keys()) {
         let bare = name.strip_suffix('*').unwrap_or(name);
         if bare.is_empty() && name != "*" || bare.contains(['=', '\0', '*']) {
@@ -480,6 +498,27 @@ fn resolve(file: ProfileFile, origins: Vec<String>) -> Result<Profile, String> {
     let sandbox_uid = file.process.sandbox_uid.unwrap_or(DEFAULT_SANDBOX_UID);
     if sandbox_uid == 0 {
         return Err("process.sandbox_uid must not be 0: the command never runs as root".into());
+    }
+    in_range(
+        "process.sandbox_uid",
+        u64::from(sandbox_uid),
+        1,
+        u64::from(MAX_SANDBOX_UID),
+    )?;
+    if sandbox_uid == OVERFLOW_UID {
+        return Err(format!(
+            "process.sandbox_uid must not be {OVERFLOW_UID}, the kernel's overflow uid (what unmapped owners appear as)"
+        ));
+    }
+    if let Some(limits) = &file.process.limits {
+        in_range("process.limits.nproc", limits.nproc, 1, MAX_NPROC)?;
+        in_range("process.limits.nofile", limits.nofile, 16, MAX_NOFILE)?;
+        if let Some(fsize) = limits.fsize {
+            in_range("process.limits.fsize", fsize, 1, u64::MAX - 1)?;
+        }
+        if let Some(cpu) = limits.cpu {
+            in_range("process.limits.cpu", cpu, 1, u64::MAX - 1)?;
+        }
     }
     Ok(Profile {
         name: file.name.unwrap_or_else(|| "unnamed".into()),
@@ -511,9 +550,7 @@ fn resolve(file: ProfileFile, origins: Vec<String>) -> Result<Profile, String> {
             };
             allow.compile().map_err(|e| format!("network: {e}"))?;
             let proxy_port = file.network.proxy_port.unwrap_or(DEFAULT_PROXY_PORT);
-            if proxy_port == 0 {
-                return Err("network.proxy_port must not be 0".into());
-            }
+            in_range("network.proxy_port", u64::from(proxy_port), 1, 65535)?;
             let mode = file.network.mode.unwrap_or_default();
             if let Some(gateway) = &file.network.gateway {
                 if mode == NetworkMode::Host {
@@ -628,6 +665,35 @@ mod tests {
     #[test]
     fn bad_values_are_refused() {
         assert!(load_text("[process]\nsandbox_uid = 0\n").is_err());
+        // Values that wrapped (tmpfs reads size=0 as unlimited) are refused with their range.
+        for (text, key) in [
+            (
+                "[filesystem]\ntmp_size_mib = 17592186044416\n",
+                "tmp_size_mib",
+            ),
+            ("[filesystem]\ntmp_size_mib = 0\n", "tmp_size_mib"),
+            ("[process]\nsandbox_uid = 65534\n", "65534"),
+            ("[process]\nsandbox_uid = 4294967295\n", "sandbox_uid"),
+            (
+                "[process.limits]\nnproc = 0\nnofile = 1024\ncore = 0\n",
+                "nproc",
+            ),
+            (
+                "[process.limits]\nnproc = 10\nnofile = 99999999\ncore = 0\n",
+                "nofile",
+            ),
+            (
+                "[process.limits]\nnproc = 10\nnofile = 64\ncore = 0\nfsize = 0\n",
+                "fsize",
+            ),
+            ("[network]\nproxy_port = 0\n", "proxy_port"),
+        ] {
+            let e = load_text(text).unwrap_err().to_string();
+            assert!(
+                e.contains(key) && (e.contains("range") || e.contains("65534")),
+                "{text}: {e}"
+            );
+        }
         assert!(load_text("[filesystem]\nprotected = [\"../x\"]\n").is_err());
         assert!(load_text("[filesystem]\nwritable = [\"/\"]\n").is_err());
         assert!(load_text("[filesystem]\nhidden = [\"\"]\n").is_err());

@@ -47,6 +47,7 @@ pub fn build_degraded_plan(profile: &Profile, facts: &HostFacts) -> Result<Sandb
     }
     let home = facts.home.clone();
     let workspace = facts.workspace.clone();
+    crate::sandbox::plan::check_workspace(profile, &workspace, &home)?;
     let resolve = |spec: &crate::profile::PathSpec| spec.resolve(&home, &workspace);
     let mut losses = vec![
         "no mount namespace: the host's file system is what Landlock grants, not a rebuilt view".to_string(),

@@ -256,11 +256,7 @@ pub fn build_plan(profile: &Profile, facts: &HostFacts) -> Result<SandboxPlan, P
     let identity = choose_identity(profile, facts, &mut notes)?;
     let home = facts.home.clone();
     let workspace = facts.workspace.clone();
-    if workspace == Path::new("/") {
-        return Err(PlanError::Refused(
-            "the workspace cannot be `/`: choose a project directory with --workspace".into(),
-        ));
-    }
+    check_workspace(profile, &workspace, &home)?;
     let resolve = |spec: &crate::profile::PathSpec| spec.resolve(&home, &workspace);
     // Invoked as root, everything bound from the caller's side (not the system directories)
     // goes through an idmapped mount: root's files there appear as the sandbox user's, and the
@@ -601,6 +597,62 @@ fn push_minimal_dev(mounts: &mut Vec<MountOp>) {
         mode: 0o1777,
         size_mib: Some(64),
     });
+}
+
+/// StepProof's own state under the home (run directories, audit logs, quarantine).
+pub const STATE_DIR: &str = ".local/state/stepproof";
+
+/// Kernel and device trees a workspace can never be in, besides the profile's system directories.
+const NEVER_A_WORKSPACE: &[&str] = &["/proc", "/sys", "/dev", "/boot"];
+
+/// A workspace is the one directory the run may write, so it can be neither the whole file
+/// system, nor a directory that holds the home (the home's secrets and rc files would be the
+/// agent's), nor anything under the system directories the view shows read-only (`--workspace
+/// /etc` would make the host's `/etc` writable), nor StepProof's own state (the audit logs).
+/// The home itself is allowed: its persistence paths are protected and its secrets hidden.
+pub(crate) fn check_workspace(
+    profile: &Profile,
+    workspace: &Path,
+    home: &Path,
+) -> Result<(), PlanError> {
+    let refuse = |why: String| {
+        Err(PlanError::Refused(format!(
+            "--workspace {}: {why}; choose a project directory",
+            workspace.display()
+        )))
+    };
+    if workspace == Path::new("/") {
+        return refuse("the workspace cannot be `/`".into());
+    }
+    if home.starts_with(workspace) && home != workspace {
+        return refuse(format!(
+            "it contains the home {} (whose secrets and startup files would become writable)",
+            home.display()
+        ));
+    }
+    let system = profile
+        .filesystem
+        .system
+        .iter()
+        .map(|spec| spec.resolve(home, workspace))
+        .chain(NEVER_A_WORKSPACE.iter().map(PathBuf::from));
+    for dir in system {
+        let canonical = dir.canonicalize().unwrap_or_else(|_| dir.clone());
+        if workspace.starts_with(&canonical) || workspace.starts_with(&dir) {
+            return refuse(format!(
+                "it is under {}, which the sandbox shows read-only from the host",
+                dir.display()
+            ));
+        }
+    }
+    let state = home.join(STATE_DIR);
+    if workspace.starts_with(&state) || state.starts_with(workspace) && workspace != home {
+        return refuse(format!(
+            "it holds or is inside StepProof's own state {} (audit logs, quarantine)",
+            state.display()
+        ));
+    }
+    Ok(())
 }
 
 /// Host directories the view binds read-write (workspace, writable extras).

@@ -53,7 +53,8 @@ impl AuditSink {
                 .map(|d| d.as_secs())
                 .unwrap_or(0)
         });
-        home.join(".local/state/stepproof/runs")
+        home.join(crate::sandbox::plan::STATE_DIR)
+            .join("runs")
             .join(format!("{secs}-{}", std::process::id()))
     }
 
@@ -72,13 +73,22 @@ impl AuditSink {
                 .create(dir)
                 .map_err(fail)?;
         }
+        // Never through a link (bar the caller's own descriptors, `/dev/stdout`), and a FIFO
+        // nobody reads is an error, not a hang.
+        let no_follow = if crate::supervisor::output_files::may_follow_last(path) {
+            0
+        } else {
+            libc::O_NOFOLLOW
+        };
         let file = OpenOptions::new()
             .create(true)
             .read(true)
             .append(true)
             .mode(0o600)
+            .custom_flags(no_follow | libc::O_NONBLOCK)
             .open(path)
             .map_err(fail)?;
+        clear_nonblocking(&file);
         // Only a regular file is locked and continued; anything else (`/dev/stdout`, a pipe)
         // cannot be read back and starts a chain of its own.
         let (next_seq, head) = if file.metadata().map_err(fail)?.is_file() {
@@ -185,6 +195,17 @@ impl AuditSink {
             Err(e) => tracing::warn!(path = %self.path.display(), "syncing the audit log: {e}"),
             Ok(()) => {}
         }
+    }
+}
+
+/// Writes to the log block normally; only its open had to be non-blocking.
+fn clear_nonblocking(file: &File) {
+    use nix::fcntl::{FcntlArg, OFlag, fcntl};
+    if let Ok(bits) = fcntl(file, FcntlArg::F_GETFL) {
+        let _ = fcntl(
+            file,
+            FcntlArg::F_SETFL(OFlag::from_bits_truncate(bits) & !OFlag::O_NONBLOCK),
+        );
     }
 }
 

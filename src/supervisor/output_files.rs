@@ -100,8 +100,7 @@ impl OutputFile {
                 // Outside what the sandbox can write, a link in the directories is the user's
                 // own. The last component is not followed either, except the caller's own
                 // descriptors (`/dev/stdout`, `/proc/self/fd/N`).
-                let follow_last = target.starts_with("/dev") || target.starts_with("/proc/self/fd");
-                let flags = if follow_last {
+                let flags = if may_follow_last(&target) {
                     flags
                 } else {
                     flags | OFlag::O_NOFOLLOW
@@ -143,6 +142,21 @@ impl OutputFile {
         self.file.write_all(bytes)?;
         self.file.flush()
     }
+}
+
+/// The writable root `path` lies beneath once the user's own links outside the roots are
+/// resolved (a directory that does not exist yet counts by its name), if any.
+pub fn writable_root_of(path: &Path, writable_roots: &[PathBuf]) -> io::Result<Option<PathBuf>> {
+    Ok(match locate(path, writable_roots)? {
+        Location::Beneath { root, .. } => Some(root),
+        Location::Outside(_) => None,
+    })
+}
+
+/// Whether the last component of an output path may be followed: only the caller's own
+/// descriptors (`/dev/stdout`, `/proc/self/fd/N`), never a link the sandbox could have made.
+pub fn may_follow_last(path: &Path) -> bool {
+    path.starts_with("/dev") || path.starts_with("/proc/self/fd")
 }
 
 enum Location {

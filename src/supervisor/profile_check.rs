@@ -47,3 +47,48 @@ pub fn changed_profile_files(profile: &Profile, writable_roots: &[PathBuf]) -> V
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    #[test]
+    fn a_changed_replaced_or_removed_profile_file_is_a_finding() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().canonicalize().unwrap();
+        fs::write(
+            ws.join("base.toml"),
+            "name = \"base\"\nextends = \"default\"\n",
+        )
+        .unwrap();
+        fs::write(ws.join("p.toml"), "name = \"p\"\nextends = \"base.toml\"\n").unwrap();
+        let profile = Profile::load(Some(&ws.join("p.toml"))).unwrap();
+        assert_eq!(profile.files.len(), 2);
+        let roots = vec![ws.clone()];
+        assert!(changed_profile_files(&profile, &roots).is_empty());
+        // Outside the writable roots nothing is checked (the host's own edits).
+        fs::write(ws.join("p.toml"), "name = \"p\"\n").unwrap();
+        assert!(changed_profile_files(&profile, &[]).is_empty());
+        fs::remove_file(ws.join("base.toml")).unwrap();
+        std::os::unix::fs::symlink("/etc/hostname", ws.join("base.toml")).unwrap();
+        let mut changes: Vec<_> = changed_profile_files(&profile, &roots)
+            .into_iter()
+            .map(|f| (f.path.file_name().unwrap().to_owned(), f.change))
+            .collect();
+        changes.sort();
+        assert_eq!(
+            changes,
+            [
+                ("base.toml".into(), "profile-replaced"),
+                ("p.toml".into(), "profile-changed")
+            ]
+        );
+        fs::remove_file(ws.join("p.toml")).unwrap();
+        assert!(
+            changed_profile_files(&profile, &roots)
+                .iter()
+                .any(|f| f.change == "profile-removed")
+        );
+    }
+}
