@@ -278,6 +278,7 @@ impl Profile {
         };
         loop {
             let file = parse_file(&origin, &text)?;
+            check_reserved_paths(&origin, &text, &file)?;
             let extends = file.extends.clone();
             layers.push((origin.clone(), file));
             let Some(parent) = extends else { break };
@@ -353,6 +354,65 @@ fn file_source(path: &Path) -> Result<(String, String, Option<PathBuf>), Profile
     })?;
     let dir = path.parent().map(Path::to_path_buf);
     Ok((path.display().to_string(), text, dir))
+}
+
+/// Paths StepProof itself places inside the sandbox: the managed settings that register the
+/// hook, the hook's control directory, the agent's config directory, the gateway's socket.
+/// An entry that covers one of them (itself, an ancestor such as `/etc`, or a path below it)
+/// would replace what StepProof put there — Claude Code would run without the hook.
+pub const RESERVED_PATHS: &[&str] = &[
+    "/etc/claude-code",
+    "/run/stepproof",
+    "/run/claude-config",
+    "/run/stepproof-gateway",
+];
+
+/// Refuses, with file and line, `read_only`, `writable` and `hidden` entries that cover a
+/// reserved path, and writable entries that cover StepProof's own state in the home.
+fn check_reserved_paths(origin: &str, text: &str, file: &ProfileFile) -> Result<(), ProfileError> {
+    let fs = &file.filesystem;
+    let lists = [
+        ("read_only", &fs.read_only),
+        ("writable", &fs.writable),
+        ("hidden", &fs.hidden),
+    ];
+    for (key, list) in lists {
+        for spec in list.iter() {
+            let covered = match spec {
+                PathSpec::Absolute(rel) => {
+                    let path = Path::new("/").join(rel);
+                    RESERVED_PATHS
+                        .iter()
+                        .find(|r| Path::new(r).starts_with(&path) || path.starts_with(r))
+                        .map(|r| r.to_string())
+                }
+                PathSpec::Home(rel) if key == "writable" => {
+                    let state = Path::new(crate::sandbox::plan::STATE_DIR);
+                    (state.starts_with(rel) || rel.starts_with(state))
+                        .then(|| format!("~/{} (StepProof's audit logs)", state.display()))
+                }
+                _ => None,
+            };
+            if let Some(reserved) = covered {
+                let spelled = String::from(spec.clone());
+                let (line, column) = text
+                    .find(&format!("\"{spelled}\""))
+                    .or_else(|| text.find(&format!("'{spelled}'")))
+                    .map(|at| line_column(text, at + 1))
+                    .unwrap_or((1, 1));
+                return Err(ProfileError::Syntax {
+                    origin: origin.to_string(),
+                    line,
+                    column,
+                    message: format!(
+                        "filesystem.{key}: {spelled:?} covers {reserved}, which StepProof places itself; \
+                         the entry would remove it (and with it the hook or the record): name a path that does not contain it"
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 fn parse_file(origin: &str, text: &str) -> Result<ProfileFile, ProfileError> {
@@ -665,6 +725,31 @@ mod tests {
     #[test]
     fn bad_values_are_refused() {
         assert!(load_text("[process]\nsandbox_uid = 0\n").is_err());
+        // Entries that would cover what StepProof places itself, refused with file:line.
+        for (text, line) in [
+            ("name = \"x\"\n[filesystem]\nread_only = [\"/etc\"]\n", 3),
+            (
+                "[filesystem]\nhidden = [\n  \"/tmp/x\",\n  \"/etc/claude-code/managed-settings.d\",\n]\n",
+                4,
+            ),
+            ("[filesystem]\nwritable = [\"/run\"]\n", 2),
+            ("[filesystem]\nread_only = ['/']\n", 2),
+            ("[filesystem]\nwritable = [\"~/.local\"]\n", 2),
+            (
+                "[filesystem]\nwritable = [\"~/.local/state/stepproof/runs\"]\n",
+                2,
+            ),
+        ] {
+            let e = load_text(text).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("p.toml:{line}:")) && e.contains("StepProof places itself"),
+                "{text}: {e}"
+            );
+        }
+        assert!(
+            load_text("[filesystem]\nread_only = [\"/etc/ssl\"]\nhidden = [\"~/.local/share\"]\n")
+                .is_ok()
+        );
         // Values that wrapped (tmpfs reads size=0 as unlimited) are refused with their range.
         for (text, key) in [
             (
