@@ -74,6 +74,8 @@ pub struct Summary {
     pub sweep: Vec<Value>,
     pub audit_log: String,
     pub audit_head: String,
+    /// Records reported from inside that were not written: the run reached its cap.
+    pub inside_not_written: u64,
 }
 
 impl Summary {
@@ -104,6 +106,9 @@ impl Summary {
                         .unwrap_or_default()
                         .to_string();
                     s.exit_code = record["outcome"]["exit_code"].as_i64().unwrap_or_default();
+                    s.inside_not_written = record["hook_receiver"]["over_cap"]
+                        .as_u64()
+                        .unwrap_or_default();
                     let e = &record["enforced"];
                     s.enforced = vec![
                         format!("isolation: {}", e["isolation"].as_str().unwrap_or("?")),
@@ -156,6 +161,13 @@ impl Summary {
             "**{}** (exit {}) · profile `{}` · policy `{}`\n\n",
             self.status, self.exit_code, self.profile, self.policy_hash
         ));
+        if self.inside_not_written > 0 {
+            md.push_str(&format!(
+                "**{} records reported from inside were not written**: the run reached \
+                 `audit.inside_max_mib`.\n\n",
+                self.inside_not_written
+            ));
+        }
         md.push_str("### Enforced\n\n");
         for line in &self.enforced {
             md.push_str(&format!("- {line}\n"));

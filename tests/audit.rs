@@ -343,6 +343,7 @@ fn serve(expected: &Path) -> Served {
         listener,
         sink.clone_handle(),
         PeerCheck::for_executable(expected).unwrap(),
+        u64::MAX,
     );
     Served {
         _dir: dir,
@@ -440,8 +441,11 @@ fn sixteen_hook_clients_and_the_supervisor_share_one_chain() {
             malformed: 0,
             incomplete: 0,
             empty: 0,
+            over_cap: 0,
+            accepted_bytes: counts.accepted_bytes,
         }
     );
+    assert!(counts.accepted_bytes >= 16_000);
     served.sink.sync();
     let records = records(&served.log);
     assert_eq!(records.len(), 17_000);

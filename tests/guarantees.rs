@@ -97,3 +97,85 @@ both!(audit_log_bypasses_are_refused, |w: &World| {
     assert_eq!(fs::read_to_string(&victim).unwrap(), "precious\n");
     assert!(!w.workspace.join("not-yet").exists());
 });
+
+// Records from inside are capped per run: a flood through the hook binary stops at
+// `audit.inside_max_mib`, the supervisor says how many were not written (in the log, on stderr
+// and in the job summary), and the log stays a verifiable chain.
+both!(
+    a_flood_of_records_from_inside_stops_at_the_cap,
+    |w: &World| {
+        let profile = w.base.join("cap.toml");
+        fs::write(
+            &profile,
+            "name = \"cap\"\nextends = \"default\"\n[audit]\ninside_max_mib = 1\n",
+        )
+        .unwrap();
+        let log = w.base.join("audit.jsonl");
+        let summary = w.base.join("summary.json");
+        chown_tree(&w.base.join("cap.toml"), w.owner);
+        // 450 calls of ~4.5 KiB records each: about twice the cap.
+        let flood = r#"
+import subprocess, json, os
+cmd = "echo " + "x" * 8000
+inp = json.dumps({"session_id": "s", "transcript_path": "/tmp/t", "cwd": os.getcwd(),
+                  "hook_event_name": "PreToolUse", "tool_name": "Bash",
+                  "tool_input": {"command": cmd}, "tool_use_id": "t1"})
+for i in range(450):
+    subprocess.run(["/run/stepproof/stepproof-hook", "--policy", "/run/stepproof/policy.json",
+                    "--audit-socket", "/run/stepproof/audit.sock", "--event", "PreToolUse"],
+                   input=inp.encode(), capture_output=True)
+"#;
+        // The log and the summary live outside the workspace, in a directory the owner may write.
+        let dir = w.base.join("out");
+        fs::create_dir_all(&dir).unwrap();
+        chown_tree(&dir, w.owner);
+        let log = dir.join(log.file_name().unwrap());
+        let summary = dir.join(summary.file_name().unwrap());
+        let out = w
+            .command(
+                &[
+                    "--profile",
+                    profile.to_str().unwrap(),
+                    "--audit-log",
+                    log.to_str().unwrap(),
+                    "--summary-json",
+                    summary.to_str().unwrap(),
+                ],
+                &["/usr/bin/python3", "-c", flood],
+            )
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+        let size = fs::metadata(&log).unwrap().len();
+        assert!(
+            size < (1 << 20) + (64 << 10),
+            "the log grew to {size} bytes"
+        );
+        let text = fs::read_to_string(&log).unwrap();
+        let capped: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter(|r| r["kind"] == "inside-records-over-cap")
+            .collect();
+        let last = capped.last().expect("no over-cap record");
+        assert_eq!(last["source"], "supervisor");
+        let not_written = last["not_written"].as_u64().unwrap();
+        assert!(not_written > 150, "{last}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(&format!(
+                "{not_written} records reported from inside were NOT written"
+            )),
+            "{stderr}"
+        );
+        let summary: serde_json::Value =
+            serde_json::from_str(&fs::read_to_string(&summary).unwrap()).unwrap();
+        assert_eq!(summary["summary"]["inside_not_written"], not_written);
+        let verify = std::process::Command::new(STEPPROOF)
+            .args(["audit", "verify"])
+            .arg(&log)
+            .output()
+            .unwrap();
+        assert!(verify.status.success(), "{}", describe(&verify));
+    }
+);

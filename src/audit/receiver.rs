@@ -138,6 +138,11 @@ pub struct ReceiverCounts {
     pub incomplete: u64,
     /// Connections that ended without sending a byte.
     pub empty: u64,
+    /// Well-formed lines not written because the run's records from inside had reached the
+    /// cap (`audit.inside_max_mib`).
+    pub over_cap: u64,
+    /// Bytes of records from inside written to the log.
+    pub accepted_bytes: u64,
 }
 
 /// The running receiver; [`ReceiverHandle::shutdown`] stops it.
@@ -179,6 +184,7 @@ pub fn serve_hook_socket(
     listener: UnixListener,
     sink: AuditSink,
     peer_check: PeerCheck,
+    inside_max_bytes: u64,
 ) -> ReceiverHandle {
     let stop = Arc::new(AtomicBool::new(false));
     let counts = Arc::new(Mutex::new(ReceiverCounts::default()));
@@ -199,6 +205,11 @@ pub fn serve_hook_socket(
         counts: counts.clone(),
         connections: Vec::new(),
         buf: vec![0; MAX_LINE + 1],
+        inside_max_bytes,
+        written_bytes: 0,
+        over_cap: 0,
+        over_cap_reported: 0,
+        last_cap_record: None,
     };
     let thread = std::thread::Builder::new()
         .name("hook-receiver".into())
@@ -227,7 +238,17 @@ struct Receiver {
     counts: Arc<Mutex<ReceiverCounts>>,
     connections: Vec<Connection>,
     buf: Vec<u8>,
+    /// Records from inside are written up to this many bytes (the lines as received).
+    inside_max_bytes: u64,
+    written_bytes: u64,
+    over_cap: u64,
+    /// `over_cap` as of the last trusted record about it.
+    over_cap_reported: u64,
+    last_cap_record: Option<Instant>,
 }
+
+/// At most one trusted record a second says how many records from inside were over the cap.
+const CAP_RECORD_INTERVAL: Duration = Duration::from_secs(1);
 
 struct Connection {
     stream: UnixStream,
@@ -471,6 +492,10 @@ impl Receiver {
     }
 
     fn handle_line(&mut self, index: usize, line: Line, creds: &UnixCredentials) {
+        let length = match &line {
+            Line::Complete(bytes) => bytes.len() as u64 + 1,
+            Line::TooLong => 0,
+        };
         let object = match line {
             Line::TooLong => None,
             Line::Complete(bytes) => match serde_json::from_slice::<Value>(&bytes) {
@@ -483,6 +508,12 @@ impl Receiver {
             self.count(|c| c.malformed += 1);
             return;
         };
+        if self.written_bytes.saturating_add(length) > self.inside_max_bytes {
+            self.over_cap += 1;
+            self.count(|c| c.over_cap += 1);
+            self.report_over_cap(false);
+            return;
+        }
         let kind = reported_kind(&object);
         let body = Map::from_iter([
             (
@@ -493,11 +524,40 @@ impl Receiver {
         ]);
         match self.sink.append("sandbox", &kind, &body) {
             Ok(_) => {
+                self.written_bytes += length;
                 self.connections[index].accepted += 1;
-                self.count(|c| c.accepted += 1);
+                self.count(|c| {
+                    c.accepted += 1;
+                    c.accepted_bytes += length;
+                });
             }
             Err(e) => tracing::warn!("hook receiver: writing the audit log: {e}"),
         }
+    }
+
+    /// A trusted record of how many records from inside were not written, at most once a
+    /// second (and a last one at shutdown, `finally`).
+    fn report_over_cap(&mut self, finally: bool) {
+        if self.over_cap == self.over_cap_reported {
+            return;
+        }
+        let due = self
+            .last_cap_record
+            .is_none_or(|at| at.elapsed() >= CAP_RECORD_INTERVAL);
+        if !due && !finally {
+            return;
+        }
+        self.sink.record(
+            "supervisor",
+            "inside-records-over-cap",
+            &json!({
+                "not_written": self.over_cap,
+                "cap_bytes": self.inside_max_bytes,
+                "written_bytes": self.written_bytes,
+            }),
+        );
+        self.over_cap_reported = self.over_cap;
+        self.last_cap_record = Some(Instant::now());
     }
 
     /// A connection ended: counts an unfinished line or an empty connection, answers, closes.
@@ -544,6 +604,7 @@ impl Receiver {
         for connection in std::mem::take(&mut self.connections) {
             self.finish(connection);
         }
+        self.report_over_cap(true);
     }
 }
 

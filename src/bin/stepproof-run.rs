@@ -261,8 +261,15 @@ fn launch(
     let snapshot = Snapshot::take(&plan);
     let options = spawn::RunOptions {
         timeout: args.timeout,
+        inside_max_bytes: profile.audit.inside_max_mib << 20,
     };
     let mut result = spawn::run(&plan, &command, audit.as_ref(), &options);
+    if let Some(counts) = result.hook_records.filter(|c| c.over_cap > 0) {
+        eprintln!(
+            "stepproof-run: {} records reported from inside were NOT written to the audit log: the run reached audit.inside_max_mib ({} MiB)",
+            counts.over_cap, profile.audit.inside_max_mib
+        );
+    }
     // The persistence sweep, only when the command ran.
     if !matches!(result.outcome, Outcome::StepproofError { .. }) && !args.selftest {
         let mut findings = snapshot.sweep(&profile, &plan, &facts.run_dir.join("quarantine"));

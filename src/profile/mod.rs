@@ -111,7 +111,26 @@ struct ProfileFile {
     hook: Option<HookConfig>,
     degraded: Option<Degraded>,
     claude: Option<ClaudeFile>,
+    audit: Option<AuditFile>,
 }
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AuditFile {
+    inside_max_mib: Option<u64>,
+}
+
+/// The audit log.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Audit {
+    /// Records reported from inside are written up to this many MiB per run; beyond it they are
+    /// counted, not written (a run cannot fill the host's disk through its own log).
+    pub inside_max_mib: u64,
+}
+
+/// Enough for hours of hook decisions and runbook evidence (a record is well under 1 KiB; the
+/// largest, 64 KiB, are capped by the receiver).
+pub const DEFAULT_INSIDE_MAX_MIB: u64 = 64;
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -212,6 +231,7 @@ pub struct Profile {
     pub hook: Option<HookConfig>,
     pub degraded: Degraded,
     pub claude: Claude,
+    pub audit: Audit,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -508,6 +528,12 @@ fn merge(base: ProfileFile, child: ProfileFile) -> ProfileFile {
             (Some(b), Some(c)) => Some(HookConfig::merge(b, c)),
             (b, c) => c.or(b),
         },
+        audit: match (base.audit, child.audit) {
+            (Some(b), Some(c)) => Some(AuditFile {
+                inside_max_mib: c.inside_max_mib.or(b.inside_max_mib),
+            }),
+            (b, c) => c.or(b),
+        },
     }
 }
 
@@ -648,6 +674,14 @@ fn resolve(file: ProfileFile, origins: Vec<String>) -> Result<Profile, String> {
                 ));
             }
             Claude { managed_settings }
+        },
+        audit: {
+            let inside_max_mib = file
+                .audit
+                .and_then(|a| a.inside_max_mib)
+                .unwrap_or(DEFAULT_INSIDE_MAX_MIB);
+            in_range("audit.inside_max_mib", inside_max_mib, 1, 1 << 16)?;
+            Audit { inside_max_mib }
         },
     })
 }

@@ -240,6 +240,8 @@ pub struct RunResult {
 pub struct RunOptions {
     /// End the whole sandbox after this long (exit 124).
     pub timeout: Option<std::time::Duration>,
+    /// Records from inside are written up to this many bytes per run.
+    pub inside_max_bytes: u64,
 }
 
 pub fn run(
@@ -466,6 +468,7 @@ fn launch(
                 listener,
                 audit.clone_handle(),
                 check,
+                options.inside_max_bytes,
             ))
         }
         _ => None,
