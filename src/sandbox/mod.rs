@@ -10,6 +10,7 @@ pub mod landlock;
 pub mod mounts;
 pub mod namespaces;
 pub mod plan;
+pub mod protected;
 pub mod report;
 pub mod rlimits;
 pub mod seccomp;

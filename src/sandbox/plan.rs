@@ -12,6 +12,8 @@ use std::fs;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
+pub(crate) use crate::sandbox::protected::protected_paths;
+
 /// Facts about the caller and this machine the plan depends on.
 #[derive(Debug, Clone)]
 pub struct HostFacts {
@@ -236,20 +238,6 @@ pub const DEVICE_NODES: &[&str] = &["null", "zero", "full", "random", "urandom",
 
 const SCAN_ENTRY_LIMIT: usize = 20_000;
 const SOCKET_SCAN_DEPTH: usize = 2;
-const NESTED_REPO_DEPTH: usize = 6;
-const SHELL_RC_FILES: &[&str] = &[
-    ".bashrc",
-    ".bash_profile",
-    ".bash_login",
-    ".bash_logout",
-    ".profile",
-    ".zshrc",
-    ".zshenv",
-    ".zprofile",
-    ".zlogin",
-    ".config/fish",
-    ".inputrc",
-];
 
 pub fn build_plan(profile: &Profile, facts: &HostFacts) -> Result<SandboxPlan, PlanError> {
     let mut notes = Vec::new();
@@ -816,119 +804,6 @@ pub(crate) fn home_sockets(home: &Path, skip: &[PathBuf], notes: &mut Vec<String
     found.into_iter().collect()
 }
 
-/// Every persistence path of the workspace and its nested repositories, existing or not.
-pub(crate) fn protected_paths(
-    profile: &Profile,
-    workspace: &Path,
-    home: &Path,
-    notes: &mut Vec<String>,
-) -> Vec<PathBuf> {
-    let mut roots = vec![workspace.to_path_buf()];
-    roots.extend(nested_repositories(workspace, notes));
-    let mut patterns: Vec<String> = profile.filesystem.protected.clone();
-    if workspace == home {
-        patterns.extend(SHELL_RC_FILES.iter().map(|s| s.to_string()));
-    }
-    let mut out = BTreeSet::new();
-    for root in &roots {
-        for pattern in &patterns {
-            out.extend(expand_pattern(root, pattern));
-        }
-        if let Some(hooks) = core_hooks_path(root) {
-            out.insert(hooks);
-        }
-    }
-    out.into_iter().collect()
-}
-
-/// Expands `*` in single components (`.git/modules/*/hooks`); other paths are returned as they
-/// are, existing or not.
-fn expand_pattern(root: &Path, pattern: &str) -> Vec<PathBuf> {
-    let mut current = vec![root.to_path_buf()];
-    for component in pattern.split('/').filter(|c| !c.is_empty() && *c != ".") {
-        let mut next = Vec::new();
-        for base in current {
-            if component == "*" {
-                if let Ok(entries) = fs::read_dir(&base) {
-                    next.extend(entries.flatten().map(|e| e.path()));
-                }
-            } else {
-                next.push(base.join(component));
-            }
-        }
-        current = next;
-    }
-    current
-}
-
-/// Directories below the workspace that are repositories of their own (they have `.git`).
-fn nested_repositories(workspace: &Path, notes: &mut Vec<String>) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    let mut queue = std::collections::VecDeque::from([(workspace.to_path_buf(), 0usize)]);
-    let mut seen = 0usize;
-    while let Some((dir, depth)) = queue.pop_front() {
-        let Ok(entries) = fs::read_dir(&dir) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            seen += 1;
-            if seen > SCAN_ENTRY_LIMIT {
-                notes.push(format!(
-                    "nested repository scan of {} stopped after {SCAN_ENTRY_LIMIT} entries",
-                    workspace.display()
-                ));
-                return found;
-            }
-            let Ok(kind) = entry.file_type() else {
-                continue;
-            };
-            let name = entry.file_name();
-            if !kind.is_dir() || name == ".git" {
-                continue;
-            }
-            let path = entry.path();
-            if path.join(".git").exists() {
-                found.push(path.clone());
-            }
-            if depth + 1 < NESTED_REPO_DEPTH {
-                queue.push_back((path, depth + 1));
-            }
-        }
-    }
-    found
-}
-
-/// The directory named by `core.hooksPath` in a repository's `.git/config`, if any.
-fn core_hooks_path(repo: &Path) -> Option<PathBuf> {
-    let config = fs::read_to_string(repo.join(".git/config")).ok()?;
-    let mut in_core = false;
-    for line in config.lines() {
-        let line = line.trim();
-        if line.starts_with('[') {
-            in_core = line
-                .trim_start_matches('[')
-                .trim_end_matches(']')
-                .trim()
-                .eq_ignore_ascii_case("core");
-            continue;
-        }
-        if !in_core {
-            continue;
-        }
-        if let Some((key, value)) = line.split_once('=')
-            && key.trim().eq_ignore_ascii_case("hookspath")
-        {
-            let value = value.trim().trim_matches('"');
-            let path = Path::new(value);
-            if path.is_absolute() {
-                return Some(path.to_path_buf());
-            }
-            return Some(repo.join(path));
-        }
-    }
-    None
-}
-
 /// In root mode the sandbox user needs an account: tools ask `getpwuid` (git, ssh, Node's
 /// `os.userInfo()`). The host's files are shown with the sandbox user's line in place of any
 /// host account that has the same id, so the name inside is always `stepproof`.
@@ -1177,18 +1052,5 @@ mod tests {
         let plan = build_plan(&profile, &facts(&home, &home, 1234)).unwrap();
         let path = home.join(".bashrc");
         assert!(plan.mounts.contains(&MountOp::ReadOnlyInPlace { path }));
-    }
-
-    #[test]
-    fn hooks_path_is_protected() {
-        let dir = tempfile::tempdir().unwrap();
-        let ws = dir.path().canonicalize().unwrap();
-        fs::create_dir_all(ws.join(".git")).unwrap();
-        fs::write(
-            ws.join(".git/config"),
-            "[core]\n\thooksPath = tools/hooks\n",
-        )
-        .unwrap();
-        assert_eq!(core_hooks_path(&ws), Some(ws.join("tools/hooks")));
     }
 }

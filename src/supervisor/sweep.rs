@@ -1,39 +1,99 @@
-//! The persistence sweep. A persistence path that does not exist at start cannot be mounted
-//! read-only, so the supervisor records every one before the run (hashes, never following
-//! symlinks) and compares after it: anything created or changed is moved to a quarantine
-//! directory outside the workspace and reported, and the run says so in its exit code.
+//! The persistence sweep and the second line against setuid files. A persistence path that
+//! does not exist at start cannot be mounted read-only, so the supervisor records every one
+//! before the run and compares after it: anything created or changed is moved to a quarantine
+//! directory outside the workspace and reported, and the run says so in its exit code. The
+//! same pass walks everything the sandbox could write and strips the setuid/setgid bits the
+//! run set (seccomp refuses them first; this is what remains if that line ever fails).
+//!
+//! Nothing here follows a link the agent may have planted: every path is resolved beneath the
+//! workspace (or a writable root) from a directory descriptor with `sys::beneath`, a link where
+//! a protected path or one of its ancestors should be is the finding itself (the link is moved,
+//! never its target), and files are opened `O_NOFOLLOW | O_NONBLOCK` and hashed only when
+//! `fstat` on the descriptor says they are regular, and only so far.
 
 use crate::profile::Profile;
-use crate::sandbox::plan::{SandboxPlan, protected_paths};
+use crate::sandbox::landlock::FsAccess;
+use crate::sandbox::plan::{Access, Isolation, MountOp, SandboxPlan};
+use crate::sandbox::protected::{protected_paths_of, relative_beneath};
+use crate::sandbox::sys::beneath::{self, DIR_LISTING, DIR_LOOKUP, FILE_READING, Stat};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
+use std::ffi::{OsStr, OsString};
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::io::{self, Read};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Component, Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Exit code of a run whose sweep found tampering (whatever the command's own code was).
 pub const EXIT_TAMPERING: i32 = 123;
 
-/// What a path was: nothing, or every entry below it with its content hash (symlinks by
-/// target, never followed).
-type State = Option<BTreeMap<PathBuf, String>>;
+/// Kernel timestamps come from a coarse clock (a tick behind the real time): an entry changed
+/// right after the launch may carry a ctime a few milliseconds before it.
+const LAUNCH_MARGIN: Duration = Duration::from_millis(20);
+/// How much of a file is hashed; the size (and, beyond this, the ctime) stands for the rest,
+/// so a huge file planted at a protected name cannot stall the end of the run.
+const HASH_LIMIT: u64 = 4 << 20;
+/// A repository's config is small; more than this is not read (and not inert).
+const GIT_CONFIG_READ_LIMIT: u64 = 1 << 20;
+const MAX_ENTRIES: usize = 10_000;
+
+/// What a protected path was (paths relative to the workspace).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum State {
+    Absent,
+    /// Every entry at and below it with its content hash (`""` is the path itself).
+    Entries(BTreeMap<PathBuf, String>),
+    /// A link stands where the path or one of its ancestors should be: the link and its
+    /// target, which is never followed.
+    Link {
+        link: PathBuf,
+        target: OsString,
+    },
+    /// It could not be looked at (with what `fstatat` said about the entry, so that a change
+    /// still shows).
+    Unreadable(String),
+}
 
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
+    /// Relative to the workspace; protected paths outside it are never recorded nor moved.
     paths: BTreeMap<PathBuf, State>,
+    /// The launch, less the margin, since the epoch: a setuid bit on an entry changed after
+    /// this is the run's.
+    launched: Duration,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Finding {
     pub path: PathBuf,
-    /// `created`, `changed` or `removed`.
+    /// `created`, `changed` or `removed` (persistence paths); `symlink` (a link where a
+    /// persistence path or one of its ancestors should be: the link was moved, never its
+    /// target); `setuid`, `setgid` (bits the run set, stripped); `file-capability` (an
+    /// executable with file capabilities, reported and left); `unchecked` (something the sweep
+    /// could not look at).
     pub change: &'static str,
-    /// Where it was moved (created and changed paths).
+    /// Where it was moved (created and changed paths, links).
     pub quarantined_to: Option<PathBuf>,
     pub error: Option<String>,
+    /// What was found and done, in words (a link's target, the mode before and after).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
 }
 
-const MAX_ENTRIES: usize = 10_000;
+impl Finding {
+    fn new(path: PathBuf, change: &'static str) -> Finding {
+        Finding {
+            path,
+            change,
+            quarantined_to: None,
+            error: None,
+            detail: None,
+        }
+    }
+}
 
 /// Keys `git init` and ordinary work write to a repository's config; anything else (fsmonitor,
 /// hooksPath, sshCommand, pagers, editors, `!` aliases, filters, credential helpers, includes, …)
@@ -80,187 +140,643 @@ fn inert_git_config(text: &str) -> bool {
     true
 }
 
-/// A fresh repository's `hooks` (only `*.sample` files, which git never runs) and inert
-/// `config` are what `git init` makes: not persistence. They count as absent.
-fn inert_git_path(path: &Path, meta: &fs::Metadata) -> bool {
-    let in_git_dir = path.parent().and_then(Path::file_name).is_some_and(|n| {
+/// A fresh repository's `hooks` (only regular `*.sample` files, which git never runs) and
+/// inert `config` are what `git init` makes: not persistence. They count as absent. `dir` is
+/// the directory holding `rel`'s last component.
+fn inert_git_path(dir: BorrowedFd<'_>, rel: &Path, st: &Stat) -> bool {
+    let in_git_dir = rel.parent().and_then(Path::file_name).is_some_and(|n| {
         n == ".git"
-            || path
+            || rel
                 .parent()
                 .and_then(Path::parent)
                 .and_then(Path::file_name)
                 .is_some_and(|m| m == "modules")
     });
-    if !in_git_dir || meta.file_type().is_symlink() {
+    let Some(name) = rel.file_name() else {
+        return false;
+    };
+    if !in_git_dir {
         return false;
     }
-    match path.file_name().and_then(|n| n.to_str()) {
-        Some("hooks") if meta.is_dir() => fs::read_dir(path).is_ok_and(|entries| {
-            entries.flatten().all(|e| {
-                e.file_name().to_string_lossy().ends_with(".sample")
-                    && e.file_type().is_ok_and(|t| t.is_file())
+    match name.to_str() {
+        Some("hooks") if st.is_dir() => {
+            let Ok(fd) = beneath::open_beneath(dir, Path::new(name), DIR_LISTING, 0) else {
+                return false;
+            };
+            beneath::list_dir(fd.as_fd()).is_ok_and(|entries| {
+                entries.iter().all(|(entry, _)| {
+                    entry.to_string_lossy().ends_with(".sample")
+                        && beneath::stat_at(fd.as_fd(), entry).is_ok_and(|s| s.is_file())
+                })
             })
-        }),
-        Some("config") if meta.is_file() => {
-            fs::read_to_string(path).is_ok_and(|t| inert_git_config(&t))
         }
+        Some("config") if st.is_file() => read_regular(dir, name, GIT_CONFIG_READ_LIMIT + 1)
+            .is_ok_and(|bytes| {
+                (bytes.len() as u64) <= GIT_CONFIG_READ_LIMIT
+                    && std::str::from_utf8(&bytes).is_ok_and(inert_git_config)
+            }),
         _ => false,
     }
 }
 
-fn state_of(path: &Path) -> State {
-    let meta = fs::symlink_metadata(path).ok()?;
-    if inert_git_path(path, &meta) {
-        return None;
+/// Up to `limit` bytes of a regular file (a link, FIFO or device is refused, never opened for
+/// reading in a way that could block).
+fn read_regular(dir: BorrowedFd<'_>, name: &OsStr, limit: u64) -> io::Result<Vec<u8>> {
+    let fd = beneath::open_beneath(dir, Path::new(name), FILE_READING, 0)?;
+    if !beneath::stat_fd(fd.as_fd())?.is_file() {
+        return Err(io::Error::other("not a regular file"));
     }
-    let mut entries = BTreeMap::new();
-    collect(path, Path::new(""), &meta, &mut entries);
-    Some(entries)
+    let mut bytes = Vec::new();
+    fs::File::from(fd).take(limit).read_to_end(&mut bytes)?;
+    Ok(bytes)
 }
 
-fn collect(path: &Path, rel: &Path, meta: &fs::Metadata, out: &mut BTreeMap<PathBuf, String>) {
+fn errno_text(e: &io::Error) -> String {
+    e.raw_os_error()
+        .map(|n| format!("errno {n}"))
+        .unwrap_or_else(|| e.to_string())
+}
+
+/// The state of `rel` beneath the workspace `root`, looked at one component at a time, never
+/// through a link.
+fn state_of(root: BorrowedFd<'_>, rel: &Path) -> State {
+    let components: Vec<&OsStr> = rel
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(n),
+            _ => None,
+        })
+        .collect();
+    let Some((last, ancestors)) = components.split_last() else {
+        return State::Unreadable("the workspace itself is not a persistence path".into());
+    };
+    let mut dir: Option<OwnedFd> = None;
+    let mut walked = PathBuf::new();
+    for (i, name) in components.iter().enumerate() {
+        let at = dir.as_ref().map_or(root, AsFd::as_fd);
+        walked.push(name);
+        let st = match beneath::stat_at(at, name) {
+            Ok(st) => st,
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => {
+                return State::Absent;
+            }
+            Err(e) => return State::Unreadable(format!("{}: {e}", walked.display())),
+        };
+        if st.is_symlink() {
+            let target = beneath::read_link_at(at, name).unwrap_or_default();
+            return State::Link {
+                link: walked,
+                target,
+            };
+        }
+        if i == ancestors.len() {
+            if inert_git_path(at, rel, &st) {
+                return State::Absent;
+            }
+            let mut entries = BTreeMap::new();
+            collect(at, last, &st, Path::new(""), &mut entries);
+            return State::Entries(entries);
+        }
+        if !st.is_dir() {
+            return State::Absent;
+        }
+        match beneath::open_beneath(at, Path::new(name), DIR_LOOKUP, 0) {
+            Ok(fd) => dir = Some(fd),
+            Err(e) => {
+                return State::Unreadable(format!(
+                    "{}: {e} (mode {:o}, ctime {:?})",
+                    walked.display(),
+                    st.mode,
+                    st.ctime
+                ));
+            }
+        }
+    }
+    State::Absent
+}
+
+/// Records `name` in `dir` (and everything below it) as `rel` → kind, content hash and mode.
+fn collect(
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    st: &Stat,
+    rel: &Path,
+    out: &mut BTreeMap<PathBuf, String>,
+) {
     if out.len() >= MAX_ENTRIES {
         return;
     }
-    let kind = meta.file_type();
-    let digest = if kind.is_symlink() {
-        format!(
-            "link:{}",
-            fs::read_link(path)
-                .map(|t| t.display().to_string())
-                .unwrap_or_default()
-        )
-    } else if kind.is_file() {
-        match fs::read(path) {
-            Ok(bytes) => format!("file:{}", hex::encode(Sha256::digest(&bytes))),
-            Err(e) => format!("file-unreadable:{e}"),
-        }
-    } else if kind.is_dir() {
+    let digest = if st.is_symlink() {
+        let target = beneath::read_link_at(dir, name).unwrap_or_default();
+        format!("link:{}", target.to_string_lossy())
+    } else if st.is_file() {
+        file_digest(dir, name, st)
+    } else if st.is_dir() {
         "dir".to_string()
     } else {
         "special".to_string()
     };
-    let mode = std::os::unix::fs::PermissionsExt::mode(&meta.permissions());
-    out.insert(rel.to_path_buf(), format!("{digest}:{mode:o}"));
-    if kind.is_dir()
-        && let Ok(entries) = fs::read_dir(path)
-    {
-        for entry in entries.flatten() {
-            if let Ok(meta) = fs::symlink_metadata(entry.path()) {
-                collect(&entry.path(), &rel.join(entry.file_name()), &meta, out);
-            }
+    out.insert(rel.to_path_buf(), format!("{digest}:{:o}", st.mode));
+    if !st.is_dir() {
+        return;
+    }
+    let listing = beneath::open_beneath(dir, Path::new(name), DIR_LISTING, 0)
+        .and_then(|fd| beneath::list_dir(fd.as_fd()).map(|entries| (fd, entries)));
+    let (fd, mut entries) = match listing {
+        Ok(listing) => listing,
+        Err(e) => {
+            out.insert(
+                rel.to_path_buf(),
+                format!(
+                    "dir-unlistable:{}:{:o}:{:?}",
+                    errno_text(&e),
+                    st.mode,
+                    st.ctime
+                ),
+            );
+            return;
+        }
+    };
+    entries.sort();
+    for (entry, _) in entries {
+        if let Ok(st) = beneath::stat_at(fd.as_fd(), &entry) {
+            collect(fd.as_fd(), &entry, &st, &rel.join(&entry), out);
         }
     }
 }
 
-impl Snapshot {
-    /// Records the plan's persistence paths as they are now.
-    pub fn take(plan: &SandboxPlan) -> Snapshot {
-        Snapshot {
-            paths: plan
-                .protected_paths
-                .iter()
-                .map(|p| (p.clone(), state_of(p)))
-                .collect(),
+/// The size and the hash of the first `HASH_LIMIT` bytes (beyond that, the ctime too: the
+/// sandbox cannot set it back).
+fn file_digest(dir: BorrowedFd<'_>, name: &OsStr, st: &Stat) -> String {
+    let fd = match beneath::open_beneath(dir, Path::new(name), FILE_READING, 0) {
+        Ok(fd) => fd,
+        Err(e) => {
+            return format!(
+                "file-unreadable:{}:{}:{:?}",
+                errno_text(&e),
+                st.size,
+                st.ctime
+            );
+        }
+    };
+    match beneath::stat_fd(fd.as_fd()) {
+        Ok(now) if now.is_file() => {}
+        _ => return "special".into(),
+    }
+    let mut hasher = Sha256::new();
+    let mut reader = fs::File::from(fd).take(HASH_LIMIT);
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match reader.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => hasher.update(&buf[..n]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return format!("file-unreadable:{}:{}", errno_text(&e), st.size),
         }
     }
+    let hash = hex::encode(hasher.finalize());
+    if st.size > HASH_LIMIT {
+        format!("file:{}:{:?}:{hash}", st.size, st.ctime)
+    } else {
+        format!("file:{}:{hash}", st.size)
+    }
+}
 
-    /// Compares with now (the paths recorded, and those of repositories that appeared during
-    /// the run), quarantining what was created or changed.
+fn since_epoch((secs, nanos): (i64, i64)) -> Option<Duration> {
+    Some(Duration::new(
+        u64::try_from(secs).ok()?,
+        u32::try_from(nanos).ok()?,
+    ))
+}
+
+impl Snapshot {
+    /// Records the plan's persistence paths as they are now, and the launch time.
+    pub fn take(plan: &SandboxPlan) -> Snapshot {
+        let launched = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .saturating_sub(LAUNCH_MARGIN);
+        let root = beneath::open_root(&plan.workspace, DIR_LOOKUP);
+        let paths = plan
+            .protected_paths
+            .iter()
+            .filter_map(|p| relative_beneath(&plan.workspace, p))
+            .filter(|rel| !rel.as_os_str().is_empty())
+            .map(|rel| {
+                let state = match &root {
+                    Ok(root) => state_of(root.as_fd(), &rel),
+                    Err(e) => State::Unreadable(format!("the workspace: {e}")),
+                };
+                (rel, state)
+            })
+            .collect();
+        Snapshot { paths, launched }
+    }
+
+    /// One walk over everything the sandbox could write (stripping setuid/setgid bits the run
+    /// set and finding every nested repository), then a comparison of the paths recorded and
+    /// those of the repositories found, quarantining what was created or changed.
     pub fn sweep(&self, profile: &Profile, plan: &SandboxPlan, quarantine: &Path) -> Vec<Finding> {
+        let workspace = &plan.workspace;
+        let walk = walk_writable(plan, self.launched);
+        let mut findings = walk.findings;
         let mut notes = Vec::new();
-        let mut now: Vec<PathBuf> =
-            protected_paths(profile, &plan.workspace, &plan.home, &mut notes);
-        now.extend(self.paths.keys().cloned());
-        now.sort();
-        now.dedup();
-        // A path inside another one that changes is reported with its outermost changed parent.
-        let mut findings: Vec<Finding> = Vec::new();
-        for path in now {
-            if findings.iter().any(|f| path.starts_with(&f.path)) {
+        let mut paths: Vec<PathBuf> =
+            protected_paths_of(profile, workspace, &plan.home, &walk.repos, &mut notes)
+                .iter()
+                .filter_map(|p| relative_beneath(workspace, p))
+                .filter(|rel| !rel.as_os_str().is_empty())
+                .collect();
+        paths.extend(self.paths.keys().cloned());
+        paths.sort();
+        paths.dedup();
+        let root = match beneath::open_root(workspace, DIR_LOOKUP) {
+            Ok(root) => root,
+            Err(e) => {
+                let mut f = Finding::new(workspace.clone(), "unchecked");
+                f.error = Some(format!(
+                    "opening the workspace {}: {e}",
+                    workspace.display()
+                ));
+                findings.push(f);
+                return findings;
+            }
+        };
+        let mut quarantine = Quarantine::new(quarantine);
+        // A path inside another one that changed is reported with its outermost changed parent
+        // (or the link in its way).
+        let mut judged: Vec<PathBuf> = Vec::new();
+        for rel in paths {
+            if judged.iter().any(|j| rel.starts_with(j)) {
                 continue;
             }
-            let before = self.paths.get(&path).cloned().unwrap_or(None);
-            let after = state_of(&path);
+            let before = self.paths.get(&rel).cloned().unwrap_or(State::Absent);
+            let after = state_of(root.as_fd(), &rel);
             if before == after {
                 continue;
             }
-            let change = match (&before, &after) {
-                (None, Some(_)) => "created",
-                (Some(_), None) => "removed",
-                _ => "changed",
+            let (subject, change, detail) = match (&before, &after) {
+                (_, State::Link { link, target }) => {
+                    if judged.iter().any(|j| link.starts_with(j)) {
+                        continue;
+                    }
+                    let detail = format!(
+                        "a symlink to {} at or above the persistence path {}: moved as a link, its target never touched",
+                        target.to_string_lossy(),
+                        rel.display()
+                    );
+                    (link.clone(), "symlink", Some(detail))
+                }
+                (State::Absent, _) => (rel.clone(), "created", None),
+                (_, State::Absent) => (rel.clone(), "removed", None),
+                (_, State::Unreadable(why)) => {
+                    (rel.clone(), "changed", Some(format!("unreadable: {why}")))
+                }
+                _ => (rel.clone(), "changed", None),
             };
-            let mut finding = Finding {
-                path: path.clone(),
-                change,
-                quarantined_to: None,
-                error: None,
-            };
-            if after.is_some() {
-                let rel = path.strip_prefix(&plan.workspace).unwrap_or(&path);
-                let target = quarantine.join(rel);
-                match move_out(&path, &target) {
-                    Ok(()) => finding.quarantined_to = Some(target),
+            let mut finding = Finding::new(workspace.join(&subject), change);
+            finding.detail = detail;
+            if after != State::Absent {
+                match quarantine.take_in(root.as_fd(), &subject) {
+                    Ok(to) => finding.quarantined_to = Some(to),
                     Err(e) => {
                         finding.error = Some(format!(
-                            "moving {} to {}: {e}",
-                            path.display(),
-                            target.display()
+                            "moving {} to the quarantine {}: {e}",
+                            finding.path.display(),
+                            quarantine.path.display()
                         ))
                     }
                 }
             }
+            judged.push(subject);
             findings.push(finding);
         }
         findings
     }
 }
 
-/// `rename`, or copy and delete across file systems; never follows symlinks.
-fn move_out(from: &Path, to: &Path) -> std::io::Result<()> {
-    if let Some(parent) = to.parent() {
-        fs::create_dir_all(parent)?;
-    }
-    match fs::rename(from, to) {
-        Ok(()) => Ok(()),
-        Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
-            copy_tree(from, to)?;
-            remove_tree(from)
+/// The quarantine directory: created by the supervisor outside the workspace when first
+/// needed, entries moved in by `renameat2` between directory descriptors.
+struct Quarantine {
+    path: PathBuf,
+    fd: Option<OwnedFd>,
+}
+
+impl Quarantine {
+    fn new(path: &Path) -> Quarantine {
+        Quarantine {
+            path: path.to_path_buf(),
+            fd: None,
         }
-        Err(e) => Err(e),
+    }
+
+    fn root(&mut self) -> io::Result<BorrowedFd<'_>> {
+        if self.fd.is_none() {
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&self.path)?;
+            self.fd = Some(beneath::open_root(&self.path, DIR_LOOKUP)?);
+        }
+        Ok(self.fd.as_ref().expect("opened above").as_fd())
+    }
+
+    /// Moves `rel` (beneath the workspace `root`; the entry itself, a link as a link) to the
+    /// same place in the quarantine.
+    fn take_in(&mut self, root: BorrowedFd<'_>, rel: &Path) -> io::Result<PathBuf> {
+        let name = rel
+            .file_name()
+            .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let parent_rel = rel.parent().unwrap_or(Path::new(""));
+        let from = beneath::open_beneath(root, parent_rel, DIR_LOOKUP, 0)?;
+        let quarantine = self.root()?;
+        let to = make_dirs_beneath(quarantine, parent_rel)?;
+        match beneath::rename_noreplace(from.as_fd(), name, to.as_fd(), name) {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
+                copy_tree_at(from.as_fd(), name, to.as_fd())?;
+                remove_tree_at(from.as_fd(), name)?;
+            }
+            Err(e) => return Err(e),
+        }
+        Ok(self.path.join(rel))
     }
 }
 
-fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
-    let meta = fs::symlink_metadata(from)?;
-    if meta.file_type().is_symlink() {
-        std::os::unix::fs::symlink(fs::read_link(from)?, to)
-    } else if meta.is_dir() {
-        fs::create_dir_all(to)?;
-        for entry in fs::read_dir(from)? {
-            let entry = entry?;
-            copy_tree(&entry.path(), &to.join(entry.file_name()))?;
+/// `rel`'s directories beneath `dir`, created where missing (mode 0700), never through a link.
+fn make_dirs_beneath(dir: BorrowedFd<'_>, rel: &Path) -> io::Result<OwnedFd> {
+    let mut current = beneath::open_beneath(dir, Path::new(""), DIR_LOOKUP, 0)?;
+    for component in rel.components() {
+        let Component::Normal(name) = component else {
+            return Err(io::Error::from(io::ErrorKind::InvalidInput));
+        };
+        match beneath::mkdir_at(current.as_fd(), name, 0o700) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+        current = beneath::open_beneath(current.as_fd(), Path::new(name), DIR_LOOKUP, 0)?;
+    }
+    Ok(current)
+}
+
+/// Copies `name` from `from` into `to` across file systems: directories, regular files (mode
+/// without setuid/setgid bits) and links as links; FIFOs, sockets and devices are not copied.
+fn copy_tree_at(from: BorrowedFd<'_>, name: &OsStr, to: BorrowedFd<'_>) -> io::Result<()> {
+    let st = beneath::stat_at(from, name)?;
+    if st.is_symlink() {
+        beneath::symlink_at(&beneath::read_link_at(from, name)?, to, name)
+    } else if st.is_dir() {
+        beneath::mkdir_at(to, name, 0o700)?;
+        let src = beneath::open_beneath(from, Path::new(name), DIR_LISTING, 0)?;
+        let dst = beneath::open_beneath(to, Path::new(name), DIR_LOOKUP, 0)?;
+        for (entry, _) in beneath::list_dir(src.as_fd())? {
+            copy_tree_at(src.as_fd(), &entry, dst.as_fd())?;
         }
         Ok(())
+    } else if st.is_file() {
+        let src = beneath::open_beneath(from, Path::new(name), FILE_READING, 0)?;
+        if !beneath::stat_fd(src.as_fd())?.is_file() {
+            return Ok(());
+        }
+        let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL;
+        let dst = beneath::open_beneath(to, Path::new(name), flags, st.mode & 0o777)?;
+        io::copy(&mut fs::File::from(src), &mut fs::File::from(dst)).map(drop)
     } else {
-        fs::copy(from, to).map(drop)
+        Ok(())
     }
 }
 
-fn remove_tree(path: &Path) -> std::io::Result<()> {
-    if fs::symlink_metadata(path)?.is_dir() {
-        fs::remove_dir_all(path)
+/// Removes `name` in `dir` and everything below it, from descriptors.
+fn remove_tree_at(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<()> {
+    let st = beneath::stat_at(dir, name)?;
+    if st.is_dir() {
+        let sub = beneath::open_beneath(dir, Path::new(name), DIR_LISTING, 0)?;
+        for (entry, _) in beneath::list_dir(sub.as_fd())? {
+            remove_tree_at(sub.as_fd(), &entry)?;
+        }
+    }
+    beneath::unlink_at(dir, name, st.is_dir())
+}
+
+/// What the walk over the writable roots found.
+#[derive(Debug, Default)]
+struct Walk {
+    /// Directories below the workspace with a `.git` entry (at any depth, not inside a `.git`).
+    repos: Vec<PathBuf>,
+    findings: Vec<Finding>,
+    entries: u64,
+}
+
+/// Everything the sandbox could write on the host: the workspace (first: the repositories are
+/// looked for there), the profile's writable binds, the agent's config dir (and, without
+/// namespaces, what Landlock granted for writing, but the per-run scratch directory).
+fn writable_roots(plan: &SandboxPlan) -> Vec<PathBuf> {
+    let mut roots = vec![plan.workspace.clone()];
+    for op in &plan.mounts {
+        if let MountOp::Bind {
+            src,
+            access: Access::ReadWrite,
+            ..
+        }
+        | MountOp::IdmappedBind {
+            src,
+            access: Access::ReadWrite,
+            ..
+        } = op
+        {
+            roots.push(src.clone());
+        }
+    }
+    if let Some(agent) = &plan.agent {
+        roots.push(agent.config_dir.clone());
+    }
+    if plan.isolation == Isolation::LandlockSeccompOnly {
+        roots.extend(
+            plan.landlock
+                .rules
+                .iter()
+                .filter(|r| r.access == FsAccess::ReadWrite)
+                .filter(|r| plan.scratch_dir.as_ref() != Some(&r.path))
+                .map(|r| r.path.clone()),
+        );
+    }
+    let mut seen = HashSet::new();
+    roots.retain(|r| seen.insert(r.clone()));
+    roots
+}
+
+/// One directory being walked: its descriptor and the entries not looked at yet.
+struct Frame {
+    fd: OwnedFd,
+    rel: PathBuf,
+    entries: std::vec::IntoIter<beneath::DirEntry>,
+    in_git: bool,
+}
+
+/// Walks every writable root from descriptors (unbounded: it runs after the run, not on the
+/// launch path), each directory once.
+fn walk_writable(plan: &SandboxPlan, launched: Duration) -> Walk {
+    let mut walk = Walk::default();
+    let mut visited = HashSet::new();
+    for root in writable_roots(plan) {
+        walk_root(
+            &root,
+            root == plan.workspace,
+            launched,
+            &mut visited,
+            &mut walk,
+        );
+    }
+    tracing::debug!(entries = walk.entries, "writable roots walked");
+    walk
+}
+
+fn walk_root(
+    root: &Path,
+    is_workspace: bool,
+    launched: Duration,
+    visited: &mut HashSet<(u64, u64)>,
+    walk: &mut Walk,
+) {
+    let unchecked = |e: io::Error| {
+        let mut f = Finding::new(root.to_path_buf(), "unchecked");
+        f.error = Some(format!("walking {}: {e}", root.display()));
+        f
+    };
+    let fd = match beneath::open_root(root, DIR_LISTING) {
+        Ok(fd) => fd,
+        Err(e) if e.kind() == io::ErrorKind::NotFound && !is_workspace => return,
+        Err(e) => return walk.findings.push(unchecked(e)),
+    };
+    // The root itself, from its parent (the host's, never the sandbox's to change).
+    if let (Some(parent), Some(name)) = (root.parent(), root.file_name())
+        && let Ok(parent) = beneath::open_root(parent, DIR_LOOKUP)
+        && let Ok(st) = beneath::stat_at(parent.as_fd(), name)
+    {
+        if !visited.insert((st.dev, st.ino)) {
+            return;
+        }
+        if after(st.ctime, launched) {
+            check_privilege(parent.as_fd(), name, &st, root, walk);
+        }
+    }
+    let entries = match beneath::list_dir(fd.as_fd()) {
+        Ok(entries) => entries,
+        Err(e) => return walk.findings.push(unchecked(e)),
+    };
+    let mut stack = vec![Frame {
+        fd,
+        rel: PathBuf::new(),
+        entries: entries.into_iter(),
+        in_git: false,
+    }];
+    while let Some(frame) = stack.last_mut() {
+        let Some((name, _)) = frame.entries.next() else {
+            stack.pop();
+            continue;
+        };
+        let st = match beneath::stat_at(frame.fd.as_fd(), &name) {
+            Ok(st) => st,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => {
+                let mut f = Finding::new(root.join(&frame.rel).join(&name), "unchecked");
+                f.error = Some(format!("fstatat: {e}"));
+                walk.findings.push(f);
+                continue;
+            }
+        };
+        walk.entries += 1;
+        if after(st.ctime, launched) {
+            let path = root.join(&frame.rel).join(&name);
+            check_privilege(frame.fd.as_fd(), &name, &st, &path, walk);
+        }
+        if is_workspace && name == ".git" && !frame.in_git && !frame.rel.as_os_str().is_empty() {
+            walk.repos.push(root.join(&frame.rel));
+        }
+        if !st.is_dir() || !visited.insert((st.dev, st.ino)) {
+            continue;
+        }
+        let rel = frame.rel.join(&name);
+        let in_git = frame.in_git || name == ".git";
+        let opened = beneath::open_beneath(frame.fd.as_fd(), Path::new(&name), DIR_LISTING, 0)
+            .and_then(|fd| beneath::list_dir(fd.as_fd()).map(|entries| (fd, entries)));
+        match opened {
+            Ok((fd, entries)) => stack.push(Frame {
+                fd,
+                rel,
+                entries: entries.into_iter(),
+                in_git,
+            }),
+            // A directory nobody changed during the run that the supervisor cannot enter: the
+            // sandbox, with no more rights, could not have written below it either.
+            Err(e)
+                if !after(st.ctime, launched)
+                    && !matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {}
+            Err(e) => {
+                let mut f = Finding::new(root.join(&rel), "unchecked");
+                f.error = Some(format!("could not be walked: {e}"));
+                walk.findings.push(f);
+            }
+        }
+    }
+}
+
+fn after(ctime: (i64, i64), launched: Duration) -> bool {
+    since_epoch(ctime).is_some_and(|t| t >= launched)
+}
+
+/// The second line against setuid files: on an entry the run changed (its ctime is after the
+/// launch: the caller asks), setuid and setgid bits are stripped (on a directory only setuid: setgid there only passes
+/// the group on, as `mkdir -m 2775` asks) and reported; file capabilities are reported.
+fn check_privilege(dir: BorrowedFd<'_>, name: &OsStr, st: &Stat, path: &Path, walk: &mut Walk) {
+    if st.is_symlink() {
+        return;
+    }
+    let strip = if st.is_dir() {
+        libc::S_ISUID
     } else {
-        fs::remove_file(path)
+        libc::S_ISUID | libc::S_ISGID
+    };
+    let bits = st.mode & strip;
+    if bits != 0 {
+        let change = if bits & libc::S_ISUID != 0 {
+            "setuid"
+        } else {
+            "setgid"
+        };
+        let (old, new) = (st.mode & 0o7777, st.mode & 0o7777 & !strip);
+        let mut f = Finding::new(path.to_path_buf(), change);
+        match beneath::chmod_at(dir, name, new) {
+            Ok(()) => {
+                f.detail = Some(format!(
+                    "mode {old:o} set during the run: stripped to {new:o}"
+                ))
+            }
+            Err(e) => {
+                f.detail = Some(format!("mode {old:o} set during the run"));
+                f.error = Some(format!("stripping it to {new:o}: {e}"));
+            }
+        }
+        walk.findings.push(f);
+    }
+    if st.is_file() && beneath::has_xattr_at(dir, name, c"security.capability").unwrap_or(false) {
+        let mut f = Finding::new(path.to_path_buf(), "file-capability");
+        f.detail = Some(
+            "a security.capability attribute set during the run (left in place: `setcap -r` removes it)"
+                .into(),
+        );
+        walk.findings.push(f);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::{PermissionsExt, symlink};
 
     #[test]
-    fn git_init_is_not_tampering_but_a_risky_config_is() {
+    fn sweep_git_init_is_not_tampering_but_a_risky_config_is() {
         assert!(inert_git_config(
             "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n\tlogallrefupdates = true\n"
         ));
@@ -273,80 +789,381 @@ mod tests {
         let hooks = dir.path().join(".git/hooks");
         fs::create_dir_all(&hooks).unwrap();
         fs::write(hooks.join("pre-commit.sample"), "#!/bin/sh").unwrap();
-        assert_eq!(state_of(&hooks), None);
+        let root = beneath::open_root(dir.path(), DIR_LOOKUP).unwrap();
+        assert_eq!(
+            state_of(root.as_fd(), Path::new(".git/hooks")),
+            State::Absent
+        );
         fs::write(hooks.join("pre-commit"), "#!/bin/sh").unwrap();
-        assert!(state_of(&hooks).is_some());
+        assert!(matches!(
+            state_of(root.as_fd(), Path::new(".git/hooks")),
+            State::Entries(_)
+        ));
+    }
+
+    /// A workspace `ws` and a home around it, and the plan for them.
+    struct Fixture {
+        dir: tempfile::TempDir,
+        ws: PathBuf,
+        profile: Profile,
+    }
+
+    impl Fixture {
+        fn new() -> Fixture {
+            let dir = tempfile::tempdir().unwrap();
+            let ws = dir.path().canonicalize().unwrap().join("ws");
+            fs::create_dir_all(ws.join(".git/hooks")).unwrap();
+            Fixture {
+                dir,
+                ws,
+                profile: Profile::builtin_default().unwrap(),
+            }
+        }
+
+        fn base(&self) -> PathBuf {
+            self.dir.path().canonicalize().unwrap()
+        }
+
+        fn plan(&self) -> SandboxPlan {
+            let home = self.base();
+            let facts = crate::sandbox::plan::HostFacts {
+                uid: 1234,
+                gid: 1234,
+                groups: vec![],
+                home: home.clone(),
+                workspace: self.ws.clone(),
+                cwd: self.ws.clone(),
+                env: vec![],
+                idmapped_mounts: false,
+                passwd: String::new(),
+                group: String::new(),
+                run_dir: home.join("run"),
+                hook_binary: Some(PathBuf::from("/usr/bin/true")),
+            };
+            crate::sandbox::plan::build_plan(&self.profile, &facts).unwrap()
+        }
+
+        fn quarantine(&self) -> PathBuf {
+            self.base().join("quarantine")
+        }
+
+        /// Snapshot, `during` (the run), sweep.
+        fn run(&self, during: impl FnOnce()) -> Vec<Finding> {
+            let plan = self.plan();
+            let snapshot = Snapshot::take(&plan);
+            during();
+            let plan = self.plan();
+            snapshot.sweep(&self.profile, &plan, &self.quarantine())
+        }
+
+        fn changes(&self, findings: &[Finding]) -> Vec<(PathBuf, &'static str)> {
+            findings
+                .iter()
+                .map(|f| {
+                    let path = f.path.strip_prefix(&self.ws).unwrap_or(&f.path);
+                    (path.to_path_buf(), f.change)
+                })
+                .collect()
+        }
+    }
+
+    /// Every file below `dir` with its content and mode (links by target), for "unchanged".
+    fn fingerprint(dir: &Path) -> BTreeMap<PathBuf, String> {
+        let mut out = BTreeMap::new();
+        let mut stack = vec![dir.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            for entry in fs::read_dir(&d).unwrap().flatten() {
+                let meta = fs::symlink_metadata(entry.path()).unwrap();
+                let value = if meta.is_dir() {
+                    stack.push(entry.path());
+                    "dir".to_string()
+                } else if meta.file_type().is_symlink() {
+                    format!("{:?}", fs::read_link(entry.path()).unwrap())
+                } else {
+                    format!("{:?}", fs::read(entry.path()).unwrap())
+                };
+                out.insert(
+                    entry.path(),
+                    format!("{value}:{:o}", meta.permissions().mode()),
+                );
+            }
+        }
+        out
+    }
+
+    fn victim(base: &Path) -> PathBuf {
+        let victim = base.join("victim");
+        fs::create_dir_all(victim.join("hooks")).unwrap();
+        fs::create_dir_all(victim.join("workflows")).unwrap();
+        fs::write(victim.join("config"), "[core]\n\tbare = false\n").unwrap();
+        fs::write(victim.join("hooks/pre-commit"), "#!/bin/sh\n").unwrap();
+        fs::write(victim.join("workflows/ci.yml"), "on: push\n").unwrap();
+        fs::write(victim.join("ssh-config"), "Host *\n").unwrap();
+        victim
     }
 
     #[test]
-    fn created_and_changed_paths_are_quarantined() {
-        let dir = tempfile::tempdir().unwrap();
-        let ws = dir.path().join("ws");
-        fs::create_dir_all(ws.join(".git/hooks")).unwrap();
+    fn sweep_created_and_changed_paths_are_quarantined() {
+        let fx = Fixture::new();
+        let ws = fx.ws.clone();
         fs::write(ws.join(".git/hooks/pre-commit"), "a").unwrap();
-        let profile = Profile::builtin_default().unwrap();
-        let mut plan_paths = Vec::new();
-        let mut notes = Vec::new();
-        plan_paths.extend(protected_paths(&profile, &ws, dir.path(), &mut notes));
-        let snapshot = Snapshot {
-            paths: plan_paths
-                .iter()
-                .map(|p| (p.clone(), state_of(p)))
-                .collect(),
-        };
-        fs::write(ws.join(".git/hooks/pre-commit"), "b").unwrap();
-        fs::create_dir_all(ws.join(".claude")).unwrap();
-        fs::write(
-            ws.join(".claude/settings.json"),
-            "{\"disableAllHooks\":true}",
-        )
-        .unwrap();
-        fs::create_dir_all(ws.join("nested/.git/hooks")).unwrap();
-        fs::write(ws.join("nested/.git/hooks/post-checkout"), "evil").unwrap();
-        let quarantine = dir.path().join("quarantine");
-        let plan = fake_plan(&ws, dir.path(), plan_paths);
-        let findings = snapshot.sweep(&profile, &plan, &quarantine);
-        let paths: Vec<_> = findings
-            .iter()
-            .map(|f| (f.path.strip_prefix(&ws).unwrap().to_path_buf(), f.change))
-            .collect();
+        let findings = fx.run(|| {
+            fs::write(ws.join(".git/hooks/pre-commit"), "b").unwrap();
+            fs::create_dir_all(ws.join(".claude")).unwrap();
+            fs::write(
+                ws.join(".claude/settings.json"),
+                "{\"disableAllHooks\":true}",
+            )
+            .unwrap();
+            fs::create_dir_all(ws.join("a/b/c/d/e/f/g/nested/.git/hooks")).unwrap();
+            fs::write(
+                ws.join("a/b/c/d/e/f/g/nested/.git/hooks/post-checkout"),
+                "evil",
+            )
+            .unwrap();
+        });
+        let changes = fx.changes(&findings);
         assert!(
-            paths.contains(&(PathBuf::from(".git/hooks"), "changed")),
-            "{paths:?}"
+            changes.contains(&(PathBuf::from(".git/hooks"), "changed")),
+            "{changes:?}"
         );
         assert!(
-            paths.contains(&(PathBuf::from(".claude"), "created")),
-            "{paths:?}"
+            changes.contains(&(PathBuf::from(".claude"), "created")),
+            "{changes:?}"
         );
+        // Deeper than the launch's bounded scan: the sweep's walk finds it.
         assert!(
-            paths.contains(&(PathBuf::from("nested/.git/hooks"), "created")),
-            "{paths:?}"
+            changes.contains(&(PathBuf::from("a/b/c/d/e/f/g/nested/.git/hooks"), "created")),
+            "{changes:?}"
         );
         assert!(!ws.join(".claude").exists());
         assert_eq!(
-            fs::read_to_string(quarantine.join(".claude/settings.json")).unwrap(),
+            fs::read_to_string(fx.quarantine().join(".claude/settings.json")).unwrap(),
             "{\"disableAllHooks\":true}"
         );
     }
 
-    fn fake_plan(ws: &Path, home: &Path, protected: Vec<PathBuf>) -> SandboxPlan {
+    #[test]
+    fn sweep_moves_planted_links_never_their_targets() {
+        let fx = Fixture::new();
+        let ws = fx.ws.clone();
+        let victim = victim(&fx.base());
+        // A nested repository the launch records, and an old link that stays as it was.
+        fs::create_dir_all(ws.join("sub/.git")).unwrap();
+        fs::create_dir_all(ws.join(".devcontainer")).unwrap();
+        symlink("/nonexistent", ws.join(".devcontainer/old-link")).unwrap();
+        let before = fingerprint(&victim);
+        let findings = fx.run(|| {
+            fs::remove_dir_all(ws.join("sub/.git")).unwrap();
+            symlink(&victim, ws.join("sub/.git")).unwrap();
+            symlink(&victim, ws.join(".github")).unwrap();
+            fs::remove_dir_all(ws.join(".git/hooks")).unwrap();
+            symlink(victim.join("hooks"), ws.join(".git/hooks")).unwrap();
+            // A repository the launch never saw, whose `.git` is a link.
+            fs::create_dir_all(ws.join("late")).unwrap();
+            symlink(&victim, ws.join("late/.git")).unwrap();
+        });
+        let changes = fx.changes(&findings);
+        for link in ["sub/.git", ".github", ".git/hooks", "late/.git"] {
+            assert!(
+                changes.contains(&(PathBuf::from(link), "symlink")),
+                "{link}: {changes:?}"
+            );
+            assert!(fs::symlink_metadata(ws.join(link)).is_err(), "{link} left");
+            let moved = fs::symlink_metadata(fx.quarantine().join(link)).unwrap();
+            assert!(moved.file_type().is_symlink(), "{link} not moved as a link");
+        }
+        assert_eq!(findings.len(), 4, "{changes:?}");
+        assert!(findings.iter().all(|f| f.error.is_none()), "{findings:?}");
+        assert_eq!(fingerprint(&victim), before, "the victim changed");
+        assert!(ws.join(".devcontainer/old-link").is_symlink());
+    }
+
+    #[test]
+    fn sweep_an_unchanged_old_link_is_no_finding_and_never_followed() {
+        let fx = Fixture::new();
+        let ws = fx.ws.clone();
+        let victim = victim(&fx.base());
+        symlink(&victim, ws.join(".vscode")).unwrap();
+        fs::create_dir_all(ws.join("sub")).unwrap();
+        symlink(&victim, ws.join("sub/.git")).unwrap();
+        let before = fingerprint(&victim);
+        let findings = fx.run(|| {
+            // A change behind the link is not the workspace's.
+            fs::write(victim.join("hooks/post-checkout"), "x").unwrap();
+        });
+        assert!(findings.is_empty(), "{findings:?}");
+        fs::remove_file(victim.join("hooks/post-checkout")).unwrap();
+        assert_eq!(fingerprint(&victim), before);
+    }
+
+    #[test]
+    fn sweep_hooks_path_outside_the_workspace_is_never_moved() {
+        let fx = Fixture::new();
+        let ws = fx.ws.clone();
+        let victim = victim(&fx.base());
+        fs::write(
+            ws.join(".git/config"),
+            format!("[core]\n\thooksPath = {}\n", victim.join("hooks").display()),
+        )
+        .unwrap();
+        let before = fingerprint(&victim);
+        let findings = fx.run(|| {});
+        assert!(findings.is_empty(), "{findings:?}");
+        assert_eq!(fingerprint(&victim), before);
+        assert!(
+            fx.plan()
+                .notes
+                .iter()
+                .any(|n| n.contains("outside the workspace"))
+        );
+    }
+
+    #[test]
+    fn sweep_a_fifo_or_a_huge_file_at_a_protected_name_does_not_stall() {
+        let fx = Fixture::new();
+        let ws = fx.ws.clone();
+        let plan = fx.plan();
+        let snapshot = Snapshot::take(&plan);
+        nix::unistd::mkfifo(
+            &ws.join(".envrc"),
+            nix::sys::stat::Mode::from_bits_truncate(0o644),
+        )
+        .unwrap();
+        fs::create_dir_all(ws.join(".vscode")).unwrap();
+        nix::unistd::mkfifo(
+            &ws.join(".vscode/settings.json"),
+            nix::sys::stat::Mode::from_bits_truncate(0o644),
+        )
+        .unwrap();
+        let huge = fs::File::create(ws.join(".vscode/huge")).unwrap();
+        huge.set_len(10 << 30).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (profile, quarantine) = (fx.profile.clone(), fx.quarantine());
+        std::thread::spawn(move || tx.send(snapshot.sweep(&profile, &plan, &quarantine)));
+        let findings = rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("the sweep blocked");
+        let changes = fx.changes(&findings);
+        assert!(
+            changes.contains(&(PathBuf::from(".envrc"), "created")),
+            "{changes:?}"
+        );
+        assert!(
+            changes.contains(&(PathBuf::from(".vscode"), "created")),
+            "{changes:?}"
+        );
+        assert!(!ws.join(".envrc").exists() && !ws.join(".vscode").exists());
+    }
+
+    fn mode(path: &Path) -> u32 {
+        fs::symlink_metadata(path).unwrap().permissions().mode() & 0o7777
+    }
+
+    fn chmod(path: &Path, mode: u32) {
+        fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    #[test]
+    fn sweep_strips_setuid_and_setgid_the_run_set() {
+        let fx = Fixture::new();
+        let ws = fx.ws.clone();
+        // The user's own, from before the launch (older than the margin): left alone.
+        fs::write(ws.join("old-suid"), "#!/bin/sh\n").unwrap();
+        chmod(&ws.join("old-suid"), 0o4755);
+        fs::create_dir_all(ws.join("shared/inherited")).unwrap();
+        chmod(&ws.join("shared"), 0o2775);
+        std::thread::sleep(LAUNCH_MARGIN * 2);
+        let findings = fx.run(|| {
+            fs::write(ws.join("suid"), "#!/bin/sh\n").unwrap();
+            chmod(&ws.join("suid"), 0o4755);
+            fs::write(ws.join("sgid"), "x").unwrap();
+            chmod(&ws.join("sgid"), 0o2644);
+            fs::create_dir_all(ws.join("deep/er")).unwrap();
+            fs::write(ws.join("deep/er/both"), "x").unwrap();
+            chmod(&ws.join("deep/er/both"), 0o6755);
+            // Setgid directories made during the run (`mkdir -m 2775`, or inherited): fine.
+            fs::create_dir(ws.join("group-dir")).unwrap();
+            chmod(&ws.join("group-dir"), 0o2775);
+            fs::create_dir(ws.join("shared/new")).unwrap();
+            chmod(&ws.join("shared/new"), 0o2775);
+            chmod(&ws.join("shared/inherited"), 0o2755);
+            // Setuid on a directory means nothing, but it is the run's: stripped.
+            fs::create_dir(ws.join("suid-dir")).unwrap();
+            chmod(&ws.join("suid-dir"), 0o4755);
+            // A link's mode is not a mode.
+            symlink(ws.join("suid"), ws.join("link")).unwrap();
+        });
+        let mut changes = fx.changes(&findings);
+        changes.sort();
+        assert_eq!(
+            changes,
+            vec![
+                (PathBuf::from("deep/er/both"), "setuid"),
+                (PathBuf::from("sgid"), "setgid"),
+                (PathBuf::from("suid"), "setuid"),
+                (PathBuf::from("suid-dir"), "setuid"),
+            ]
+        );
+        assert!(findings.iter().all(|f| f.error.is_none()), "{findings:?}");
+        assert_eq!(mode(&ws.join("suid")), 0o755);
+        assert_eq!(mode(&ws.join("sgid")), 0o644);
+        assert_eq!(mode(&ws.join("deep/er/both")), 0o755);
+        assert_eq!(mode(&ws.join("suid-dir")), 0o755);
+        assert_eq!(mode(&ws.join("old-suid")), 0o4755);
+        assert_eq!(mode(&ws.join("group-dir")), 0o2775);
+        assert_eq!(mode(&ws.join("shared/new")), 0o2775);
+        assert_eq!(mode(&ws.join("shared/inherited")), 0o2755);
+    }
+
+    /// The cost of the walk on 200k entries (2000 directories of 100 files):
+    /// `cargo test -p stepproof --lib sweep_cost -- --ignored --nocapture`
+    /// (`STEPPROOF_BENCH_DIR` chooses the file system; /tmp by default).
+    #[test]
+    #[ignore]
+    fn sweep_cost_on_200k_entries() {
+        let base =
+            std::env::var_os("STEPPROOF_BENCH_DIR").map_or_else(std::env::temp_dir, PathBuf::from);
+        let dir = tempfile::tempdir_in(base).unwrap();
+        let ws = dir.path().canonicalize().unwrap().join("ws");
+        fs::create_dir_all(ws.join(".git/hooks")).unwrap();
+        for d in 0..2000 {
+            let sub = ws.join(format!("d{:02}/e{d:04}", d % 50));
+            fs::create_dir_all(&sub).unwrap();
+            for f in 0..100 {
+                fs::write(sub.join(format!("f{f:03}")), "x").unwrap();
+            }
+        }
+        let profile = Profile::builtin_default().unwrap();
         let facts = crate::sandbox::plan::HostFacts {
             uid: 1234,
             gid: 1234,
             groups: vec![],
-            home: home.to_path_buf(),
-            workspace: ws.to_path_buf(),
-            cwd: ws.to_path_buf(),
+            home: ws.parent().unwrap().to_path_buf(),
+            workspace: ws.clone(),
+            cwd: ws.clone(),
             env: vec![],
             idmapped_mounts: false,
             passwd: String::new(),
             group: String::new(),
-            run_dir: home.join("run"),
+            run_dir: ws.parent().unwrap().join("run"),
             hook_binary: Some(PathBuf::from("/usr/bin/true")),
         };
-        let mut plan =
-            crate::sandbox::plan::build_plan(&Profile::builtin_default().unwrap(), &facts).unwrap();
-        plan.protected_paths = protected;
-        plan
+        let plan = crate::sandbox::plan::build_plan(&profile, &facts).unwrap();
+        for round in 0..3 {
+            let started = std::time::Instant::now();
+            let snapshot = Snapshot::take(&plan);
+            let took = started.elapsed();
+            let findings = snapshot.sweep(&profile, &plan, &ws.parent().unwrap().join("q"));
+            let swept = started.elapsed() - took;
+            let walk = walk_writable(&plan, Duration::ZERO);
+            println!(
+                "round {round}: {} entries walked; Snapshot::take {:.1} ms, sweep {:.1} ms, {} findings",
+                walk.entries,
+                took.as_secs_f64() * 1e3,
+                swept.as_secs_f64() * 1e3,
+                findings.len()
+            );
+        }
     }
 }

@@ -1,0 +1,335 @@
+//! The persistence paths of a workspace: the profile's protected names in the workspace and in
+//! every nested repository, and each repository's `core.hooksPath`. Found at launch (a bounded
+//! scan) and again by the sweep (from its complete walk). Every look goes through a directory
+//! descriptor of the workspace and never follows a link: a link where a protected name or one
+//! of its ancestors should be is listed itself, for the sweep to judge, never looked through.
+
+use crate::profile::Profile;
+use crate::sandbox::sys::beneath::{self, DIR_LISTING, DIR_LOOKUP, FILE_READING};
+use std::collections::{BTreeSet, VecDeque};
+use std::ffi::OsStr;
+use std::io::Read;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::{Component, Path, PathBuf};
+
+const SCAN_ENTRY_LIMIT: usize = 20_000;
+const NESTED_REPO_DEPTH: usize = 6;
+/// A repository's config is small; more than this is not read (and not trusted).
+const GIT_CONFIG_READ_LIMIT: u64 = 1 << 20;
+const SHELL_RC_FILES: &[&str] = &[
+    ".bashrc",
+    ".bash_profile",
+    ".bash_login",
+    ".bash_logout",
+    ".profile",
+    ".zshrc",
+    ".zshenv",
+    ".zprofile",
+    ".zlogin",
+    ".config/fish",
+    ".inputrc",
+];
+
+/// Every persistence path of the workspace and of the nested repositories the launch's bounded
+/// scan finds, existing or not.
+pub(crate) fn protected_paths(
+    profile: &Profile,
+    workspace: &Path,
+    home: &Path,
+    notes: &mut Vec<String>,
+) -> Vec<PathBuf> {
+    let repos = nested_repositories(workspace, notes);
+    protected_paths_of(profile, workspace, home, &repos, notes)
+}
+
+/// Every persistence path of the workspace and of `repos` (absolute paths below it). Paths
+/// that end up outside the workspace (`core.hooksPath = /elsewhere`, `../x`) stay in the list
+/// (the plan binds them read-only where the sandbox sees them) with a note: the sweep never
+/// moves them.
+pub(crate) fn protected_paths_of(
+    profile: &Profile,
+    workspace: &Path,
+    home: &Path,
+    repos: &[PathBuf],
+    notes: &mut Vec<String>,
+) -> Vec<PathBuf> {
+    let mut patterns: Vec<String> = profile.filesystem.protected.clone();
+    if workspace == home {
+        patterns.extend(SHELL_RC_FILES.iter().map(|s| s.to_string()));
+    }
+    let root = beneath::open_root(workspace, DIR_LOOKUP).ok();
+    let mut roots = vec![PathBuf::new()];
+    roots.extend(
+        repos
+            .iter()
+            .filter_map(|r| relative_beneath(workspace, r))
+            .filter(|r| !r.as_os_str().is_empty()),
+    );
+    let mut out = BTreeSet::new();
+    for repo in &roots {
+        for pattern in &patterns {
+            for rel in expand_pattern(root.as_ref().map(AsFd::as_fd), repo, pattern) {
+                let path = lexical(&workspace.join(&rel));
+                if relative_beneath(workspace, &path).is_none() {
+                    notes.push(format!(
+                        "protected path {} is outside the workspace: the sweep never moves it",
+                        path.display()
+                    ));
+                }
+                out.insert(path);
+            }
+        }
+        let hooks = root
+            .as_ref()
+            .and_then(|fd| core_hooks_path(fd.as_fd(), repo))
+            .map(|value| hooks_path_location(workspace, home, repo, &value));
+        if let Some(hooks) = hooks {
+            if relative_beneath(workspace, &hooks).is_none() {
+                notes.push(format!(
+                    "core.hooksPath of {} is {}, outside the workspace: not watched or moved by the sweep",
+                    workspace.join(repo).display(),
+                    hooks.display()
+                ));
+            }
+            out.insert(hooks);
+        }
+    }
+    out.into_iter().collect()
+}
+
+/// `path` relative to `root` after resolving `.` and `..` lexically (without links, which the
+/// supervisor never follows, that is what the kernel would resolve too); `None` when it is not
+/// at or below `root`.
+pub(crate) fn relative_beneath(root: &Path, path: &Path) -> Option<PathBuf> {
+    let normal = lexical(path);
+    normal
+        .strip_prefix(lexical(root))
+        .ok()
+        .map(Path::to_path_buf)
+}
+
+fn lexical(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for component in path.components() {
+        match component {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// Where git would look for hooks given `core.hooksPath = value` in the repository `repo`
+/// (relative to the workspace).
+fn hooks_path_location(workspace: &Path, home: &Path, repo: &Path, value: &str) -> PathBuf {
+    let path = if let Some(rest) = value.strip_prefix("~/") {
+        home.join(rest)
+    } else if Path::new(value).is_absolute() {
+        PathBuf::from(value)
+    } else {
+        workspace.join(repo).join(value)
+    };
+    lexical(&path)
+}
+
+/// Expands `*` in single components (`.git/modules/*/hooks`) of `pattern` below `base`
+/// (relative to the workspace); other paths are returned as they are, existing or not. A `*`
+/// behind a link lists nothing: the link is returned instead, to be judged itself.
+fn expand_pattern(root: Option<BorrowedFd<'_>>, base: &Path, pattern: &str) -> Vec<PathBuf> {
+    let mut current = vec![base.to_path_buf()];
+    let mut links = Vec::new();
+    for component in pattern.split('/').filter(|c| !c.is_empty() && *c != ".") {
+        let mut next = Vec::new();
+        for dir in current {
+            if component != "*" {
+                next.push(dir.join(component));
+                continue;
+            }
+            let Some(root) = root else {
+                continue;
+            };
+            match beneath::open_beneath(root, &dir, DIR_LISTING, 0) {
+                Ok(fd) => {
+                    let entries = beneath::list_dir(fd.as_fd()).unwrap_or_default();
+                    next.extend(entries.into_iter().map(|(name, _)| dir.join(name)));
+                }
+                Err(_) => links.extend(first_link(root, &dir)),
+            }
+        }
+        current = next;
+    }
+    current.extend(links);
+    current
+}
+
+/// The first link on the way to `rel` beneath `root`, if one is.
+fn first_link(root: BorrowedFd<'_>, rel: &Path) -> Option<PathBuf> {
+    let mut dir: Option<OwnedFd> = None;
+    let mut walked = PathBuf::new();
+    for component in rel.components() {
+        let Component::Normal(name) = component else {
+            return None;
+        };
+        let at = dir.as_ref().map_or(root, AsFd::as_fd);
+        walked.push(name);
+        let st = beneath::stat_at(at, name).ok()?;
+        if st.is_symlink() {
+            return Some(walked);
+        }
+        dir = Some(beneath::open_beneath(at, Path::new(name), DIR_LOOKUP, 0).ok()?);
+    }
+    None
+}
+
+/// Directories below the workspace that are repositories of their own (they have a `.git`
+/// entry of any kind: a directory, a gitfile, or a link, which is recorded but never entered).
+/// Bounded: it runs on the launch path (the sweep's walk is complete).
+fn nested_repositories(workspace: &Path, notes: &mut Vec<String>) -> Vec<PathBuf> {
+    let Ok(root) = beneath::open_root(workspace, DIR_LOOKUP) else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    let mut queue = VecDeque::from([(PathBuf::new(), 0usize)]);
+    let mut seen = 0usize;
+    while let Some((dir, depth)) = queue.pop_front() {
+        let Ok(fd) = beneath::open_beneath(root.as_fd(), &dir, DIR_LISTING, 0) else {
+            continue;
+        };
+        let Ok(entries) = beneath::list_dir(fd.as_fd()) else {
+            continue;
+        };
+        for (name, d_type) in entries {
+            seen += 1;
+            if seen > SCAN_ENTRY_LIMIT {
+                notes.push(format!(
+                    "nested repository scan of {} stopped after {SCAN_ENTRY_LIMIT} entries",
+                    workspace.display()
+                ));
+                return found;
+            }
+            if name == ".git" || !is_dir(fd.as_fd(), &name, d_type) {
+                continue;
+            }
+            let rel = dir.join(&name);
+            if has_git_entry(fd.as_fd(), &name) {
+                found.push(workspace.join(&rel));
+            }
+            if depth + 1 < NESTED_REPO_DEPTH {
+                queue.push_back((rel, depth + 1));
+            }
+        }
+    }
+    found
+}
+
+/// A real directory (a link to one is not).
+fn is_dir(dir: BorrowedFd<'_>, name: &OsStr, d_type: u8) -> bool {
+    match d_type {
+        libc::DT_DIR => true,
+        libc::DT_UNKNOWN => beneath::stat_at(dir, name).is_ok_and(|s| s.is_dir()),
+        _ => false,
+    }
+}
+
+fn has_git_entry(dir: BorrowedFd<'_>, name: &OsStr) -> bool {
+    beneath::open_beneath(dir, Path::new(name), DIR_LOOKUP, 0)
+        .and_then(|sub: OwnedFd| beneath::stat_at(sub.as_fd(), OsStr::new(".git")))
+        .is_ok()
+}
+
+/// The value of `core.hooksPath` in the repository `repo`'s `.git/config` (relative to the
+/// workspace), read without following a link (a `.git` or `config` that is one is not read).
+fn core_hooks_path(root: BorrowedFd<'_>, repo: &Path) -> Option<String> {
+    let fd = beneath::open_beneath(root, &repo.join(".git/config"), FILE_READING, 0).ok()?;
+    if !beneath::stat_fd(fd.as_fd()).is_ok_and(|s| s.is_file()) {
+        return None;
+    }
+    let mut config = String::new();
+    std::fs::File::from(fd)
+        .take(GIT_CONFIG_READ_LIMIT)
+        .read_to_string(&mut config)
+        .ok()?;
+    let mut in_core = false;
+    for line in config.lines() {
+        let line = line.trim();
+        if line.starts_with('[') {
+            in_core = line
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .trim()
+                .eq_ignore_ascii_case("core");
+            continue;
+        }
+        if !in_core {
+            continue;
+        }
+        if let Some((key, value)) = line.split_once('=')
+            && key.trim().eq_ignore_ascii_case("hookspath")
+        {
+            return Some(value.trim().trim_matches('"').to_string());
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    fn default_paths(ws: &Path, notes: &mut Vec<String>) -> Vec<PathBuf> {
+        let profile = Profile::builtin_default().unwrap();
+        protected_paths(&profile, ws, Path::new("/nonexistent-home"), notes)
+    }
+
+    #[test]
+    fn hooks_path_is_protected_inside_and_only_noted_outside() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().canonicalize().unwrap();
+        fs::create_dir_all(ws.join(".git")).unwrap();
+        fs::write(
+            ws.join(".git/config"),
+            "[core]\n\thooksPath = tools/hooks\n",
+        )
+        .unwrap();
+        let mut notes = Vec::new();
+        assert!(default_paths(&ws, &mut notes).contains(&ws.join("tools/hooks")));
+        assert!(notes.is_empty(), "{notes:?}");
+
+        fs::write(ws.join(".git/config"), "[core]\n\thooksPath = ../../x\n").unwrap();
+        let paths = default_paths(&ws, &mut notes);
+        let outside = lexical(&ws.join("../../x"));
+        assert!(paths.contains(&outside), "{paths:?}");
+        assert!(notes.iter().any(|n| n.contains("outside the workspace")));
+    }
+
+    #[test]
+    fn scans_never_follow_links() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("ws");
+        let victim = dir.path().join("victim");
+        fs::create_dir_all(victim.join("modules/evil/hooks")).unwrap();
+        fs::write(victim.join("config"), "[core]\n\thooksPath = /etc\n").unwrap();
+        fs::create_dir_all(victim.join("repo/.git")).unwrap();
+        fs::create_dir_all(ws.join("sub")).unwrap();
+        fs::create_dir_all(ws.join(".git")).unwrap();
+        // `sub/.git` a link: sub is recorded (its protected names are judged), nothing read
+        // through the link.
+        std::os::unix::fs::symlink(&victim, ws.join("sub/.git")).unwrap();
+        // `.git/modules` a link: the link itself is listed for `.git/modules/*/hooks`.
+        std::os::unix::fs::symlink(victim.join("modules"), ws.join(".git/modules")).unwrap();
+        // A linked directory is not descended into.
+        std::os::unix::fs::symlink(&victim, ws.join("linked")).unwrap();
+        let mut notes = Vec::new();
+        let paths = default_paths(&ws, &mut notes);
+        assert!(paths.contains(&ws.join("sub/.git/hooks")), "{paths:?}");
+        assert!(paths.contains(&ws.join(".git/modules")), "{paths:?}");
+        assert!(!paths.iter().any(|p| p.starts_with(ws.join("linked"))));
+        assert!(!paths.iter().any(|p| p.ends_with("evil/hooks")));
+        assert!(!paths.iter().any(|p| p == Path::new("/etc")));
+        assert!(notes.is_empty(), "{notes:?}");
+    }
+}
