@@ -43,6 +43,9 @@ pub fn changed_profile_files(profile: &Profile, writable_roots: &[PathBuf]) -> V
                 change,
                 quarantined_to: None,
                 error,
+                detail: Some(
+                    "a file of the profile that confined this run (read-only inside)".into(),
+                ),
             })
         })
         .collect()
