@@ -286,20 +286,27 @@ fn launch(
         }
         if !findings.is_empty() {
             eprintln!(
-                "stepproof-run: TAMPERING: persistence paths were created or changed during the run:"
+                "stepproof-run: TAMPERING: the run left what the host would act on (persistence paths, links, setuid/setgid bits, its own profile):"
             );
             for f in &findings {
+                let detail = f
+                    .detail
+                    .as_deref()
+                    .map(|d| format!(" ({d})"))
+                    .unwrap_or_default();
                 match (&f.quarantined_to, &f.error) {
                     (Some(q), _) => eprintln!(
-                        "  {} {} -> quarantined to {}",
+                        "  {} {}{detail} -> quarantined to {}",
                         f.change,
                         f.path.display(),
                         q.display()
                     ),
-                    (None, Some(e)) => {
-                        eprintln!("  {} {} (NOT quarantined: {e})", f.change, f.path.display())
-                    }
-                    (None, None) => eprintln!("  {} {}", f.change, f.path.display()),
+                    (None, Some(e)) => eprintln!(
+                        "  {} {}{detail} (NOT quarantined: {e})",
+                        f.change,
+                        f.path.display()
+                    ),
+                    (None, None) => eprintln!("  {} {}{detail}", f.change, f.path.display()),
                 }
             }
             result.outcome = Outcome::Tampering {
