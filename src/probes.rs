@@ -73,6 +73,17 @@ pub fn all_probes() -> &'static [&'static str] {
         "inet_sock_packet",
         "netlink_uevent",
         "personality",
+        "setuid_chmod",
+        "setuid_fchmod",
+        "setuid_fchmodat",
+        "setuid_fchmodat2",
+        "setuid_open",
+        "setuid_openat",
+        "setuid_creat",
+        "setuid_mknodat",
+        "setuid_tmpfile",
+        "setuid_openat2",
+        "setgid_open",
         "proc_mem",
         "kill",
         "abstract_unix",
@@ -91,6 +102,7 @@ pub fn control_probes() -> &'static [&'static str] {
         "personality_query",
         "fork",
         "tcgets",
+        "setgid_dir",
     ]
 }
 
@@ -195,14 +207,22 @@ fn terminal(arg: Option<&str>) -> Result<(std::fs::File, String), String> {
 /// | `open_by_handle_at` | open `/` by handle | |
 /// | `mptcp`, `vsock`, `raw_socket`, `packet_socket`, `inet_sock_packet`, `netlink_uevent` | create such a socket | |
 /// | `personality` | set ADDR_NO_RANDOMIZE (restored) | |
+/// | `setuid_chmod`, `setuid_fchmod`, `setuid_fchmodat`, `setuid_fchmodat2` | give a new file mode 04755 | directory (default: a new temp dir) |
+/// | `setuid_open`, `setuid_openat`, `setuid_creat`, `setuid_mknodat`, `setuid_openat2` | create a file with mode 04755 (openat2: seccomp answers ENOSYS) | directory (default: a new temp dir) |
+/// | `setuid_tmpfile` | `openat(O_TMPFILE)` with mode 04755 | directory (default: a new temp dir) |
+/// | `setgid_open` | `openat(O_CREAT)` with mode 02755 | directory (default: a new temp dir) |
 /// | `proc_mem` | open `/proc/PID/mem` for writing (writes 0 bytes) | pid (default: parent) |
 /// | `kill` | `kill(pid, 0)` (Landlock signal scope) | pid (required) |
 /// | `abstract_unix` | connect to abstract socket `@NAME` | name (required) |
 /// | `tcp_connect` | connect to 127.0.0.1:PORT (Landlock TCP rules) | port (required) |
 /// | `write`, `read` | create+write / read a file | path (required) |
 ///
+/// The setuid/setgid probes escape only when the file really carries the bit afterwards (a
+/// call that returns 0 without it proves nothing either way); their files are removed.
+///
 /// Controls (expected to work): `netlink_route`, `tcp_socket`, `unix_socket`,
-/// `personality_query`, `fork`, `tcgets[:TTY]`.
+/// `personality_query`, `fork`, `tcgets[:TTY]`, `setgid_dir[:DIR]` (mkdir, then chmod 02775:
+/// shared group directories).
 pub fn run_probe(spec: &str) -> ProbeOutcome {
     let (name, arg) = match spec.split_once(':') {
         Some((n, a)) => (n, Some(a)),
@@ -398,6 +418,14 @@ pub fn run_probe(spec: &str) -> ProbeOutcome {
             }
             out
         }
+        "setuid_chmod" | "setuid_fchmod" | "setuid_fchmodat" | "setuid_fchmodat2"
+        | "setuid_open" | "setuid_openat" | "setuid_creat" | "setuid_mknodat"
+        | "setuid_tmpfile" | "setuid_openat2" | "setgid_open" | "setgid_dir" => {
+            match Scratch::new(arg) {
+                Ok(scratch) => setid_probe(n, name, &scratch),
+                Err(e) => not_attempted(n, e),
+            }
+        }
         "personality_query" => {
             from_answer(n, "personality(0xffffffff)", sys::personality(0xffff_ffff))
         }
@@ -468,6 +496,186 @@ pub fn run_probe(spec: &str) -> ProbeOutcome {
             None => not_attempted(n, "read needs a path: read:PATH".into()),
         },
         _ => not_attempted(n, format!("unknown probe {name:?}")),
+    }
+}
+
+const SETID_BITS: u32 = libc::S_ISUID | libc::S_ISGID;
+
+/// Where a setuid/setgid probe makes its file: the given directory, or a new temp dir that is
+/// removed with everything in it.
+struct Scratch {
+    dir: PathBuf,
+    remove: bool,
+}
+
+impl Scratch {
+    fn new(arg: Option<&str>) -> Result<Scratch, String> {
+        match arg {
+            Some(d) => Ok(Scratch {
+                dir: PathBuf::from(d),
+                remove: false,
+            }),
+            None => tempfile::Builder::new()
+                .prefix("stepproof-probe-setid")
+                .tempdir()
+                .map(|d| Scratch {
+                    dir: d.keep(),
+                    remove: true,
+                })
+                .map_err(|e| format!("temp dir: {e}")),
+        }
+    }
+
+    /// A name of its own in the directory (two probes may share a directory).
+    fn path(&self, probe: &str) -> PathBuf {
+        self.dir
+            .join(format!("stepproof-{probe}-{}", std::process::id()))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if self.remove {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// Tries one way of making a setuid (or setgid) file and removes what it made. Escaped: the
+/// file has the bit afterwards, whatever the call answered.
+fn setid_probe(n: &str, name: &str, scratch: &Scratch) -> ProbeOutcome {
+    use std::os::unix::fs::MetadataExt;
+    let path = scratch.path(name);
+    let Ok(cpath) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else {
+        return not_attempted(n, format!("a NUL in {}", path.display()));
+    };
+    let create = libc::O_CREAT | libc::O_WRONLY | libc::O_EXCL | libc::O_CLOEXEC;
+    // An ordinary file for the calls that change the mode of an existing one.
+    let existing = if name.contains("chmod") {
+        match std::fs::File::create(&path) {
+            Ok(f) => Some(f),
+            Err(e) => return not_attempted(n, format!("creating {}: {e}", path.display())),
+        }
+    } else {
+        None
+    };
+    fn fstat_mode(fd: impl std::os::fd::AsFd) -> Result<u32, i32> {
+        nix::sys::stat::fstat(fd)
+            .map(|st| st.st_mode)
+            .map_err(|e| e as i32)
+    }
+    // (what was tried, its answer, the file's mode afterwards if one was read from an fd)
+    let (what, answer, fd_mode): (String, sys::Answer, Option<Result<u32, i32>>) = match name {
+        "setuid_chmod" => ("chmod(f, 04755)".into(), sys::chmod(&cpath, 0o4755), None),
+        "setuid_fchmod" => (
+            "fchmod(fd, 04755)".into(),
+            sys::fchmod(existing.as_ref().map_or(-1, |f| f.as_raw_fd()), 0o4755),
+            existing.as_ref().map(fstat_mode),
+        ),
+        "setuid_fchmodat" => (
+            "fchmodat(AT_FDCWD, f, 04755)".into(),
+            sys::fchmodat(&cpath, 0o4755),
+            None,
+        ),
+        "setuid_fchmodat2" => (
+            "fchmodat2(AT_FDCWD, f, 04755, AT_SYMLINK_NOFOLLOW)".into(),
+            sys::fchmodat2(&cpath, 0o4755, libc::AT_SYMLINK_NOFOLLOW),
+            None,
+        ),
+        "setuid_open" => (
+            "open(f, O_CREAT|O_WRONLY|O_EXCL, 04755)".into(),
+            sys::open(&cpath, create, 0o4755),
+            None,
+        ),
+        "setuid_openat" | "setgid_open" => {
+            let mode = if name == "setgid_open" {
+                0o2755
+            } else {
+                0o4755
+            };
+            match sys::openat(&cpath, create, mode) {
+                Ok(fd) => (
+                    format!("openat(AT_FDCWD, f, O_CREAT|O_WRONLY|O_EXCL, 0{mode:o})"),
+                    Ok(fd.as_raw_fd().into()),
+                    Some(fstat_mode(&fd)),
+                ),
+                Err(e) => (
+                    format!("openat(AT_FDCWD, f, O_CREAT|O_WRONLY|O_EXCL, 0{mode:o})"),
+                    Err(e),
+                    None,
+                ),
+            }
+        }
+        "setuid_creat" => ("creat(f, 04755)".into(), sys::creat(&cpath, 0o4755), None),
+        "setuid_mknodat" => (
+            "mknodat(AT_FDCWD, f, S_IFREG|04755)".into(),
+            sys::mknodat(&cpath, libc::S_IFREG | 0o4755),
+            None,
+        ),
+        "setuid_tmpfile" => {
+            let what = format!("openat({}, O_TMPFILE|O_RDWR, 04755)", scratch.dir.display());
+            let Ok(cdir) = std::ffi::CString::new(scratch.dir.as_os_str().as_encoded_bytes())
+            else {
+                return not_attempted(n, format!("a NUL in {}", scratch.dir.display()));
+            };
+            match sys::openat(
+                &cdir,
+                libc::O_TMPFILE | libc::O_RDWR | libc::O_CLOEXEC,
+                0o4755,
+            ) {
+                Ok(fd) => (what, Ok(fd.as_raw_fd().into()), Some(fstat_mode(&fd))),
+                Err(e) => (what, Err(e), None),
+            }
+        }
+        "setuid_openat2" => (
+            "openat2(AT_FDCWD, f, {O_CREAT|O_WRONLY|O_EXCL, 04755})".into(),
+            sys::openat2(&cpath, create as u64, 0o4755),
+            None,
+        ),
+        "setgid_dir" => (
+            "mkdir(d), chmod(d, 02775)".into(),
+            std::fs::create_dir(&path)
+                .map_err(|e| e.raw_os_error().unwrap_or(0))
+                .and_then(|_| sys::chmod(&cpath, 0o2775)),
+            None,
+        ),
+        _ => return not_attempted(n, format!("unknown probe {name:?}")),
+    };
+    let mode = fd_mode.unwrap_or_else(|| {
+        std::fs::symlink_metadata(&path)
+            .map(|m| m.mode())
+            .map_err(|e| e.raw_os_error().unwrap_or(0))
+    });
+    if name == "setgid_dir" {
+        let _ = std::fs::remove_dir(&path);
+    } else {
+        let _ = std::fs::remove_file(&path);
+    }
+    match (mode, answer) {
+        (Ok(m), _) if m & SETID_BITS != 0 => ProbeOutcome {
+            name: n.to_string(),
+            escaped: true,
+            errno: None,
+            detail: format!("{what}: the result has mode 0{:o}", m & 0o7777),
+        },
+        (_, Err(e)) => ProbeOutcome {
+            name: n.to_string(),
+            escaped: false,
+            errno: Some(e),
+            detail: format!("{what} failed: {}", errno_text(e)),
+        },
+        (m, Ok(_)) => ProbeOutcome {
+            name: n.to_string(),
+            escaped: false,
+            errno: None,
+            detail: format!(
+                "{what} returned success but the file has no setuid/setgid bit ({})",
+                match m {
+                    Ok(m) => format!("mode 0{:o}", m & 0o7777),
+                    Err(e) => format!("stat: {}", errno_text(e)),
+                }
+            ),
+        },
     }
 }
 

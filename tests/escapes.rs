@@ -41,6 +41,17 @@ const SECCOMP_PROBES: &[(&str, &str)] = &[
     ("inet_sock_packet", "EPERM"),
     ("netlink_uevent", "EPERM"),
     ("personality", "EPERM"),
+    ("setuid_chmod", "EPERM"),
+    ("setuid_fchmod", "EPERM"),
+    ("setuid_fchmodat", "EPERM"),
+    ("setuid_fchmodat2", "EPERM"),
+    ("setuid_open", "EPERM"),
+    ("setuid_openat", "EPERM"),
+    ("setuid_creat", "EPERM"),
+    ("setuid_mknodat", "EPERM"),
+    ("setuid_tmpfile", "EPERM"),
+    ("setuid_openat2", "ENOSYS"),
+    ("setgid_open", "EPERM"),
 ];
 
 fn errno_name(errno: i64) -> &'static str {

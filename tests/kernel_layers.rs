@@ -166,6 +166,17 @@ fn seccomp_each_probe_fails_only_under_the_filter() {
         ("inet_sock_packet".into(), eperm),
         ("netlink_uevent".into(), eperm),
         ("personality".into(), eperm),
+        ("setuid_chmod".into(), eperm),
+        ("setuid_fchmod".into(), eperm),
+        ("setuid_fchmodat".into(), eperm),
+        ("setuid_fchmodat2".into(), eperm),
+        ("setuid_open".into(), eperm),
+        ("setuid_openat".into(), eperm),
+        ("setuid_creat".into(), eperm),
+        ("setuid_mknodat".into(), eperm),
+        ("setuid_tmpfile".into(), eperm),
+        ("setuid_openat2".into(), libc::ENOSYS),
+        ("setgid_open".into(), eperm),
     ]
     .into_iter()
     .collect();

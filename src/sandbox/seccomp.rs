@@ -1,6 +1,7 @@
 //! seccomp: the system calls no sandboxed process needs and that reach risky kernel interfaces,
-//! denied with an errno (EPERM; ENOSYS for clone3), and every foreign architecture (and the x32
-//! ABI on x86_64) killed.
+//! denied with an errno (EPERM; ENOSYS for clone3 and openat2), setuid/setgid modes refused
+//! (the first line against privilege left in a file), and every foreign architecture (and the
+//! x32 ABI on x86_64) killed.
 //!
 //! The rule table is data ([`rule_table`]), unit-tested as data. [`compile_filters`] turns it
 //! into a stack of classic BPF programs, because a seccompiler filter has one match action:
@@ -8,14 +9,16 @@
 //! 1. a hand-written prefix (6 instructions) that kills the process for a foreign architecture
 //!    or an x32 system call number (bit 30 set, except -1) and allows everything else;
 //! 2. one seccompiler filter per distinct errno in the table (EPERM, ENOSYS), allowing what
-//!    it does not match.
+//!    it does not match; the rows of the hot calls with argument checks (open, openat) get an
+//!    EPERM filter of their own, first.
 //!
 //! The kernel runs every filter and keeps the most severe answer (kill > errno > allow).
 //! Allowed system calls are answered by the kernel's per-syscall action cache without running
 //! any program, as long as no filter looks at their arguments for the native architecture:
-//! only ioctl, socket, socketpair, clone and personality have argument checks, never read,
-//! write, openat, stat, close, getppid, … (see the `hot_syscalls_are_constant_allow` test,
-//! which emulates the kernel's cache check).
+//! ioctl, socket, socketpair, clone, personality and the mode-setting calls (chmod, fchmod*,
+//! creat, mknod*, open, openat) have argument checks; read, write, stat, close, getppid, … never
+//! (see the `hot_syscalls_are_constant_allow` test, which emulates the kernel's cache check).
+//! openat is the one hot call that pays for a program run, the price of refusing setuid modes.
 
 use std::collections::BTreeMap;
 
@@ -156,6 +159,12 @@ const SOCK_RAW: u64 = 3;
 const SOCK_PACKET: u64 = 10;
 /// `SOCK_TYPE_MASK`: the type without SOCK_NONBLOCK / SOCK_CLOEXEC.
 const SOCK_TYPE_MASK: u64 = 0xf;
+pub const S_ISUID: u64 = 0o4000;
+pub const S_ISGID: u64 = 0o2000;
+/// `O_CREAT` and `__O_TMPFILE` (O_TMPFILE without O_DIRECTORY): the open flags under which the
+/// kernel reads the mode argument. The same values on x86_64 and aarch64.
+pub const O_CREAT: u64 = 0o100;
+pub const O_TMPFILE_BIT: u64 = 0o2000_0000;
 
 /// Every namespace flag of clone/unshare: NEWTIME, NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER,
 /// NEWPID, NEWNET.
@@ -194,6 +203,103 @@ fn dword(arg: u8, cmp: Cmp) -> ArgCondition {
         width: Width::Dword,
         cmp,
     }
+}
+
+/// `(u32)arg & bits == bits`. mode_t and the open flags are 32-bit (the kernel even keeps only
+/// the low 16 bits of a mode), so a value with high bits set is judged by its low word.
+fn has_bits(arg: u8, bits: u64) -> ArgCondition {
+    dword(
+        arg,
+        Cmp::MaskedEq {
+            mask: bits,
+            value: bits,
+        },
+    )
+}
+
+/// The rows that keep setuid and setgid bits from being made inside the sandbox: a file left
+/// in the workspace with either bit runs with its owner's or group's rights once the run is
+/// over, for any user of the host (the owner is root when the workspace is idmapped to root).
+/// The mode is passed by value, so a path through `/proc/self/fd` or an `O_PATH` fd changes
+/// nothing.
+///
+/// S_ISUID is refused everywhere. S_ISGID is refused only where a call creates a file (a new
+/// file is never a directory: `mkdir` is not filtered and the kernel drops both bits there).
+/// chmod and friends may set S_ISGID: seccomp cannot tell a directory from a file, and a setgid
+/// directory is how shared group directories work (`mkdir -m 2775` is mkdir + fchmod in GNU
+/// coreutils, `install -d -m 2775` too, git's core.sharedRepository chmods g+s). A setgid
+/// *file* made that way is stripped and reported after the run.
+fn setuid_setgid_rows() -> Vec<SyscallRule> {
+    let mut t = Vec::new();
+    // (syscall, index of the mode argument)
+    for (syscall, mode) in [
+        ("chmod", 1),
+        ("fchmod", 1),
+        ("fchmodat", 2),
+        ("fchmodat2", 2),
+    ] {
+        t.push(when(
+            syscall,
+            vec![has_bits(mode, S_ISUID)],
+            "setuid bit: the file would run as its owner on the host after the run (setgid \
+             stays allowed: shared group directories need chmod g+s, a setgid file is \
+             stripped after the run)",
+        ));
+    }
+    for (syscall, mode) in [("creat", 1), ("mknod", 1), ("mknodat", 2)] {
+        t.push(when(
+            syscall,
+            vec![has_bits(mode, S_ISUID)],
+            "creates a setuid file: it would run as its owner on the host after the run",
+        ));
+        t.push(when(
+            syscall,
+            vec![has_bits(mode, S_ISGID)],
+            "creates a setgid file (never a directory): it would run with its group on the \
+             host after the run",
+        ));
+    }
+    // (syscall, index of the flags argument); the mode follows the flags.
+    for (syscall, flags) in [("open", 1), ("openat", 2)] {
+        for (flag, bit, reason) in [
+            (
+                O_CREAT,
+                S_ISUID,
+                "O_CREAT with a setuid mode: the file would run as its owner on the host \
+                 after the run",
+            ),
+            (
+                O_CREAT,
+                S_ISGID,
+                "O_CREAT with a setgid mode (a new file, never a directory): it would run \
+                 with its group on the host after the run",
+            ),
+            (
+                O_TMPFILE_BIT,
+                S_ISUID,
+                "O_TMPFILE with a setuid mode: linkat would make it a setuid file",
+            ),
+            (
+                O_TMPFILE_BIT,
+                S_ISGID,
+                "O_TMPFILE with a setgid mode: linkat would make it a setgid file",
+            ),
+        ] {
+            t.push(when(
+                syscall,
+                vec![has_bits(flags, flag), has_bits(flags + 1, bit)],
+                reason,
+            ));
+        }
+    }
+    t.push(SyscallRule {
+        syscall: "openat2",
+        conditions: Vec::new(),
+        action: ENOSYS,
+        reason: "the mode lives in a struct seccomp cannot read; the C library does not call \
+                 openat2 and callers fall back to openat on ENOSYS",
+    });
+    t
 }
 
 /// The deny table, in the order `stepproof explain` shows it.
@@ -384,6 +490,7 @@ pub fn rule_table() -> Vec<SyscallRule> {
         vec![dword(2, Cmp::Eq(IPPROTO_MPTCP))],
         "MPTCP: a large, young attack surface the agent does not need",
     ));
+    t.extend(setuid_setgid_rows());
     t
 }
 
@@ -437,11 +544,20 @@ const SYSCALL_NUMBERS: &[(&str, i64, Option<i64>)] = &[
     ("ioctl", 16, Some(29)),
     ("socket", 41, Some(198)),
     ("socketpair", 53, Some(199)),
+    ("chmod", 90, None),
+    ("fchmod", 91, Some(52)),
+    ("fchmodat", 268, Some(53)),
+    ("fchmodat2", 452, Some(452)),
+    ("creat", 85, None),
+    ("mknod", 133, None),
+    ("mknodat", 259, Some(33)),
+    ("open", 2, None),
+    ("openat", 257, Some(56)),
+    ("openat2", 437, Some(437)),
     // Not in the table: hot or ordinary calls the tests check stay rule-free.
     ("read", 0, Some(63)),
     ("write", 1, Some(64)),
     ("close", 3, Some(57)),
-    ("openat", 257, Some(56)),
     ("newfstatat", 262, Some(79)),
     ("fstat", 5, Some(80)),
     ("statx", 332, Some(291)),
@@ -460,7 +576,7 @@ const SYSCALL_NUMBERS: &[(&str, i64, Option<i64>)] = &[
     ("fcntl", 72, Some(25)),
     ("wait4", 61, Some(260)),
     ("stat", 4, None),
-    ("open", 2, None),
+    ("mkdirat", 258, Some(34)),
 ];
 
 /// The number of `name` on `arch`; `None` when the call does not exist there (iopl on aarch64)
@@ -608,15 +724,32 @@ pub fn compile_table(table: &[SyscallRule], arch: Arch) -> Result<Vec<BpfProgram
     })
 }
 
-/// The table as a stack of filters (the prefix, then one per action), and whether every system
-/// call is under one action only.
+/// Hot system calls with argument rows all the same: they leave the kernel's action cache, every
+/// call runs the program. open and openat create files with a mode, and a setuid/setgid mode
+/// must be refused (see [`setuid_setgid_rows`]); the cost is measured with
+/// scripts/bench-syscalls.sh. Nothing may be added here without such a reason. A seccompiler filter
+/// tests system call numbers one after the other in ascending order, so openat (257 on x86_64)
+/// would come after some thirty others; in a filter of their own, placed first, the chained
+/// program reaches their rows in a handful of instructions and answers at once (see [`chain`]).
+const HOT_WITH_ARGUMENT_ROWS: &[&str] = &["openat", "open"];
+
+/// Which filter of the stack a system call's rows go to: the hot ones first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Part {
+    Hot,
+    Rest,
+}
+
+/// The table as a stack of filters (the prefix, then one per action, the hot calls' rows in
+/// filters of their own first), and whether every system call is under one filter only.
 fn compile_stack(
     table: &[SyscallRule],
     arch: Arch,
 ) -> Result<(Vec<BpfProgram>, bool), SeccompError> {
-    let mut by_action: BTreeMap<Action, BTreeMap<i64, Vec<SeccompRule>>> = BTreeMap::new();
+    type Key = (Part, Action);
+    let mut by_action: BTreeMap<Key, BTreeMap<i64, Vec<SeccompRule>>> = BTreeMap::new();
     // Syscalls denied whatever their arguments: an unconditional row wins over conditional ones.
-    let mut unconditional: BTreeMap<Action, Vec<i64>> = BTreeMap::new();
+    let mut unconditional: BTreeMap<Key, Vec<i64>> = BTreeMap::new();
     for rule in table {
         if !is_known_syscall(rule.syscall) {
             return Err(SeccompError::UnknownSyscall {
@@ -626,10 +759,18 @@ fn compile_stack(
         let Some(nr) = syscall_number(rule.syscall, arch) else {
             continue; // does not exist on this architecture
         };
-        let chains = by_action.entry(rule.action).or_default();
+        let part = if HOT_WITH_ARGUMENT_ROWS.contains(&rule.syscall) {
+            Part::Hot
+        } else {
+            Part::Rest
+        };
+        let chains = by_action.entry((part, rule.action)).or_default();
         let chain = chains.entry(nr).or_default();
         if rule.conditions.is_empty() {
-            unconditional.entry(rule.action).or_default().push(nr);
+            unconditional
+                .entry((part, rule.action))
+                .or_default()
+                .push(nr);
         } else {
             let conditions = rule
                 .conditions
@@ -644,21 +785,21 @@ fn compile_stack(
             chain.push(rule);
         }
     }
-    for (action, nrs) in &unconditional {
-        if let Some(chains) = by_action.get_mut(action) {
+    for (key, nrs) in &unconditional {
+        if let Some(chains) = by_action.get_mut(key) {
             for nr in nrs {
                 chains.insert(*nr, Vec::new()); // an empty chain matches unconditionally
             }
         }
     }
-    // For `chain`: is every system call under one action only?
+    // For `chain`: is every system call under one filter only?
     let mut seen = std::collections::BTreeSet::new();
     let disjoint = by_action
         .values()
         .flat_map(|chains| chains.keys())
         .all(|nr| seen.insert(*nr));
     let mut filters = vec![arch_prefix(arch)];
-    for (action, rules) in by_action {
+    for ((_, action), rules) in by_action {
         let compile_err = |source| SeccompError::Compile {
             action: action.label(),
             arch: arch.name(),
@@ -678,13 +819,19 @@ fn compile_stack(
 
 /// Joins stacked filters into one program with the same verdicts, so the kernel converts, JITs
 /// and builds its action cache once per launch instead of once per filter, and a call the cache
-/// does not answer runs one program instead of three. Every "allow" return of a part becomes a
-/// jump to the start of the next part (jumps inside a part keep their offsets: the part's length
-/// is unchanged). A stack takes the most restrictive verdict of all its filters, a chain the
-/// first non-allow one; the two agree when no call gets a non-allow verdict from two parts,
-/// which holds here: the prefix only kills foreign architectures and x32 (the strongest verdict,
-/// first), and each later part denies a set of system calls disjoint from the others' (the
-/// caller checks). `None` when a part returns anything but a constant (then the stack stays).
+/// does not answer runs one program instead of four. A stack takes the most restrictive verdict
+/// of all its filters, a chain the first non-allow one; the two agree when no call gets a
+/// non-allow verdict from two parts, which holds here: the prefix only kills foreign
+/// architectures and x32 (the strongest verdict, first), and each later part has rows for a set
+/// of system calls disjoint from the others' (the caller checks).
+///
+/// The prefix's "allow" returns become jumps to the start of the next part. A seccompiler part
+/// answers "allow" in two ways: its last instruction, reached when the call is none of its
+/// system calls, becomes a jump to the next part; any other "allow" is reached only for one of
+/// its own system calls whose rows did not match, and no later part has rows for that call, so
+/// it stays the final answer (openat's rows come first and need not walk every other part).
+/// Jumps inside a part keep their offsets: the part's length is unchanged. `None` when a part
+/// returns anything but a constant or does not end with "allow" (then the stack stays).
 fn chain(parts: &[BpfProgram]) -> Option<BpfProgram> {
     let total: usize = parts.iter().map(Vec::len).sum();
     if total > 4096 {
@@ -694,11 +841,18 @@ fn chain(parts: &[BpfProgram]) -> Option<BpfProgram> {
     for (index, part) in parts.iter().enumerate() {
         let last = index + 1 == parts.len();
         let next_part = out.len() + part.len();
-        for insn in part {
+        let ends_with_allow = part
+            .last()
+            .is_some_and(|i| i.code == BPF_RET_K && i.k == SECCOMP_RET_ALLOW);
+        if !last && !ends_with_allow {
+            return None;
+        }
+        for (i, insn) in part.iter().enumerate() {
             if insn.code & 0x07 == 0x06 && insn.code != BPF_RET_K {
                 return None; // a return of the accumulator: not a constant verdict
             }
-            if !last && insn.code == BPF_RET_K && insn.k == SECCOMP_RET_ALLOW {
+            let continues = index == 0 || i + 1 == part.len();
+            if !last && continues && insn.code == BPF_RET_K && insn.k == SECCOMP_RET_ALLOW {
                 let here = out.len();
                 out.push(stmt(BPF_JMP_JA, (next_part - here - 1) as u32));
             } else {
@@ -967,7 +1121,6 @@ mod tests {
         "read",
         "write",
         "close",
-        "openat",
         "newfstatat",
         "fstat",
         "statx",
@@ -986,7 +1139,6 @@ mod tests {
         "fcntl",
         "wait4",
         "stat",
-        "open",
     ];
 
     fn errno(e: i32) -> u32 {
@@ -1010,12 +1162,16 @@ mod tests {
                 assert!(!r.reason.contains('\n'), "{name}: one-line reason");
             }
         }
-        let clone3: Vec<_> = table.iter().filter(|r| r.syscall == "clone3").collect();
-        assert_eq!(clone3[0].action, Action::Errno(libc::ENOSYS));
+        let enosys = ["clone3", "openat2"];
+        for name in enosys {
+            let rows: Vec<_> = table.iter().filter(|r| r.syscall == name).collect();
+            assert_eq!(rows.len(), 1, "{name}");
+            assert_eq!(rows[0].action, Action::Errno(libc::ENOSYS), "{name}");
+        }
         assert!(
             table
                 .iter()
-                .filter(|r| r.syscall != "clone3")
+                .filter(|r| !enosys.contains(&r.syscall))
                 .all(|r| r.action == Action::Errno(libc::EPERM))
         );
     }
@@ -1051,6 +1207,12 @@ mod tests {
                 "{name} has a rule"
             );
         }
+        // The exceptions are never denied whatever their arguments: only with a condition.
+        for name in HOT_WITH_ARGUMENT_ROWS {
+            let rows: Vec<_> = table.iter().filter(|r| r.syscall == *name).collect();
+            assert!(!rows.is_empty(), "{name} is listed as carrying rules");
+            assert!(rows.iter().all(|r| !r.conditions.is_empty()), "{name}");
+        }
     }
 
     #[test]
@@ -1072,11 +1234,47 @@ mod tests {
             262,
             0xffff_ffff,
             u64::MAX,
+            0o755,
+            0o4755,
+            0o2755,
+            0o6755,
+            libc::S_IFREG as u64 | 0o4644,
+            0x1_0000_0000 | 0o4755,
+            O_CREAT | libc::O_WRONLY as u64,
+            O_CREAT | 0o4755,
+            libc::O_TMPFILE as u64 | libc::O_RDWR as u64,
+        ];
+        // Flags and mode side by side, as open (args 1, 2) and openat (args 2, 3) take them.
+        let flags_and_modes: &[u64] = &[
+            0,
+            libc::O_RDONLY as u64,
+            O_CREAT | libc::O_WRONLY as u64,
+            O_CREAT | libc::O_EXCL as u64,
+            libc::O_TMPFILE as u64 | libc::O_RDWR as u64,
+            0x1_0000_0000 | O_CREAT,
+            0o755,
+            0o4755,
+            0o2755,
+            0x1_0000_0000 | 0o755,
+            0x1_0000_0000 | 0o4755,
+        ];
+        let mode_calls = [
+            "chmod",
+            "fchmod",
+            "fchmodat",
+            "fchmodat2",
+            "creat",
+            "mknod",
+            "mknodat",
+            "open",
+            "openat",
+            "openat2",
         ];
         for arch in [Arch::X86_64, Arch::Aarch64] {
             let (stack, disjoint) = compile_stack(&rule_table(), arch).unwrap();
             assert!(disjoint);
-            assert_eq!(stack.len(), 3);
+            // The prefix, open/openat's EPERM rows, the other EPERM rows, ENOSYS.
+            assert_eq!(stack.len(), 4);
             let chained = chain(&stack).unwrap();
             assert_eq!(chained.len(), stack.iter().map(Vec::len).sum::<usize>());
             for other_arch in [Arch::X86_64, Arch::Aarch64] {
@@ -1090,6 +1288,24 @@ mod tests {
                                 "{} filter, {} call {nr} {args:?}",
                                 arch.name(),
                                 other_arch.name()
+                            );
+                        }
+                    }
+                }
+            }
+            for name in mode_calls {
+                let Some(nr) = syscall_number(name, arch) else {
+                    continue;
+                };
+                for &f in flags_and_modes {
+                    for &m in flags_and_modes {
+                        for args in [[0, f, m, 0, 0, 0], [0, 0, f, m, 0, 0], [f, m, 0, 0, 0, 0]] {
+                            let data = SeccompData::new(arch, nr, &args);
+                            assert_eq!(
+                                simulate(&stack, &data),
+                                simulate(std::slice::from_ref(&chained), &data),
+                                "{} {name} {args:?}",
+                                arch.name()
                             );
                         }
                     }
@@ -1112,8 +1328,11 @@ mod tests {
                 .count();
             assert_eq!(r.rules, expected);
         }
-        // iopl and ioperm do not exist on aarch64.
-        assert!(report(Arch::X86_64, &[]).rules == report(Arch::Aarch64, &[]).rules + 2);
+        // Not on aarch64: iopl, ioperm, chmod (1 row), creat, mknod (2 rows each), open (4).
+        assert_eq!(
+            report(Arch::X86_64, &[]).rules,
+            report(Arch::Aarch64, &[]).rules + 11
+        );
     }
 
     #[cfg(target_arch = "x86_64")]
@@ -1134,6 +1353,16 @@ mod tests {
             ("getppid", libc::SYS_getppid),
             ("newfstatat", libc::SYS_newfstatat),
             ("iopl", libc::SYS_iopl),
+            ("chmod", libc::SYS_chmod),
+            ("fchmod", libc::SYS_fchmod),
+            ("fchmodat", libc::SYS_fchmodat),
+            ("fchmodat2", libc::SYS_fchmodat2),
+            ("creat", libc::SYS_creat),
+            ("mknod", libc::SYS_mknod),
+            ("mknodat", libc::SYS_mknodat),
+            ("open", libc::SYS_open),
+            ("openat", libc::SYS_openat),
+            ("openat2", libc::SYS_openat2),
         ];
         for (name, nr) in libc_numbers {
             assert_eq!(syscall_number(name, Arch::X86_64), Some(*nr), "{name}");
@@ -1150,8 +1379,11 @@ mod tests {
                 }
             }
             // Syscalls with argument checks are not cached (sanity check of the emulation).
-            let ioctl = syscall_number("ioctl", arch).unwrap();
-            assert!(!is_cached_allow(&filters, arch, ioctl));
+            for name in ["ioctl"].iter().chain(HOT_WITH_ARGUMENT_ROWS) {
+                if let Some(nr) = syscall_number(name, arch) {
+                    assert!(!is_cached_allow(&filters, arch, nr), "{name} on {arch:?}");
+                }
+            }
         }
     }
 
@@ -1233,6 +1465,103 @@ mod tests {
             assert_eq!(verdict(arch, "personality", &[0x0040_0000]), eperm); // READ_IMPLIES_EXEC
             assert_eq!(verdict(arch, "personality", &[0x0004_0000]), eperm); // ADDR_NO_RANDOMIZE
         }
+    }
+
+    #[test]
+    fn setuid_is_refused_everywhere_and_setgid_only_where_a_file_is_created() {
+        let eperm = errno(libc::EPERM);
+        let ok = SECCOMP_RET_ALLOW;
+        let creat_wronly = O_CREAT | libc::O_WRONLY as u64;
+        let tmpfile = libc::O_TMPFILE as u64 | libc::O_RDWR as u64;
+        let reg = libc::S_IFREG as u64;
+        let fifo = libc::S_IFIFO as u64;
+        let at_fdcwd = libc::AT_FDCWD as u32 as u64;
+        let nofollow = libc::AT_SYMLINK_NOFOLLOW as u64;
+        for arch in [Arch::X86_64, Arch::Aarch64] {
+            let v = |name, args: &[u64]| verdict(arch, name, args);
+            // chmod and friends: S_ISUID never, S_ISGID yes (shared group directories).
+            for (name, pre) in [
+                ("fchmod", &[3][..]),
+                ("fchmodat", &[at_fdcwd, 0x1000][..]),
+                ("fchmodat2", &[at_fdcwd, 0x1000][..]),
+            ] {
+                let args = |mode: u64| [pre, &[mode]].concat();
+                assert_eq!(v(name, &args(0o4755)), eperm, "{name} 04755");
+                assert_eq!(v(name, &args(0o6775)), eperm, "{name} 06775");
+                assert_eq!(v(name, &args(0o4000)), eperm, "{name} 04000");
+                assert_eq!(v(name, &args(0o2775)), ok, "{name} 02775");
+                assert_eq!(v(name, &args(0o755)), ok, "{name} 0755");
+                assert_eq!(v(name, &args(0o1777)), ok, "{name} sticky");
+                // The kernel reads a 32-bit (even 16-bit) mode: the high word changes nothing.
+                assert_eq!(
+                    v(name, &args(0x1_0000_0000 | 0o755)),
+                    ok,
+                    "{name} high 0755"
+                );
+                assert_eq!(
+                    v(name, &args(0x1_0000_0000 | 0o4755)),
+                    eperm,
+                    "{name} high 04755"
+                );
+            }
+            // fchmodat2 whatever the flags.
+            assert_eq!(v("fchmodat2", &[at_fdcwd, 0x1000, 0o4755, nofollow]), eperm);
+            assert_eq!(v("fchmodat2", &[at_fdcwd, 0x1000, 0o2755, nofollow]), ok);
+            // mknodat: a new file, so both bits; the type bits do not matter.
+            assert_eq!(v("mknodat", &[at_fdcwd, 0x1000, reg | 0o4755, 0]), eperm);
+            assert_eq!(v("mknodat", &[at_fdcwd, 0x1000, reg | 0o2644, 0]), eperm);
+            assert_eq!(v("mknodat", &[at_fdcwd, 0x1000, fifo | 0o4644, 0]), eperm);
+            assert_eq!(v("mknodat", &[at_fdcwd, 0x1000, reg | 0o644, 0]), ok);
+            assert_eq!(v("mknodat", &[at_fdcwd, 0x1000, fifo | 0o600, 0]), ok);
+            // openat: the mode counts only with O_CREAT or O_TMPFILE (flags arg 2, mode arg 3).
+            let openat = |flags: u64, mode: u64| v("openat", &[at_fdcwd, 0x1000, flags, mode]);
+            assert_eq!(openat(creat_wronly, 0o4755), eperm);
+            assert_eq!(openat(creat_wronly | libc::O_EXCL as u64, 0o2755), eperm);
+            assert_eq!(openat(creat_wronly, 0o6755), eperm);
+            assert_eq!(openat(creat_wronly, 0o755), ok);
+            assert_eq!(openat(creat_wronly, 0o666), ok);
+            assert_eq!(openat(creat_wronly, 0x1_0000_0000 | 0o644), ok);
+            assert_eq!(openat(creat_wronly, 0x1_0000_0000 | 0o4644), eperm);
+            assert_eq!(openat(0x1_0000_0000 | O_CREAT, 0o4755), eperm);
+            assert_eq!(openat(0x1_0000_0000, 0o4755), ok);
+            assert_eq!(openat(tmpfile, 0o2700), eperm);
+            assert_eq!(openat(tmpfile, 0o4700), eperm);
+            assert_eq!(openat(tmpfile, 0o600), ok);
+            // Without O_CREAT the kernel ignores the mode: garbage there is harmless.
+            assert_eq!(openat(libc::O_RDONLY as u64, 0o4755), ok);
+            assert_eq!(
+                openat(libc::O_RDWR as u64 | libc::O_CLOEXEC as u64, 0o6777),
+                ok
+            );
+            assert_eq!(openat(libc::O_DIRECTORY as u64, 0o2755), ok);
+            // The mode in the flags' place or the flags in the mode's place do not match.
+            assert_eq!(v("openat", &[at_fdcwd, 0x1000, 0o4755, creat_wronly]), ok);
+            assert_eq!(
+                v("openat2", &[at_fdcwd, 0x1000, 0x2000, 24]),
+                errno(libc::ENOSYS)
+            );
+            // Unrelated calls are untouched.
+            assert_eq!(v("mkdirat", &[at_fdcwd, 0x1000, 0o2775]), ok);
+        }
+        // The calls aarch64 does not have: open (flags arg 1, mode arg 2), creat, mknod, chmod.
+        let v = |name, args: &[u64]| verdict(Arch::X86_64, name, args);
+        assert_eq!(v("open", &[0x1000, creat_wronly, 0o4755]), eperm);
+        assert_eq!(v("open", &[0x1000, creat_wronly, 0o2755]), eperm);
+        assert_eq!(v("open", &[0x1000, tmpfile, 0o2700]), eperm);
+        assert_eq!(v("open", &[0x1000, creat_wronly, 0o755]), ok);
+        assert_eq!(v("open", &[0x1000, libc::O_RDONLY as u64, 0o4755]), ok);
+        assert_eq!(v("open", &[0x1000, 0o4755, creat_wronly]), ok);
+        assert_eq!(v("creat", &[0x1000, 0o4755]), eperm);
+        assert_eq!(v("creat", &[0x1000, 0o2755]), eperm);
+        assert_eq!(v("creat", &[0x1000, 0o755]), ok);
+        assert_eq!(v("mknod", &[0x1000, reg | 0o4755, 0]), eperm);
+        assert_eq!(v("mknod", &[0x1000, reg | 0o2755, 0]), eperm);
+        assert_eq!(v("mknod", &[0x1000, reg | 0o755, 0]), ok);
+        assert_eq!(v("chmod", &[0x1000, 0o4755]), eperm);
+        assert_eq!(v("chmod", &[0x1000, 0o2775]), ok);
+        assert_eq!(v("chmod", &[0x1000, 0o755]), ok);
+        assert_eq!(v("chmod", &[0x1000, 0x1_0000_0000 | 0o755]), ok);
+        assert_eq!(v("chmod", &[0x1000, 0x1_0000_0000 | 0o4755]), eperm);
     }
 
     #[test]

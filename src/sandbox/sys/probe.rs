@@ -2,8 +2,8 @@
 //! thing and returns what the kernel answered: `Ok(return value)` or `Err(errno)`. Anything the
 //! call created (fds, mounts, children) is released before returning.
 
-use std::ffi::CString;
-use std::os::fd::RawFd;
+use std::ffi::{CStr, CString};
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 
 /// What one raw call answered.
 pub type Answer = Result<i64, i32>;
@@ -267,4 +267,116 @@ pub fn clone_flags(flags: u64) -> Answer {
         )
     };
     exit_child_or_reap(ret)
+}
+
+/// `fchmodat2`: 452 on every architecture (the libc crate has no constant for aarch64).
+const SYS_FCHMODAT2: libc::c_long = 452;
+
+/// `chmod(path, mode)`: the raw call on x86_64; aarch64 has none and its C library calls
+/// `fchmodat(AT_FDCWD, …)`, so the probe does too.
+pub fn chmod(path: &CStr, mode: u32) -> Answer {
+    // SAFETY: `path` is a valid NUL-terminated string living across the call.
+    #[cfg(target_arch = "x86_64")]
+    let ret = unsafe { libc::syscall(libc::SYS_chmod, path.as_ptr(), mode) };
+    // SAFETY: as above; AT_FDCWD takes no fd.
+    #[cfg(not(target_arch = "x86_64"))]
+    let ret = unsafe { libc::syscall(libc::SYS_fchmodat, libc::AT_FDCWD, path.as_ptr(), mode) };
+    answer(ret)
+}
+
+/// `fchmod(fd, mode)`.
+pub fn fchmod(fd: RawFd, mode: u32) -> Answer {
+    // SAFETY: fchmod takes no pointers; a bad fd is answered with EBADF.
+    answer(unsafe { libc::syscall(libc::SYS_fchmod, fd, mode) })
+}
+
+/// `fchmodat(AT_FDCWD, path, mode)` through the raw call (glibc's wrapper takes a flags
+/// argument the system call does not have).
+pub fn fchmodat(path: &CStr, mode: u32) -> Answer {
+    // SAFETY: `path` is a valid NUL-terminated string living across the call.
+    let ret = unsafe { libc::syscall(libc::SYS_fchmodat, libc::AT_FDCWD, path.as_ptr(), mode) };
+    answer(ret)
+}
+
+/// `fchmodat2(AT_FDCWD, path, mode, flags)` (Linux 6.6).
+pub fn fchmodat2(path: &CStr, mode: u32, flags: i32) -> Answer {
+    // SAFETY: `path` is a valid NUL-terminated string living across the call.
+    let ret = unsafe { libc::syscall(SYS_FCHMODAT2, libc::AT_FDCWD, path.as_ptr(), mode, flags) };
+    answer(ret)
+}
+
+/// `open(path, flags, mode)`: the raw call on x86_64, `openat(AT_FDCWD, …)` on aarch64 (which
+/// has no open, and whose C library does exactly that). The fd is closed.
+pub fn open(path: &CStr, flags: i32, mode: u32) -> Answer {
+    // SAFETY: `path` is a valid NUL-terminated string living across the call.
+    #[cfg(target_arch = "x86_64")]
+    let ret = unsafe { libc::syscall(libc::SYS_open, path.as_ptr(), flags, mode) };
+    // SAFETY: as above; AT_FDCWD takes no fd.
+    #[cfg(not(target_arch = "x86_64"))]
+    let ret =
+        unsafe { libc::syscall(libc::SYS_openat, libc::AT_FDCWD, path.as_ptr(), flags, mode) };
+    close_fd(answer(ret))
+}
+
+/// `openat(AT_FDCWD, path, flags, mode)`, returning the fd (`O_TMPFILE` has no name to stat).
+pub fn openat(path: &CStr, flags: i32, mode: u32) -> Result<OwnedFd, i32> {
+    // SAFETY: `path` is a valid NUL-terminated string living across the call.
+    let ret =
+        unsafe { libc::syscall(libc::SYS_openat, libc::AT_FDCWD, path.as_ptr(), flags, mode) };
+    let fd = answer(ret)?;
+    // SAFETY: the kernel just returned this fd to us; nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// `creat(path, mode)`: the raw call on x86_64, `openat(O_CREAT|O_WRONLY|O_TRUNC)` on aarch64
+/// (which has no creat). The fd is closed.
+pub fn creat(path: &CStr, mode: u32) -> Answer {
+    // SAFETY: `path` is a valid NUL-terminated string living across the call.
+    #[cfg(target_arch = "x86_64")]
+    let ret = unsafe { libc::syscall(libc::SYS_creat, path.as_ptr(), mode) };
+    // SAFETY: as above; AT_FDCWD takes no fd.
+    #[cfg(not(target_arch = "x86_64"))]
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_openat,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC,
+            mode,
+        )
+    };
+    close_fd(answer(ret))
+}
+
+/// `mknodat(AT_FDCWD, path, mode, 0)`.
+pub fn mknodat(path: &CStr, mode: u32) -> Answer {
+    // SAFETY: `path` is a valid NUL-terminated string living across the call.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_mknodat,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            mode,
+            0 as libc::dev_t,
+        )
+    };
+    answer(ret)
+}
+
+/// `openat2(AT_FDCWD, path, {flags, mode, resolve: 0})`; the fd is closed.
+pub fn openat2(path: &CStr, flags: u64, mode: u64) -> Answer {
+    // struct open_how { u64 flags; u64 mode; u64 resolve; }
+    let how = [flags, mode, 0u64];
+    // SAFETY: `path` is a valid C string and `how` an open_how of the size passed, both live
+    // across the call.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            how.as_ptr(),
+            std::mem::size_of_val(&how),
+        )
+    };
+    close_fd(answer(ret))
 }
