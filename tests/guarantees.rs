@@ -179,3 +179,61 @@ for i in range(450):
         assert!(verify.status.success(), "{}", describe(&verify));
     }
 );
+
+// The home as the workspace: what runs code at the next login, git command or ssh connection
+// stays read-only, and what did not exist is swept; the secret catalogue stays hidden.
+both!(
+    home_as_workspace_keeps_its_persistence_paths,
+    |w: &World| {
+        fs::write(w.home.join(".gitconfig"), "[user]\n\tname = me\n").unwrap();
+        fs::write(w.home.join(".ssh/authorized_keys"), "ssh-ed25519 AAAA me\n").unwrap();
+        fs::create_dir_all(w.home.join(".local/bin")).unwrap();
+        chown_tree(&w.home, w.owner);
+        let before: Vec<_> = [".gitconfig", ".ssh/authorized_keys", ".bashrc"]
+            .iter()
+            .map(|p| fs::read(w.home.join(p)).unwrap())
+            .collect();
+        let attacks = [
+            "echo '[core]\n\tfsmonitor = evil' >> .gitconfig",
+            "echo 'ssh-ed25519 EVIL' >> .ssh/authorized_keys",
+            "echo evil >> .bashrc",
+            "echo '#!/bin/sh' > .local/bin/git && chmod 755 .local/bin/git",
+            "mkdir -p .config/systemd/user && echo '[Service]' > .config/systemd/user/evil.service",
+            "mkdir -p .config/autostart && echo x > .config/autostart/evil.desktop",
+            "cat .ssh/id_rsa",
+        ];
+        let mut script = String::new();
+        for a in attacks {
+            script.push_str(&format!("({a}) 2>/dev/null && echo WROTE: {a:?}; "));
+        }
+        let out = w
+            .command(
+                &["--workspace", w.home.to_str().unwrap()],
+                &["/bin/sh", "-c", &script],
+            )
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        for a in &attacks[..4] {
+            assert!(
+                !stdout.contains(&format!("WROTE: {a:?}")),
+                "{a}: {}",
+                describe(&out)
+            );
+        }
+        assert!(!stdout.contains(SECRET), "{}", describe(&out));
+        let after: Vec<_> = [".gitconfig", ".ssh/authorized_keys", ".bashrc"]
+            .iter()
+            .map(|p| fs::read(w.home.join(p)).unwrap())
+            .collect();
+        assert_eq!(before, after);
+        // What was created where nothing existed is quarantined, and the run says so.
+        assert_eq!(out.status.code(), Some(123), "{}", describe(&out));
+        for created in [
+            ".config/systemd/user/evil.service",
+            ".config/autostart/evil.desktop",
+        ] {
+            assert!(!w.home.join(created).exists(), "{created} left in the home");
+        }
+    }
+);

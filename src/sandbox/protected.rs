@@ -16,7 +16,10 @@ const SCAN_ENTRY_LIMIT: usize = 20_000;
 const NESTED_REPO_DEPTH: usize = 6;
 /// A repository's config is small; more than this is not read (and not trusted).
 const GIT_CONFIG_READ_LIMIT: u64 = 1 << 20;
-const SHELL_RC_FILES: &[&str] = &[
+/// When the workspace is the home: what runs code or grants access at the next login, the next
+/// git command or the next ssh connection (shell rc files, git's config, ssh's, user services,
+/// autostart entries, the user's own `bin` and desktop launchers).
+const HOME_PERSISTENCE: &[&str] = &[
     ".bashrc",
     ".bash_profile",
     ".bash_login",
@@ -26,8 +29,20 @@ const SHELL_RC_FILES: &[&str] = &[
     ".zshenv",
     ".zprofile",
     ".zlogin",
+    ".zlogout",
     ".config/fish",
     ".inputrc",
+    ".gitconfig",
+    ".config/git",
+    ".ssh",
+    ".config/systemd/user",
+    ".config/autostart",
+    ".config/environment.d",
+    ".local/bin",
+    ".local/share/applications",
+    ".pam_environment",
+    ".xprofile",
+    ".xsessionrc",
 ];
 
 /// Every persistence path of the workspace and of the nested repositories the launch's bounded
@@ -55,7 +70,7 @@ pub(crate) fn protected_paths_of(
 ) -> Vec<PathBuf> {
     let mut patterns: Vec<String> = profile.filesystem.protected.clone();
     if workspace == home {
-        patterns.extend(SHELL_RC_FILES.iter().map(|s| s.to_string()));
+        patterns.extend(HOME_PERSISTENCE.iter().map(|s| s.to_string()));
     }
     let root = beneath::open_root(workspace, DIR_LOOKUP).ok();
     let mut roots = vec![PathBuf::new()];
