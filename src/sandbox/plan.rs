@@ -644,7 +644,7 @@ pub(crate) fn check_workspace(
 }
 
 /// Host directories the view binds read-write (workspace, writable extras).
-pub(crate) fn writable_binds(mounts: &[MountOp]) -> Vec<PathBuf> {
+pub fn writable_binds(mounts: &[MountOp]) -> Vec<PathBuf> {
     mounts
         .iter()
         .filter_map(|op| match op {

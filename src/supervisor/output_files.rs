@@ -6,7 +6,7 @@
 //! all; a FIFO never blocks the supervisor.
 
 use crate::sandbox::landlock::FsAccess;
-use crate::sandbox::plan::{Access, Isolation, MountOp, SandboxPlan};
+use crate::sandbox::plan::{Access, Isolation, MountOp, SandboxPlan, writable_binds};
 use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
 use nix::sys::stat::Mode;
 use std::fs::File;
@@ -238,27 +238,17 @@ pub fn writable_roots(plan: &SandboxPlan) -> Vec<PathBuf> {
             .map(|r| r.path.clone())
             .collect()
     } else {
-        plan.mounts
-            .iter()
-            .filter_map(|op| match op {
-                MountOp::Bind {
-                    src,
-                    access: Access::ReadWrite,
-                    ..
-                }
-                | MountOp::IdmappedBind {
-                    src,
-                    access: Access::ReadWrite,
-                    ..
-                }
-                | MountOp::FromSupervisor {
-                    src,
-                    access: Access::ReadWrite,
-                    ..
-                } => Some(src.clone()),
-                _ => None,
-            })
-            .collect()
+        let mut roots = writable_binds(&plan.mounts);
+        // The agent's config directory, bound from the supervisor's descriptor.
+        roots.extend(plan.mounts.iter().filter_map(|op| match op {
+            MountOp::FromSupervisor {
+                src,
+                access: Access::ReadWrite,
+                ..
+            } => Some(src.clone()),
+            _ => None,
+        }));
+        roots
     };
     roots.push(plan.workspace.clone());
     for root in &mut roots {
