@@ -140,6 +140,8 @@ for i in range(450):
                     log.to_str().unwrap(),
                     "--summary-json",
                     summary.to_str().unwrap(),
+                    "--status-file",
+                    dir.join("status.json").to_str().unwrap(),
                 ],
                 &["/usr/bin/python3", "-c", flood],
             )
@@ -171,6 +173,13 @@ for i in range(450):
         let summary: serde_json::Value =
             serde_json::from_str(&fs::read_to_string(&summary).unwrap()).unwrap();
         assert_eq!(summary["summary"]["inside_not_written"], not_written);
+        let status: serde_json::Value =
+            serde_json::from_str(&fs::read_to_string(dir.join("status.json")).unwrap()).unwrap();
+        assert_eq!(
+            status["inside_records_not_written"], not_written,
+            "{status}"
+        );
+        assert_eq!(status["status"], "exited", "{status}");
         let verify = std::process::Command::new(STEPPROOF)
             .args(["audit", "verify"])
             .arg(&log)

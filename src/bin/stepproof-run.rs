@@ -110,6 +110,8 @@ fn open_audit_log(
 #[derive(Default)]
 struct Outputs {
     opened: bool,
+    /// Added to the status file's object (what the outcome alone does not say).
+    status_extra: serde_json::Map<String, serde_json::Value>,
     status: Option<OutputFile>,
     report: Option<OutputFile>,
     summaries: Vec<OutputFile>,
@@ -143,6 +145,7 @@ impl Outputs {
         }
         Ok(Outputs {
             opened: true,
+            status_extra: serde_json::Map::new(),
             status: open("the status file", &args.status_file, WriteMode::Replace)?,
             report: open("the report", &args.report, WriteMode::Replace)?,
             summaries,
@@ -265,6 +268,9 @@ fn launch(
     };
     let mut result = spawn::run(&plan, &command, audit.as_ref(), &options);
     if let Some(counts) = result.hook_records.filter(|c| c.over_cap > 0) {
+        outputs
+            .status_extra
+            .insert("inside_records_not_written".into(), counts.over_cap.into());
         eprintln!(
             "stepproof-run: {} records reported from inside were NOT written to the audit log: the run reached audit.inside_max_mib ({} MiB)",
             counts.over_cap, profile.audit.inside_max_mib
@@ -452,7 +458,11 @@ fn main() {
         }
         _ => {}
     }
-    let json = serde_json::to_string_pretty(&outcome).unwrap_or_default();
+    let mut status = serde_json::to_value(&outcome).unwrap_or_default();
+    if let Some(object) = status.as_object_mut() {
+        object.extend(std::mem::take(&mut outputs.status_extra));
+    }
+    let json = serde_json::to_string_pretty(&status).unwrap_or_default();
     write_output(&mut outputs.status, (json + "\n").as_bytes());
     spawn::reap_finished_children();
     tracing::debug!("exiting");
