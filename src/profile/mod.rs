@@ -376,6 +376,9 @@ fn file_source(path: &Path) -> Result<(String, String, Option<PathBuf>), Profile
     Ok((path.display().to_string(), text, dir))
 }
 
+/// StepProof's own state under the home (run directories, audit logs, quarantine).
+pub const STATE_DIR: &str = ".local/state/stepproof";
+
 /// Paths StepProof itself places inside the sandbox: the managed settings that register the
 /// hook, the hook's control directory, the agent's config directory, the gateway's socket.
 /// An entry that covers one of them (itself, an ancestor such as `/etc`, or a path below it)
@@ -407,7 +410,7 @@ fn check_reserved_paths(origin: &str, text: &str, file: &ProfileFile) -> Result<
                         .map(|r| r.to_string())
                 }
                 PathSpec::Home(rel) if key == "writable" => {
-                    let state = Path::new(crate::sandbox::plan::STATE_DIR);
+                    let state = Path::new(STATE_DIR);
                     (state.starts_with(rel) || rel.starts_with(state))
                         .then(|| format!("~/{} (StepProof's audit logs)", state.display()))
                 }

@@ -587,8 +587,7 @@ fn push_minimal_dev(mounts: &mut Vec<MountOp>) {
     });
 }
 
-/// StepProof's own state under the home (run directories, audit logs, quarantine).
-pub const STATE_DIR: &str = ".local/state/stepproof";
+pub use crate::profile::STATE_DIR;
 
 /// Kernel and device trees a workspace can never be in, besides the profile's system directories.
 const NEVER_A_WORKSPACE: &[&str] = &["/proc", "/sys", "/dev", "/boot"];
@@ -643,8 +642,33 @@ pub(crate) fn check_workspace(
     Ok(())
 }
 
+impl SandboxPlan {
+    /// Everything a run of this plan can write on the host, the workspace first: the view's
+    /// read-write binds (writable extras), the agent's config directory, and, without a mount
+    /// namespace, what Landlock grants for writing (the per-run scratch directory included).
+    pub fn writable_host_paths(&self) -> Vec<PathBuf> {
+        let mut paths = vec![self.workspace.clone()];
+        paths.extend(writable_binds(&self.mounts));
+        if let Some(agent) = &self.agent {
+            paths.push(agent.config_dir.clone());
+        }
+        if self.isolation == Isolation::LandlockSeccompOnly {
+            paths.extend(
+                self.landlock
+                    .rules
+                    .iter()
+                    .filter(|r| r.access == FsAccess::ReadWrite)
+                    .map(|r| r.path.clone()),
+            );
+        }
+        let mut seen = BTreeSet::new();
+        paths.retain(|p| seen.insert(p.clone()));
+        paths
+    }
+}
+
 /// Host directories the view binds read-write (workspace, writable extras).
-pub fn writable_binds(mounts: &[MountOp]) -> Vec<PathBuf> {
+pub(crate) fn writable_binds(mounts: &[MountOp]) -> Vec<PathBuf> {
     mounts
         .iter()
         .filter_map(|op| match op {

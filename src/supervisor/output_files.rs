@@ -5,8 +5,7 @@
 //! earlier one, may have planted links) is resolved beneath that directory with no symlink at
 //! all; a FIFO never blocks the supervisor.
 
-use crate::sandbox::landlock::FsAccess;
-use crate::sandbox::plan::{Access, Isolation, MountOp, SandboxPlan, writable_binds};
+use crate::sandbox::plan::SandboxPlan;
 use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
 use nix::sys::stat::Mode;
 use std::fs::File;
@@ -230,27 +229,7 @@ fn locate(path: &Path, roots: &[PathBuf]) -> io::Result<Location> {
 /// (workspace, writable extras, the agent's config directory), or, without a mount namespace,
 /// what Landlock lets it write.
 pub fn writable_roots(plan: &SandboxPlan) -> Vec<PathBuf> {
-    let mut roots: Vec<PathBuf> = if plan.isolation == Isolation::LandlockSeccompOnly {
-        plan.landlock
-            .rules
-            .iter()
-            .filter(|r| r.access == FsAccess::ReadWrite)
-            .map(|r| r.path.clone())
-            .collect()
-    } else {
-        let mut roots = writable_binds(&plan.mounts);
-        // The agent's config directory, bound from the supervisor's descriptor.
-        roots.extend(plan.mounts.iter().filter_map(|op| match op {
-            MountOp::FromSupervisor {
-                src,
-                access: Access::ReadWrite,
-                ..
-            } => Some(src.clone()),
-            _ => None,
-        }));
-        roots
-    };
-    roots.push(plan.workspace.clone());
+    let mut roots = plan.writable_host_paths();
     for root in &mut roots {
         if let Ok(canonical) = root.canonicalize() {
             *root = canonical;

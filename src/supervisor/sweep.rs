@@ -12,8 +12,7 @@
 //! `fstat` on the descriptor says they are regular, and only so far.
 
 use crate::profile::Profile;
-use crate::sandbox::landlock::FsAccess;
-use crate::sandbox::plan::{Access, Isolation, MountOp, SandboxPlan};
+use crate::sandbox::plan::SandboxPlan;
 use crate::sandbox::protected::{protected_paths_of, relative_beneath};
 use crate::sandbox::sys::beneath::{self, DIR_LISTING, DIR_LOOKUP, FILE_READING, Stat};
 use serde::Serialize;
@@ -572,37 +571,8 @@ struct Walk {
 /// looked for there), the profile's writable binds, the agent's config dir (and, without
 /// namespaces, what Landlock granted for writing, but the per-run scratch directory).
 fn writable_roots(plan: &SandboxPlan) -> Vec<PathBuf> {
-    let mut roots = vec![plan.workspace.clone()];
-    for op in &plan.mounts {
-        if let MountOp::Bind {
-            src,
-            access: Access::ReadWrite,
-            ..
-        }
-        | MountOp::IdmappedBind {
-            src,
-            access: Access::ReadWrite,
-            ..
-        } = op
-        {
-            roots.push(src.clone());
-        }
-    }
-    if let Some(agent) = &plan.agent {
-        roots.push(agent.config_dir.clone());
-    }
-    if plan.isolation == Isolation::LandlockSeccompOnly {
-        roots.extend(
-            plan.landlock
-                .rules
-                .iter()
-                .filter(|r| r.access == FsAccess::ReadWrite)
-                .filter(|r| plan.scratch_dir.as_ref() != Some(&r.path))
-                .map(|r| r.path.clone()),
-        );
-    }
-    let mut seen = HashSet::new();
-    roots.retain(|r| seen.insert(r.clone()));
+    let mut roots = plan.writable_host_paths();
+    roots.retain(|r| plan.scratch_dir.as_ref() != Some(r));
     roots
 }
 
