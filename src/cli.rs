@@ -120,6 +120,7 @@ pub fn gather_facts(workspace: Option<&Path>, probe_idmap: bool) -> Result<HostF
             .ok()
             .and_then(|exe| exe.parent().map(|d| d.join("stepproof-hook")))
             .filter(|p| p.is_file()),
+        claude_managed_dir: PathBuf::from(crate::sandbox::agent::MANAGED_DIR),
     })
 }
 
@@ -209,6 +210,18 @@ pub fn explain_text(profile: &Profile, plan: &SandboxPlan) -> String {
     ));
     line(format!("home: {}", plan.home.display()));
     line(format!("cwd: {}", plan.cwd.display()));
+    if plan.agent.is_some() {
+        line(format!(
+            "agent: Claude Code's managed settings at {} are StepProof's (hook for every event, managed hooks only) plus the host's drop-ins without the keys StepProof owns ({})",
+            crate::sandbox::agent::MANAGED_DIR,
+            crate::profile::claude_settings::OWNED_KEYS.join(", ")
+        ));
+        for removed in &plan.managed_settings_removed {
+            line(format!(
+                "  REMOVED from the host's managed settings: {removed}"
+            ));
+        }
+    }
     line("mounts, in order:".into());
     for op in &plan.mounts {
         line(format!("  {op}"));

@@ -43,6 +43,20 @@ both!(selftest_holds, |w: &World| {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{}", describe(&out));
     assert!(text.contains("0 escaped: the sandbox held"), "{text}");
+    // The agent's layer is checked too (the default profile has a hook).
+    for check in [
+        "agent:managed_settings",
+        "agent:drop_ins",
+        "agent:managed_read_only",
+        "agent:environment",
+        "agent:hook",
+    ] {
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("held") && l.contains(check)),
+            "{check}: {text}"
+        );
+    }
     assert!(
         text.lines().filter(|l| l.starts_with("held")).count() >= 20,
         "{text}"

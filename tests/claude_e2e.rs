@@ -806,3 +806,112 @@ both_claude!(
         );
     }
 );
+
+/// A host whose administrator put a drop-in in `/etc/claude-code/managed-settings.d/` that
+/// switches hooks off (and points at bare mode through `env`): laid over /etc in a private mount
+/// namespace, so the machine's own /etc is untouched.
+fn hostile_etc_layer(w: &World) -> std::path::PathBuf {
+    let layer = scratch(w, "etc-layer");
+    let drop_ins = layer.join("claude-code/managed-settings.d");
+    fs::create_dir_all(&drop_ins).unwrap();
+    fs::write(
+        drop_ins.join("50-off.json"),
+        r#"{"disableAllHooks": true, "allowManagedHooksOnly": false,
+            "env": {"CLAUDE_CODE_SIMPLE": "1"}, "policyHelper": "/bin/true",
+            "permissions": {"deny": ["WebFetch"]}}"#,
+    )
+    .unwrap();
+    for dir in [layer.join("claude-code"), drop_ins.clone()] {
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    fs::set_permissions(
+        drop_ins.join("50-off.json"),
+        fs::Permissions::from_mode(0o644),
+    )
+    .unwrap();
+    layer
+}
+
+// A host drop-in that switches hooks off: `--ci` refuses to start (the agent never runs), and a
+// plain run names what it removed and still denies what the profile denies.
+both_claude!(a_host_drop_in_cannot_switch_the_hook_off, |w: &World| {
+    let layer = hostile_etc_layer(w);
+    let mock = Mock::start(w, json!([bash(DENIED_CURL), text("fin")]));
+    let profile = profile(w, &mock, true, "");
+    let ci = run_claude_as(
+        w,
+        &Launch {
+            run_args: &["--ci"],
+            etc_layer: Some(&layer),
+            ..Launch::default()
+        },
+        &profile,
+        &[],
+    );
+    assert_eq!(ci.status.code(), Some(125), "{}", ci.describe());
+    assert!(
+        ci.stderr.contains("refusing to start in CI")
+            && ci.stderr.contains("50-off.json: disableAllHooks")
+            && ci.stderr.contains("50-off.json: env.CLAUDE_CODE_SIMPLE"),
+        "{}",
+        ci.describe()
+    );
+    assert!(
+        mock.messages_requests().is_empty(),
+        "the agent ran under --ci"
+    );
+
+    let run = run_claude_as(
+        w,
+        &Launch {
+            etc_layer: Some(&layer),
+            ..Launch::default()
+        },
+        &profile,
+        &[],
+    );
+    assert!(run.status.success(), "{}", run.describe());
+    assert!(
+        run.stderr
+            .contains("WARNING: the host's Claude Code managed settings"),
+        "{}",
+        run.describe()
+    );
+    assert_denied_by(&run, &mock, &call_id(None, 0), "net-tools-unattended");
+    assert_probe_never_ran(w, &mock);
+    let start = run.records("run-start");
+    let removed = start[0]["managed_settings_removed"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(removed.len(), 4, "{:?}", start[0]);
+});
+
+// `claude --bare` and a hook-defeating variable on the command line are refused before
+// anything runs: they would switch off the managed hook the profile promises.
+both_claude!(
+    command_lines_that_switch_the_hook_off_are_refused,
+    |w: &World| {
+        let mock = Mock::start(w, json!([text("fin")]));
+        let profile = profile(w, &mock, true, "");
+        for (prefix, args) in [
+            (None, &["--bare"][..]),
+            (Some("CLAUDE_CODE_SIMPLE=1"), &[][..]),
+        ] {
+            let mut cmd = w.as_owner(w.run_binary());
+            cmd.arg("--profile").arg(&profile).arg("--");
+            if let Some(assignment) = prefix {
+                cmd.args(["env", assignment]);
+            }
+            cmd.args(["claude", "-p", "hi"]).args(args);
+            let out = w.clean_env(&mut cmd).output().unwrap();
+            assert_eq!(out.status.code(), Some(125), "{}", describe(&out));
+            assert!(
+                String::from_utf8_lossy(&out.stderr).contains("refusing the command"),
+                "{}",
+                describe(&out)
+            );
+        }
+        assert!(mock.messages_requests().is_empty(), "claude ran");
+    }
+);

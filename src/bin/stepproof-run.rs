@@ -223,6 +223,24 @@ fn launch(
     }
     let audit = open_audit_log(args, &facts.home).map_err(|e| e.to_string())?;
     let mut plan = cli::plan_for(&profile, &facts).map_err(|e| e.to_string())?;
+    if plan.agent.is_some() {
+        // The hook is the profile's promise: a command line that would switch it off is
+        // refused, and a host whose managed settings try to is refused in CI and named always.
+        if let Some(why) = stepproof::sandbox::agent::command_defeats_hook(&args.command) {
+            return Err(format!("refusing the command: {why}"));
+        }
+        if !plan.managed_settings_removed.is_empty() {
+            let list = plan.managed_settings_removed.join("\n  ");
+            if args.ci {
+                return Err(format!(
+                    "the host's Claude Code managed settings set keys that would switch StepProof's hook off or replace it; refusing to start in CI (remove them from the host):\n  {list}"
+                ));
+            }
+            eprintln!(
+                "stepproof-run: WARNING: the host's Claude Code managed settings set keys StepProof owns; they are removed inside, the hook stays:\n  {list}"
+            );
+        }
+    }
     // Before anything runs: whatever the sandbox plants at these names later is not followed.
     *outputs =
         Outputs::open(args, &writable_roots(&plan)).inspect_err(|_| outputs.opened = true)?;
@@ -254,6 +272,7 @@ fn launch(
                 "policy_hash": plan.policy_hash,
                 "stepproof_version": env!("CARGO_PKG_VERSION"),
                 "workspace": plan.workspace,
+                "managed_settings_removed": plan.managed_settings_removed,
             }),
         );
     }

@@ -76,7 +76,11 @@ enum Command {
     },
     /// (Internal) Every built-in probe, one JSON line each (what `selftest` runs inside).
     #[command(name = "__probe-all", hide = true)]
-    ProbeAll,
+    ProbeAll {
+        /// Also check the agent's layer (managed settings, hook, policy).
+        #[arg(long)]
+        agent: bool,
+    },
     /// Run the built-in escape probes inside the sandbox a profile describes; each must fail.
     /// Exit non-zero if any escaped.
     Selftest {
@@ -112,7 +116,7 @@ fn main() {
     cli::init_logging(args.verbose);
     let code = match args.command {
         Command::Audit { action } => audit::run_command(action),
-        Command::ProbeAll => stepproof::selftest::probe_all(),
+        Command::ProbeAll { agent } => stepproof::selftest::probe_all(agent),
         Command::Selftest { profile, workspace } => {
             let run = std::env::current_exe().map(|e| e.with_file_name("stepproof-run"));
             let mut cmd = match run {

@@ -1,6 +1,7 @@
 //! Profiles: the TOML files security reviewers read. Loading (with `extends`), validation with
 //! file/line/column errors, and the hash of the requested policy.
 
+pub mod claude_settings;
 mod paths;
 
 pub use paths::{PathSpec, PathSpecError};
@@ -138,10 +139,6 @@ struct ClaudeFile {
     #[serde(default)]
     managed_settings: serde_json::Map<String, serde_json::Value>,
 }
-
-/// Keys of Claude Code's managed settings that StepProof owns: a profile may add others
-/// (permission rules, …), never these.
-pub const RESERVED_MANAGED_KEYS: &[&str] = &["hooks", "allowManagedHooksOnly", "disableAllHooks"];
 
 /// Claude Code, inside.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -299,6 +296,7 @@ impl Profile {
         loop {
             let file = parse_file(&origin, &text)?;
             check_reserved_paths(&origin, &text, &file)?;
+            check_claude_keys(&origin, &text, &file)?;
             let extends = file.extends.clone();
             layers.push((origin.clone(), file));
             let Some(parent) = extends else { break };
@@ -433,6 +431,52 @@ fn check_reserved_paths(origin: &str, text: &str, file: &ProfileFile) -> Result<
                     ),
                 });
             }
+        }
+    }
+    Ok(())
+}
+
+fn owned_key_message(key: &str) -> String {
+    format!(
+        "claude.managed_settings.{key}: StepProof owns this key (it keeps StepProof's hook installed and running); profiles may add other keys only"
+    )
+}
+
+/// Refuses, with file and line, managed-settings keys StepProof owns and variables that would
+/// switch Claude Code's managed hooks off or point it at other managed settings.
+fn check_claude_keys(origin: &str, text: &str, file: &ProfileFile) -> Result<(), ProfileError> {
+    let at = |needle: &str, message: String| {
+        let (line, column) = text
+            .find(needle)
+            .map(|at| line_column(text, at))
+            .unwrap_or((1, 1));
+        ProfileError::Syntax {
+            origin: origin.to_string(),
+            line,
+            column,
+            message,
+        }
+    };
+    if let Some(claude) = &file.claude
+        && let Some(key) = claude_settings::owned_keys_in(&claude.managed_settings).first()
+    {
+        let last = key.rsplit('.').next().unwrap_or(key);
+        return Err(at(last, owned_key_message(key)));
+    }
+    let process = &file.process;
+    for (key, name) in process
+        .env
+        .iter()
+        .map(|n| ("env", n))
+        .chain(process.set_env.keys().map(|n| ("set_env", n)))
+    {
+        if claude_settings::defeats_hook(name) {
+            return Err(at(
+                name,
+                format!(
+                    "process.{key}: {name:?} would switch Claude Code's managed hooks off or point it at other managed settings; StepProof keeps it out of every run"
+                ),
+            ));
         }
     }
     Ok(())
@@ -668,13 +712,9 @@ fn resolve(file: ProfileFile, origins: Vec<String>) -> Result<Profile, String> {
         degraded: file.degraded.unwrap_or_default(),
         claude: {
             let managed_settings = file.claude.map(|c| c.managed_settings).unwrap_or_default();
-            if let Some(key) = RESERVED_MANAGED_KEYS
-                .iter()
-                .find(|k| managed_settings.contains_key(**k))
-            {
-                return Err(format!(
-                    "claude.managed_settings.{key}: StepProof owns this key (its hook must stay installed); profiles may add other keys only"
-                ));
+            // Each layer was checked with its line; this is the merged result's.
+            if let Some(key) = claude_settings::owned_keys_in(&managed_settings).first() {
+                return Err(owned_key_message(key));
             }
             Claude { managed_settings }
         },
@@ -820,7 +860,40 @@ mod tests {
         assert!(load_text("[filesystem]\nwritable = [\"/\"]\n").is_err());
         assert!(load_text("[filesystem]\nhidden = [\"\"]\n").is_err());
         assert!(load_text("[process]\nenv = [\"A=B\"]\n").is_err());
-        assert!(load_text("[claude.managed_settings]\ndisableAllHooks = true\n").is_err());
+        // Keys and variables that would take the hook away, refused with file:line.
+        for (text, line, needle) in [
+            (
+                "[claude.managed_settings]\ndisableAllHooks = true\n",
+                2,
+                "StepProof owns",
+            ),
+            (
+                "\n[claude.managed_settings]\npolicyHelper = \"/bin/x\"\n",
+                3,
+                "StepProof owns",
+            ),
+            (
+                "[claude.managed_settings.env]\nCLAUDE_CODE_SIMPLE = \"1\"\n",
+                2,
+                "StepProof owns",
+            ),
+            (
+                "[process]\nenv = [\n  \"PATH\",\n  \"CLAUDE_CODE_SIMPLE\",\n]\n",
+                4,
+                "managed hooks off",
+            ),
+            (
+                "[process.set_env]\nCLAUDE_CODE_MANAGED_SETTINGS_PATH = \"/tmp/m.json\"\n",
+                2,
+                "managed hooks off",
+            ),
+        ] {
+            let e = load_text(text).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("p.toml:{line}:")) && e.contains(needle),
+                "{text}: {e}"
+            );
+        }
         let p = load_text("[claude.managed_settings.permissions]\ndeny = [\"Bash(rm -rf *)\"]\n")
             .unwrap();
         assert_eq!(

@@ -15,6 +15,15 @@ pub const POLICY_FILE: &str = "/run/stepproof/policy.json";
 pub const AUDIT_SOCKET: &str = "/run/stepproof/audit.sock";
 /// `CLAUDE_CONFIG_DIR` inside: the per-run config directory, writable.
 pub const CONFIG_DIR: &str = "/run/claude-config";
+/// Claude Code's managed-settings directory: inside, StepProof's alone (a read-only tmpfs).
+pub const MANAGED_DIR: &str = "/etc/claude-code";
+pub const MANAGED_FILE: &str = "managed-settings.json";
+pub const DROP_IN_DIR: &str = "managed-settings.d";
+/// What of the host's managed-settings directory is carried in: files up to this size, this
+/// many of them, this deep.
+const HOST_FILE_MAX_BYTES: u64 = 1 << 20;
+const HOST_FILES_MAX: usize = 256;
+const HOST_DEPTH_MAX: usize = 4;
 /// Hooks must answer quickly; Claude Code's default is 600 s.
 const HOOK_TIMEOUT_SECONDS: u32 = 5;
 
@@ -47,8 +56,11 @@ pub struct AgentState {
 
 /// The parts of the plan the agent needs.
 pub struct AgentPlan {
-    pub etc_files: Vec<(PathBuf, String)>,
     pub mounts: Vec<MountOp>,
+    /// What of the host's managed settings is left out, and why (keys StepProof owns in a
+    /// drop-in, files that could not be carried in): `--ci` refuses a host with owned keys.
+    pub managed_removed: Vec<String>,
+    pub notes: Vec<String>,
     pub env: Vec<(String, String)>,
     pub state: AgentState,
 }
@@ -73,11 +85,107 @@ pub fn managed_settings(extra: &serde_json::Map<String, serde_json::Value>) -> s
         }
         hooks.insert(event.to_string(), serde_json::json!([group]));
     }
-    // The profile's own keys first; StepProof's are written last, so they always stand.
+    // The profile's own keys first (none StepProof owns: the profile's load refuses them, and
+    // they are removed here again); StepProof's are written last, so they always stand.
     let mut settings = extra.clone();
+    crate::profile::claude_settings::remove_owned_keys(&mut settings);
     settings.insert("allowManagedHooksOnly".into(), true.into());
     settings.insert("hooks".into(), serde_json::Value::Object(hooks));
     serde_json::Value::Object(settings)
+}
+
+/// What is wrong with managed settings as the agent would read them (empty: StepProof's hook is
+/// registered for every event, managed hooks only, the gates fail closed, nothing switches it
+/// off). The self-test runs this inside the sandbox on every file of [`MANAGED_DIR`].
+pub fn managed_settings_problems(settings: &serde_json::Value, is_drop_in: bool) -> Vec<String> {
+    let Some(object) = settings.as_object() else {
+        return vec!["not a JSON object".into()];
+    };
+    let owned = crate::profile::claude_settings::owned_keys_in(object);
+    if is_drop_in {
+        return owned
+            .into_iter()
+            .map(|key| format!("sets {key}, which StepProof owns"))
+            .collect();
+    }
+    let mut problems: Vec<String> = owned
+        .into_iter()
+        .filter(|key| !matches!(key.as_str(), "hooks" | "allowManagedHooksOnly"))
+        .map(|key| format!("sets {key}, which StepProof owns"))
+        .collect();
+    if settings["allowManagedHooksOnly"] != true {
+        problems.push("allowManagedHooksOnly is not true".into());
+    }
+    for (event, _, blocks) in EVENTS {
+        let entries = settings["hooks"][event]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let ours = entries.iter().any(|group| {
+            group["hooks"].as_array().is_some_and(|hooks| {
+                hooks.iter().any(|h| {
+                    h["command"] == HOOK_BINARY
+                        && h["args"].as_array().is_some_and(|args| {
+                            args.iter().any(|a| a == POLICY_FILE)
+                                && args.iter().any(|a| a == *event)
+                        })
+                        && (!*blocks || h["onFailure"] == "block")
+                })
+            })
+        });
+        if !ours {
+            problems.push(format!("StepProof's hook is not registered for {event}"));
+        }
+    }
+    problems
+}
+
+/// Why the command line would start Claude Code with its managed hooks switched off, if it
+/// would: `claude --bare` (which sets `CLAUDE_CODE_SIMPLE`), or one of the variables of
+/// [`HOOK_DEFEATING_ENV`](crate::profile::claude_settings::HOOK_DEFEATING_ENV) assigned
+/// through `env`. Launches from inside are the hook's to judge (the policy denies nested agent
+/// launches); this is the caller's own command line.
+pub fn command_defeats_hook(argv: &[std::ffi::OsString]) -> Option<String> {
+    use crate::profile::claude_settings::defeats_hook;
+    let base = |arg: &std::ffi::OsString| {
+        Path::new(arg)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    };
+    let mut rest = argv;
+    if rest.first().is_some_and(|a| base(a) == "env") {
+        rest = &rest[1..];
+        while let Some(arg) = rest.first() {
+            let text = arg.to_string_lossy();
+            if let Some((name, _)) = text.split_once('=').filter(|_| !text.starts_with('-')) {
+                if defeats_hook(name) {
+                    return Some(format!(
+                        "`env {name}=…` would switch Claude Code's managed hooks off or point it at other managed settings"
+                    ));
+                }
+            } else if matches!(
+                text.as_ref(),
+                "-u" | "--unset" | "-C" | "--chdir" | "-S" | "--split-string"
+            ) {
+                rest = rest.get(1..).unwrap_or_default();
+            } else if !text.starts_with('-') {
+                break;
+            }
+            rest = rest.get(1..).unwrap_or_default();
+        }
+    }
+    let program = rest.first().map(base).unwrap_or_default();
+    if program == "claude" || program == "claude.exe" {
+        let before_separator = rest[1..].iter().take_while(|a| *a != "--");
+        if before_separator.into_iter().any(|a| a == "--bare") {
+            return Some(
+                "`claude --bare` switches off every hook, StepProof's managed one included; run it without --bare"
+                    .into(),
+            );
+        }
+    }
+    None
 }
 
 /// The compiled hook policy, as the hook binary reads it.
@@ -114,6 +222,9 @@ pub fn plan_agent(
     let settings =
         serde_json::to_string_pretty(&managed_settings(&profile.claude.managed_settings))
             .expect("JSON values serialize");
+    let host = read_host_managed(&facts.claude_managed_dir);
+    let mut managed_files = vec![(PathBuf::from(MANAGED_FILE), settings)];
+    managed_files.extend(host.files);
     let state = AgentState {
         run_dir: facts.run_dir.clone(),
         config_dir: facts.run_dir.join("claude-config"),
@@ -123,6 +234,12 @@ pub fn plan_agent(
         home: home.to_path_buf(),
     };
     let mounts = vec![
+        // The managed settings Claude Code reads are StepProof's and the host's sanitized
+        // drop-ins, nothing else: nothing in a profile's view of /etc can change them.
+        MountOp::Generated {
+            dst: MANAGED_DIR.into(),
+            files: managed_files,
+        },
         MountOp::Tmpfs {
             dst: CONTROL_DIR.into(),
             mode: 0o755,
@@ -156,11 +273,131 @@ pub fn plan_agent(
         ("CLAUDE_CODE_TMPDIR".to_string(), "/tmp".to_string()),
     ];
     Ok(Some(AgentPlan {
-        etc_files: vec![(PathBuf::from("claude-code/managed-settings.json"), settings)],
         mounts,
+        managed_removed: host.removed,
+        notes: host.notes,
         env,
         state,
     }))
+}
+
+/// The host's managed-settings directory as the agent gets it.
+#[derive(Debug, Default)]
+struct HostManaged {
+    /// Relative to the directory.
+    files: Vec<(PathBuf, String)>,
+    /// `<path>: <key>` for every owned key removed from a drop-in.
+    removed: Vec<String>,
+    /// What was not carried in, and why.
+    notes: Vec<String>,
+}
+
+/// Reads the host's `/etc/claude-code` (an administrator's directory): the drop-ins of
+/// `managed-settings.d/` with the keys StepProof owns removed, every other file as it is, except
+/// `managed-settings.json`, which StepProof's replaces. Bounded in size, count and depth; what
+/// is left out is said.
+fn read_host_managed(dir: &Path) -> HostManaged {
+    let mut host = HostManaged::default();
+    if !dir.is_dir() {
+        return host;
+    }
+    let mut stack = vec![(PathBuf::new(), 0usize)];
+    while let Some((rel, depth)) = stack.pop() {
+        let here = dir.join(&rel);
+        let mut entries: Vec<_> = match std::fs::read_dir(&here) {
+            Ok(entries) => entries
+                .filter_map(Result::ok)
+                .map(|e| e.file_name())
+                .collect(),
+            Err(e) => {
+                host.notes
+                    .push(format!("{}: not read ({e})", here.display()));
+                continue;
+            }
+        };
+        entries.sort();
+        for name in entries {
+            let rel = rel.join(&name);
+            let path = dir.join(&rel);
+            if rel == Path::new(MANAGED_FILE) {
+                host.notes.push(format!(
+                    "{}: replaced inside by StepProof's managed settings",
+                    path.display()
+                ));
+                continue;
+            }
+            // The administrator's links are followed (the directory is root's to write).
+            let meta = match std::fs::metadata(&path) {
+                Ok(meta) => meta,
+                Err(e) => {
+                    host.notes
+                        .push(format!("{}: left out ({e})", path.display()));
+                    continue;
+                }
+            };
+            if meta.is_dir() {
+                if depth + 1 < HOST_DEPTH_MAX {
+                    stack.push((rel, depth + 1));
+                } else {
+                    host.notes
+                        .push(format!("{}: left out (too deep)", path.display()));
+                }
+                continue;
+            }
+            let text = if !meta.is_file() {
+                Err("not a regular file".to_string())
+            } else if meta.len() > HOST_FILE_MAX_BYTES {
+                Err(format!("larger than {HOST_FILE_MAX_BYTES} bytes"))
+            } else if host.files.len() >= HOST_FILES_MAX {
+                Err(format!("more than {HOST_FILES_MAX} files"))
+            } else {
+                std::fs::read_to_string(&path).map_err(|e| e.to_string())
+            };
+            let text = match text {
+                Ok(text) => text,
+                Err(why) => {
+                    host.notes
+                        .push(format!("{}: left out ({why})", path.display()));
+                    continue;
+                }
+            };
+            let text = if rel.parent() == Some(Path::new(DROP_IN_DIR)) {
+                match sanitize_drop_in(&text) {
+                    Ok((clean, removed)) => {
+                        host.removed.extend(
+                            removed
+                                .into_iter()
+                                .map(|key| format!("{}: {key}", path.display())),
+                        );
+                        clean
+                    }
+                    Err(why) => {
+                        // Claude Code's reading of a file we cannot parse is unknown: it stays out.
+                        host.removed
+                            .push(format!("{}: the whole file ({why})", path.display()));
+                        continue;
+                    }
+                }
+            } else {
+                text
+            };
+            host.files.push((rel, text));
+        }
+    }
+    host
+}
+
+/// A drop-in without the keys StepProof owns; the keys removed.
+fn sanitize_drop_in(text: &str) -> Result<(String, Vec<String>), String> {
+    let value: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))?;
+    let serde_json::Value::Object(mut settings) = value else {
+        return Err("not a JSON object".into());
+    };
+    let removed = crate::profile::claude_settings::remove_owned_keys(&mut settings);
+    let clean = serde_json::to_string_pretty(&serde_json::Value::Object(settings))
+        .expect("JSON values serialize");
+    Ok((clean, removed))
 }
 
 #[cfg(test)]
@@ -195,5 +432,105 @@ mod tests {
             );
         }
         assert_eq!(settings["hooks"]["PreToolUse"][0]["matcher"], "*");
+        assert!(managed_settings_problems(&settings, false).is_empty());
+        let mut broken = settings.clone();
+        broken["hooks"]["PreToolUse"][0]["hooks"][0]
+            .as_object_mut()
+            .unwrap()
+            .remove("onFailure");
+        broken["disableAllHooks"] = true.into();
+        assert_eq!(
+            managed_settings_problems(&broken, false),
+            [
+                "sets disableAllHooks, which StepProof owns",
+                "StepProof's hook is not registered for PreToolUse"
+            ]
+        );
+        assert_eq!(
+            managed_settings_problems(&serde_json::json!({"model": "x"}), true),
+            Vec::<String>::new()
+        );
+    }
+
+    #[test]
+    fn command_lines_that_switch_the_hook_off_are_named() {
+        let argv =
+            |words: &[&str]| -> Vec<std::ffi::OsString> { words.iter().map(Into::into).collect() };
+        for words in [
+            &["claude", "--bare", "-p", "x"][..],
+            &["/usr/bin/claude", "-p", "x", "--bare"],
+            &["env", "-i", "PATH=/bin", "CLAUDE_CODE_SIMPLE=1", "claude"],
+            &[
+                "/usr/bin/env",
+                "CLAUDE_CODE_MANAGED_SETTINGS_PATH=/tmp/m.json",
+                "bash",
+            ],
+            &["env", "-u", "HOME", "claude", "--bare"],
+        ] {
+            assert!(command_defeats_hook(&argv(words)).is_some(), "{words:?}");
+        }
+        for words in [
+            &["claude", "-p", "--", "--bare"][..],
+            &["claude", "--safe-mode"],
+            &["bash", "-c", "claude --bare"],
+            &["env", "FOO=1", "claude", "-p", "x"],
+            &[],
+        ] {
+            assert!(command_defeats_hook(&argv(words)).is_none(), "{words:?}");
+        }
+    }
+
+    #[test]
+    fn host_drop_ins_lose_owned_keys_and_other_files_come_as_they_are() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::create_dir_all(d.join("managed-settings.d")).unwrap();
+        std::fs::write(
+            d.join("managed-settings.json"),
+            r#"{"disableAllHooks":true}"#,
+        )
+        .unwrap();
+        std::fs::write(
+            d.join("managed-settings.d/10-org.json"),
+            r#"{"permissions":{"deny":["Bash(git push:*)"]},"disableAllHooks":true,"env":{"CLAUDE_CODE_SIMPLE":"1"}}"#,
+        )
+        .unwrap();
+        std::fs::write(d.join("managed-settings.d/20-broken.json"), "{ not json").unwrap();
+        std::fs::write(d.join("CLAUDE.md"), "Be careful.\n").unwrap();
+        std::fs::write(d.join("big"), vec![b'x'; HOST_FILE_MAX_BYTES as usize + 1]).unwrap();
+        let host = read_host_managed(d);
+        let names: Vec<_> = host
+            .files
+            .iter()
+            .map(|(p, _)| p.display().to_string())
+            .collect();
+        assert_eq!(names, ["CLAUDE.md", "managed-settings.d/10-org.json"]);
+        let org: serde_json::Value = serde_json::from_str(&host.files[1].1).unwrap();
+        assert_eq!(
+            org,
+            serde_json::json!({"permissions":{"deny":["Bash(git push:*)"]},"env":{}})
+        );
+        assert_eq!(host.removed.len(), 3, "{:?}", host.removed);
+        assert!(
+            host.removed
+                .iter()
+                .any(|r| r.ends_with("10-org.json: disableAllHooks"))
+        );
+        assert!(
+            host.removed
+                .iter()
+                .any(|r| r.contains("20-broken.json: the whole file"))
+        );
+        assert!(
+            host.notes
+                .iter()
+                .any(|n| n.contains("big: left out (larger than"))
+        );
+        assert!(
+            host.notes
+                .iter()
+                .any(|n| n.contains("managed-settings.json: replaced"))
+        );
+        assert!(read_host_managed(&d.join("absent")).files.is_empty());
     }
 }

@@ -186,6 +186,7 @@ pub fn build_degraded_plan(profile: &Profile, facts: &HostFacts) -> Result<Sandb
     };
     Ok(SandboxPlan {
         agent: None,
+        managed_settings_removed: Vec::new(),
         isolation: Isolation::LandlockSeccompOnly,
         losses,
         scratch_dir: Some(scratch),

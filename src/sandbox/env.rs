@@ -33,7 +33,9 @@ pub fn looks_secret(name: &str) -> bool {
 }
 
 fn allowed(name: &str, allow: &[String]) -> bool {
-    if name.starts_with("LD_") {
+    // Whatever the allow-list says: the loader's variables, and those that would take Claude
+    // Code's managed hooks away, never pass.
+    if name.starts_with("LD_") || crate::profile::claude_settings::defeats_hook(name) {
         return false;
     }
     allow.iter().any(|pattern| match pattern.strip_suffix('*') {
@@ -125,6 +127,12 @@ mod tests {
         assert!(!allowed("MY_SECRET", &allow));
         assert!(!allowed("LD_PRELOAD", &allow));
         assert!(!allowed("AWS_SECRET_ACCESS_KEY", &allow));
+        // Through a pattern or not, nothing that takes Claude Code's managed hooks away.
+        let allow = vec!["CLAUDE_*".to_string(), "CLAUDE_CODE_SIMPLE".to_string()];
+        assert!(allowed("CLAUDE_CODE_EFFORT_LEVEL", &allow));
+        for name in crate::profile::claude_settings::HOOK_DEFEATING_ENV {
+            assert!(!allowed(name, &allow), "{name}");
+        }
         assert!(looks_secret("NPM_TOKEN") && looks_secret("DB_PASSWORD") && !looks_secret("PATH"));
     }
 }

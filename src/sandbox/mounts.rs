@@ -338,6 +338,37 @@ fn apply(
             restrict(&target, *access == Access::ReadOnly, true)
         }
         MountOp::SealReadOnly { dst } => restrict(&inside(dst), true, true),
+        MountOp::Generated { dst, files } => {
+            let target = inside(dst);
+            let bytes: usize = files.iter().map(|(_, c)| c.len()).sum();
+            let size_mib = bytes / (1 << 20) + 1;
+            tmpfs(
+                &target,
+                &format!("mode=755,size={size_mib}m"),
+                MsFlags::empty(),
+            )?;
+            for (rel, contents) in files {
+                // Names StepProof chose: relative, no `..` (the tmpfs is fresh, nothing in it
+                // is a link).
+                if rel.is_absolute()
+                    || rel
+                        .components()
+                        .any(|c| !matches!(c, std::path::Component::Normal(_)))
+                {
+                    return Err(err(format!("generating {} under", rel.display()), &target)(
+                        io::Error::from(io::ErrorKind::InvalidInput),
+                    ));
+                }
+                let path = target.join(rel);
+                if let Some(parent) = path.parent() {
+                    fs::create_dir_all(parent).map_err(err("creating", parent))?;
+                }
+                fs::write(&path, contents).map_err(err("writing", &path))?;
+                fs::set_permissions(&path, fs::Permissions::from_mode(0o644))
+                    .map_err(err("chmod", &path))?;
+            }
+            restrict(&target, true, true)
+        }
         MountOp::File { dst, contents } => {
             let staged = PathBuf::from(format!("/generated-{index}"));
             fs::write(&staged, contents).map_err(err("writing", &staged))?;

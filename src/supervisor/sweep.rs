@@ -809,6 +809,7 @@ mod tests {
                 group: String::new(),
                 run_dir: home.join("run"),
                 hook_binary: Some(PathBuf::from("/usr/bin/true")),
+                claude_managed_dir: PathBuf::from("/nonexistent/claude-code"),
             };
             crate::sandbox::plan::build_plan(&self.profile, &facts).unwrap()
         }
@@ -1118,6 +1119,7 @@ mod tests {
             group: String::new(),
             run_dir: ws.parent().unwrap().join("run"),
             hook_binary: Some(PathBuf::from("/usr/bin/true")),
+            claude_managed_dir: PathBuf::from("/nonexistent/claude-code"),
         };
         let plan = crate::sandbox::plan::build_plan(&profile, &facts).unwrap();
         for round in 0..3 {

@@ -258,6 +258,47 @@ pub fn run_claude_with(
     profile: &str,
     claude_args: &[&str],
 ) -> Run {
+    run_claude_as(
+        w,
+        &Launch {
+            run_binary,
+            ..Launch::default()
+        },
+        profile,
+        claude_args,
+    )
+}
+
+/// How `stepproof-run` is started, beyond the defaults.
+#[derive(Default)]
+pub struct Launch<'a> {
+    /// Another launcher binary (a copy next to a different hook).
+    pub run_binary: Option<&'a Path>,
+    /// More `stepproof-run` flags (before `--profile`).
+    pub run_args: &'a [&'a str],
+    /// Started in a private mount namespace of its own where this directory is laid over the
+    /// host's /etc (an overlay): what the host's administrator would have put there, without
+    /// touching the machine's /etc. Needs root (the harness is root in CI).
+    pub etc_layer: Option<&'a Path>,
+}
+
+/// `cmd` started in a private mount namespace with `layer` laid over /etc.
+fn with_etc_layer(cmd: Command, layer: &Path) -> Command {
+    let mut wrapped = Command::new("unshare");
+    wrapped
+        .args(["--mount", "--propagation", "private", "--", "/bin/sh", "-c"])
+        .arg(format!(
+            "mount -t overlay overlay -o lowerdir={}:/etc /etc && exec \"$@\"",
+            layer.display()
+        ))
+        .arg("sh")
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
+    wrapped
+}
+
+pub fn run_claude_as(w: &World, launch: &Launch, profile: &str, claude_args: &[&str]) -> Run {
+    let run_binary = launch.run_binary;
     let dir = scratch(w, "run");
     chown_tree(&dir, w.owner);
     let audit_path = dir.join("audit.jsonl");
@@ -273,7 +314,8 @@ pub fn run_claude_with(
     args.extend_from_slice(claude_args);
     let binary = run_binary.unwrap_or(w.run_binary());
     let mut cmd = w.as_owner(binary);
-    cmd.arg("--profile")
+    cmd.args(launch.run_args)
+        .arg("--profile")
         .arg(profile)
         .arg("--audit-log")
         .arg(&audit_path)
@@ -281,6 +323,9 @@ pub fn run_claude_with(
         .arg(&status_path)
         .arg("--")
         .args(args);
+    if let Some(layer) = launch.etc_layer {
+        cmd = with_etc_layer(cmd, layer);
+    }
     w.clean_env(&mut cmd);
     let (status, stdout, stderr) = run_with_deadline(cmd);
     let audit = fs::read_to_string(&audit_path)
