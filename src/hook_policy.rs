@@ -6,28 +6,65 @@ use std::path::Path;
 use stepproof_hook::config::HookConfig;
 use stepproof_hook::policy::{CompiledPolicy, Context, compile};
 
+/// In a `[[hook.files]]` rule's `paths`: every name of `filesystem.protected`, in the workspace
+/// and in any directory below it (nested repositories), and what is below it. One table of
+/// persistence names serves the kernel (read-only binds, the sweep) and the hook.
+pub const PROTECTED_TOKEN: &str = "@protected";
+
+/// The hook patterns `@protected` stands for.
+pub fn protected_patterns(protected: &[String]) -> Vec<String> {
+    protected
+        .iter()
+        .flat_map(|name| {
+            let name = name.trim_matches('/');
+            [format!("**/{name}"), format!("**/{name}/**")]
+        })
+        .collect()
+}
+
+/// `config` with `@protected` replaced by the profile's persistence names.
+fn expand_protected(config: &HookConfig, protected: &[String]) -> HookConfig {
+    let mut config = config.clone();
+    for rule in &mut config.files {
+        if rule.paths.iter().any(|p| p == PROTECTED_TOKEN) {
+            let mut paths = Vec::with_capacity(rule.paths.len() + 2 * protected.len());
+            for path in std::mem::take(&mut rule.paths) {
+                if path == PROTECTED_TOKEN {
+                    paths.extend(protected_patterns(protected));
+                } else {
+                    paths.push(path);
+                }
+            }
+            rule.paths = paths;
+        }
+    }
+    config
+}
+
+/// The profile's `[hook]` section compiled for this workspace and home.
 pub fn compile_policy(
+    profile: &Profile,
     config: &HookConfig,
     home: &Path,
     workspace: &Path,
-    profile: &str,
 ) -> Result<CompiledPolicy, String> {
     let context = Context {
         workspace: workspace.to_path_buf(),
         home: home.to_path_buf(),
-        profile_name: profile.to_string(),
+        profile_name: profile.name.clone(),
     };
-    compile(config, &context).map_err(|e| e.to_string())
+    let config = expand_protected(config, &profile.filesystem.protected);
+    compile(&config, &context).map_err(|e| e.to_string())
 }
 
 /// The compiled policy as JSON, as mounted at /run/stepproof/policy.json.
 pub fn compile_json(
+    profile: &Profile,
     config: &HookConfig,
     home: &Path,
     workspace: &Path,
-    profile: &str,
 ) -> Result<String, String> {
-    let policy = compile_policy(config, home, workspace, profile)?;
+    let policy = compile_policy(profile, config, home, workspace)?;
     serde_json::to_string(&policy).map_err(|e| e.to_string())
 }
 
@@ -41,5 +78,26 @@ pub fn profile_policy(
         .hook
         .as_ref()
         .ok_or_else(|| format!("profile {} has no [hook] section", profile.name))?;
-    compile_policy(config, home, workspace, &profile.name)
+    compile_policy(profile, config, home, workspace)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hook_denies_writes_to_every_protected_name() {
+        let profile = Profile::builtin_default().unwrap();
+        let config = profile.hook.as_ref().unwrap();
+        let expanded = expand_protected(config, &profile.filesystem.protected);
+        let rule = expanded
+            .files
+            .iter()
+            .find(|r| r.id == "protected-paths")
+            .unwrap();
+        assert!(!rule.paths.iter().any(|p| p == PROTECTED_TOKEN));
+        for name in &profile.filesystem.protected {
+            assert!(rule.paths.contains(&format!("**/{name}")), "{name}");
+        }
+    }
 }

@@ -200,14 +200,11 @@ both_claude!(
         );
         assert!(!settings.exists(), "left in the workspace");
         let finding = &run.status_file["findings"][0];
-        assert_eq!(
-            finding["path"],
-            w.workspace.join(".claude").display().to_string()
-        );
+        assert_eq!(finding["path"], settings.display().to_string());
         let quarantined = std::path::Path::new(finding["quarantined_to"].as_str().unwrap());
         assert!(!quarantined.starts_with(&w.workspace));
         assert!(
-            fs::read_to_string(quarantined.join("settings.json"))
+            fs::read_to_string(quarantined)
                 .unwrap()
                 .contains("disableAllHooks")
         );

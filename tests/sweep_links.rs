@@ -74,7 +74,7 @@ both!(
         let ssh_before = fingerprint(&ssh);
 
         let out = w.sh(&format!(
-            "rm -rf sub/.git && ln -s {ssh} sub/.git && \
+            "! mv sub/.git sub/.git-moved && mkdir sub2 && ln -s {ssh} sub2/.git && \
              ln -s {victim} .github && \
              ln -s {victim}/hooks .git/hooks && \
              mkdir -p late && ln -s {victim} late/.git && \
@@ -89,7 +89,9 @@ both!(
         );
         assert_eq!(out.status.code(), Some(123), "{text}");
         let stderr = String::from_utf8_lossy(&out.stderr);
-        for link in ["sub/.git", ".github", ".git/hooks", "late/.git", ".claude"] {
+        // The launch's repository keeps its `.git` (pinned: it cannot be moved or replaced).
+        assert!(w.workspace.join("sub/.git/HEAD").is_file(), "{text}");
+        for link in ["sub2/.git", ".github", ".git/hooks", "late/.git", ".claude"] {
             assert!(
                 stderr.contains(&format!("symlink {}", w.workspace.join(link).display())),
                 "{link} not reported: {text}"

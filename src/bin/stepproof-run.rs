@@ -273,6 +273,8 @@ fn launch(
                 "stepproof_version": env!("CARGO_PKG_VERSION"),
                 "workspace": plan.workspace,
                 "managed_settings_removed": plan.managed_settings_removed,
+                // Where the launch's bounded scans stopped, and what else the plan noted.
+                "notes": plan.notes,
             }),
         );
     }
@@ -297,7 +299,19 @@ fn launch(
     }
     // The persistence sweep, only when the command ran.
     if !matches!(result.outcome, Outcome::StepproofError { .. }) && !args.selftest {
-        let mut findings = snapshot.sweep(&profile, &plan, &facts.run_dir.join("quarantine"));
+        let sweep = snapshot.sweep(&profile, &plan, &facts.run_dir.join("quarantine"));
+        let mut findings = sweep.findings;
+        if !sweep.host_edits.is_empty() {
+            eprintln!(
+                "stepproof-run: kept changes made on the host during the run (read-only to the run): {}",
+                sweep
+                    .host_edits
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
         findings.extend(stepproof::supervisor::profile_check::changed_profile_files(
             &profile,
             &writable_roots(&plan),
@@ -306,7 +320,7 @@ fn launch(
             audit.record(
                 "supervisor",
                 "sweep",
-                &serde_json::json!({ "findings": findings }),
+                &serde_json::json!({ "findings": findings, "host_edits": sweep.host_edits }),
             );
         }
         if !findings.is_empty() {

@@ -187,6 +187,7 @@ pub fn build_degraded_plan(profile: &Profile, facts: &HostFacts) -> Result<Sandb
     Ok(SandboxPlan {
         agent: None,
         managed_settings_removed: Vec::new(),
+        repositories: Vec::new(),
         isolation: Isolation::LandlockSeccompOnly,
         losses,
         scratch_dir: Some(scratch),

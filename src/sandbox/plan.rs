@@ -12,7 +12,7 @@ use std::fs;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
-pub(crate) use crate::sandbox::protected::protected_paths;
+pub(crate) use crate::sandbox::protected::{protected_paths, protected_paths_and_repositories};
 
 /// Facts about the caller and this machine the plan depends on.
 #[derive(Debug, Clone)]
@@ -193,6 +193,9 @@ pub struct SandboxPlan {
     /// Keys StepProof owns that the host's managed-settings drop-ins set (removed inside; the
     /// launch warns, `--ci` refuses), as `<file>: <key>`.
     pub managed_settings_removed: Vec<String>,
+    /// The repositories found at launch (the workspace's and the nested ones the bounded scan
+    /// reached): the sweep compares what their `.git` is after the run.
+    pub repositories: Vec<PathBuf>,
     pub isolation: Isolation,
     /// What this plan cannot enforce that the namespace sandbox would (degraded hosts).
     pub losses: Vec<String>,
@@ -394,9 +397,25 @@ pub fn build_plan(profile: &Profile, facts: &HostFacts) -> Result<SandboxPlan, P
         });
     }
 
+    // Each repository's `.git`: a directory is pinned (a mount point cannot be renamed,
+    // removed or replaced, so no gitfile or link can take its place while git inside works
+    // as usual); a gitfile is read-only (its content is the redirect).
+    let (protected_paths, repositories) =
+        protected_paths_and_repositories(profile, &workspace, &home, &mut notes);
+    for repo in &repositories {
+        let git = repo.join(".git");
+        match fs::symlink_metadata(&git) {
+            Ok(meta) if meta.is_dir() => mounts.push(MountOp::PinInPlace { path: git }),
+            Ok(meta) if meta.is_file() => mounts.push(MountOp::ReadOnlyInPlace { path: git }),
+            // A link is the sweep's to judge; it is never looked through.
+            _ => {}
+        }
+    }
     // Persistence paths: read-only where they exist; all of them recorded for the sweep.
-    let protected_paths = protected_paths(profile, &workspace, &home, &mut notes);
     for path in &protected_paths {
+        if crate::sandbox::protected::is_git_config(path) {
+            continue;
+        }
         if fs::symlink_metadata(path).is_ok_and(|m| !m.file_type().is_symlink()) {
             mounts.push(MountOp::ReadOnlyInPlace { path: path.clone() });
         }
@@ -431,6 +450,7 @@ pub fn build_plan(profile: &Profile, facts: &HostFacts) -> Result<SandboxPlan, P
     Ok(SandboxPlan {
         agent: agent.map(|a| a.state),
         managed_settings_removed,
+        repositories,
         isolation: Isolation::Namespaces,
         losses: Vec::new(),
         scratch_dir: None,

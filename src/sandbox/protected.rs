@@ -53,8 +53,27 @@ pub(crate) fn protected_paths(
     home: &Path,
     notes: &mut Vec<String>,
 ) -> Vec<PathBuf> {
-    let repos = nested_repositories(workspace, notes);
-    protected_paths_of(profile, workspace, home, &repos, notes)
+    protected_paths_and_repositories(profile, workspace, home, notes).0
+}
+
+/// The same, with the repositories found: the workspace (when it has a `.git`) and the nested
+/// ones the bounded scan reached.
+pub(crate) fn protected_paths_and_repositories(
+    profile: &Profile,
+    workspace: &Path,
+    home: &Path,
+    notes: &mut Vec<String>,
+) -> (Vec<PathBuf>, Vec<PathBuf>) {
+    let nested = nested_repositories(workspace, notes);
+    let paths = protected_paths_of(profile, workspace, home, &nested, notes);
+    let mut repos = Vec::with_capacity(nested.len() + 1);
+    if beneath::open_root(workspace, DIR_LOOKUP)
+        .is_ok_and(|root| beneath::stat_at(root.as_fd(), OsStr::new(".git")).is_ok())
+    {
+        repos.push(workspace.to_path_buf());
+    }
+    repos.extend(nested);
+    (paths, repos)
 }
 
 /// Every persistence path of the workspace and of `repos` (absolute paths below it). Paths
@@ -110,6 +129,14 @@ pub(crate) fn protected_paths_of(
         }
     }
     out.into_iter().collect()
+}
+
+/// A repository's own config (`.git/config`, a submodule's `.git/modules/…/config`): git writes
+/// it in ordinary work (`submodule update`, `remote add`, `config`), so it stays writable inside;
+/// the sweep judges what a run added and puts back the launch version when that can run code.
+pub(crate) fn is_git_config(path: &Path) -> bool {
+    path.file_name() == Some(OsStr::new("config"))
+        && path.components().any(|c| c.as_os_str() == ".git")
 }
 
 /// `path` relative to `root` after resolving `.` and `..` lexically (without links, which the

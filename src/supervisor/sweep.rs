@@ -13,7 +13,7 @@
 
 use crate::profile::Profile;
 use crate::sandbox::plan::SandboxPlan;
-use crate::sandbox::protected::{protected_paths_of, relative_beneath};
+use crate::sandbox::protected::{is_git_config, protected_paths_of, relative_beneath};
 use crate::sandbox::sys::beneath::{self, DIR_LISTING, DIR_LOOKUP, FILE_READING, Stat};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -60,6 +60,15 @@ enum State {
 pub struct Snapshot {
     /// Relative to the workspace; protected paths outside it are never recorded nor moved.
     paths: BTreeMap<PathBuf, State>,
+    /// What the `.git` of each repository found at launch was (relative to the workspace).
+    git: BTreeMap<PathBuf, GitEntry>,
+    /// The repositories' own configs as they were at launch (writable inside; see
+    /// [`is_git_config`]).
+    configs: BTreeMap<PathBuf, LaunchFile>,
+    /// The persistence paths bound read-only inside, with the identity of every directory from
+    /// the workspace down to them: while that chain is the same after the run, the path was
+    /// read-only to the run all along, and a change to it is the host's.
+    bound: BTreeMap<PathBuf, Vec<(u64, u64)>>,
     /// The launch, less the margin, since the epoch: a setuid bit on an entry changed after
     /// this is the run's.
     launched: Duration,
@@ -94,6 +103,162 @@ impl Finding {
     }
 }
 
+/// The (device, inode) of `root` and of every directory on the way to `rel`'s parent, looked
+/// up one component at a time, never through a link.
+fn ancestry(root: BorrowedFd<'_>, rel: &Path) -> Option<Vec<(u64, u64)>> {
+    let st = beneath::stat_fd(root).ok()?;
+    let mut ids = vec![(st.dev, st.ino)];
+    let mut dir: Option<OwnedFd> = None;
+    for component in rel.parent()?.components() {
+        let Component::Normal(name) = component else {
+            return None;
+        };
+        let at = dir.as_ref().map_or(root, AsFd::as_fd);
+        let st = beneath::stat_at(at, name).ok()?;
+        if !st.is_dir() {
+            return None;
+        }
+        ids.push((st.dev, st.ino));
+        dir = Some(beneath::open_beneath(at, Path::new(name), DIR_LOOKUP, 0).ok()?);
+    }
+    Some(ids)
+}
+
+/// What the sweep found: what the run left (each a finding) and what the host changed
+/// meanwhile at paths that were read-only to the run (kept, never quarantined).
+#[derive(Debug, Default)]
+pub struct Sweep {
+    pub findings: Vec<Finding>,
+    pub host_edits: Vec<PathBuf>,
+}
+
+/// A file as it was at launch, to be put back.
+#[derive(Debug, Clone)]
+struct LaunchFile {
+    text: String,
+    mode: u32,
+    uid: u32,
+    gid: u32,
+}
+
+/// `rel` beneath `root` when it is a regular file of at most `limit` bytes in UTF-8.
+fn launch_file(root: BorrowedFd<'_>, rel: &Path, limit: u64) -> Option<LaunchFile> {
+    let parent = beneath::open_beneath(root, rel.parent()?, DIR_LOOKUP, 0).ok()?;
+    let name = rel.file_name()?;
+    let fd = beneath::open_beneath(parent.as_fd(), Path::new(name), FILE_READING, 0).ok()?;
+    let st = beneath::stat_fd(fd.as_fd()).ok()?;
+    if !st.is_file() || st.size > limit {
+        return None;
+    }
+    let mut text = String::new();
+    fs::File::from(fd)
+        .take(limit)
+        .read_to_string(&mut text)
+        .ok()?;
+    Some(LaunchFile {
+        text,
+        mode: st.mode & 0o7777,
+        uid: st.uid,
+        gid: st.gid,
+    })
+}
+
+/// Writes `file` at `rel` beneath `root` (where nothing is now), as the owner it had.
+fn put_back(root: BorrowedFd<'_>, rel: &Path, file: &LaunchFile) -> io::Result<()> {
+    let name = rel
+        .file_name()
+        .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let parent = beneath::open_beneath(root, rel.parent().unwrap_or(Path::new("")), DIR_LOOKUP, 0)?;
+    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL;
+    let fd = beneath::open_beneath(parent.as_fd(), Path::new(name), flags, file.mode & 0o777)?;
+    // Only root may give a file away; a caller's own file is already theirs.
+    if nix::unistd::geteuid().is_root() {
+        nix::unistd::fchown(
+            &fd,
+            Some(nix::unistd::Uid::from_raw(file.uid)),
+            Some(nix::unistd::Gid::from_raw(file.gid)),
+        )?;
+    }
+    let mut out = fs::File::from(fd);
+    io::Write::write_all(&mut out, file.text.as_bytes())?;
+    out.sync_all()
+}
+
+/// What a repository's `.git` is. A gitfile's content is its redirect.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum GitEntry {
+    Absent,
+    Dir,
+    File(String),
+    Link(OsString),
+    /// Anything else, or what could not be looked at (with why).
+    Other(String),
+}
+
+/// A gitfile is small; more than this is not a gitfile git would read as one.
+const GITFILE_READ_LIMIT: u64 = 4096;
+
+/// `.git` of the repository `repo` (relative to the workspace `root`), never through a link.
+fn git_entry(root: BorrowedFd<'_>, repo: &Path) -> GitEntry {
+    let dir = if repo.as_os_str().is_empty() {
+        beneath::open_beneath(root, Path::new("."), DIR_LOOKUP, 0)
+    } else {
+        beneath::open_beneath(root, repo, DIR_LOOKUP, 0)
+    };
+    let dir = match dir {
+        Ok(dir) => dir,
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => {
+            return GitEntry::Absent;
+        }
+        Err(e) => return GitEntry::Other(format!("{}: {e}", repo.display())),
+    };
+    let name = OsStr::new(".git");
+    match beneath::stat_at(dir.as_fd(), name) {
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => GitEntry::Absent,
+        Err(e) => GitEntry::Other(e.to_string()),
+        Ok(st) if st.is_dir() => GitEntry::Dir,
+        Ok(st) if st.is_symlink() => {
+            GitEntry::Link(beneath::read_link_at(dir.as_fd(), name).unwrap_or_default())
+        }
+        Ok(st) if st.is_file() => match read_regular(dir.as_fd(), name, GITFILE_READ_LIMIT + 1) {
+            Ok(bytes) if bytes.len() as u64 <= GITFILE_READ_LIMIT => {
+                GitEntry::File(String::from_utf8_lossy(&bytes).into_owned())
+            }
+            Ok(_) => GitEntry::Other("a .git file larger than a gitfile".into()),
+            Err(e) => GitEntry::Other(e.to_string()),
+        },
+        Ok(st) => GitEntry::Other(format!("a .git of mode {:o}", st.mode)),
+    }
+}
+
+/// Whether a gitfile written during the run is what git itself writes: `gitdir:` naming a
+/// submodule's or a linked worktree's directory inside a repository of the workspace
+/// (`…/.git/modules/…`, `…/.git/worktrees/…`, whose config, hooks and `commondir` the sweep
+/// judges as persistence paths). Anything else redirects the host's git.
+/// The git directory a gitfile names, relative to the workspace, when it is one git itself
+/// makes: inside a repository's `.git/modules/…` (a submodule) or `.git/worktrees/…` (a linked
+/// worktree). `None` for anything else, which redirects the host's git.
+fn gitfile_target(workspace: &Path, repo: &Path, content: &str) -> Option<PathBuf> {
+    let target = content.trim_end().strip_prefix("gitdir:").map(str::trim)?;
+    if target.is_empty() || target.contains('\n') {
+        return None;
+    }
+    let resolved = if Path::new(target).is_absolute() {
+        PathBuf::from(target)
+    } else {
+        workspace.join(repo).join(target)
+    };
+    let rel = relative_beneath(workspace, &resolved)?;
+    let parts: Vec<&OsStr> = rel.iter().collect();
+    let ordinary = parts
+        .windows(3)
+        .any(|w| w[0] == ".git" && (w[1] == "modules" || w[1] == "worktrees") && !w[2].is_empty());
+    ordinary.then_some(rel)
+}
+
+/// What in a git directory decides what git runs (and where its common part is).
+const GIT_DIR_PERSISTENCE: &[&str] = &["config", "config.worktree", "commondir", "hooks"];
+
 /// Keys `git init` and ordinary work write to a repository's config; anything else (fsmonitor,
 /// hooksPath, sshCommand, pagers, editors, `!` aliases, filters, credential helpers, includes, …)
 /// can run code and makes a new config a finding.
@@ -111,29 +276,163 @@ const INERT_GIT_CONFIG_KEYS: &[&str] = &[
     "user.email",
 ];
 
-/// A repository's `config` with only inert keys (what `git init` writes).
-fn inert_git_config(text: &str) -> bool {
-    let mut section = String::new();
+/// Keys of the subsections `git clone` and `git submodule` write (`[remote "origin"]`,
+/// `[branch "main"]`, `[submodule "lib"]`): where to fetch from and what to track. Not
+/// `uploadpack`, `receivepack`, `vcs`, `proxy` or `submodule.*.update` (which can name a command).
+const INERT_GIT_SUBSECTION_KEYS: &[&str] = &[
+    "remote.url",
+    "remote.fetch",
+    "remote.pushurl",
+    "remote.tagopt",
+    "branch.remote",
+    "branch.merge",
+    "branch.rebase",
+    "submodule.url",
+    "submodule.active",
+    "submodule.branch",
+];
+
+/// One `section[.subsection].key = value` of a git config file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ConfigEntry {
+    section: String,
+    subsection: Option<String>,
+    key: String,
+    value: String,
+}
+
+/// The entries of a git config file, or `None` when a line is anything but a plain header
+/// (`[section]`, `[section "sub"]`), a `key = value` or a comment: what is not understood is
+/// never inert (`[core] key = v` on one line, continuation lines, …).
+fn git_config_entries(text: &str) -> Option<Vec<ConfigEntry>> {
+    let mut entries = Vec::new();
+    let mut section: Option<(String, Option<String>)> = None;
+    for line in text.lines().map(str::trim) {
+        if line.is_empty() || line.starts_with('#') || line.starts_with(';') {
+            continue;
+        }
+        if line.ends_with('\\') {
+            return None;
+        }
+        if let Some(header) = line.strip_prefix('[') {
+            let header = header.strip_suffix(']')?;
+            let (name, sub) = match header.split_once([' ', '\t', '.']) {
+                Some((name, sub)) => (name, Some(sub.trim().to_string())),
+                None => (header.trim(), None),
+            };
+            if sub
+                .as_ref()
+                .is_some_and(|s| s.is_empty() || s.contains(['\\', '\n']))
+            {
+                return None;
+            }
+            section = Some((name.to_ascii_lowercase(), sub));
+            continue;
+        }
+        let (name, sub) = section.clone()?;
+        let (key, value) = match line.split_once('=') {
+            Some((key, value)) => (key.trim().to_ascii_lowercase(), value.trim().to_string()),
+            None => (line.to_ascii_lowercase(), String::new()),
+        };
+        entries.push(ConfigEntry {
+            section: name,
+            subsection: sub,
+            key,
+            value,
+        });
+    }
+    Some(entries)
+}
+
+/// A key `git init`, `git clone` or `git submodule` writes. `core.worktree` (a submodule's
+/// config names its checkout) is inert only when `worktree_inside` accepts its value: the
+/// host's `git checkout` writes wherever it points.
+fn inert_entry(entry: &ConfigEntry, worktree_inside: &dyn Fn(&str) -> bool) -> bool {
+    let full = format!("{}.{}", entry.section, entry.key);
+    if entry.subsection.is_some() {
+        INERT_GIT_SUBSECTION_KEYS.contains(&full.as_str())
+    } else if full == "core.worktree" {
+        worktree_inside(entry.value.trim_matches('"'))
+    } else {
+        INERT_GIT_CONFIG_KEYS.contains(&full.as_str())
+    }
+}
+
+/// A repository's `config` with only inert keys.
+fn inert_git_config(text: &str, worktree_inside: &dyn Fn(&str) -> bool) -> bool {
+    git_config_entries(text)
+        .is_some_and(|entries| entries.iter().all(|e| inert_entry(e, worktree_inside)))
+}
+
+/// Whether every entry `after` has that `before` did not is inert (entries removed are: less
+/// configuration runs less).
+fn inert_config_change(before: &str, after: &str, worktree_inside: &dyn Fn(&str) -> bool) -> bool {
+    let (Some(mut old), Some(new)) = (git_config_entries(before), git_config_entries(after)) else {
+        return false;
+    };
+    new.iter()
+        .all(|entry| match old.iter().position(|o| o == entry) {
+            Some(i) => {
+                old.swap_remove(i);
+                true
+            }
+            None => inert_entry(entry, worktree_inside),
+        })
+}
+
+/// A `.gitmodules` as `git submodule add` writes it: each submodule's path, URL and tracking
+/// options, with no URL that starts an option or names a transport helper (`ext::…`) and no
+/// `update` that is a command.
+fn inert_gitmodules(text: &str) -> bool {
+    let mut in_submodule = false;
     for line in text.lines().map(str::trim) {
         if line.is_empty() || line.starts_with('#') || line.starts_with(';') {
             continue;
         }
         if let Some(header) = line.strip_prefix('[') {
-            let header = header.trim_end_matches(']').trim();
-            if header.contains(['"', ' ']) {
-                return false; // subsections: remotes, branches, includeIf, filters, …
+            let Some(header) = header.strip_suffix(']') else {
+                return false;
+            };
+            in_submodule = header.split_once([' ', '\t']).is_some_and(|(name, sub)| {
+                name.eq_ignore_ascii_case("submodule") && !sub.trim().is_empty()
+            });
+            if !in_submodule {
+                return false;
             }
-            section = header.to_ascii_lowercase();
             continue;
         }
-        let key = line
-            .split('=')
-            .next()
-            .unwrap_or_default()
-            .trim()
-            .to_ascii_lowercase();
-        if !INERT_GIT_CONFIG_KEYS.contains(&format!("{section}.{key}").as_str()) {
+        let Some((key, value)) = line.split_once('=') else {
             return false;
+        };
+        let value = value.trim().trim_matches('"');
+        let inert = in_submodule
+            && match key.trim().to_ascii_lowercase().as_str() {
+                "path" | "branch" | "shallow" | "ignore" | "fetchrecursesubmodules" => true,
+                "url" => !value.starts_with('-') && !value.contains("::"),
+                "update" => matches!(value, "checkout" | "rebase" | "merge" | "none"),
+                _ => false,
+            };
+        if !inert {
+            return false;
+        }
+    }
+    true
+}
+
+/// Whether `value`, a path relative to `base` (itself relative to the workspace), names
+/// something at or below the workspace, lexically (`..` never climbs above it; absolute paths
+/// are not).
+fn stays_below(base: &Path, value: &str) -> bool {
+    let mut depth = base
+        .components()
+        .filter(|c| matches!(c, Component::Normal(_)))
+        .count();
+    for component in Path::new(value).components() {
+        match component {
+            Component::Normal(_) => depth += 1,
+            Component::CurDir => {}
+            Component::ParentDir if depth > 0 => depth -= 1,
+            Component::ParentDir | Component::RootDir | Component::Prefix(_) => return false,
         }
     }
     true
@@ -143,13 +442,22 @@ fn inert_git_config(text: &str) -> bool {
 /// inert `config` are what `git init` makes: not persistence. They count as absent. `dir` is
 /// the directory holding `rel`'s last component.
 fn inert_git_path(dir: BorrowedFd<'_>, rel: &Path, st: &Stat) -> bool {
+    if rel.file_name() == Some(OsStr::new(".gitmodules")) {
+        return st.is_file()
+            && read_regular(dir, OsStr::new(".gitmodules"), GIT_CONFIG_READ_LIMIT + 1).is_ok_and(
+                |bytes| {
+                    (bytes.len() as u64) <= GIT_CONFIG_READ_LIMIT
+                        && std::str::from_utf8(&bytes).is_ok_and(inert_gitmodules)
+                },
+            );
+    }
+    let grandparent = rel
+        .parent()
+        .and_then(Path::parent)
+        .and_then(Path::file_name);
+    let in_linked_worktree = grandparent.is_some_and(|m| m == "worktrees");
     let in_git_dir = rel.parent().and_then(Path::file_name).is_some_and(|n| {
-        n == ".git"
-            || rel
-                .parent()
-                .and_then(Path::parent)
-                .and_then(Path::file_name)
-                .is_some_and(|m| m == "modules")
+        n == ".git" || grandparent.is_some_and(|m| m == "modules") || in_linked_worktree
     });
     let Some(name) = rel.file_name() else {
         return false;
@@ -158,6 +466,10 @@ fn inert_git_path(dir: BorrowedFd<'_>, rel: &Path, st: &Stat) -> bool {
         return false;
     }
     match name.to_str() {
+        // What `git worktree add` writes: the common directory is two levels up.
+        Some("commondir") if in_linked_worktree && st.is_file() => {
+            read_regular(dir, name, 64).is_ok_and(|bytes| bytes.trim_ascii() == b"../..")
+        }
         Some("hooks") if st.is_dir() => {
             let Ok(fd) = beneath::open_beneath(dir, Path::new(name), DIR_LISTING, 0) else {
                 return false;
@@ -169,11 +481,16 @@ fn inert_git_path(dir: BorrowedFd<'_>, rel: &Path, st: &Stat) -> bool {
                 })
             })
         }
-        Some("config") if st.is_file() => read_regular(dir, name, GIT_CONFIG_READ_LIMIT + 1)
-            .is_ok_and(|bytes| {
+        Some("config") if st.is_file() => {
+            // `core.worktree`, relative to this git directory, must stay in the workspace.
+            let git_dir = rel.parent().unwrap_or(Path::new(""));
+            let worktree_inside = |value: &str| !value.is_empty() && stays_below(git_dir, value);
+            read_regular(dir, name, GIT_CONFIG_READ_LIMIT + 1).is_ok_and(|bytes| {
                 (bytes.len() as u64) <= GIT_CONFIG_READ_LIMIT
-                    && std::str::from_utf8(&bytes).is_ok_and(inert_git_config)
-            }),
+                    && std::str::from_utf8(&bytes)
+                        .is_ok_and(|text| inert_git_config(text, &worktree_inside))
+            })
+        }
         _ => false,
     }
 }
@@ -356,7 +673,7 @@ impl Snapshot {
             .unwrap_or_default()
             .saturating_sub(LAUNCH_MARGIN);
         let root = beneath::open_root(&plan.workspace, DIR_LOOKUP);
-        let paths = plan
+        let paths: BTreeMap<PathBuf, State> = plan
             .protected_paths
             .iter()
             .filter_map(|p| relative_beneath(&plan.workspace, p))
@@ -369,13 +686,56 @@ impl Snapshot {
                 (rel, state)
             })
             .collect();
-        Snapshot { paths, launched }
+        let git = plan
+            .repositories
+            .iter()
+            .filter_map(|p| relative_beneath(&plan.workspace, p))
+            .map(|rel| {
+                let entry = match &root {
+                    Ok(root) => git_entry(root.as_fd(), &rel),
+                    Err(e) => GitEntry::Other(format!("the workspace: {e}")),
+                };
+                (rel, entry)
+            })
+            .collect();
+        let configs = match &root {
+            Ok(root) => paths
+                .keys()
+                .filter(|rel| is_git_config(rel))
+                .filter_map(|rel| {
+                    launch_file(root.as_fd(), rel, GIT_CONFIG_READ_LIMIT).map(|f| (rel.clone(), f))
+                })
+                .collect(),
+            Err(_) => BTreeMap::new(),
+        };
+        let bound = match &root {
+            Ok(root) => plan
+                .mounts
+                .iter()
+                .filter_map(|m| match m {
+                    crate::sandbox::plan::MountOp::ReadOnlyInPlace { path } => {
+                        relative_beneath(&plan.workspace, path)
+                    }
+                    _ => None,
+                })
+                .filter(|rel| paths.contains_key(rel))
+                .filter_map(|rel| ancestry(root.as_fd(), &rel).map(|ids| (rel, ids)))
+                .collect(),
+            Err(_) => BTreeMap::new(),
+        };
+        Snapshot {
+            paths,
+            git,
+            configs,
+            bound,
+            launched,
+        }
     }
 
     /// One walk over everything the sandbox could write (stripping setuid/setgid bits the run
     /// set and finding every nested repository), then a comparison of the paths recorded and
     /// those of the repositories found, quarantining what was created or changed.
-    pub fn sweep(&self, profile: &Profile, plan: &SandboxPlan, quarantine: &Path) -> Vec<Finding> {
+    pub fn sweep(&self, profile: &Profile, plan: &SandboxPlan, quarantine: &Path) -> Sweep {
         let workspace = &plan.workspace;
         let walk = walk_writable(plan, self.launched);
         let mut findings = walk.findings;
@@ -398,10 +758,24 @@ impl Snapshot {
                     workspace.display()
                 ));
                 findings.push(f);
-                return findings;
+                return Sweep {
+                    findings,
+                    host_edits: Vec::new(),
+                };
             }
         };
+        let mut host_edits = Vec::new();
         let mut quarantine = Quarantine::new(quarantine);
+        // Repositories below the workspace, longest first (the innermost holds a path).
+        let mut nested: Vec<PathBuf> = walk
+            .repos
+            .iter()
+            .filter_map(|p| relative_beneath(workspace, p))
+            .filter(|p| !p.as_os_str().is_empty())
+            .collect();
+        nested.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+        // Judged before anything moves: a gitfile is ordinary only while what it names is.
+        let git_verdicts = self.judge_git_entries(&walk.repos, workspace, root.as_fd());
         // A path inside another one that changed is reported with its outermost changed parent
         // (or the link in its way).
         let mut judged: Vec<PathBuf> = Vec::new();
@@ -411,7 +785,47 @@ impl Snapshot {
             }
             let before = self.paths.get(&rel).cloned().unwrap_or(State::Absent);
             let after = state_of(root.as_fd(), &rel);
-            if before == after {
+            if before == after || self.checked_out_copy(&rel, &before, &after, &nested) {
+                continue;
+            }
+            if self
+                .bound
+                .get(&rel)
+                .is_some_and(|launch| ancestry(root.as_fd(), &rel).as_ref() == Some(launch))
+            {
+                // Read-only to the run from start to end: the host's editor, not the agent.
+                host_edits.push(workspace.join(&rel));
+                judged.push(rel.clone());
+                continue;
+            }
+            if let (State::Entries(_), Some(launch)) = (&after, self.configs.get(&rel)) {
+                // A repository's own config, written by git during the run: what it added is
+                // judged; when that can run code, the launch version is put back.
+                let git_dir = rel.parent().unwrap_or(Path::new("")).to_path_buf();
+                let inside = |value: &str| !value.is_empty() && stays_below(&git_dir, value);
+                let now = launch_file(root.as_fd(), &rel, GIT_CONFIG_READ_LIMIT);
+                if now.is_some_and(|now| inert_config_change(&launch.text, &now.text, &inside)) {
+                    continue;
+                }
+                let mut finding = Finding::new(workspace.join(&rel), "changed");
+                match quarantine.take_in(root.as_fd(), &rel) {
+                    Ok(to) => {
+                        finding.quarantined_to = Some(to);
+                        finding.detail = Some(match put_back(root.as_fd(), &rel, launch) {
+                            Ok(()) => "keys that can run code were added: the launch version is back in place".into(),
+                            Err(e) => format!("keys that can run code were added; putting the launch version back failed: {e}"),
+                        });
+                    }
+                    Err(e) => {
+                        finding.error = Some(format!(
+                            "moving {} to the quarantine {}: {e}",
+                            finding.path.display(),
+                            quarantine.path.display()
+                        ))
+                    }
+                }
+                judged.push(rel.clone());
+                findings.push(finding);
                 continue;
             }
             let (subject, change, detail) = match (&before, &after) {
@@ -450,7 +864,123 @@ impl Snapshot {
             judged.push(subject);
             findings.push(finding);
         }
-        findings
+        for (repo, entry, change, detail) in git_verdicts {
+            // Moved already (a link at `.git` is also a link above its hooks).
+            if git_entry(root.as_fd(), &repo) != entry {
+                continue;
+            }
+            let rel = repo.join(".git");
+            let mut finding = Finding::new(workspace.join(&rel), change);
+            finding.detail = Some(detail);
+            match quarantine.take_in(root.as_fd(), &rel) {
+                Ok(to) => finding.quarantined_to = Some(to),
+                Err(e) => {
+                    finding.error = Some(format!(
+                        "moving {} to the quarantine {}: {e}",
+                        finding.path.display(),
+                        quarantine.path.display()
+                    ))
+                }
+            }
+            findings.push(finding);
+        }
+        Sweep {
+            findings,
+            host_edits,
+        }
+    }
+
+    /// A persistence path that appeared in a nested checkout (a linked worktree, a clone of
+    /// the workspace) exactly as the workspace's own one was at launch: git checked out what
+    /// the host already had, not something the run wrote.
+    fn checked_out_copy(
+        &self,
+        rel: &Path,
+        before: &State,
+        after: &State,
+        nested: &[PathBuf],
+    ) -> bool {
+        if *before != State::Absent || !matches!(after, State::Entries(_)) {
+            return false;
+        }
+        nested
+            .iter()
+            .find_map(|repo| rel.strip_prefix(repo).ok())
+            .is_some_and(|name| self.paths.get(name) == Some(after))
+    }
+
+    /// A new gitfile is ordinary when it names a submodule's or a linked worktree's git
+    /// directory in the workspace whose config, hooks and `commondir` are inert or as they
+    /// were at launch (at any depth: nested submodules are judged by content too).
+    fn ordinary_gitfile(
+        &self,
+        root: BorrowedFd<'_>,
+        workspace: &Path,
+        repo: &Path,
+        content: &str,
+    ) -> bool {
+        let Some(git_dir) = gitfile_target(workspace, repo, content) else {
+            return false;
+        };
+        GIT_DIR_PERSISTENCE.iter().all(|name| {
+            let rel = git_dir.join(name);
+            let now = state_of(root, &rel);
+            now == State::Absent || self.paths.get(&rel) == Some(&now)
+        })
+    }
+
+    /// Every repository's `.git`, those recorded at launch and those the walk found: one that
+    /// changed kind (a directory replaced by a gitfile or a link), a link, and a gitfile that
+    /// is not what git itself writes are findings, moved to the quarantine. A new directory is
+    /// ordinary (its config and hooks are judged as persistence paths).
+    fn judge_git_entries(
+        &self,
+        found: &[PathBuf],
+        workspace: &Path,
+        root: BorrowedFd<'_>,
+    ) -> Vec<(PathBuf, GitEntry, &'static str, String)> {
+        let mut repos: Vec<PathBuf> = found
+            .iter()
+            .filter_map(|p| relative_beneath(workspace, p))
+            .collect();
+        repos.push(PathBuf::new());
+        repos.extend(self.git.keys().cloned());
+        repos.sort();
+        repos.dedup();
+        let mut verdicts = Vec::new();
+        for repo in repos {
+            let before = self.git.get(&repo).cloned().unwrap_or(GitEntry::Absent);
+            let after = git_entry(root, &repo);
+            if before == after {
+                continue;
+            }
+            let (change, detail) = match (&before, &after) {
+                (_, GitEntry::Absent) | (GitEntry::Absent, GitEntry::Dir) => continue,
+                (GitEntry::Absent, GitEntry::File(content))
+                    if self.ordinary_gitfile(root, workspace, &repo, content) =>
+                {
+                    continue;
+                }
+                (_, GitEntry::Link(target)) => (
+                    "symlink",
+                    format!(
+                        "a .git that is a link to {}: moved as a link, its target never touched",
+                        target.to_string_lossy()
+                    ),
+                ),
+                (_, GitEntry::File(content)) => (
+                    "redirect",
+                    format!(
+                        "a gitfile the host's git would follow ({:?}): moved",
+                        content.trim_end()
+                    ),
+                ),
+                (_, GitEntry::Dir) => ("changed", "the .git file became a directory: moved".into()),
+                (_, GitEntry::Other(what)) => ("changed", format!("the .git is now {what}")),
+            };
+            verdicts.push((repo, after, change, detail));
+        }
+        verdicts
     }
 }
 
@@ -747,14 +1277,46 @@ mod tests {
 
     #[test]
     fn sweep_git_init_is_not_tampering_but_a_risky_config_is() {
-        assert!(inert_git_config(
+        let inside = |v: &str| stays_below(Path::new(".git/modules/lib"), v);
+        let inert = |text: &str| inert_git_config(text, &inside);
+        assert!(inert(
             "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n\tlogallrefupdates = true\n"
         ));
-        assert!(!inert_git_config("[core]\n\tfsmonitor = ./x\n"));
-        assert!(!inert_git_config("[alias]\n\tst = !sh -c evil\n"));
-        assert!(!inert_git_config(
-            "[includeIf \"gitdir:/\"]\n\tpath = /tmp/x\n"
+        // What clone and submodule write.
+        assert!(inert(
+            "[core]\n\tbare = false\n\tworktree = ../../../lib\n[remote \"origin\"]\n\turl = /src/lib\n\tfetch = +refs/heads/*:refs/remotes/origin/*\n[branch \"main\"]\n\tremote = origin\n\tmerge = refs/heads/main\n[submodule \"x\"]\n\turl = ../x\n\tactive = true\n"
         ));
+        for risky in [
+            "[core]\n\tfsmonitor = ./x\n",
+            "[alias]\n\tst = !sh -c evil\n",
+            "[includeIf \"gitdir:/\"]\n\tpath = /tmp/x\n",
+            "[include]\n\tpath = x\n",
+            "[remote \"origin\"]\n\tuploadpack = sh -c evil\n",
+            "[submodule \"x\"]\n\tupdate = !sh -c evil\n",
+            "[filter \"x\"]\n\tclean = evil\n",
+            "[core] fsmonitor = ./x\n",
+            "[core]\n\tworktree = /etc\n",
+            "[core]\n\tworktree = ../../../../..\n",
+            "[core]\n\tsshCommand = evil\n",
+            "[credential]\n\thelper = !evil\n",
+        ] {
+            assert!(!inert(risky), "{risky}");
+        }
+        assert!(inert_gitmodules(
+            "[submodule \"lib\"]\n\tpath = lib\n\turl = https://example.com/lib.git\n\tbranch = main\n"
+        ));
+        for risky in [
+            "[submodule \"lib\"]\n\turl = ext::sh -c evil\n",
+            "[submodule \"lib\"]\n\turl = --upload-pack=evil\n",
+            "[submodule \"lib\"]\n\tupdate = !evil\n",
+            "[core]\n\tfsmonitor = evil\n",
+            "[submodule \"lib\"]\n\tpath\n",
+        ] {
+            assert!(!inert_gitmodules(risky), "{risky}");
+        }
+        assert!(stays_below(Path::new("a/.git"), "../.."));
+        assert!(!stays_below(Path::new("a/.git"), "../../.."));
+        assert!(!stays_below(Path::new(".git"), "/tmp"));
         let dir = tempfile::tempdir().unwrap();
         let hooks = dir.path().join(".git/hooks");
         fs::create_dir_all(&hooks).unwrap();
@@ -811,7 +1373,12 @@ mod tests {
                 hook_binary: Some(PathBuf::from("/usr/bin/true")),
                 claude_managed_dir: PathBuf::from("/nonexistent/claude-code"),
             };
-            crate::sandbox::plan::build_plan(&self.profile, &facts).unwrap()
+            let mut plan = crate::sandbox::plan::build_plan(&self.profile, &facts).unwrap();
+            // These tests change the workspace from outside, as the run would: nothing is
+            // read-only to them (what is, and host edits, are tested end to end).
+            plan.mounts
+                .retain(|m| !matches!(m, crate::sandbox::plan::MountOp::ReadOnlyInPlace { .. }));
+            plan
         }
 
         fn quarantine(&self) -> PathBuf {
@@ -824,7 +1391,9 @@ mod tests {
             let snapshot = Snapshot::take(&plan);
             during();
             let plan = self.plan();
-            snapshot.sweep(&self.profile, &plan, &self.quarantine())
+            snapshot
+                .sweep(&self.profile, &plan, &self.quarantine())
+                .findings
         }
 
         fn changes(&self, findings: &[Finding]) -> Vec<(PathBuf, &'static str)> {
@@ -899,7 +1468,7 @@ mod tests {
             "{changes:?}"
         );
         assert!(
-            changes.contains(&(PathBuf::from(".claude"), "created")),
+            changes.contains(&(PathBuf::from(".claude/settings.json"), "created")),
             "{changes:?}"
         );
         // Deeper than the launch's bounded scan: the sweep's walk finds it.
@@ -907,11 +1476,81 @@ mod tests {
             changes.contains(&(PathBuf::from("a/b/c/d/e/f/g/nested/.git/hooks"), "created")),
             "{changes:?}"
         );
-        assert!(!ws.join(".claude").exists());
+        assert!(!ws.join(".claude/settings.json").exists());
         assert_eq!(
             fs::read_to_string(fx.quarantine().join(".claude/settings.json")).unwrap(),
             "{\"disableAllHooks\":true}"
         );
+    }
+
+    #[test]
+    fn sweep_judges_what_redirects_git() {
+        let fx = Fixture::new();
+        let ws = fx.ws.clone();
+        let git = |dir: &Path, args: &[&str]| {
+            let out = std::process::Command::new("git")
+                .arg("-C")
+                .arg(dir)
+                .args([
+                    "-c",
+                    "user.name=t",
+                    "-c",
+                    "user.email=t@t",
+                    "-c",
+                    "protocol.file.allow=always",
+                ])
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "git {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        git(&ws, &["init", "-q"]);
+        git(&ws, &["commit", "-q", "--allow-empty", "-m", "init"]);
+        let lib = fx.base().join("lib");
+        git(&fx.base(), &["init", "-q", lib.to_str().unwrap()]);
+        git(&lib, &["commit", "-q", "--allow-empty", "-m", "lib"]);
+        let findings = fx.run(|| {
+            // Ordinary work: a linked worktree, a submodule, a clone, a nested `git init`.
+            git(&ws, &["worktree", "add", "-q", "wt"]);
+            git(
+                &ws,
+                &["submodule", "add", "-q", lib.to_str().unwrap(), "lib"],
+            );
+            git(&ws, &["clone", "-q", lib.to_str().unwrap(), "cloned"]);
+            git(&ws, &["init", "-q", "fresh"]);
+            // Redirects: a commondir in the main repository, gitfiles to elsewhere, a
+            // worktree whose commondir points at a planted directory.
+            fs::write(ws.join(".git/commondir"), "../evil\n").unwrap();
+            fs::create_dir_all(ws.join("evil/hooks")).unwrap();
+            fs::create_dir_all(ws.join("redirected")).unwrap();
+            fs::write(ws.join("redirected/.git"), "gitdir: ../evil\n").unwrap();
+            fs::create_dir_all(ws.join("sneaky")).unwrap();
+            fs::write(
+                ws.join("sneaky/.git"),
+                format!("gitdir: {}\n", ws.join(".git/worktrees/bad").display()),
+            )
+            .unwrap();
+            fs::create_dir_all(ws.join(".git/worktrees/bad")).unwrap();
+            fs::write(ws.join(".git/worktrees/bad/commondir"), "../../../evil\n").unwrap();
+        });
+        let changes = fx.changes(&findings);
+        for expected in [
+            (".git/commondir", "created"),
+            ("redirected/.git", "redirect"),
+            ("sneaky/.git", "redirect"),
+            (".git/worktrees/bad/commondir", "created"),
+        ] {
+            assert!(
+                changes.contains(&(PathBuf::from(expected.0), expected.1)),
+                "{expected:?} not in {changes:?}"
+            );
+        }
+        assert_eq!(changes.len(), 4, "ordinary work was reported: {changes:?}");
+        assert!(ws.join("wt/.git").is_file() && ws.join("lib/.git").is_file());
     }
 
     #[test]
@@ -1011,7 +1650,7 @@ mod tests {
         huge.set_len(10 << 30).unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         let (profile, quarantine) = (fx.profile.clone(), fx.quarantine());
-        std::thread::spawn(move || tx.send(snapshot.sweep(&profile, &plan, &quarantine)));
+        std::thread::spawn(move || tx.send(snapshot.sweep(&profile, &plan, &quarantine).findings));
         let findings = rx
             .recv_timeout(Duration::from_secs(20))
             .expect("the sweep blocked");
@@ -1126,7 +1765,9 @@ mod tests {
             let started = std::time::Instant::now();
             let snapshot = Snapshot::take(&plan);
             let took = started.elapsed();
-            let findings = snapshot.sweep(&profile, &plan, &ws.parent().unwrap().join("q"));
+            let findings = snapshot
+                .sweep(&profile, &plan, &ws.parent().unwrap().join("q"))
+                .findings;
             let swept = started.elapsed() - took;
             let walk = walk_writable(&plan, Duration::ZERO);
             println!(

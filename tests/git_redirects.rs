@@ -1,0 +1,239 @@
+//! The way back out through git: whatever a run plants to redirect git (a `commondir`, a gitfile
+//! in place of `.git`, a repository made with `--separate-git-dir`, one nested deeper than the
+//! launch's scan or behind more entries than it reads, worktree metadata), the host's next
+//! `git status`, `add`, `commit` and `checkout` — in the workspace and in every nested
+//! repository — runs nothing the run wrote. Judged from outside, after the run, by a payload
+//! that writes a marker. And ordinary git work inside is neither hindered nor reported. Root and
+//! the unprivileged test user.
+
+mod support;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use support::*;
+
+const GIT: &str =
+    "git -c user.name=t -c user.email=t@t -c protocol.file.allow=always -c safe.directory=*";
+
+/// A real repository as the workspace (with one commit and a submodule `lib`) and a real
+/// nested one `sub`, owned by the world's owner.
+fn real_repositories(w: &World) {
+    fs::remove_dir_all(w.workspace.join(".git")).unwrap();
+    let libsrc = w.base.join("libsrc");
+    let script = format!(
+        "set -e; {GIT} init -q {lib}; {GIT} -C {lib} commit -q --allow-empty -m lib; \
+         cd {ws}; {GIT} init -q; {GIT} add README .vscode; {GIT} commit -q -m init; \
+         {GIT} submodule add -q {lib} lib; {GIT} commit -q -m 'add lib'; \
+         mkdir sub; cd sub; {GIT} init -q; echo s > s; {GIT} add s; {GIT} commit -q -m sub",
+        ws = w.workspace.display(),
+        lib = libsrc.display()
+    );
+    let out = std::process::Command::new("/bin/sh")
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    chown_tree(&w.workspace, w.owner);
+}
+
+/// The host's everyday git in `dirs` (those that exist), as the world's owner, with every
+/// ownership check off (the most trusting host): status, add, commit, checkout.
+fn host_git(w: &World, dirs: &[PathBuf]) -> Output {
+    let mut script = String::from("set +e\n");
+    for dir in dirs.iter().filter(|d| d.is_dir()) {
+        script.push_str(&format!(
+            "cd {d} && for c in status 'add -A' 'commit -q -m host' 'checkout -q -b host-branch'; do \
+             {GIT} -c safe.directory='*' $c >/dev/null 2>&1; done\n",
+            d = dir.display()
+        ));
+    }
+    let mut cmd = w.as_owner(Path::new("/bin/sh"));
+    cmd.args(["-c", &script])
+        .env_clear()
+        .env("HOME", &w.home)
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin");
+    cmd.output().unwrap()
+}
+
+both!(nothing_a_run_plants_runs_in_the_hosts_git, |w: &World| {
+    real_repositories(w);
+    let marker = w.base.join("PWNED");
+    let _ = fs::remove_file(&marker);
+    // A payload for every way git runs code: hooks and an fsmonitor.
+    let payload = format!("#!/bin/sh\necho \"$0\" >> {}\n", marker.display());
+    let plant = |dir: &str| {
+        format!(
+            "mkdir -p {dir}/hooks && for h in pre-commit post-commit post-checkout reference-transaction; do \
+             printf '%s' '{payload}' > {dir}/hooks/$h; chmod +x {dir}/hooks/$h; done; \
+             printf '[core]\\n\\tfsmonitor = \"echo fsmonitor >> {m}; false\"\\n' >> {dir}/config",
+            m = marker.display()
+        )
+    };
+    let script = format!(
+        "{GIT} init -q --bare evil; {evil}; \
+         {GIT} worktree add -q wt && printf '../../../evil\\n' > .git/worktrees/wt/commondir; \
+         {GIT} config core.fsmonitor \"echo fsmonitor >> {m}; false\"; \
+         {GIT} -C sub config alias.st '!echo alias >> {m}'; \
+         {GIT} config remote.backup.url /elsewhere; \
+         printf '../evil\\n' > .git/commondir; \
+         mv .git .git-moved 2>/dev/null && printf 'gitdir: evil\\n' > .git; \
+         rmdir sub/.git 2>/dev/null; mv sub/.git sub/.git-moved 2>/dev/null; \
+         {GIT} init -q --separate-git-dir=\"$PWD/sepgit\" separated; {sep}; \
+         mkdir -p a/b/c/d/e/f/g/deep && {GIT} -C a/b/c/d/e/f/g/deep init -q; {deep}; \
+         mkdir many && (cd many && seq 1 20500 | xargs touch) && mkdir -p many/zz/late && \
+         {GIT} -C many/zz/late init -q; {late}; \
+         mkdir gitfile-only && printf 'gitdir: ../evil\\n' > gitfile-only/.git; \
+         echo planted",
+        evil = plant("evil"),
+        sep = plant("sepgit"),
+        deep = plant("a/b/c/d/e/f/g/deep/.git"),
+        late = plant("many/zz/late/.git"),
+        m = marker.display(),
+    );
+    let config_before = fs::read_to_string(w.workspace.join(".git/config")).unwrap();
+    let out = w.sh(&script);
+    let text = describe(&out);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("planted"),
+        "{text}"
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(123),
+        "the run must say what it found: {text}"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for reported in [
+        ".git/commondir",
+        "separated/.git",
+        "a/b/c/d/e/f/g/deep/.git/hooks",
+        "many/zz/late/.git/hooks",
+        ".git/worktrees/wt/commondir",
+        "gitfile-only/.git",
+        ".git/config",
+        "sub/.git/config",
+    ] {
+        assert!(
+            stderr.contains(&w.workspace.join(reported).display().to_string()),
+            "{reported} not reported: {text}"
+        );
+    }
+    // A config that gained keys that run code is back as it was at launch.
+    assert_eq!(
+        fs::read_to_string(w.workspace.join(".git/config")).unwrap(),
+        config_before
+    );
+    // `.git` itself could not be moved or replaced, in the workspace or in `sub`.
+    assert!(w.workspace.join(".git").is_dir() && !w.workspace.join(".git-moved").exists());
+    assert!(w.workspace.join("sub/.git").is_dir() && !w.workspace.join("sub/.git-moved").exists());
+
+    let dirs: Vec<PathBuf> = [
+        "",
+        "sub",
+        "separated",
+        "a/b/c/d/e/f/g/deep",
+        "many/zz/late",
+        "wt",
+        "gitfile-only",
+        "evil",
+    ]
+    .iter()
+    .map(|d| w.workspace.join(d))
+    .collect();
+    let host = host_git(w, &dirs);
+    assert!(
+        !marker.exists(),
+        "the host's git ran what the run planted: {}\n{}",
+        fs::read_to_string(&marker).unwrap_or_default(),
+        describe(&host)
+    );
+});
+
+both!(
+    ordinary_git_work_is_neither_hindered_nor_reported,
+    |w: &World| {
+        real_repositories(w);
+        let script = format!(
+            "set -e; echo change >> README; {GIT} commit -q -am edit; {GIT} branch feature; \
+         echo wip >> README; {GIT} stash -q; {GIT} stash pop -q; {GIT} commit -q -am wip; \
+         {GIT} gc -q; {GIT} worktree add -q wt-ok; \
+         {GIT} -C lib commit -q --allow-empty -m 'lib work'; {GIT} commit -q -am 'bump lib'; \
+         {GIT} submodule update -q; \
+         mkdir nested && {GIT} -C nested init -q && echo n > nested/n && {GIT} -C nested add n && \
+         {GIT} -C nested commit -q -m n && {GIT} clone -q nested cloned; \
+         {GIT} status --short >/dev/null; echo done"
+        );
+        let out = w.sh(&script);
+        let text = describe(&out);
+        assert_eq!(out.status.code(), Some(0), "{text}");
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("done"),
+            "{text}"
+        );
+        let log = std::process::Command::new("git")
+            .args(["-c", "safe.directory=*", "-C"])
+            .arg(&w.workspace)
+            .args(["log", "--oneline"])
+            .output()
+            .unwrap();
+        let log = String::from_utf8_lossy(&log.stdout);
+        assert!(log.contains("bump lib") && log.contains("wip"), "{log}");
+        assert!(w.workspace.join("wt-ok/.git").is_file());
+        assert!(w.workspace.join("lib/.git").is_file());
+    }
+);
+
+// A change the host makes during the run to a persistence path that was read-only to the run
+// (the user's editor saving `.vscode/settings.json`) is the host's: kept, never quarantined.
+// Moving the directory above such a path and planting a new one in its place is the run's.
+both!(host_edits_during_the_run_are_kept, |w: &World| {
+    real_repositories(w);
+    fs::create_dir_all(w.workspace.join("sub/.vscode")).unwrap();
+    fs::write(w.workspace.join("sub/.vscode/tasks.json"), "{}").unwrap();
+    chown_tree(&w.workspace, w.owner);
+    let child = w
+        .command(&[], &["/bin/sh", "-c", "sleep 3"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1200));
+    // An editor's save: a new file renamed into place, and an edit in place.
+    let vscode = w.workspace.join(".vscode");
+    fs::write(vscode.join(".settings.json.tmp"), "{\"editor\": \"host\"}").unwrap();
+    fs::rename(
+        vscode.join(".settings.json.tmp"),
+        vscode.join("settings.json"),
+    )
+    .unwrap();
+    fs::write(vscode.join("tasks.json"), "{\"host\": true}").unwrap();
+    chown_tree(&vscode, w.owner);
+    let out = child.wait_with_output().unwrap();
+    let text = describe(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("kept changes made on the host"),
+        "{text}"
+    );
+    assert_eq!(
+        fs::read_to_string(vscode.join("settings.json")).unwrap(),
+        "{\"editor\": \"host\"}"
+    );
+    assert_eq!(
+        fs::read_to_string(vscode.join("tasks.json")).unwrap(),
+        "{\"host\": true}"
+    );
+
+    // The run moves `sub` (its `.vscode` goes with it) and plants a new `sub/.vscode`.
+    let out = w.sh(
+        "mv sub sub-moved && mkdir -p sub/.vscode && echo '{\"evil\": 1}' > sub/.vscode/tasks.json && echo planted",
+    );
+    let text = describe(&out);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("planted"),
+        "{text}"
+    );
+    assert_eq!(out.status.code(), Some(123), "{text}");
+    assert!(!w.workspace.join("sub/.vscode").exists(), "{text}");
+});
