@@ -76,6 +76,8 @@ pub struct Summary {
     pub audit_head: String,
     /// Records reported from inside that were not written: the run reached its cap.
     pub inside_not_written: u64,
+    /// The patch of what the run wrote at protected names (quarantined), if any.
+    pub proposed_changes: Option<String>,
 }
 
 impl Summary {
@@ -143,6 +145,9 @@ impl Summary {
                 ("supervisor", "sweep") => {
                     if let Some(f) = record["findings"].as_array() {
                         s.sweep.extend(f.iter().cloned());
+                    }
+                    if let Some(patch) = record["proposed_changes"].as_str() {
+                        s.proposed_changes = Some(patch.to_string());
                     }
                 }
                 ("sandbox", "decision") if record["reported"]["decision"] == "deny" => {
@@ -213,6 +218,12 @@ impl Summary {
                 cell(&f["change"]),
                 cell(&f["path"]),
                 cell(&f["quarantined_to"])
+            ));
+        }
+        if let Some(patch) = &self.proposed_changes {
+            md.push_str(&format!(
+                "\nWhat the run wrote there, as a patch to review and apply if wanted: `{}`\n",
+                cell(&Value::String(patch.clone()))
             ));
         }
         md.push_str(&format!(

@@ -912,3 +912,41 @@ both_claude!(
         assert!(mock.messages_requests().is_empty(), "claude ran");
     }
 );
+
+// A tracked protected file on another branch: `git checkout` cannot replace the read-only file
+// and goes on with everything else. The model is told, in the next request, what that means
+// and what to do (not to commit the stale file), and the run's status is clean.
+both_claude!(
+    a_checkout_over_a_protected_file_is_explained_to_the_model,
+    |w: &World| {
+        fs::remove_dir_all(w.workspace.join(".git")).unwrap();
+        let git = "git -c user.name=t -c user.email=t@t -c safe.directory=*";
+        let setup = format!(
+            "set -e; cd {ws}; {git} init -q; mkdir -p .github/workflows; echo v1 > .github/workflows/ci.yml; \
+             {git} add -A; {git} commit -q -m one; {git} checkout -q -b other; \
+             echo v2 > .github/workflows/ci.yml; echo b > README; {git} commit -q -am two; \
+             {git} checkout -q master 2>/dev/null || {git} checkout -q main",
+            ws = w.workspace.display()
+        );
+        let out = std::process::Command::new("/bin/sh")
+            .args(["-c", &setup])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", describe(&out));
+        chown_tree(&w.workspace, w.owner);
+        let mock = Mock::start(w, json!([bash("git checkout other"), text("fin")]));
+        let run = run_claude(w, &profile(w, &mock, true, ""), &[]);
+        assert!(run.status.success(), "{}", run.describe());
+        let raw = mock.raw();
+        assert!(
+            raw.contains("StepProof: `Read-only file system`")
+                && raw.contains("Do not commit them"),
+            "the model was not told: {}",
+            run.describe()
+        );
+        assert_eq!(
+            fs::read_to_string(w.workspace.join(".github/workflows/ci.yml")).unwrap(),
+            "v1\n"
+        );
+    }
+);

@@ -237,3 +237,91 @@ both!(host_edits_during_the_run_are_kept, |w: &World| {
     assert_eq!(out.status.code(), Some(123), "{text}");
     assert!(!w.workspace.join("sub/.vscode").exists(), "{text}");
 });
+
+// A persistence path that did not exist at launch is moved away as soon as the run creates it,
+// not only after the run: the host's tools on the same checkout never see it meanwhile.
+both!(
+    names_created_during_the_run_are_gone_at_once,
+    |w: &World| {
+        let child = w
+            .command(
+                &[],
+                &[
+                    "/bin/sh",
+                    "-c",
+                    "mkdir -p .claude .github/workflows; echo '{}' > .claude/settings.json; \
+                 echo '{}' > .mcp.json; echo 'on: push' > .github/workflows/x.yml; \
+                 echo 'eval evil' > .envrc; touch ready; sleep 3",
+                ],
+            )
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let ready = w.workspace.join("ready");
+        let started = std::time::Instant::now();
+        while !ready.exists() && started.elapsed() < std::time::Duration::from_secs(20) {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        if !ready.exists() {
+            let out = child.wait_with_output().unwrap();
+            panic!("the run did not start: {}", describe(&out));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let during: Vec<&str> = [
+            ".claude/settings.json",
+            ".mcp.json",
+            ".github/workflows",
+            ".envrc",
+        ]
+        .into_iter()
+        .filter(|p| fs::symlink_metadata(w.workspace.join(p)).is_ok())
+        .collect();
+        let out = child.wait_with_output().unwrap();
+        let text = describe(&out);
+        assert!(
+            during.is_empty(),
+            "still there during the run: {during:?}\n{text}"
+        );
+        assert_eq!(out.status.code(), Some(123), "{text}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr)
+                .contains("moved to the quarantine as soon as it appeared"),
+            "{text}"
+        );
+    }
+);
+
+// A workspace that is a linked worktree: its git directory is outside the view, and the launch
+// says so (git inside cannot work; nothing is silently half-working).
+both!(a_linked_worktree_workspace_is_named, |w: &World| {
+    real_repositories(w);
+    let linked = w.home.join("src/linked");
+    let out = std::process::Command::new("/bin/sh")
+        .args([
+            "-c",
+            &format!(
+                "{GIT} -C {ws} worktree add -q {linked}",
+                ws = w.workspace.display(),
+                linked = linked.display()
+            ),
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    chown_tree(&w.home.join("src"), w.owner);
+    let out = w
+        .command(
+            &["--workspace", linked.to_str().unwrap()],
+            &["/bin/sh", "-c", "git status"],
+        )
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("WARNING: the workspace's .git names")
+            && stderr.contains("run from the main checkout"),
+        "{}",
+        describe(&out)
+    );
+});

@@ -4,7 +4,7 @@
 //! | --- | --- | --- |
 //! | PreToolUse | the decision JSON; deny also exits 2 with the reason on stderr | deny, exit 2 |
 //! | ConfigChange | refuse the reload: exit 2 | refuse |
-//! | PostToolUse, PostToolUseFailure | nothing; an evidence record | exit 0, failure record |
+//! | PostToolUse, PostToolUseFailure | an evidence record; `additionalContext` after a Bash call the kernel refused as read-only | exit 0, failure record |
 //! | SessionStart, UserPromptSubmit, PreCompact | `additionalContext` | exit 0, no context |
 //! | anything else (Stop, SessionEnd, …) | nothing | exit 0: exit 2 on Stop loops the agent |
 //!
@@ -308,7 +308,20 @@ pub fn respond(args: &Args, stdin: &[u8]) -> Response {
     match event.as_str() {
         "PreToolUse" => pre_tool_use(args, input),
         "ConfigChange" => config_change(args, input.ok()),
-        "PostToolUse" | "PostToolUseFailure" => observe(args, &event, input, evidence),
+        "PostToolUse" | "PostToolUseFailure" => {
+            let context = input.as_ref().ok().and_then(read_only_context);
+            let mut response = observe(args, &event, input, evidence);
+            if let Some(context) = context {
+                response.stdout = json!({
+                    "hookSpecificOutput": {
+                        "hookEventName": event,
+                        "additionalContext": context,
+                    }
+                })
+                .to_string();
+            }
+            response
+        }
         "SessionStart" | "UserPromptSubmit" | "PreCompact" => context(args, &event, input),
         _ => Response::silent(),
     }
@@ -430,6 +443,78 @@ fn observe(
         records: vec![record],
         ..Response::silent()
     }
+}
+
+/// At most this many protected paths are named in the context.
+const MAX_NAMED_READ_ONLY: usize = 20;
+
+/// After a Bash call the kernel answered `Read-only file system` (EROFS): what that means under
+/// StepProof, in words the model can act on. A protected file (git hooks and config, CI, editor,
+/// agent and tool settings) is read-only inside, and git's checkout, rebase, merge, reset and
+/// stash do not stop at one: they report `unable to unlink old '…'`, change everything else and
+/// leave the file as it was, which then shows as modified. `None` when the output says nothing
+/// of the kind.
+pub fn read_only_context(input: &HookInput) -> Option<String> {
+    if input.tool_name.as_deref() != Some("Bash") {
+        return None;
+    }
+    let mut text = String::new();
+    if let Some(response) = &input.tool_response {
+        for key in ["stdout", "stderr"] {
+            if let Some(part) = response.get(key).and_then(Value::as_str) {
+                text.push_str(part);
+                text.push('\n');
+            }
+        }
+        if let Some(part) = response.as_str() {
+            text.push_str(part);
+        }
+    }
+    if let Some(error) = input.error.as_ref().and_then(Value::as_str) {
+        text.push_str(error);
+    }
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("Read-only file system"))
+        .collect();
+    if lines.is_empty() {
+        return None;
+    }
+    let mut paths: Vec<String> = Vec::new();
+    for line in &lines {
+        // git quotes the path ('…'); sh and coreutils put it before a colon.
+        let quoted = line.split('\'').nth(1).filter(|p| !p.is_empty());
+        let named = quoted.or_else(|| {
+            line.rsplit_once(": Read-only file system")
+                .map(|(head, _)| head.rsplit(": ").next().unwrap_or(head).trim())
+        });
+        if let Some(path) = named.map(|p| p.trim_start_matches("cannot create ").to_string())
+            && !path.is_empty()
+            && !paths.contains(&path)
+            && paths.len() < MAX_NAMED_READ_ONLY
+        {
+            paths.push(path);
+        }
+    }
+    let git_partial = lines.iter().any(|l| l.contains("unable to unlink old"));
+    let mut context = format!(
+        "StepProof: `Read-only file system` means the command tried to change files that StepProof keeps read-only inside the sandbox because they run outside it later (git hooks and config, CI workflows, editor, agent and tool settings){}.",
+        if paths.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", paths.join(", "))
+        }
+    );
+    if git_partial {
+        context.push_str(
+            " git went on with everything else: the branch or state it switched to is in place, but these files kept their old content and `git status` shows them modified. Do not commit them as they are (that would undo this branch's change to them) and do not try to work around the protection; leave them, and tell the user which protected files the branch changes so they can update them outside the sandbox.",
+        );
+    } else {
+        context.push_str(
+            " Do not try to work around it: describe the change these files need to the user, who can make it outside the sandbox.",
+        );
+    }
+    Some(context)
 }
 
 fn failure_record(event: &str, why: &str, policy: Option<&CompiledPolicy>) -> Value {
@@ -647,6 +732,46 @@ fn sha256_file(path: &Path) -> std::io::Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn read_only_refusals_become_context_the_model_can_act_on() {
+        let bash = |stdout: &str, stderr: &str| HookInput {
+            tool_name: Some("Bash".into()),
+            tool_response: Some(json!({"stdout": stdout, "stderr": stderr})),
+            ..HookInput::default()
+        };
+        let checkout = bash(
+            "",
+            "error: unable to unlink old '.github/workflows/ci.yml': Read-only file system\nSwitched to branch 'other'\n",
+        );
+        let context = read_only_context(&checkout).unwrap();
+        assert!(context.contains(".github/workflows/ci.yml"), "{context}");
+        assert!(context.contains("Do not commit them"), "{context}");
+        let shell = bash(
+            "",
+            "sh: 1: cannot create .vscode/tasks.json: Read-only file system\n",
+        );
+        let context = read_only_context(&shell).unwrap();
+        assert!(
+            context.contains(".vscode/tasks.json") && !context.contains("Do not commit"),
+            "{context}"
+        );
+        assert!(read_only_context(&bash("all fine", "")).is_none());
+        let failure = HookInput {
+            tool_name: Some("Bash".into()),
+            error: Some(json!("touch: cannot touch '.envrc': Read-only file system")),
+            ..HookInput::default()
+        };
+        assert!(read_only_context(&failure).unwrap().contains(".envrc"));
+        let write = HookInput {
+            tool_name: Some("Write".into()),
+            tool_response: Some(json!({"stderr": "Read-only file system"})),
+            ..HookInput::default()
+        };
+        assert!(read_only_context(&write).is_none());
+        // (Through `respond`, end to end: an observer event sets this process's observer
+        // flag, which `a_panic_on_a_gate_is_a_deny` relies on being clear.)
+    }
 
     #[test]
     fn parses_args() {

@@ -197,6 +197,39 @@ fn observers_exit_zero_and_print_nothing() {
     }
 }
 
+// A Bash call the kernel refused as read-only (a protected file): the observer answers with
+// context the model can act on, still exit 0.
+#[test]
+fn a_read_only_refusal_tells_the_model_what_it_means() {
+    let setup = Setup::new("default");
+    for event in ["PostToolUse", "PostToolUseFailure"] {
+        let input = serde_json::json!({
+            "hook_event_name": event,
+            "session_id": "s",
+            "cwd": setup.workspace(),
+            "tool_name": "Bash",
+            "tool_input": {"command": "git checkout other"},
+            "tool_use_id": "t1",
+            "tool_response": {"stdout": "", "stderr": "error: unable to unlink old '.github/workflows/ci.yml': Read-only file system\nSwitched to branch 'other'"},
+            "error": "error: unable to unlink old '.github/workflows/ci.yml': Read-only file system",
+        });
+        let r = run(
+            &["--policy", setup.policy.to_str().expect("utf8")],
+            input.to_string().as_bytes(),
+        );
+        assert_eq!(r.code, 0, "{event}: {}", r.stderr);
+        let out = r.json();
+        assert_eq!(out["hookSpecificOutput"]["hookEventName"], event);
+        let context = out["hookSpecificOutput"]["additionalContext"]
+            .as_str()
+            .expect("context");
+        assert!(
+            context.contains(".github/workflows/ci.yml") && context.contains("Do not commit"),
+            "{context}"
+        );
+    }
+}
+
 #[test]
 fn config_change_is_refused() {
     let setup = Setup::new("default");

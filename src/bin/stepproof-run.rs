@@ -249,6 +249,9 @@ fn launch(
     } else {
         args.command.clone()
     };
+    for note in plan.notes.iter().filter(|n| n.starts_with("WARNING")) {
+        eprintln!("stepproof-run: {note}");
+    }
     if !plan.losses.is_empty() {
         eprintln!(
             "stepproof-run: WARNING: running with Landlock + seccomp only (no user namespaces here):"
@@ -287,7 +290,18 @@ fn launch(
         timeout: args.timeout,
         inside_max_bytes: profile.audit.inside_max_mib << 20,
     };
+    // Names that do not exist yet are watched while the run is on (moved at once if created).
+    let watcher = (!args.selftest)
+        .then(|| {
+            stepproof::supervisor::watch::Watcher::start(
+                &plan.workspace,
+                snapshot.watch_targets(),
+                &facts.run_dir.join("quarantine"),
+            )
+        })
+        .flatten();
     let mut result = spawn::run(&plan, &command, audit.as_ref(), &options);
+    let moved_during_run = watcher.map(|w| w.stop()).unwrap_or_default();
     if let Some(counts) = result.hook_records.filter(|c| c.over_cap > 0) {
         outputs
             .status_extra
@@ -300,7 +314,8 @@ fn launch(
     // The persistence sweep, only when the command ran.
     if !matches!(result.outcome, Outcome::StepproofError { .. }) && !args.selftest {
         let sweep = snapshot.sweep(&profile, &plan, &facts.run_dir.join("quarantine"));
-        let mut findings = sweep.findings;
+        let mut findings = moved_during_run;
+        findings.extend(sweep.findings);
         if !sweep.host_edits.is_empty() {
             eprintln!(
                 "stepproof-run: kept changes made on the host during the run (read-only to the run): {}",
@@ -316,11 +331,31 @@ fn launch(
             &profile,
             &writable_roots(&plan),
         ));
+        // What the run wanted at protected names, as a patch the user may apply after review.
+        let proposed = stepproof::supervisor::proposed::write_patch(
+            &plan.workspace,
+            &findings,
+            &facts.run_dir,
+        )
+        .unwrap_or_else(|e| {
+            eprintln!("stepproof-run: writing the proposed changes: {e}");
+            None
+        });
+        if let Some(patch) = &proposed {
+            outputs.status_extra.insert(
+                "proposed_changes".into(),
+                patch.display().to_string().into(),
+            );
+        }
         if let Some(audit) = &audit {
             audit.record(
                 "supervisor",
                 "sweep",
-                &serde_json::json!({ "findings": findings, "host_edits": sweep.host_edits }),
+                &serde_json::json!({
+                    "findings": findings,
+                    "host_edits": sweep.host_edits,
+                    "proposed_changes": proposed,
+                }),
             );
         }
         if !findings.is_empty() {
@@ -347,6 +382,12 @@ fn launch(
                     ),
                     (None, None) => eprintln!("  {} {}{detail}", f.change, f.path.display()),
                 }
+            }
+            if let Some(patch) = &proposed {
+                eprintln!(
+                    "stepproof-run: what the run wrote there, as a patch to review and apply if you want it: {}",
+                    patch.display()
+                );
             }
             result.outcome = Outcome::Tampering {
                 exit_code: EXIT_TAMPERING,

@@ -254,6 +254,29 @@ pub const DEVICE_NODES: &[&str] = &["null", "zero", "full", "random", "urandom",
 const SCAN_ENTRY_LIMIT: usize = 20_000;
 const SOCKET_SCAN_DEPTH: usize = 2;
 
+/// The git directory a gitfile at the workspace's `.git` names, when it is outside the
+/// workspace (a linked worktree, a submodule checkout).
+fn git_dir_outside(workspace: &Path) -> Option<PathBuf> {
+    let gitfile = workspace.join(".git");
+    if !fs::symlink_metadata(&gitfile).ok()?.is_file() {
+        return None;
+    }
+    let text = fs::read_to_string(&gitfile).ok()?;
+    let target = text.lines().next()?.strip_prefix("gitdir:")?.trim();
+    let path = workspace.join(target);
+    let normal: PathBuf = path.components().fold(PathBuf::new(), |mut out, c| {
+        match c {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => out.push(other),
+        }
+        out
+    });
+    (!normal.starts_with(workspace)).then_some(normal)
+}
+
 pub fn build_plan(profile: &Profile, facts: &HostFacts) -> Result<SandboxPlan, PlanError> {
     let mut notes = Vec::new();
     let identity = choose_identity(profile, facts, &mut notes)?;
@@ -397,6 +420,12 @@ pub fn build_plan(profile: &Profile, facts: &HostFacts) -> Result<SandboxPlan, P
         });
     }
 
+    if let Some(git_dir) = git_dir_outside(&workspace) {
+        notes.push(format!(
+            "WARNING: the workspace's .git names {}, outside the workspace (a linked worktree or a submodule checkout): it is not in the sandbox's view, so git inside reports \"not a git repository\"; run from the main checkout to give the agent git",
+            git_dir.display()
+        ));
+    }
     // Each repository's `.git`: a directory is pinned (a mount point cannot be renamed,
     // removed or replaced, so no gitfile or link can take its place while git inside works
     // as usual); a gitfile is read-only (its content is the redirect).

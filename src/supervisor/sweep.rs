@@ -92,7 +92,7 @@ pub struct Finding {
 }
 
 impl Finding {
-    fn new(path: PathBuf, change: &'static str) -> Finding {
+    pub(crate) fn new(path: PathBuf, change: &'static str) -> Finding {
         Finding {
             path,
             change,
@@ -732,6 +732,28 @@ impl Snapshot {
         }
     }
 
+    /// The persistence paths absent at launch whose mere creation is a finding (not those
+    /// judged by content: `.gitmodules` and what git writes in a git directory, except a
+    /// repository's `commondir` and `config.worktree`), for the watcher.
+    pub fn watch_targets(&self) -> Vec<PathBuf> {
+        self.paths
+            .iter()
+            .filter(|(_, state)| **state == State::Absent)
+            .map(|(rel, _)| rel)
+            .filter(|rel| {
+                let in_git = rel.components().any(|c| c.as_os_str() == ".git");
+                let name = rel.file_name().unwrap_or_default();
+                let repo_level = rel
+                    .parent()
+                    .and_then(Path::file_name)
+                    .is_some_and(|p| p == ".git");
+                name != ".gitmodules"
+                    && (!in_git || repo_level && (name == "commondir" || name == "config.worktree"))
+            })
+            .cloned()
+            .collect()
+    }
+
     /// One walk over everything the sandbox could write (stripping setuid/setgid bits the run
     /// set and finding every nested repository), then a comparison of the paths recorded and
     /// those of the repositories found, quarantining what was created or changed.
@@ -986,13 +1008,13 @@ impl Snapshot {
 
 /// The quarantine directory: created by the supervisor outside the workspace when first
 /// needed, entries moved in by `renameat2` between directory descriptors.
-struct Quarantine {
+pub(crate) struct Quarantine {
     path: PathBuf,
     fd: Option<OwnedFd>,
 }
 
 impl Quarantine {
-    fn new(path: &Path) -> Quarantine {
+    pub(crate) fn new(path: &Path) -> Quarantine {
         Quarantine {
             path: path.to_path_buf(),
             fd: None,
@@ -1012,7 +1034,7 @@ impl Quarantine {
 
     /// Moves `rel` (beneath the workspace `root`; the entry itself, a link as a link) to the
     /// same place in the quarantine.
-    fn take_in(&mut self, root: BorrowedFd<'_>, rel: &Path) -> io::Result<PathBuf> {
+    pub(crate) fn take_in(&mut self, root: BorrowedFd<'_>, rel: &Path) -> io::Result<PathBuf> {
         let name = rel
             .file_name()
             .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
