@@ -271,7 +271,7 @@ both!(
         let during: Vec<&str> = [
             ".claude/settings.json",
             ".mcp.json",
-            ".github/workflows",
+            ".github/workflows/x.yml",
             ".envrc",
         ]
         .into_iter()
@@ -284,10 +284,20 @@ both!(
             "still there during the run: {during:?}\n{text}"
         );
         assert_eq!(out.status.code(), Some(123), "{text}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(
-            String::from_utf8_lossy(&out.stderr)
-                .contains("moved to the quarantine as soon as it appeared"),
+            stderr.contains("moved to the quarantine as soon as it appeared"),
             "{text}"
+        );
+        // What the run wrote there is offered back as a patch.
+        let patch = stderr
+            .lines()
+            .find_map(|l| l.split("apply if you want it: ").nth(1))
+            .unwrap_or_else(|| panic!("no patch named: {text}"));
+        let patch = fs::read_to_string(patch.trim()).unwrap();
+        assert!(
+            patch.contains("+++ b/.envrc") && patch.contains("+eval evil"),
+            "{patch}"
         );
     }
 );
@@ -323,5 +333,48 @@ both!(a_linked_worktree_workspace_is_named, |w: &World| {
             && stderr.contains("run from the main checkout"),
         "{}",
         describe(&out)
+    );
+});
+
+// The launch's scan for nested repositories is bounded (it is on the launch path); where it
+// stopped is in the start record, and the sweep after the run is not bounded: a repository
+// beyond the scan that gains a hook during the run is still found.
+both!(the_start_record_says_where_the_scan_stopped, |w: &World| {
+    let many = w.workspace.join("many");
+    fs::create_dir_all(&many).unwrap();
+    for i in 0..20_500 {
+        fs::write(many.join(format!("f{i}")), "").unwrap();
+    }
+    let repo = many.join("zz/repo");
+    fs::create_dir_all(repo.join(".git/hooks")).unwrap();
+    fs::write(repo.join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
+    chown_tree(&w.workspace, w.owner);
+    let audit_dir = w.base.join("scan-audit");
+    fs::create_dir_all(&audit_dir).unwrap();
+    chown_tree(&audit_dir, w.owner);
+    let audit = audit_dir.join("audit.jsonl");
+    let out = w
+        .command(
+            &["--audit-log", audit.to_str().unwrap()],
+            &[
+                "/bin/sh",
+                "-c",
+                "printf '#!/bin/sh\\necho pwned\\n' > many/zz/repo/.git/hooks/post-checkout",
+            ],
+        )
+        .output()
+        .unwrap();
+    let text = describe(&out);
+    assert_eq!(out.status.code(), Some(123), "{text}");
+    assert!(!repo.join(".git/hooks/post-checkout").exists(), "{text}");
+    let log = fs::read_to_string(&audit).unwrap();
+    let start: serde_json::Value = serde_json::from_str(log.lines().next().unwrap()).unwrap();
+    assert!(
+        start["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n.as_str().unwrap().contains("stopped after 20000 entries")),
+        "{start}"
     );
 });
