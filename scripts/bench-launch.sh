@@ -19,6 +19,13 @@
 #                        beside it); default: build all three as scripts/install does
 #                        (scripts/build-release, in CARGO_TARGET_DIR or the workspace's target/)
 #   PIN_CPU ("")         CPU to pin every launch to with taskset; "" = no pinning
+#   BASELINE_RUN ("")    another stepproof-run (an earlier build, with its stepproof-hook
+#                        beside it): its core and default profiles are timed in the same
+#                        interleaved rounds (`base-core`, `base-default`) and the differences
+#                        printed, in ms
+#   WORKSPACE ("empty")  "empty": a fresh temporary directory; "realistic": a checkout of
+#                        5 nested git repositories and 50,000 entries (what the launch's scan
+#                        and the sweep after the run walk)
 #
 # Exit status: 0 when the benchmark ran (whether or not the target is met), non-zero when
 # the set-up failed (no compiler, no bubblewrap, a build error, a variant not exiting 0).
@@ -42,6 +49,28 @@ work=$(mktemp -d /tmp/stepproof-bench-launch.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 ws=$work/workspace
 mkdir -p "$ws"
+WORKSPACE=${WORKSPACE:-empty}
+case $WORKSPACE in
+empty) ;;
+realistic)
+    echo "making a realistic checkout: 5 nested repositories, 50,000 entries …" >&2
+    git -C "$ws" init -q
+    for r in app lib/core lib/util vendor/dep tools/gen; do
+        mkdir -p "$ws/$r" && git -C "$ws/$r" init -q
+    done
+    for d in $(seq 1 50); do
+        mkdir -p "$ws/src/m$d" "$ws/lib/core/src/m$d" "$ws/node_modules/p$d/lib"
+        (cd "$ws/src/m$d" && seq 1 330 | sed 's/$/.rs/' | xargs touch)
+        (cd "$ws/lib/core/src/m$d" && seq 1 330 | sed 's/$/.rs/' | xargs touch)
+        (cd "$ws/node_modules/p$d/lib" && seq 1 330 | sed 's/$/.js/' | xargs touch)
+    done
+    mkdir -p "$ws/.github/workflows" "$ws/.vscode"
+    echo 'on: push' >"$ws/.github/workflows/ci.yml"
+    echo '{}' >"$ws/.vscode/settings.json"
+    echo "  $(find "$ws" | wc -l) entries" >&2
+    ;;
+*) die "WORKSPACE must be empty or realistic (got '$WORKSPACE')" ;;
+esac
 
 # --- bubblewrap (baseline only) --------------------------------------------------------------
 if ! command -v bwrap >/dev/null; then
@@ -171,12 +200,20 @@ if [[ -n $PIN_CPU ]]; then
 fi
 
 variants=(bare bwrap stepproof default)
+if [[ -n ${BASELINE_RUN:-} ]]; then
+    [[ -x $BASELINE_RUN ]] || die "BASELINE_RUN=$BASELINE_RUN is not executable"
+    base_core_cmd=("$BASELINE_RUN" "${stepproof_cmd[@]:1}")
+    base_default_cmd=("$BASELINE_RUN" "${default_cmd[@]:1}")
+    variants+=(base-core base-default)
+fi
 cmd_of() { # variant -> sets the array $cmd
     case $1 in
     bare) cmd=("${bare_cmd[@]}") ;;
     bwrap) cmd=("${bwrap_cmd[@]}") ;;
     stepproof) cmd=("${stepproof_cmd[@]}") ;;
     default) cmd=("${default_cmd[@]}") ;;
+    base-core) cmd=("${base_core_cmd[@]}") ;;
+    base-default) cmd=("${base_default_cmd[@]}") ;;
     esac
 }
 
@@ -238,10 +275,17 @@ done
 echo
 echo "kernel $(uname -r), $(nproc) CPUs, $(bwrap --version 2>/dev/null || echo bwrap),"
 echo "$ROUNDS interleaved rounds × $RUNS_PER_ROUND launches; wall time per launch of /bin/true, ms"
-printf '%-10s %6s %9s %9s %9s\n' variant n median p10 p90
+printf '%-12s %6s %9s %9s %9s\n' variant n median p10 p90
 for v in "${variants[@]}"; do
-    printf '%-10s %6s %9s %9s %9s\n' "$v" "${n[$v]}" "${med[$v]}" "${p10[$v]}" "${p90[$v]}"
+    printf '%-12s %6s %9s %9s %9s\n' "$v" "${n[$v]}" "${med[$v]}" "${p10[$v]}" "${p90[$v]}"
 done
+if [[ -n ${BASELINE_RUN:-} ]]; then
+    diff_ms() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%+.3f", a - b }'; }
+    echo
+    echo "against the baseline build ($BASELINE_RUN), medians, ms:"
+    echo "  core profile     $(diff_ms "${med[stepproof]}" "${med[base-core]}")  (ratio $(ratio "${med[stepproof]}" "${med[base-core]}"))"
+    echo "  default profile  $(diff_ms "${med[default]}" "${med[base-default]}")  (ratio $(ratio "${med[default]}" "${med[base-default]}"))"
+fi
 echo
 echo "ratios of medians:"
 echo "  stepproof/bare   $(ratio "${med[stepproof]}" "${med[bare]}")"

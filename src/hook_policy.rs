@@ -11,14 +11,11 @@ use stepproof_hook::policy::{CompiledPolicy, Context, compile};
 /// persistence names serves the kernel (read-only binds, the sweep) and the hook.
 pub const PROTECTED_TOKEN: &str = "@protected";
 
-/// The hook patterns `@protected` stands for.
+/// The hook patterns `@protected` stands for (`dir/**` also matches `dir` itself).
 pub fn protected_patterns(protected: &[String]) -> Vec<String> {
     protected
         .iter()
-        .flat_map(|name| {
-            let name = name.trim_matches('/');
-            [format!("**/{name}"), format!("**/{name}/**")]
-        })
+        .map(|name| format!("**/{}/**", name.trim_matches('/')))
         .collect()
 }
 
@@ -97,7 +94,32 @@ mod tests {
             .unwrap();
         assert!(!rule.paths.iter().any(|p| p == PROTECTED_TOKEN));
         for name in &profile.filesystem.protected {
-            assert!(rule.paths.contains(&format!("**/{name}")), "{name}");
+            assert!(rule.paths.contains(&format!("**/{name}/**")), "{name}");
+        }
+        // And the compiled policy acts on them, in the workspace and in nested repositories.
+        let ws = Path::new("/w");
+        let policy = profile_policy(&profile, Path::new("/h"), ws).unwrap();
+        let call = stepproof_hook::policy::CallContext {
+            cwd: Some("/w"),
+            effects: None,
+        };
+        let write = |path: &str| {
+            let input = serde_json::json!({ "file_path": path, "content": "x" });
+            policy.check("Write", &input, &call)
+        };
+        for path in [
+            "/w/.envrc",
+            "/w/.claude/settings.json",
+            "/w/.claude/hooks/pre.sh",
+            "/w/sub/.github/workflows/ci.yml",
+            "/w/rust-toolchain.toml",
+            "/w/.git/config",
+        ] {
+            let verdict = write(path);
+            assert_eq!(verdict.rule_id, "protected-paths", "{path}: {verdict:?}");
+        }
+        for path in ["/w/src/main.rs", "/w/.claude/worktrees/x/src/lib.rs"] {
+            assert_ne!(write(path).rule_id, "protected-paths", "{path}");
         }
     }
 }

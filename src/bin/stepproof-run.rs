@@ -289,19 +289,12 @@ fn launch(
     let options = spawn::RunOptions {
         timeout: args.timeout,
         inside_max_bytes: profile.audit.inside_max_mib << 20,
+        // Names that do not exist yet are watched while the run is on (moved at once).
+        watch: (!args.selftest)
+            .then(|| (snapshot.watch_targets(), facts.run_dir.join("quarantine"))),
     };
-    // Names that do not exist yet are watched while the run is on (moved at once if created).
-    let watcher = (!args.selftest)
-        .then(|| {
-            stepproof::supervisor::watch::Watcher::start(
-                &plan.workspace,
-                snapshot.watch_targets(),
-                &facts.run_dir.join("quarantine"),
-            )
-        })
-        .flatten();
     let mut result = spawn::run(&plan, &command, audit.as_ref(), &options);
-    let moved_during_run = watcher.map(|w| w.stop()).unwrap_or_default();
+    let moved_during_run = std::mem::take(&mut result.moved_during_run);
     if let Some(counts) = result.hook_records.filter(|c| c.over_cap > 0) {
         outputs
             .status_extra

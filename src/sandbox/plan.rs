@@ -8,6 +8,7 @@ use crate::sandbox::env::build_environment;
 use crate::sandbox::landlock::{FsAccess, LandlockPlan, LandlockRule};
 use serde::Serialize;
 use std::collections::BTreeSet;
+use std::ffi::OsString;
 use std::fs;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
@@ -441,11 +442,28 @@ pub fn build_plan(profile: &Profile, facts: &HostFacts) -> Result<SandboxPlan, P
         }
     }
     // Persistence paths: read-only where they exist; all of them recorded for the sweep.
+    // One listing per parent directory instead of a lookup per name: most names are absent.
+    let mut listings: std::collections::HashMap<
+        &Path,
+        Option<std::collections::HashSet<OsString>>,
+    > = std::collections::HashMap::new();
     for path in &protected_paths {
         if crate::sandbox::protected::is_git_config(path) {
             continue;
         }
-        if fs::symlink_metadata(path).is_ok_and(|m| !m.file_type().is_symlink()) {
+        let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+            continue;
+        };
+        let listed = listings
+            .entry(parent)
+            .or_insert_with(|| {
+                fs::read_dir(parent)
+                    .ok()
+                    .map(|d| d.filter_map(Result::ok).map(|e| e.file_name()).collect())
+            })
+            .as_ref()
+            .is_some_and(|names| names.contains(name));
+        if listed && fs::symlink_metadata(path).is_ok_and(|m| !m.file_type().is_symlink()) {
             mounts.push(MountOp::ReadOnlyInPlace { path: path.clone() });
         }
     }

@@ -231,6 +231,8 @@ pub struct RunResult {
     pub report: Option<AssuranceReport>,
     /// What arrived on the hook's socket (profiles with a hook).
     pub hook_records: Option<crate::audit::ReceiverCounts>,
+    /// What the watcher moved to the quarantine while the run was on.
+    pub moved_during_run: Vec<crate::supervisor::sweep::Finding>,
 }
 
 /// Runs `command` in the sandbox the plan describes and reports how it ended. Never panics on
@@ -242,6 +244,9 @@ pub struct RunOptions {
     pub timeout: Option<std::time::Duration>,
     /// Records from inside are written up to this many bytes per run.
     pub inside_max_bytes: u64,
+    /// Persistence paths absent at launch (relative to the workspace) to watch while the run is
+    /// on, and the quarantine to move them to (see [`crate::supervisor::watch`]).
+    pub watch: Option<(Vec<std::path::PathBuf>, std::path::PathBuf)>,
 }
 
 pub fn run(
@@ -256,6 +261,7 @@ pub fn run(
             outcome: Outcome::failed(e.to_string()),
             report: None,
             hook_records: None,
+            moved_during_run: Vec::new(),
         },
     }
 }
@@ -473,6 +479,10 @@ fn launch(
         }
         _ => None,
     };
+    // Threads only from here on: nothing more is cloned from this process's memory.
+    let watcher = options.watch.as_ref().and_then(|(targets, quarantine)| {
+        crate::supervisor::watch::Watcher::start(&plan.workspace, targets.clone(), quarantine)
+    });
 
     tracing::debug!("sandbox cloned");
     // Compiled here, on this core, while the init builds the view on the other; the init waits
@@ -572,6 +582,7 @@ fn launch(
         let _ = drain.join();
     }
     let hook_records = receiver.map(|r| r.shutdown());
+    let moved_during_run = watcher.map(|w| w.stop()).unwrap_or_default();
     if let Some(state) = &plan.agent
         && let Some(done) = agent_state::carry_back(state, plan.identity.outside_uid)
     {
@@ -593,6 +604,7 @@ fn launch(
         outcome: outcome.0,
         report: Some(report),
         hook_records,
+        moved_during_run,
     })
 }
 

@@ -17,7 +17,7 @@ use crate::sandbox::protected::{is_git_config, protected_paths_of, relative_bene
 use crate::sandbox::sys::beneath::{self, DIR_LISTING, DIR_LOOKUP, FILE_READING, Stat};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::io::{self, Read};
@@ -130,6 +130,62 @@ fn ancestry(root: BorrowedFd<'_>, rel: &Path) -> Option<Vec<(u64, u64)>> {
 pub struct Sweep {
     pub findings: Vec<Finding>,
     pub host_edits: Vec<PathBuf>,
+}
+
+/// Directory listings beneath the workspace, each taken once: most persistence names are
+/// absent, and one listing of their parent says so for all of them at once.
+pub(crate) struct Listings<'a> {
+    root: BorrowedFd<'a>,
+    /// Directory (relative) → its entries and their types, `None` when it cannot be listed.
+    cache: HashMap<PathBuf, Option<HashMap<OsString, u8>>>,
+}
+
+impl<'a> Listings<'a> {
+    pub(crate) fn new(root: BorrowedFd<'a>) -> Listings<'a> {
+        Listings {
+            root,
+            cache: HashMap::new(),
+        }
+    }
+
+    fn listing(&mut self, dir: &Path) -> Option<&HashMap<OsString, u8>> {
+        let root = self.root;
+        self.cache
+            .entry(dir.to_path_buf())
+            .or_insert_with(|| {
+                let at = if dir.as_os_str().is_empty() {
+                    Path::new(".")
+                } else {
+                    dir
+                };
+                beneath::open_beneath(root, at, DIR_LISTING, 0)
+                    .and_then(|fd| beneath::list_dir(fd.as_fd()))
+                    .ok()
+                    .map(|entries| entries.into_iter().collect())
+            })
+            .as_ref()
+    }
+
+    /// False only when `rel` is certainly absent: a component is missing from the listing of a
+    /// real directory. A link, an unknown entry type or a directory that cannot be listed is
+    /// left for a closer look (`true`).
+    pub(crate) fn may_exist(&mut self, rel: &Path) -> bool {
+        let mut dir = PathBuf::new();
+        for component in rel.components() {
+            let Component::Normal(name) = component else {
+                return true;
+            };
+            let Some(listing) = self.listing(&dir) else {
+                return true;
+            };
+            match listing.get(name) {
+                None => return false,
+                Some(&libc::DT_DIR) => dir.push(name),
+                Some(_) => return true,
+            }
+        }
+        true
+    }
 }
 
 /// A file as it was at launch, to be put back.
@@ -673,19 +729,23 @@ impl Snapshot {
             .unwrap_or_default()
             .saturating_sub(LAUNCH_MARGIN);
         let root = beneath::open_root(&plan.workspace, DIR_LOOKUP);
+        let mut listings = root.as_ref().ok().map(|r| Listings::new(r.as_fd()));
         let paths: BTreeMap<PathBuf, State> = plan
             .protected_paths
             .iter()
             .filter_map(|p| relative_beneath(&plan.workspace, p))
             .filter(|rel| !rel.as_os_str().is_empty())
             .map(|rel| {
+                let absent = listings.as_mut().is_some_and(|l| !l.may_exist(&rel));
                 let state = match &root {
+                    Ok(_) if absent => State::Absent,
                     Ok(root) => state_of(root.as_fd(), &rel),
                     Err(e) => State::Unreadable(format!("the workspace: {e}")),
                 };
                 (rel, state)
             })
             .collect();
+        drop(listings);
         let git = plan
             .repositories
             .iter()
@@ -796,6 +856,10 @@ impl Snapshot {
             .filter(|p| !p.as_os_str().is_empty())
             .collect();
         nested.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+        // Taken before anything moves; a path whose parent changed since is looked at directly
+        // (listings only ever say "absent" for what was absent when they were taken, and
+        // nothing is created in the workspace by the sweep except by putting a config back).
+        let mut listings = Listings::new(root.as_fd());
         // Judged before anything moves: a gitfile is ordinary only while what it names is.
         let git_verdicts = self.judge_git_entries(&walk.repos, workspace, root.as_fd());
         // A path inside another one that changed is reported with its outermost changed parent
@@ -806,7 +870,11 @@ impl Snapshot {
                 continue;
             }
             let before = self.paths.get(&rel).cloned().unwrap_or(State::Absent);
-            let after = state_of(root.as_fd(), &rel);
+            let after = if listings.may_exist(&rel) {
+                state_of(root.as_fd(), &rel)
+            } else {
+                State::Absent
+            };
             if before == after || self.checked_out_copy(&rel, &before, &after, &nested) {
                 continue;
             }

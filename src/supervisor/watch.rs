@@ -1,26 +1,36 @@
 //! The window between the run and its sweep. A persistence path that does not exist at launch
 //! cannot be bound read-only (a placeholder would be a mount per name on the launch path and an
 //! entry in the user's checkout), so while the run is on the supervisor watches the directories
-//! where such names would appear (inotify, one watch per directory) and moves one to the
-//! quarantine as soon as it is created: the host's editor, direnv or another agent on the same
-//! checkout never gets to load it. Names judged by their content (`.gitmodules`, a new
-//! repository's config and hooks, a worktree's `commondir`) are left to the sweep, which sees
-//! the finished file.
+//! where such names would appear and moves one to the quarantine as soon as it shows: the
+//! host's editor, direnv or another agent on the same checkout does not get to load it. Names
+//! judged by their content (`.gitmodules`, a new repository's config and hooks, a worktree's
+//! `commondir`) are left to the sweep, which sees the finished file.
 //!
-//! Every look goes through descriptors of the workspace (`sys::beneath`); a watch is added on
-//! `/proc/self/fd/N` of a directory opened beneath the workspace, never on a path an agent
-//! could redirect with a link.
+//! How: a thread looks every [`TICK`] at the modification time of each directory it watches (the
+//! workspace, the directories on the way to a target, those at or below a target) and lists
+//! again only those that changed. Not inotify: closing an inotify instance that had watches
+//! waits for the kernel's SRCU grace period, 8–16 ms here, at the end of every run.
+//!
+//! Every look goes through descriptors of the workspace (`sys::beneath`), never following a
+//! link.
 
-use crate::sandbox::sys::beneath::{self, DIR_LOOKUP};
+use crate::sandbox::sys::beneath::{self, DIR_LISTING, DIR_LOOKUP};
 use crate::supervisor::sweep::{Finding, Quarantine};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// Watches at most this many directories (each costs the kernel a little memory).
-const MAX_WATCHES: usize = 4096;
+/// How often the watched directories are looked at: the longest a created name stays.
+pub const TICK: Duration = Duration::from_millis(20);
+/// Watches at most this many directories.
+const MAX_DIRS: usize = 4096;
+/// How many times one name is moved away before the sweep is left to judge it.
+const MAX_QUARANTINES: usize = 64;
+/// A directory changed this recently is listed again even if its modification time looks the same
+/// (the kernel's timestamps are coarse: two changes in one tick of its clock share one).
+const RECENT: Duration = Duration::from_millis(50);
 
 /// The running watcher: stop it to get what it moved.
 pub struct Watcher {
@@ -29,92 +39,85 @@ pub struct Watcher {
 }
 
 struct State {
-    inotify: Inotify,
     workspace: PathBuf,
     root: OwnedFd,
     /// Persistence paths absent at launch, relative to the workspace.
     targets: BTreeSet<PathBuf>,
-    /// Directory watched → its path relative to the workspace.
-    watched: HashMap<WatchDescriptor, PathBuf>,
+    /// Directory watched (relative to the workspace) → its modification time when last listed.
+    dirs: BTreeMap<PathBuf, Option<(i64, i64)>>,
     /// `during-run`, then `during-run-2`, … (a name created again goes to the next one).
     quarantines: Vec<Quarantine>,
     quarantine_base: PathBuf,
     findings: Vec<Finding>,
 }
 
-/// How many times one name is moved away before the sweep is left to judge it.
-const MAX_QUARANTINES: usize = 64;
-
 impl Watcher {
     /// Starts watching for `targets` (relative to `workspace`); `None` when there is nothing
-    /// to watch or inotify is unavailable (the sweep still judges everything after the run).
+    /// to watch (the sweep still judges everything after the run).
+    ///
+    /// Started once the sandbox's init exists (the supervisor must be single-threaded while
+    /// anything is cloned from its memory); each directory is listed once when it is first
+    /// watched, so what the command created before that is moved too.
     pub fn start(workspace: &Path, targets: Vec<PathBuf>, quarantine: &Path) -> Option<Watcher> {
         if targets.is_empty() {
             return None;
         }
-        let inotify = Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK)
-            .inspect_err(|e| tracing::warn!("inotify unavailable ({e}): the sweep alone judges"))
-            .ok()?;
         let root = beneath::open_root(workspace, DIR_LOOKUP).ok()?;
         let (stop_read, stop_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).ok()?;
         let mut state = State {
-            inotify,
             workspace: workspace.to_path_buf(),
             root,
             targets: targets.into_iter().collect(),
-            watched: HashMap::new(),
+            dirs: BTreeMap::new(),
             quarantines: Vec::new(),
             quarantine_base: quarantine.to_path_buf(),
             findings: Vec::new(),
         };
-        // Every existing directory on the way to a target, and what is already there.
-        let dirs: BTreeSet<PathBuf> = state
-            .targets
-            .iter()
-            .flat_map(|t| {
-                t.ancestors()
-                    .skip(1)
-                    .map(Path::to_path_buf)
-                    .collect::<Vec<_>>()
-            })
-            .collect();
-        for dir in dirs {
-            state.watch(&dir);
-        }
+        // The supervisor takes its signals (SIGCHLD above all) through a signalfd, which works
+        // only while no thread leaves them unblocked: a thread that did would receive them and
+        // let them go. This one starts with every signal blocked (it inherits the mask).
+        let previous = nix::sys::signal::SigSet::all()
+            .thread_swap_mask(nix::sys::signal::SigmaskHow::SIG_BLOCK)
+            .ok()?;
         let thread = std::thread::Builder::new()
             .name("stepproof-watch".into())
-            .spawn(move || state.run(stop_read))
-            .ok()?;
+            .spawn(move || {
+                state.watch(Path::new(""));
+                state.run(stop_read)
+            });
+        let _ = previous.thread_set_mask();
+        let thread = thread.ok()?;
         Some(Watcher {
             stop: stop_write,
             thread,
         })
     }
 
-    /// Stops watching (one last pass over pending events) and returns what was moved.
+    /// Stops watching (after one last look) and returns what was moved.
     pub fn stop(self) -> Vec<Finding> {
         let _ = nix::unistd::write(&self.stop, b"x");
         self.thread.join().unwrap_or_default()
     }
 }
 
+fn since_epoch_now() -> Duration {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+}
+
 impl State {
     fn run(mut self, stop: OwnedFd) -> Vec<Finding> {
+        let tick = PollTimeout::try_from(TICK).unwrap_or(PollTimeout::MAX);
         loop {
-            let mut fds = [
-                PollFd::new(self.inotify.as_fd(), PollFlags::POLLIN),
-                PollFd::new(stop.as_fd(), PollFlags::POLLIN),
-            ];
-            match poll(&mut fds, PollTimeout::NONE) {
-                Ok(_) => {}
-                Err(nix::errno::Errno::EINTR) => continue,
-                Err(e) => {
-                    tracing::warn!("polling inotify: {e}");
-                    break;
-                }
-            }
-            let stopping = fds[1].revents().is_some_and(|r| !r.is_empty());
-            self.drain();
+            let mut fds = [PollFd::new(stop.as_fd(), PollFlags::POLLIN)];
+            let stopping = match poll(&mut fds, tick) {
+                Ok(0) => false,
+                Ok(_) => true,
+                Err(nix::errno::Errno::EINTR) => false,
+                Err(_) => true,
+            };
+            self.look();
             if stopping {
                 break;
             }
@@ -122,26 +125,24 @@ impl State {
         self.findings
     }
 
-    fn drain(&mut self) {
-        while let Ok(events) = self.inotify.read_events() {
-            if events.is_empty() {
-                break;
-            }
-            for event in events {
-                if event.mask.contains(AddWatchFlags::IN_Q_OVERFLOW) {
-                    // Events were lost: look at every target again.
-                    let dirs: Vec<PathBuf> = self.watched.values().cloned().collect();
-                    for dir in dirs {
-                        self.scan(&dir);
-                    }
-                    continue;
-                }
-                let (Some(dir), Some(name)) = (self.watched.get(&event.wd).cloned(), event.name)
-                else {
-                    continue;
-                };
-                self.arrived(&dir.join(name));
-            }
+    /// Lists again every watched directory whose modification time moved (or is recent).
+    fn look(&mut self) {
+        let now = since_epoch_now();
+        let changed: Vec<PathBuf> = self
+            .dirs
+            .iter()
+            .filter(|(dir, seen)| {
+                let now_mtime = self.dir_mtime(dir);
+                now_mtime != **seen
+                    || now_mtime.is_some_and(|(s, n)| {
+                        let t = Duration::new(s.max(0) as u64, n.clamp(0, 999_999_999) as u32);
+                        now.saturating_sub(t) < RECENT
+                    })
+            })
+            .map(|(dir, _)| dir.clone())
+            .collect();
+        for dir in changed {
+            self.scan(&dir);
         }
     }
 
@@ -178,15 +179,25 @@ impl State {
         }
     }
 
+    fn open_dir(&self, rel: &Path, flags: libc::c_int) -> Option<OwnedFd> {
+        let rel = if rel.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            rel
+        };
+        beneath::open_beneath(self.root.as_fd(), rel, flags, 0).ok()
+    }
+
     /// What `rel` is (never through a link).
     fn stat(&self, rel: &Path) -> Option<beneath::Stat> {
         let (parent, name) = (rel.parent()?, rel.file_name()?);
-        let parent_fd = if parent.as_os_str().is_empty() {
-            beneath::open_beneath(self.root.as_fd(), Path::new("."), DIR_LOOKUP, 0)
-        } else {
-            beneath::open_beneath(self.root.as_fd(), parent, DIR_LOOKUP, 0)
-        };
-        beneath::stat_at(parent_fd.ok()?.as_fd(), name).ok()
+        beneath::stat_at(self.open_dir(parent, DIR_LOOKUP)?.as_fd(), name).ok()
+    }
+
+    /// A watched directory's modification time (its entries changed), if it is one.
+    fn dir_mtime(&self, rel: &Path) -> Option<(i64, i64)> {
+        let fd = self.open_dir(rel, DIR_LOOKUP)?;
+        beneath::stat_fd(fd.as_fd()).ok().map(|st| st.mtime)
     }
 
     /// Moves `rel` to the first quarantine that has no entry of that name yet.
@@ -209,60 +220,45 @@ impl State {
         None
     }
 
-    /// Watches `dir` (relative to the workspace), then looks at what is in it already (it may
-    /// have been filled before the watch).
+    /// Watches `dir` (relative to the workspace) and lists it at once.
     fn watch(&mut self, dir: &Path) {
-        if self.watched.len() >= MAX_WATCHES || self.watched.values().any(|d| d == dir) {
+        if self.dirs.len() >= MAX_DIRS || self.dirs.contains_key(dir) {
             return;
         }
-        let opened = if dir.as_os_str().is_empty() {
-            beneath::open_beneath(self.root.as_fd(), Path::new("."), DIR_LOOKUP, 0)
-        } else {
-            beneath::open_beneath(self.root.as_fd(), dir, DIR_LOOKUP, 0)
-        };
-        let Ok(fd) = opened else {
-            return;
-        };
-        use std::os::fd::AsRawFd;
-        let proc_path = format!("/proc/self/fd/{}", fd.as_raw_fd());
-        let flags =
-            AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO | AddWatchFlags::IN_ONLYDIR;
-        match self.inotify.add_watch(proc_path.as_str(), flags) {
-            Ok(wd) => {
-                self.watched.insert(wd, dir.to_path_buf());
-            }
-            Err(e) => {
-                tracing::debug!(dir = %dir.display(), "not watched: {e}");
-                return;
-            }
-        }
+        self.dirs.insert(dir.to_path_buf(), None);
         self.scan(dir);
     }
 
-    /// What is in `dir` already, as if it had just arrived: everything, in a directory at or
-    /// below a target; the targets and directories on the way to them, elsewhere.
+    /// What is in `dir` now, as if it had just arrived: everything, in a directory at or below
+    /// a target; the targets and directories on the way to them, elsewhere.
     fn scan(&mut self, dir: &Path) {
+        let mtime = self.dir_mtime(dir);
+        if let Some(seen) = self.dirs.get_mut(dir) {
+            *seen = mtime;
+        }
+        // One listing; elsewhere than at or below a target, only the names on the way to one.
+        let present: Vec<PathBuf> = self
+            .open_dir(dir, DIR_LISTING)
+            .and_then(|fd| beneath::list_dir(fd.as_fd()).ok())
+            .map(|entries| {
+                entries
+                    .into_iter()
+                    .map(|(name, _)| dir.join(name))
+                    .collect()
+            })
+            .unwrap_or_default();
         let children: Vec<PathBuf> = if self.inside_target(dir) {
-            let opened = beneath::open_beneath(self.root.as_fd(), dir, beneath::DIR_LISTING, 0);
-            opened
-                .and_then(|fd| beneath::list_dir(fd.as_fd()))
-                .map(|entries| {
-                    entries
-                        .into_iter()
-                        .map(|(name, _)| dir.join(name))
-                        .collect()
-                })
-                .unwrap_or_default()
+            present
         } else {
-            self.targets
+            let wanted: BTreeSet<PathBuf> = self
+                .targets
                 .iter()
                 .filter_map(|t| {
                     let rest = t.strip_prefix(dir).ok()?;
                     rest.components().next().map(|c| dir.join(c))
                 })
-                .collect::<BTreeSet<_>>()
-                .into_iter()
-                .collect()
+                .collect();
+            present.into_iter().filter(|c| wanted.contains(c)).collect()
         };
         for child in children {
             self.arrived(&child);
