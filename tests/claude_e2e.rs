@@ -183,13 +183,25 @@ both_claude!(
         assert_denied_by(&run, &mock, &call_id(None, 2), "net-tools-unattended");
         assert_denied_by(&run, &mock, &call_id(None, 5), "net-tools-unattended");
         assert_probe_never_ran(w, &mock);
-        // Claude Code saw the change and asked: the ConfigChange gate refused the reload.
+        // Either Claude Code saw the change and asked (the ConfigChange gate refused the
+        // reload), or the watcher moved the file before it could (within its 20 ms tick).
+        let moved_at_once = run.status_file["findings"].as_array().is_some_and(|f| {
+            f.iter().any(|f| {
+                f["path"] == settings.display().to_string()
+                    && f["detail"]
+                        .as_str()
+                        .is_some_and(|d| d.contains("as soon as it appeared"))
+            })
+        });
         assert!(
-            run.decisions()
-                .iter()
-                .any(|d| d["event"] == "ConfigChange" && d["decision"] == "deny"),
-            "{:#?}",
-            run.decisions()
+            moved_at_once
+                || run
+                    .decisions()
+                    .iter()
+                    .any(|d| d["event"] == "ConfigChange" && d["decision"] == "deny"),
+            "{:#?}\n{}",
+            run.decisions(),
+            run.status_file
         );
         // The sweep: exit 123, status tampering, the file quarantined outside the workspace.
         assert_eq!(run.status.code(), Some(123), "{}", run.describe());
