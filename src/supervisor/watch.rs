@@ -56,8 +56,8 @@ impl Watcher {
     /// to watch (the sweep still judges everything after the run).
     ///
     /// Started once the sandbox's init exists (the supervisor must be single-threaded while
-    /// anything is cloned from its memory); each directory is listed once when it is first
-    /// watched, so what the command created before that is moved too.
+    /// anything is cloned from its memory); each directory is listed when it is first looked
+    /// at, so what the command created before that is moved too.
     pub fn start(workspace: &Path, targets: Vec<PathBuf>, quarantine: &Path) -> Option<Watcher> {
         if targets.is_empty() {
             return None;
@@ -82,7 +82,10 @@ impl Watcher {
         let thread = std::thread::Builder::new()
             .name("stepproof-watch".into())
             .spawn(move || {
-                state.watch(Path::new(""));
+                // First looked at after one tick (or at stop): nothing is lost (a listing finds
+                // what appeared meanwhile), and the launch's busiest milliseconds, when the
+                // init builds the view, are not shared with this thread.
+                state.dirs.insert(PathBuf::new(), None);
                 state.run(stop_read)
             });
         let _ = previous.thread_set_mask();
