@@ -265,17 +265,9 @@ fn git_dir_outside(workspace: &Path) -> Option<PathBuf> {
     let text = fs::read_to_string(&gitfile).ok()?;
     let target = text.lines().next()?.strip_prefix("gitdir:")?.trim();
     let path = workspace.join(target);
-    let normal: PathBuf = path.components().fold(PathBuf::new(), |mut out, c| {
-        match c {
-            std::path::Component::ParentDir => {
-                out.pop();
-            }
-            std::path::Component::CurDir => {}
-            other => out.push(other),
-        }
-        out
-    });
-    (!normal.starts_with(workspace)).then_some(normal)
+    crate::sandbox::protected::relative_beneath(workspace, &path)
+        .is_none()
+        .then_some(path)
 }
 
 pub fn build_plan(profile: &Profile, facts: &HostFacts) -> Result<SandboxPlan, PlanError> {

@@ -898,21 +898,16 @@ impl Snapshot {
                     continue;
                 }
                 let mut finding = Finding::new(workspace.join(&rel), "changed");
-                match quarantine.take_in(root.as_fd(), &rel) {
-                    Ok(to) => {
-                        finding.quarantined_to = Some(to);
-                        finding.detail = Some(match put_back(root.as_fd(), &rel, launch) {
-                            Ok(()) => "keys that can run code were added: the launch version is back in place".into(),
-                            Err(e) => format!("keys that can run code were added; putting the launch version back failed: {e}"),
-                        });
-                    }
-                    Err(e) => {
-                        finding.error = Some(format!(
-                            "moving {} to the quarantine {}: {e}",
-                            finding.path.display(),
-                            quarantine.path.display()
-                        ))
-                    }
+                if quarantine.take_for(root.as_fd(), &rel, &mut finding) {
+                    finding.detail = Some(match put_back(root.as_fd(), &rel, launch) {
+                        Ok(()) => {
+                            "keys that can run code were added: the launch version is back in place"
+                                .into()
+                        }
+                        Err(e) => format!(
+                            "keys that can run code were added; putting the launch version back failed: {e}"
+                        ),
+                    });
                 }
                 judged.push(rel.clone());
                 findings.push(finding);
@@ -940,16 +935,7 @@ impl Snapshot {
             let mut finding = Finding::new(workspace.join(&subject), change);
             finding.detail = detail;
             if after != State::Absent {
-                match quarantine.take_in(root.as_fd(), &subject) {
-                    Ok(to) => finding.quarantined_to = Some(to),
-                    Err(e) => {
-                        finding.error = Some(format!(
-                            "moving {} to the quarantine {}: {e}",
-                            finding.path.display(),
-                            quarantine.path.display()
-                        ))
-                    }
-                }
+                quarantine.take_for(root.as_fd(), &subject, &mut finding);
             }
             judged.push(subject);
             findings.push(finding);
@@ -962,16 +948,7 @@ impl Snapshot {
             let rel = repo.join(".git");
             let mut finding = Finding::new(workspace.join(&rel), change);
             finding.detail = Some(detail);
-            match quarantine.take_in(root.as_fd(), &rel) {
-                Ok(to) => finding.quarantined_to = Some(to),
-                Err(e) => {
-                    finding.error = Some(format!(
-                        "moving {} to the quarantine {}: {e}",
-                        finding.path.display(),
-                        quarantine.path.display()
-                    ))
-                }
-            }
+            quarantine.take_for(root.as_fd(), &rel, &mut finding);
             findings.push(finding);
         }
         Sweep {
@@ -1102,6 +1079,25 @@ impl Quarantine {
 
     /// Moves `rel` (beneath the workspace `root`; the entry itself, a link as a link) to the
     /// same place in the quarantine.
+    /// [`take_in`](Self::take_in) for `finding`: where it went, or why it could not be moved.
+    /// Returns whether it was moved.
+    fn take_for(&mut self, root: BorrowedFd<'_>, rel: &Path, finding: &mut Finding) -> bool {
+        match self.take_in(root, rel) {
+            Ok(to) => {
+                finding.quarantined_to = Some(to);
+                true
+            }
+            Err(e) => {
+                finding.error = Some(format!(
+                    "moving {} to the quarantine {}: {e}",
+                    finding.path.display(),
+                    self.path.display()
+                ));
+                false
+            }
+        }
+    }
+
     pub(crate) fn take_in(&mut self, root: BorrowedFd<'_>, rel: &Path) -> io::Result<PathBuf> {
         let name = rel
             .file_name()
