@@ -479,7 +479,8 @@ fn launch(
         }
         _ => None,
     };
-    // Threads only from here on: nothing more is cloned from this process's memory.
+    // Threads only from here on: nothing more is cloned from this process's memory. (The
+    // watcher is not one: the event loop below looks for it.)
     let watcher = options.watch.as_ref().and_then(|(targets, quarantine)| {
         crate::supervisor::watch::Watcher::start(&plan.workspace, targets.clone(), quarantine)
     });
@@ -571,8 +572,10 @@ fn launch(
         timed_out: false,
         lifeline: Some(lifeline_write),
         all_gone: false,
+        watcher,
     };
-    let outcome = relay.run();
+    let (outcome, enforcement, moved_during_run) = relay.run();
+    let outcome = (outcome, enforcement);
     if let Some((handle, drain)) = proxy {
         handle.shutdown();
         let _ = drain.join();
@@ -582,7 +585,6 @@ fn launch(
         let _ = drain.join();
     }
     let hook_records = receiver.map(|r| r.shutdown());
-    let moved_during_run = watcher.map(|w| w.stop()).unwrap_or_default();
     if let Some(state) = &plan.agent
         && let Some(done) = agent_state::carry_back(state, plan.identity.outside_uid)
     {
@@ -630,13 +632,23 @@ struct Relay<'t> {
     lifeline: Option<OwnedFd>,
     /// The init reported that nothing else of the sandbox is left.
     all_gone: bool,
+    /// Persistence names absent at launch, looked for every tick while the run is on.
+    watcher: Option<crate::supervisor::watch::Watcher>,
 }
 
 /// How long a command has between SIGTERM and SIGKILL when `--timeout` ends it.
 const TIMEOUT_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl Relay<'_> {
-    fn run(mut self) -> (Outcome, Option<CommandEnforcement>) {
+    /// Relays until the run is over: its outcome, what the command ran under, and what the
+    /// watcher moved to the quarantine.
+    fn run(
+        mut self,
+    ) -> (
+        Outcome,
+        Option<CommandEnforcement>,
+        Vec<crate::supervisor::sweep::Finding>,
+    ) {
         let mut status_open = true;
         let mut stdin_open = self.terminal.is_some();
         if let Some(master) = &self.master {
@@ -673,7 +685,12 @@ impl Relay<'_> {
                 fds.push(PollFd::new(m.as_fd(), events));
                 fds.len() - 1
             });
-            let wait = self.next_timer().map_or(PollTimeout::NONE, |left| {
+            let next_look = self.watcher.as_ref().map(|w| w.next_look());
+            let next = match (self.next_timer(), next_look) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            let wait = next.map_or(PollTimeout::NONE, |left| {
                 PollTimeout::try_from(left.as_millis().min(60_000) as i32 + 1)
                     .unwrap_or(PollTimeout::MAX)
             });
@@ -691,6 +708,9 @@ impl Relay<'_> {
             );
             drop(fds);
             self.check_timers();
+            if let Some(watcher) = self.watcher.as_mut() {
+                watcher.tick();
+            }
             if sig_ready {
                 self.handle_signals();
             }
@@ -708,6 +728,7 @@ impl Relay<'_> {
             term.restore();
         }
         let enforcement = self.enforcement.take();
+        let moved = self.watcher.take().map(|w| w.finish()).unwrap_or_default();
         if self.timed_out {
             let after = self.outcome();
             return (
@@ -716,9 +737,10 @@ impl Relay<'_> {
                     command: Box::new(after),
                 },
                 enforcement,
+                moved,
             );
         }
-        (self.outcome(), enforcement)
+        (self.outcome(), enforcement, moved)
     }
 
     /// Time left until the next timer (deadline, then the SIGKILL after the grace period).

@@ -6,7 +6,7 @@
 //! judged by their content (`.gitmodules`, a new repository's config and hooks, a worktree's
 //! `commondir`) are left to the sweep, which sees the finished file.
 //!
-//! How: a thread looks every [`TICK`] at the modification time of each directory it watches (the
+//! How: the supervisor's event loop looks every [`TICK`] at the modification time of each directory it watches (the
 //! workspace, the directories on the way to a target, those at or below a target) and lists
 //! again only those that changed. Not inotify: closing an inotify instance that had watches
 //! waits for the kernel's SRCU grace period, 8–16 ms here, at the end of every run.
@@ -16,11 +16,10 @@
 
 use crate::sandbox::sys::beneath::{self, DIR_LISTING, DIR_LOOKUP};
 use crate::supervisor::sweep::{Finding, Quarantine};
-use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// How often the watched directories are looked at: the longest a created name stays.
 pub const TICK: Duration = Duration::from_millis(20);
@@ -32,10 +31,14 @@ const MAX_QUARANTINES: usize = 64;
 /// (the kernel's timestamps are coarse: two changes in one tick of its clock share one).
 const RECENT: Duration = Duration::from_millis(50);
 
-/// The running watcher: stop it to get what it moved.
+/// The watcher: the supervisor's event loop calls [`Watcher::tick`] when [`Watcher::next_look`]
+/// says, and [`Watcher::finish`] once the run is over. Not a thread of its own: a second thread
+/// in the supervisor cost the launch about a millisecond (its stack, the scheduler on two cores
+/// while the init builds the view), and the event loop wakes anyway.
 pub struct Watcher {
-    stop: OwnedFd,
-    thread: std::thread::JoinHandle<Vec<Finding>>,
+    state: State,
+    /// When the next look is due.
+    next: Instant,
 }
 
 struct State {
@@ -55,15 +58,14 @@ impl Watcher {
     /// Starts watching for `targets` (relative to `workspace`); `None` when there is nothing
     /// to watch (the sweep still judges everything after the run).
     ///
-    /// Started once the sandbox's init exists (the supervisor must be single-threaded while
-    /// anything is cloned from its memory); each directory is listed when it is first looked
-    /// at, so what the command created before that is moved too.
+    /// The first look is one tick away (or at the end): nothing is lost, since a listing finds
+    /// what appeared meanwhile, and the launch's busiest milliseconds, when the init builds the
+    /// view, are not spent here.
     pub fn start(workspace: &Path, targets: Vec<PathBuf>, quarantine: &Path) -> Option<Watcher> {
         if targets.is_empty() {
             return None;
         }
         let root = beneath::open_root(workspace, DIR_LOOKUP).ok()?;
-        let (stop_read, stop_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).ok()?;
         let mut state = State {
             workspace: workspace.to_path_buf(),
             root,
@@ -73,33 +75,31 @@ impl Watcher {
             quarantine_base: quarantine.to_path_buf(),
             findings: Vec::new(),
         };
-        // The supervisor takes its signals (SIGCHLD above all) through a signalfd, which works
-        // only while no thread leaves them unblocked: a thread that did would receive them and
-        // let them go. This one starts with every signal blocked (it inherits the mask).
-        let previous = nix::sys::signal::SigSet::all()
-            .thread_swap_mask(nix::sys::signal::SigmaskHow::SIG_BLOCK)
-            .ok()?;
-        let thread = std::thread::Builder::new()
-            .name("stepproof-watch".into())
-            .spawn(move || {
-                // First looked at after one tick (or at stop): nothing is lost (a listing finds
-                // what appeared meanwhile), and the launch's busiest milliseconds, when the
-                // init builds the view, are not shared with this thread.
-                state.dirs.insert(PathBuf::new(), None);
-                state.run(stop_read)
-            });
-        let _ = previous.thread_set_mask();
-        let thread = thread.ok()?;
+        state.dirs.insert(PathBuf::new(), None);
         Some(Watcher {
-            stop: stop_write,
-            thread,
+            state,
+            next: Instant::now() + TICK,
         })
     }
 
-    /// Stops watching (after one last look) and returns what was moved.
-    pub fn stop(self) -> Vec<Finding> {
-        let _ = nix::unistd::write(&self.stop, b"x");
-        self.thread.join().unwrap_or_default()
+    /// How long until the next look is due (zero when it is overdue).
+    pub fn next_look(&self) -> Duration {
+        self.next.saturating_duration_since(Instant::now())
+    }
+
+    /// Looks when a look is due; the event loop calls it whenever it wakes.
+    pub fn tick(&mut self) {
+        let now = Instant::now();
+        if now >= self.next {
+            self.state.look();
+            self.next = Instant::now() + TICK;
+        }
+    }
+
+    /// One last look, then what was moved.
+    pub fn finish(mut self) -> Vec<Finding> {
+        self.state.look();
+        self.state.findings
     }
 }
 
@@ -110,24 +110,6 @@ fn since_epoch_now() -> Duration {
 }
 
 impl State {
-    fn run(mut self, stop: OwnedFd) -> Vec<Finding> {
-        let tick = PollTimeout::try_from(TICK).unwrap_or(PollTimeout::MAX);
-        loop {
-            let mut fds = [PollFd::new(stop.as_fd(), PollFlags::POLLIN)];
-            let stopping = match poll(&mut fds, tick) {
-                Ok(0) => false,
-                Ok(_) => true,
-                Err(nix::errno::Errno::EINTR) => false,
-                Err(_) => true,
-            };
-            self.look();
-            if stopping {
-                break;
-            }
-        }
-        self.findings
-    }
-
     /// Lists again every watched directory whose modification time moved (or is recent).
     fn look(&mut self) {
         let now = since_epoch_now();
