@@ -226,6 +226,16 @@ pub fn explain_text(profile: &Profile, plan: &SandboxPlan) -> String {
     for op in &plan.mounts {
         line(format!("  {op}"));
     }
+    if !plan.credential_names.is_empty() {
+        line("names in the home that look like secrets (hidden; filesystem.hidden_names):".into());
+        for found in &plan.credential_names {
+            line(format!(
+                "  {} (matches {})",
+                found.path.display(),
+                found.pattern
+            ));
+        }
+    }
     line("protected paths (read-only where they exist; checked after the run):".into());
     for p in &plan.protected_paths {
         let state = if p.exists() { "exists" } else { "absent" };
@@ -243,9 +253,7 @@ pub fn explain_text(profile: &Profile, plan: &SandboxPlan) -> String {
         limits.core,
         limits.nproc,
         limits.nofile,
-        limits
-            .fsize
-            .map_or("inherited".to_string(), |v| v.to_string()),
+        limits.fsize_bytes(),
         limits
             .cpu
             .map_or("inherited".to_string(), |v| v.to_string())

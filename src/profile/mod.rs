@@ -160,9 +160,29 @@ struct FilesystemFile {
     hidden: Vec<PathSpec>,
     #[serde(default)]
     protected: Vec<String>,
+    #[serde(default)]
+    hidden_names: Vec<String>,
+    home: Option<HomeMode>,
+    #[serde(default)]
+    home_allow: Vec<PathSpec>,
+    hide_env_files: Option<bool>,
+    #[serde(default)]
+    env_files_visible: Vec<String>,
     hide_other_projects: Option<bool>,
     mask_home_sockets: Option<bool>,
     tmp_size_mib: Option<u64>,
+}
+
+/// How much of the home the sandbox shows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HomeMode {
+    /// All of it, read-only, minus the secret catalogue and what looks like a secret.
+    #[default]
+    ReadOnly,
+    /// Only `home_allow`, read-only, on a private empty home that the run may write (its
+    /// caches are the run's own, never the host's).
+    Allowlist,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -243,6 +263,16 @@ pub struct Filesystem {
     pub hidden: Vec<PathSpec>,
     /// Persistence paths, relative to the workspace and to every nested repository.
     pub protected: Vec<String>,
+    /// Name patterns (`*`, `?`, any letter case) hidden where found directly in `~`,
+    /// `~/.config` and `~/.local/share`.
+    pub hidden_names: Vec<String>,
+    pub home: HomeMode,
+    /// With `home = "allowlist"`: the parts of the home shown (read-only); missing ones skipped.
+    pub home_allow: Vec<PathSpec>,
+    /// The workspace's `.env` files (not templates) are hidden at the kernel.
+    pub hide_env_files: bool,
+    /// `.env` files (relative to the workspace) shown even so.
+    pub env_files_visible: Vec<String>,
     pub hide_other_projects: bool,
     pub mask_home_sockets: bool,
     pub tmp_size_mib: u64,
@@ -530,6 +560,20 @@ fn merge(base: ProfileFile, child: ProfileFile) -> ProfileFile {
             writable: append_unique(base.filesystem.writable, child.filesystem.writable),
             hidden: append_unique(base.filesystem.hidden, child.filesystem.hidden),
             protected: append_unique(base.filesystem.protected, child.filesystem.protected),
+            hidden_names: append_unique(
+                base.filesystem.hidden_names,
+                child.filesystem.hidden_names,
+            ),
+            home: child.filesystem.home.or(base.filesystem.home),
+            home_allow: append_unique(base.filesystem.home_allow, child.filesystem.home_allow),
+            hide_env_files: child
+                .filesystem
+                .hide_env_files
+                .or(base.filesystem.hide_env_files),
+            env_files_visible: append_unique(
+                base.filesystem.env_files_visible,
+                child.filesystem.env_files_visible,
+            ),
             hide_other_projects: child
                 .filesystem
                 .hide_other_projects
@@ -613,6 +657,32 @@ fn resolve(file: ProfileFile, origins: Vec<String>) -> Result<Profile, String> {
             ));
         }
     }
+    for p in &fs.env_files_visible {
+        if p.starts_with('/') || p.starts_with('~') || p.split('/').any(|c| c == "..") {
+            return Err(format!(
+                "filesystem.env_files_visible: {p:?} must be relative to the workspace (no `/`, `~` or `..`)"
+            ));
+        }
+    }
+    for pattern in &fs.hidden_names {
+        if pattern.is_empty() || pattern.contains(['/', '\0']) {
+            return Err(format!(
+                "filesystem.hidden_names: {pattern:?} must be a file name pattern (no `/`)"
+            ));
+        }
+        if pattern.chars().all(|c| c == '*' || c == '?') {
+            return Err(format!(
+                "filesystem.hidden_names: {pattern:?} matches every name: it would hide the whole home (use home = \"allowlist\" for that)"
+            ));
+        }
+    }
+    for spec in &fs.home_allow {
+        if !spec.is_in_home() {
+            return Err(format!(
+                "filesystem.home_allow: {spec} must be a path in the home (`~/…`); other paths go in read_only"
+            ));
+        }
+    }
     for spec in fs.writable.iter() {
         if spec.is_filesystem_root() {
             return Err("filesystem.writable: `/` cannot be writable".into());
@@ -647,7 +717,14 @@ fn resolve(file: ProfileFile, origins: Vec<String>) -> Result<Profile, String> {
         in_range("process.limits.nproc", limits.nproc, 1, MAX_NPROC)?;
         in_range("process.limits.nofile", limits.nofile, 16, MAX_NOFILE)?;
         if let Some(fsize) = limits.fsize {
-            in_range("process.limits.fsize", fsize, 1, u64::MAX - 1)?;
+            in_range("process.limits.fsize", fsize.0, 1, u64::MAX - 1)?;
+        }
+        if let Some(pids) = limits.pids {
+            in_range("process.limits.pids", pids, 1, MAX_NPROC)?;
+        }
+        if let Some(memory) = limits.memory {
+            // Below a few MiB nothing starts; the kernel counts in bytes up to i64::MAX.
+            in_range("process.limits.memory", memory.0, 4 << 20, i64::MAX as u64)?;
         }
         if let Some(cpu) = limits.cpu {
             in_range("process.limits.cpu", cpu, 1, u64::MAX - 1)?;
@@ -665,6 +742,11 @@ fn resolve(file: ProfileFile, origins: Vec<String>) -> Result<Profile, String> {
             writable: fs.writable,
             hidden: fs.hidden,
             protected: fs.protected,
+            hidden_names: fs.hidden_names,
+            home: fs.home.unwrap_or_default(),
+            home_allow: fs.home_allow,
+            hide_env_files: fs.hide_env_files.unwrap_or(false),
+            env_files_visible: fs.env_files_visible,
             hide_other_projects: fs.hide_other_projects.unwrap_or(true),
             mask_home_sockets: fs.mask_home_sockets.unwrap_or(true),
             tmp_size_mib,
@@ -848,6 +930,9 @@ mod tests {
                 "[process.limits]\nnproc = 10\nnofile = 64\ncore = 0\nfsize = 0\n",
                 "fsize",
             ),
+            ("[process.limits]\nmemory = 0\n", "memory"),
+            ("[process.limits]\nmemory = \"1M\"\n", "memory"),
+            ("[process.limits]\npids = 0\n", "pids"),
             ("[network]\nproxy_port = 0\n", "proxy_port"),
         ] {
             let e = load_text(text).unwrap_err().to_string();
@@ -859,6 +944,15 @@ mod tests {
         assert!(load_text("[filesystem]\nprotected = [\"../x\"]\n").is_err());
         assert!(load_text("[filesystem]\nwritable = [\"/\"]\n").is_err());
         assert!(load_text("[filesystem]\nhidden = [\"\"]\n").is_err());
+        // The secret scan's patterns are names, and never all of the home.
+        for bad in ["*", "?*", "a/b*", ""] {
+            let text = format!("[filesystem]\nhidden_names = [{bad:?}]\n");
+            assert!(load_text(&text).is_err(), "{text}");
+        }
+        assert!(load_text("[filesystem]\nhome_allow = [\"/usr\"]\n").is_err());
+        assert!(load_text("[filesystem]\nhome_allow = [\"~\"]\n").is_err());
+        assert!(load_text("[filesystem]\nhome = \"everything\"\n").is_err());
+        assert!(load_text("[filesystem]\nenv_files_visible = [\"../.env\"]\n").is_err());
         assert!(load_text("[process]\nenv = [\"A=B\"]\n").is_err());
         // Keys and variables that would take the hook away, refused with file:line.
         for (text, line, needle) in [

@@ -59,6 +59,11 @@ impl PathSpec {
         }
     }
 
+    /// A path below the home (`~/something`, not `~` itself).
+    pub fn is_in_home(&self) -> bool {
+        matches!(self, PathSpec::Home(rel) if !rel.as_os_str().is_empty())
+    }
+
     pub fn is_filesystem_root(&self) -> bool {
         matches!(self, PathSpec::Absolute(rel) if rel.as_os_str().is_empty())
     }

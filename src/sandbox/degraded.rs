@@ -188,6 +188,7 @@ pub fn build_degraded_plan(profile: &Profile, facts: &HostFacts) -> Result<Sandb
         agent: None,
         managed_settings_removed: Vec::new(),
         repositories: Vec::new(),
+        credential_names: Vec::new(),
         isolation: Isolation::LandlockSeccompOnly,
         losses,
         scratch_dir: Some(scratch),

@@ -5,6 +5,7 @@ pub mod agent;
 pub mod caps;
 pub mod degraded;
 pub mod env;
+pub mod git_index;
 pub mod init;
 pub mod landlock;
 pub mod mounts;
@@ -14,5 +15,6 @@ pub mod protected;
 pub mod report;
 pub mod rlimits;
 pub mod seccomp;
+pub mod secrets;
 #[allow(unsafe_code)]
 pub mod sys;

@@ -220,7 +220,10 @@ fn apply(
                 source: io::Error::from(io::ErrorKind::NotFound),
                 hint: "",
             })?;
-            ensure_mount_point(&target, true)?;
+            // A file (`~/.gitconfig` of an allow-listed home) needs a file to be mounted on.
+            let directory =
+                sys::beneath::stat_fd(std::os::fd::AsFd::as_fd(&tree)).is_ok_and(|st| st.is_dir());
+            ensure_mount_point(&target, directory)?;
             sys::move_mount_to(&tree, &target)
                 .map_err(err("attaching the idmapped mount at", &target))
         }

@@ -3,17 +3,18 @@
 //! the thin executor in `mounts.rs` and `spawn.rs` applies. Building it reads the file system
 //! (what exists, what is a socket) but changes nothing.
 
-use crate::profile::{Limits, NetworkMode, Profile};
+use crate::profile::{HomeMode, Limits, NetworkMode, Profile};
 use crate::sandbox::env::build_environment;
 use crate::sandbox::landlock::{FsAccess, LandlockPlan, LandlockRule};
 use serde::Serialize;
 use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::fs;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
-pub(crate) use crate::sandbox::protected::{protected_paths, protected_paths_and_repositories};
+pub(crate) use crate::sandbox::protected::{WorkspaceScan, protected_paths, scan_workspace};
 
 /// Facts about the caller and this machine the plan depends on.
 #[derive(Debug, Clone)]
@@ -83,6 +84,10 @@ pub enum Access {
 #[serde(rename_all = "kebab-case")]
 pub enum HideReason {
     Secret,
+    /// Its name looks like a secret (`filesystem.hidden_names`).
+    CredentialName,
+    /// A project `.env` file (`filesystem.hide_env_files`).
+    EnvFile,
     OtherProject,
     UnixSocket,
 }
@@ -217,6 +222,9 @@ pub struct SandboxPlan {
     pub home: PathBuf,
     pub cwd: PathBuf,
     pub mounts: Vec<MountOp>,
+    /// Names in the home hidden because they look like secrets, with the pattern each matched
+    /// (also `hide` entries in `mounts`).
+    pub credential_names: Vec<crate::sandbox::secrets::CredentialName>,
     /// Every persistence path looked at (existing ones are also read-only binds in `mounts`);
     /// the end-of-run sweep compares them.
     pub protected_paths: Vec<PathBuf>,
@@ -371,9 +379,22 @@ pub fn build_plan(profile: &Profile, facts: &HostFacts) -> Result<SandboxPlan, P
         dst: "/var/tmp".into(),
     });
 
-    // The home, read-only (unless it is the workspace), then the workspace, read-write.
+    // The home: read-only (unless it is the workspace), or with `home = "allowlist"` a private
+    // empty one that shows only what the profile lists. Then the workspace, read-write.
     let home_visible = home != Path::new("/") && home.is_dir() && home != workspace;
-    if home_visible {
+    let allowlist = home_visible && profile.filesystem.home == HomeMode::Allowlist;
+    let home_allowed: Vec<PathBuf> = if allowlist {
+        profile.filesystem.home_allow.iter().map(&resolve).collect()
+    } else {
+        Vec::new()
+    };
+    if allowlist {
+        mounts.push(MountOp::Tmpfs {
+            dst: home.clone(),
+            mode: 0o700,
+            size_mib: Some(profile.filesystem.tmp_size_mib),
+        });
+    } else if home_visible {
         mounts.push(personal_bind(&home, Access::ReadOnly));
     }
     mounts.push(personal_bind(&workspace, Access::ReadWrite));
@@ -385,13 +406,59 @@ pub fn build_plan(profile: &Profile, facts: &HostFacts) -> Result<SandboxPlan, P
         let path = existing(resolve(spec), "filesystem.read_only")?;
         mounts.push(personal_bind(&path, Access::ReadOnly));
     }
+    let mut listings = crate::sandbox::secrets::Listings::default();
+    let mut missing = Vec::new();
+    for path in &home_allowed {
+        // Toolchains differ between machines: a listed path this host lacks is skipped.
+        if listings.exists_below(&home, path) {
+            mounts.push(personal_bind(path, Access::ReadOnly));
+        } else {
+            missing.push(path.display().to_string());
+        }
+    }
+    if !missing.is_empty() {
+        notes.push(format!(
+            "home_allow: not on this host, skipped: {}",
+            missing.join(", ")
+        ));
+    }
+
+    let WorkspaceScan {
+        protected_paths,
+        repositories,
+        env_files,
+    } = scan_workspace(profile, &workspace, &home, &mut notes);
 
     // What must not be seen.
     let mut hidden = std::collections::BTreeMap::new();
-    for spec in &profile.filesystem.hidden {
-        if let Some(path) = hide_target(&resolve(spec)) {
-            hidden.entry(path).or_insert(HideReason::Secret);
-        }
+    let catalogue: Vec<PathBuf> = profile.filesystem.hidden.iter().map(&resolve).collect();
+    for path in crate::sandbox::secrets::existing_catalogue(&catalogue, &home, &mut listings) {
+        hidden.entry(path).or_insert(HideReason::Secret);
+    }
+    let credential_names = if home_visible {
+        let mut keep = vec![workspace.clone()];
+        keep.extend(
+            profile
+                .filesystem
+                .read_only
+                .iter()
+                .chain(&profile.filesystem.writable)
+                .map(resolve),
+        );
+        keep.extend(home_allowed.iter().cloned());
+        crate::sandbox::secrets::credential_names(
+            &home,
+            &profile.filesystem.hidden_names,
+            &keep,
+            &mut listings,
+        )
+    } else {
+        Vec::new()
+    };
+    for found in &credential_names {
+        hidden
+            .entry(found.path.clone())
+            .or_insert(HideReason::CredentialName);
     }
     if profile.filesystem.hide_other_projects {
         for path in other_projects(&workspace, &home, &mut notes) {
@@ -403,6 +470,17 @@ pub fn build_plan(profile: &Profile, facts: &HostFacts) -> Result<SandboxPlan, P
         for path in home_sockets(&home, &skip, &mut notes) {
             hidden.entry(path).or_insert(HideReason::UnixSocket);
         }
+    }
+    for path in hidden_env_files(profile, &workspace, &repositories, env_files, &mut notes) {
+        hidden.entry(path).or_insert(HideReason::EnvFile);
+    }
+    // With an allow-listed home, only what is shown needs hiding.
+    if allowlist {
+        hidden.retain(|path, _| {
+            !path.starts_with(&home)
+                || path.starts_with(&workspace)
+                || home_allowed.iter().any(|a| path.starts_with(a))
+        });
     }
     for (path, reason) in hidden {
         let is_dir = fs::metadata(&path).map(|m| m.is_dir()).unwrap_or(false);
@@ -422,8 +500,6 @@ pub fn build_plan(profile: &Profile, facts: &HostFacts) -> Result<SandboxPlan, P
     // Each repository's `.git`: a directory is pinned (a mount point cannot be renamed,
     // removed or replaced, so no gitfile or link can take its place while git inside works
     // as usual); a gitfile is read-only (its content is the redirect).
-    let (protected_paths, repositories) =
-        protected_paths_and_repositories(profile, &workspace, &home, &mut notes);
     for repo in &repositories {
         let git = repo.join(".git");
         match fs::symlink_metadata(&git) {
@@ -513,6 +589,7 @@ pub fn build_plan(profile: &Profile, facts: &HostFacts) -> Result<SandboxPlan, P
         home,
         cwd,
         mounts,
+        credential_names,
         protected_paths,
         env,
         env_dropped,
@@ -827,6 +904,73 @@ pub(crate) fn hide_target(path: &Path) -> Option<PathBuf> {
     }
 }
 
+/// The project's `.env` files to hide: those the scan found, minus the ones the profile shows
+/// and the tracked ones (hidden, a tracked file would look emptied to git inside, and
+/// `git commit -a` would record that): those are reported instead.
+fn hidden_env_files(
+    profile: &Profile,
+    workspace: &Path,
+    repositories: &[PathBuf],
+    found: Vec<PathBuf>,
+    notes: &mut Vec<String>,
+) -> Vec<PathBuf> {
+    let mut tracked_by_repo: std::collections::HashMap<&Path, Result<BTreeSet<Vec<u8>>, String>> =
+        std::collections::HashMap::new();
+    let mut hide = Vec::new();
+    for path in found {
+        let rel = path.strip_prefix(workspace).unwrap_or(&path);
+        if profile
+            .filesystem
+            .env_files_visible
+            .iter()
+            .any(|v| Path::new(v) == rel)
+        {
+            continue;
+        }
+        // The innermost repository holding it, and whether its index lists it.
+        let repo = repositories
+            .iter()
+            .filter(|r| path.starts_with(r))
+            .max_by_key(|r| r.as_os_str().len());
+        let tracked = repo.and_then(|repo| {
+            let git_dir = repo.join(".git");
+            if !git_dir.is_dir() {
+                return Some(Err("its repository's .git is not a directory".to_string()));
+            }
+            let in_repo = path
+                .strip_prefix(repo)
+                .ok()?
+                .as_os_str()
+                .as_bytes()
+                .to_vec();
+            let listed = tracked_by_repo
+                .entry(repo.as_path())
+                .or_insert_with(|| crate::sandbox::git_index::tracked_in(&git_dir));
+            Some(
+                listed
+                    .as_ref()
+                    .map(|set| set.contains(&in_repo))
+                    .map_err(Clone::clone),
+            )
+        });
+        match tracked {
+            Some(Ok(true)) => notes.push(format!(
+                "WARNING: {} is a .env file tracked by git: it stays visible (hidden, git inside would see it emptied); take the secrets out of the repository",
+                path.display()
+            )),
+            Some(Err(why)) => {
+                notes.push(format!(
+                    "{}: hidden, though whether git tracks it is unknown ({why})",
+                    path.display()
+                ));
+                hide.push(path);
+            }
+            _ => hide.push(path),
+        }
+    }
+    hide
+}
+
 /// Siblings of the workspace and of each ancestor up to the home: other people's projects.
 /// Dot-entries are configuration (the secret catalogue covers those that matter), not projects.
 pub(crate) fn other_projects(
@@ -984,6 +1128,8 @@ impl std::fmt::Display for MountOp {
             MountOp::HideDir { dst, reason } | MountOp::HideFile { dst, reason } => {
                 let why = match reason {
                     HideReason::Secret => "secret",
+                    HideReason::CredentialName => "name looks like a secret",
+                    HideReason::EnvFile => "project .env file",
                     HideReason::OtherProject => "other project",
                     HideReason::UnixSocket => "unix socket",
                 };

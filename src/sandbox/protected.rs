@@ -53,18 +53,32 @@ pub(crate) fn protected_paths(
     home: &Path,
     notes: &mut Vec<String>,
 ) -> Vec<PathBuf> {
-    protected_paths_and_repositories(profile, workspace, home, notes).0
+    scan_workspace(profile, workspace, home, notes).protected_paths
 }
 
-/// The same, with the repositories found: the workspace (when it has a `.git`) and the nested
-/// ones the bounded scan reached.
-pub(crate) fn protected_paths_and_repositories(
+/// What the launch's bounded scan of the workspace found.
+pub(crate) struct WorkspaceScan {
+    /// Every persistence path of the workspace and of the nested repositories, existing or not.
+    pub protected_paths: Vec<PathBuf>,
+    /// The workspace (when it has a `.git`) and the nested repositories reached.
+    pub repositories: Vec<PathBuf>,
+    /// Project `.env` files (not templates), when the profile hides them.
+    pub env_files: Vec<PathBuf>,
+}
+
+/// One bounded walk of the workspace: its repositories, persistence paths and `.env` files.
+pub(crate) fn scan_workspace(
     profile: &Profile,
     workspace: &Path,
     home: &Path,
     notes: &mut Vec<String>,
-) -> (Vec<PathBuf>, Vec<PathBuf>) {
-    let nested = nested_repositories(workspace, notes);
+) -> WorkspaceScan {
+    let mut env_files = Vec::new();
+    let nested = nested_repositories(
+        workspace,
+        notes,
+        profile.filesystem.hide_env_files.then_some(&mut env_files),
+    );
     let paths = protected_paths_of(profile, workspace, home, &nested, notes);
     let mut repos = Vec::with_capacity(nested.len() + 1);
     if beneath::open_root(workspace, DIR_LOOKUP)
@@ -73,7 +87,11 @@ pub(crate) fn protected_paths_and_repositories(
         repos.push(workspace.to_path_buf());
     }
     repos.extend(nested);
-    (paths, repos)
+    WorkspaceScan {
+        protected_paths: paths,
+        repositories: repos,
+        env_files,
+    }
 }
 
 /// Every persistence path of the workspace and of `repos` (absolute paths below it). Paths
@@ -229,7 +247,11 @@ fn first_link(root: BorrowedFd<'_>, rel: &Path) -> Option<PathBuf> {
 /// Directories below the workspace that are repositories of their own (they have a `.git`
 /// entry of any kind: a directory, a gitfile, or a link, which is recorded but never entered).
 /// Bounded: it runs on the launch path (the sweep's walk is complete).
-fn nested_repositories(workspace: &Path, notes: &mut Vec<String>) -> Vec<PathBuf> {
+fn nested_repositories(
+    workspace: &Path,
+    notes: &mut Vec<String>,
+    mut env_files: Option<&mut Vec<PathBuf>>,
+) -> Vec<PathBuf> {
     let Ok(root) = beneath::open_root(workspace, DIR_LOOKUP) else {
         return Vec::new();
     };
@@ -251,6 +273,12 @@ fn nested_repositories(workspace: &Path, notes: &mut Vec<String>) -> Vec<PathBuf
                     workspace.display()
                 ));
                 return found;
+            }
+            if let Some(env_files) = env_files.as_deref_mut()
+                && d_type != libc::DT_DIR
+                && crate::sandbox::secrets::is_env_file(&name)
+            {
+                env_files.push(workspace.join(dir.join(&name)));
             }
             if name == ".git" || !is_dir(fd.as_fd(), &name, d_type) {
                 continue;

@@ -2,6 +2,7 @@
 //! signals and job control, the exit code, the network proxy and the credential gateway.
 
 pub mod agent_state;
+pub mod cgroup;
 pub mod audit_sink;
 pub mod fdpass;
 pub mod gateway;
