@@ -78,6 +78,10 @@ pub struct Summary {
     pub inside_not_written: u64,
     /// The patch of what the run wrote at protected names (quarantined), if any.
     pub proposed_changes: Option<String>,
+    /// The run's cgroup limits, where each was enforced or why it was not.
+    pub limits: Vec<String>,
+    /// What a limit did during the run ("2 processes killed by the memory limit (8 GiB)").
+    pub limits_acted: Vec<String>,
 }
 
 impl Summary {
@@ -101,6 +105,33 @@ impl Summary {
                         .as_str()
                         .unwrap_or_default()
                         .to_string();
+                    for entry in record["limits"].as_array().into_iter().flatten() {
+                        let place = &entry["place"];
+                        let where_ = if let Some(dir) = place["v1"]["dir"].as_str() {
+                            format!("cgroup v1 {dir}")
+                        } else if let Some(dir) = place["v2"]["dir"].as_str() {
+                            format!("cgroup v2 {dir}")
+                        } else {
+                            format!(
+                                "not enforced: {}",
+                                place["unavailable"]["reason"].as_str().unwrap_or("?")
+                            )
+                        };
+                        s.limits.push(format!(
+                            "{} {}: {where_}",
+                            entry["limit"].as_str().unwrap_or("?"),
+                            entry["value"]
+                        ));
+                    }
+                }
+                ("supervisor", "limits") => {
+                    s.limits_acted.extend(
+                        record["acted"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .filter_map(|v| v.as_str().map(str::to_string)),
+                    );
                 }
                 ("supervisor", "run-end") => {
                     s.status = record["outcome"]["status"]
@@ -176,6 +207,15 @@ impl Summary {
         md.push_str("### Enforced\n\n");
         for line in &self.enforced {
             md.push_str(&format!("- {line}\n"));
+        }
+        for line in &self.limits {
+            md.push_str(&format!("- limit {line}\n"));
+        }
+        if !self.limits_acted.is_empty() {
+            md.push_str("\n### Limits that acted\n\n");
+            for line in &self.limits_acted {
+                md.push_str(&format!("- **{line}**\n"));
+            }
         }
         md.push_str(&format!(
             "\n### Denied by the hook ({})\n\n",

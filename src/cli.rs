@@ -249,7 +249,7 @@ pub fn explain_text(profile: &Profile, plan: &SandboxPlan) -> String {
     }
     let limits = &plan.limits;
     line(format!(
-        "limits: core={} nproc={} nofile={} fsize={} cpu={}",
+        "limits (per process): core={} nproc={} nofile={} fsize={} cpu={}",
         limits.core,
         limits.nproc,
         limits.nofile,
@@ -258,6 +258,41 @@ pub fn explain_text(profile: &Profile, plan: &SandboxPlan) -> String {
             .cpu
             .map_or("inherited".to_string(), |v| v.to_string())
     ));
+    // The run's cgroup as this host would make it now.
+    let request = limits.cgroup();
+    let host = crate::supervisor::cgroup::CgroupHost::discover(Path::new("/proc"));
+    let cgroup = crate::supervisor::cgroup::plan(
+        &host,
+        &crate::supervisor::cgroup::CgroupLimits {
+            memory: request.memory,
+            pids: request.pids,
+            cpu_percent: request.cpu_percent,
+        },
+        &host.run_name("explain"),
+    );
+    for entry in &cgroup.entries {
+        use crate::supervisor::cgroup::{LimitKind, Place, describe};
+        let named = match entry.limit {
+            LimitKind::Memory => request.memory_named,
+            LimitKind::Pids => request.pids_named,
+            LimitKind::Cpu => true,
+        };
+        let how = if named {
+            "required"
+        } else {
+            "default, best-effort"
+        };
+        let place = match &entry.place {
+            Place::V1 { dir } => format!("cgroup v1 {}", dir.display()),
+            Place::V2 { dir, .. } => format!("cgroup v2 {}", dir.display()),
+            Place::Unavailable { reason } => format!("NOT enforceable here: {reason}"),
+        };
+        line(format!(
+            "limit (whole run): {} {} ({how}): {place}",
+            entry.limit,
+            describe(entry.limit, entry.value)
+        ));
+    }
     if let Some(gateway) = &plan.gateway {
         line(format!(
             "credential gateway: {} <- {} (credential {}; the agent holds a placeholder)",

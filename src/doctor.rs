@@ -137,6 +137,49 @@ pub fn run_checks() -> Vec<Check> {
     } else {
         (true, "not needed: the command runs as your own uid".into())
     };
+    // The run's cgroup, for the default limits (and a CPU quota, which profiles may add).
+    let host = crate::supervisor::cgroup::CgroupHost::discover(std::path::Path::new("/proc"));
+    let request = crate::sandbox::rlimits::Limits::default().cgroup();
+    let limits = crate::supervisor::cgroup::CgroupLimits {
+        memory: request.memory,
+        pids: request.pids,
+        cpu_percent: Some(100),
+    };
+    let plan = crate::supervisor::cgroup::plan(&host, &limits, &host.run_name("doctor"));
+    for entry in &plan.entries {
+        use crate::supervisor::cgroup::{LimitKind, Place, describe};
+        let (available, place) = match &entry.place {
+            Place::V1 { dir } => (true, format!("cgroup v1, below {}", parent(dir))),
+            Place::V2 { dir, delegate_self } => (
+                true,
+                format!(
+                    "cgroup v2, below {}{}",
+                    parent(dir),
+                    if *delegate_self {
+                        " (StepProof moves itself into a leaf of its delegated cgroup)"
+                    } else {
+                        ""
+                    }
+                ),
+            ),
+            Place::Unavailable { reason } => (false, reason.clone()),
+        };
+        let value = match entry.limit {
+            LimitKind::Cpu => "a CPU quota (process.limits.cpu_quota)".to_string(),
+            kind => format!("the default {}", describe(kind, entry.value)),
+        };
+        checks.push(Check {
+            feature: match entry.limit {
+                LimitKind::Memory => "cgroup memory limit",
+                LimitKind::Pids => "cgroup process limit",
+                LimitKind::Cpu => "cgroup CPU quota",
+            },
+            available,
+            // Defaults are applied where the host can; a profile that names one requires it.
+            required_by_default: false,
+            detail: format!("{value}: {place}"),
+        });
+    }
     checks.push(Check {
         feature: "idmapped mounts",
         available: idmap_ok,
@@ -144,6 +187,10 @@ pub fn run_checks() -> Vec<Check> {
         detail: idmap_detail,
     });
     checks
+}
+
+fn parent(dir: &std::path::Path) -> String {
+    dir.parent().unwrap_or(dir).display().to_string()
 }
 
 /// True when every feature the default profile needs is present.

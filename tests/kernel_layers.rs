@@ -448,8 +448,9 @@ fn rlimits_applied_and_read_back() {
         core: 0,
         nproc: 512,
         nofile: 64,
-        fsize: Some(1 << 20),
+        fsize: Some(stepproof::sandbox::rlimits::ByteSize(1 << 20)),
         cpu: Some(600),
+        ..Limits::default()
     };
     let out = run_helper(
         &HelperSpec {

@@ -260,6 +260,22 @@ fn launch(
             eprintln!("  lost: {loss}");
         }
     }
+    // The run's cgroup: a limit the profile requires that this host cannot enforce stops here.
+    let nonce = format!(
+        "{:x}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    );
+    let limits = stepproof::supervisor::cgroup::prepare(
+        &profile.process.limits.cgroup(),
+        profile.assurance == stepproof::sandbox::landlock::Assurance::Strict,
+        std::path::Path::new("/proc"),
+        &nonce,
+    )?;
+    for dropped in &limits.dropped {
+        tracing::info!("{dropped}");
+    }
     if let Some(audit) = &audit {
         let argv: Vec<String> = args
             .command
@@ -278,6 +294,9 @@ fn launch(
                 "managed_settings_removed": plan.managed_settings_removed,
                 // Where the launch's bounded scans stopped, and what else the plan noted.
                 "notes": plan.notes,
+                // Where each limit of the run's cgroup is enforced, or why it is not.
+                "limits": limits.plan.entries,
+                "limits_dropped": limits.dropped,
             }),
         );
     }
@@ -292,8 +311,35 @@ fn launch(
         // Names that do not exist yet are watched while the run is on (moved at once).
         watch: (!args.selftest)
             .then(|| (snapshot.watch_targets(), facts.run_dir.join("quarantine"))),
+        cgroup: limits.cgroup.as_ref(),
     };
     let mut result = spawn::run(&plan, &command, audit.as_ref(), &options);
+    // What the limits did, in words, once nothing of the run is left; then the cgroup goes.
+    let mut acted = Vec::new();
+    if let Some(cgroup) = limits.cgroup {
+        acted = cgroup.events().sentences(&limits.plan.limits);
+        if let Err(e) = cgroup.remove(std::time::Duration::from_secs(5)) {
+            eprintln!("stepproof-run: removing the run's cgroup: {e}");
+        }
+    }
+    if let Some(sentence) = file_size_limit(&result.outcome, profile.process.limits.fsize_bytes()) {
+        acted.push(sentence);
+    }
+    if !acted.is_empty() {
+        for sentence in &acted {
+            eprintln!("stepproof-run: limit: {sentence}");
+        }
+        outputs
+            .status_extra
+            .insert("limits".into(), serde_json::json!(acted));
+        if let Some(audit) = &audit {
+            audit.record(
+                "supervisor",
+                "limits",
+                &serde_json::json!({ "acted": acted }),
+            );
+        }
+    }
     let moved_during_run = std::mem::take(&mut result.moved_during_run);
     if let Some(counts) = result.hook_records.filter(|c| c.over_cap > 0) {
         outputs
@@ -431,6 +477,25 @@ fn launch(
         write_summaries(outputs, &summary, &result.outcome);
     }
     Ok((result.outcome, result.report))
+}
+
+/// The command died of SIGXFSZ: it wrote past `process.limits.fsize`. (A writer that ignores
+/// the signal gets EFBIG instead and says so itself.)
+fn file_size_limit(outcome: &Outcome, fsize: u64) -> Option<String> {
+    let signal = match outcome {
+        Outcome::Signaled { signal, .. } => *signal,
+        Outcome::TimedOut { command, .. } => match **command {
+            Outcome::Signaled { signal, .. } => signal,
+            _ => return None,
+        },
+        _ => return None,
+    };
+    (signal == libc::SIGXFSZ).then(|| {
+        format!(
+            "the command was killed by the file size limit ({}): it wrote a file larger than process.limits.fsize",
+            stepproof::supervisor::cgroup::describe(stepproof::supervisor::cgroup::LimitKind::Memory, fsize)
+        )
+    })
 }
 
 /// Runs `stepproof-run --selftest` with the same profile and workspace; returns the probes that

@@ -25,11 +25,8 @@ const SUPERVISOR_NONCE: &str = "supervisor";
 const CFS_PERIOD_US: u64 = 100_000;
 /// Interface files are small; a bound keeps a huge `cgroup.procs` from being read whole.
 const READ_LIMIT: u64 = 64 * 1024;
-const PERCENT_MAX: u32 = 100_000;
-const ACCEPTED_SIZES: &str = "expected a number of bytes or a size with a binary unit: \
-     1073741824, 64K, 512M, 8G, 1T (also 64KiB, 512MiB, 8GiB, 1TiB; K = 1024)";
-const ACCEPTED_PERCENT: &str =
-    "expected a share of one CPU as a percentage from 1% to 100000%, e.g. 50%, 150% or 200%";
+/// mountinfo of a host with thousands of mounts is still far below this.
+const PROC_READ_LIMIT: u64 = 8 << 20;
 
 /// The limits a profile asks for (all optional; None = no limit of that kind).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -104,8 +101,9 @@ impl CgroupHost {
     /// Reads `<proc>/self/cgroup` and `<proc>/self/mountinfo` (proc = "/proc" in production).
     /// Never fails: what cannot be read is simply absent.
     pub fn discover(proc: &Path) -> CgroupHost {
-        let read =
-            |name: &str| read_bounded(&proc.join("self").join(name), 1 << 20).unwrap_or_default();
+        let read = |name: &str| {
+            read_bounded(&proc.join("self").join(name), PROC_READ_LIMIT).unwrap_or_default()
+        };
         CgroupHost::from_texts(&read("cgroup"), &read("mountinfo"), std::process::id())
     }
 
@@ -436,6 +434,7 @@ fn place_v2(
         });
     }
     let pid = own_pid.to_string();
+    // Empty counts too: the supervisor already sits in its leaf from an earlier attempt.
     let only_self = own
         .procs
         .as_ref()
@@ -534,51 +533,93 @@ fn plural(n: u64, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 
-/// Reads a size such as "8G", "8GiB", "512M", "64K" or "1073741824" (binary units).
-pub fn parse_memory(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let end = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (number, unit) = t.split_at(end);
-    if number.is_empty() {
-        return Err(format!("invalid memory size {s:?}: {ACCEPTED_SIZES}"));
-    }
-    let shift = match unit.trim_start().to_ascii_lowercase().as_str() {
-        "" => 0,
-        "k" | "kib" => 10,
-        "m" | "mib" => 20,
-        "g" | "gib" => 30,
-        "t" | "tib" => 40,
-        other => {
-            return Err(format!(
-                "invalid memory size {s:?}: unknown unit {other:?}; {ACCEPTED_SIZES}"
-            ));
-        }
-    };
-    let bytes = number
-        .parse::<u64>()
-        .ok()
-        .and_then(|n| n.checked_mul(1u64 << shift))
-        .ok_or_else(|| format!("invalid memory size {s:?}: too large; {ACCEPTED_SIZES}"))?;
-    if bytes == 0 {
-        return Err(format!(
-            "invalid memory size {s:?}: must be more than 0; {ACCEPTED_SIZES}"
-        ));
-    }
-    Ok(bytes)
+/// The run's limits as the profile asks, checked against what this host can do.
+pub struct RunLimits {
+    pub plan: CgroupPlan,
+    /// Limits left to their defaults that this host cannot enforce, in words (recorded).
+    pub dropped: Vec<String>,
+    /// Stale cgroups of earlier runs removed on the way.
+    pub removed_stale: Vec<PathBuf>,
+    /// The created cgroup (none when nothing could be enforced).
+    pub cgroup: Option<RunCgroup>,
 }
 
-/// Reads a CPU share such as "200%" (two CPUs) or "50%".
-pub fn parse_cpu_percent(s: &str) -> Result<u32, String> {
-    let t = s.trim();
-    let number = t
-        .strip_suffix('%')
-        .map(str::trim_end)
-        .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-        .ok_or_else(|| format!("invalid CPU share {s:?}: {ACCEPTED_PERCENT}"))?;
-    match number.parse::<u32>() {
-        Ok(p) if (1..=PERCENT_MAX).contains(&p) => Ok(p),
-        _ => Err(format!("invalid CPU share {s:?}: {ACCEPTED_PERCENT}")),
+/// Plans and creates the run's cgroup. A limit the profile names is required: under
+/// `assurance = "strict"` a host that cannot enforce it stops the launch (the error says why);
+/// otherwise, and for limits left to their defaults, what cannot be enforced is recorded as
+/// dropped and the run goes on.
+pub fn prepare(
+    request: &crate::sandbox::rlimits::CgroupRequest,
+    strict: bool,
+    proc: &Path,
+    nonce: &str,
+) -> Result<RunLimits, String> {
+    let host = CgroupHost::discover(proc);
+    let removed_stale = remove_stale(&host);
+    let limits = CgroupLimits {
+        memory: request.memory,
+        pids: request.pids,
+        cpu_percent: request.cpu_percent,
+    };
+    let plan = plan(&host, &limits, &host.run_name(nonce));
+    let named = |kind: LimitKind| match kind {
+        LimitKind::Memory => request.memory_named,
+        LimitKind::Pids => request.pids_named,
+        // There is no default CPU quota: one in the plan was named.
+        LimitKind::Cpu => true,
+    };
+    let value_of = |kind: LimitKind| {
+        plan.entries
+            .iter()
+            .find(|e| e.limit == kind)
+            .map_or(0, |e| e.value)
+    };
+    let mut dropped = Vec::new();
+    for (kind, reason) in plan.unavailable() {
+        let what = format!(
+            "the {kind} limit ({}) cannot be enforced here: {reason}",
+            describe(kind, value_of(kind))
+        );
+        if named(kind) && strict {
+            return Err(format!(
+                "{what}; the profile requires it (process.limits.{}) and its assurance is \"strict\" (run `stepproof doctor`)",
+                match kind {
+                    LimitKind::Memory => "memory",
+                    LimitKind::Pids => "pids",
+                    LimitKind::Cpu => "cpu_quota",
+                }
+            ));
+        }
+        dropped.push(what);
     }
+    let enforceable = plan
+        .entries
+        .iter()
+        .any(|e| !matches!(e.place, Place::Unavailable { .. }));
+    let cgroup = if enforceable {
+        match create(&plan) {
+            Ok(cgroup) => Some(cgroup),
+            Err(e) => {
+                let required = plan
+                    .entries
+                    .iter()
+                    .any(|e| named(e.limit) && !matches!(e.place, Place::Unavailable { .. }));
+                if required && strict {
+                    return Err(format!("{e} (the profile requires its limits)"));
+                }
+                dropped.push(format!("no limit could be set up: {e}"));
+                None
+            }
+        }
+    } else {
+        None
+    };
+    Ok(RunLimits {
+        plan,
+        dropped,
+        removed_stale,
+        cgroup,
+    })
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -1069,16 +1110,14 @@ fn holds_no_process(dir: &Path) -> bool {
 }
 
 /// cgroupfs has no links; one in a path here was put there, and is not followed.
-fn open_flags() -> i32 {
-    nix::libc::O_NOFOLLOW
-}
+const OPEN_FLAGS: i32 = nix::libc::O_NOFOLLOW;
 
 /// One write(2) with the whole value: cgroupfs parses each write on its own.
 fn write_file(path: &Path, value: &str) -> io::Result<()> {
     let mut file = OpenOptions::new()
         .write(true)
         .truncate(true)
-        .custom_flags(open_flags())
+        .custom_flags(OPEN_FLAGS)
         .open(path)?;
     file.write_all(value.as_bytes())
 }
@@ -1086,7 +1125,7 @@ fn write_file(path: &Path, value: &str) -> io::Result<()> {
 fn read_bounded(path: &Path, limit: u64) -> io::Result<String> {
     let file = OpenOptions::new()
         .read(true)
-        .custom_flags(open_flags())
+        .custom_flags(OPEN_FLAGS)
         .open(path)?;
     let mut text = String::new();
     Read::take(file, limit).read_to_string(&mut text)?;
@@ -1949,73 +1988,19 @@ mod tests {
         assert!(file.is_file());
     }
 
-    #[test]
-    fn parse_memory_accepts_binary_sizes() {
-        assert_eq!(parse_memory("8G"), Ok(8 << 30));
-        assert_eq!(parse_memory("8GiB"), Ok(8 << 30));
-        assert_eq!(parse_memory("8 GiB"), Ok(8 << 30));
-        assert_eq!(parse_memory("512M"), Ok(512 * MIB));
-        assert_eq!(parse_memory("512MiB"), Ok(512 * MIB));
-        assert_eq!(parse_memory("1073741824"), Ok(1 << 30));
-        assert_eq!(parse_memory("64k"), Ok(64 << 10));
-        assert_eq!(parse_memory("64K"), Ok(64 << 10));
-        assert_eq!(parse_memory("64KiB"), Ok(64 << 10));
-        assert_eq!(parse_memory("1T"), Ok(1 << 40));
-    }
-
-    #[test]
-    fn parse_memory_refuses_the_rest() {
-        for bad in [
-            "0",
-            "0G",
-            "-1",
-            "-8G",
-            "",
-            "G",
-            "8X",
-            "8GB",
-            "8.5G",
-            "99999999999999999999",
-            "17179869184G",
-            "1 2",
-        ] {
-            let err = parse_memory(bad).unwrap_err();
-            assert!(err.contains("512M"), "{bad}: {err}");
-        }
-    }
-
-    #[test]
-    fn parse_cpu_percent_accepts_and_refuses() {
-        assert_eq!(parse_cpu_percent("200%"), Ok(200));
-        assert_eq!(parse_cpu_percent("150%"), Ok(150));
-        assert_eq!(parse_cpu_percent("1%"), Ok(1));
-        assert_eq!(parse_cpu_percent("100000%"), Ok(100_000));
-        for bad in [
-            "0%",
-            "abc",
-            "200",
-            "%",
-            "-5%",
-            "100001%",
-            "1.5%",
-            "99999999999%",
-            "+5%",
-        ] {
-            let err = parse_cpu_percent(bad).unwrap_err();
-            assert!(err.contains("200%"), "{bad}: {err}");
-        }
-    }
-
     /// The real thing, on a host like this one (root, cgroup v1 memory).
     #[test]
     fn real_host_limits_a_child() {
+        let skip = |reason: &str| {
+            // CI runs as root on a host like this one: there a skip is a failure.
+            assert!(std::env::var_os("CI").is_none(), "{reason}");
+            eprintln!("skipped: {reason}");
+        };
         if !nix::unistd::geteuid().is_root() {
-            eprintln!("skipped: creating cgroups on this host needs root");
-            return;
+            return skip("creating cgroups on this host needs root");
         }
         if !Path::new("/sys/fs/cgroup/memory").is_dir() {
-            eprintln!("skipped: no cgroup v1 memory hierarchy at /sys/fs/cgroup/memory");
-            return;
+            return skip("no cgroup v1 memory hierarchy at /sys/fs/cgroup/memory");
         }
         let host = CgroupHost::discover(Path::new("/proc"));
         let nanos = std::time::SystemTime::now()
@@ -2030,8 +2015,7 @@ mod tests {
         };
         let p = plan(&host, &limits, &name);
         if !p.unavailable().is_empty() {
-            eprintln!("skipped: this host cannot enforce {:?}", p.unavailable());
-            return;
+            return skip(&format!("this host cannot enforce {:?}", p.unavailable()));
         }
         let run = create(&p).unwrap();
         let dirs = run.dirs();

@@ -40,6 +40,8 @@ pub enum LaunchError {
     },
     #[error(transparent)]
     Namespace(#[from] namespaces::NamespaceError),
+    #[error("putting the sandbox in its cgroup: {0} (run `stepproof doctor`)")]
+    Cgroup(#[from] crate::supervisor::cgroup::CgroupError),
 }
 
 fn os(step: impl Into<String>) -> impl FnOnce(io::Error) -> LaunchError {
@@ -239,7 +241,7 @@ pub struct RunResult {
 /// the way out without restoring the terminal.
 /// How a run is to be carried out, beyond the plan.
 #[derive(Debug, Clone, Default)]
-pub struct RunOptions {
+pub struct RunOptions<'a> {
     /// End the whole sandbox after this long (exit 124).
     pub timeout: Option<std::time::Duration>,
     /// Records from inside are written up to this many bytes per run.
@@ -247,13 +249,15 @@ pub struct RunOptions {
     /// Persistence paths absent at launch (relative to the workspace) to watch while the run is
     /// on, and the quarantine to move them to (see [`crate::supervisor::watch`]).
     pub watch: Option<(Vec<std::path::PathBuf>, std::path::PathBuf)>,
+    /// The run's cgroup: the init is put in it before the command is started.
+    pub cgroup: Option<&'a crate::supervisor::cgroup::RunCgroup>,
 }
 
 pub fn run(
     plan: &SandboxPlan,
     command: &[OsString],
     audit: Option<&AuditSink>,
-    options: &RunOptions,
+    options: &RunOptions<'_>,
 ) -> RunResult {
     match launch(plan, command, audit, options) {
         Ok(result) => result,
@@ -270,7 +274,7 @@ fn launch(
     plan: &SandboxPlan,
     command: &[OsString],
     audit: Option<&AuditSink>,
-    options: &RunOptions,
+    options: &RunOptions<'_>,
 ) -> Result<RunResult, LaunchError> {
     let argv = command
         .iter()
@@ -486,6 +490,12 @@ fn launch(
     });
 
     tracing::debug!("sandbox cloned");
+    // Into the run's cgroup before the command exists: the init reads the whole seccomp
+    // channel below before it forks the command, so everything of the run is born inside.
+    // Without it the channel closes unwritten and the init refuses to start the command.
+    if let Some(cgroup) = options.cgroup {
+        cgroup.attach(child.as_raw() as u32)?;
+    }
     // Compiled here, on this core, while the init builds the view on the other; the init waits
     // for it before starting the command, and refuses to start it without one.
     let arch = seccomp::Arch::native();
