@@ -259,7 +259,8 @@ pub fn explain_text(profile: &Profile, plan: &SandboxPlan) -> String {
             .map_or("inherited".to_string(), |v| v.to_string())
     ));
     // The run's cgroup as this host would make it now.
-    let request = limits.cgroup();
+    // As a `--ci` run would get them (an interactive one gets only those the profile names).
+    let request = limits.cgroup(true);
     let host = crate::supervisor::cgroup::CgroupHost::discover(Path::new("/proc"));
     let cgroup = crate::supervisor::cgroup::plan(
         &host,

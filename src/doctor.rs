@@ -139,7 +139,11 @@ pub fn run_checks() -> Vec<Check> {
     };
     // The run's cgroup, for the default limits (and a CPU quota, which profiles may add).
     let host = crate::supervisor::cgroup::CgroupHost::discover(std::path::Path::new("/proc"));
-    let request = crate::sandbox::rlimits::Limits::default().cgroup();
+    // Cgroups left by supervisors that were killed (a later run with limits removes them too).
+    for stale in crate::supervisor::cgroup::remove_stale(&host) {
+        eprintln!("removed a stale cgroup: {}", stale.display());
+    }
+    let request = crate::sandbox::rlimits::Limits::default().cgroup(true);
     let limits = crate::supervisor::cgroup::CgroupLimits {
         memory: request.memory,
         pids: request.pids,
@@ -166,7 +170,7 @@ pub fn run_checks() -> Vec<Check> {
         };
         let value = match entry.limit {
             LimitKind::Cpu => "a CPU quota (process.limits.cpu_quota)".to_string(),
-            kind => format!("the default {}", describe(kind, entry.value)),
+            kind => format!("the default {} (--ci runs)", describe(kind, entry.value)),
         };
         checks.push(Check {
             feature: match entry.limit {

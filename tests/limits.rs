@@ -225,16 +225,40 @@ both!(
     a_killed_supervisor_leaves_no_cgroup_after_the_next_run,
     |w: &World| {
         // A duration of its own: the other variant runs at the same time.
-        let seconds = if w.who == Who::Root { "301" } else { "302" };
+        let seconds = format!(
+            "{}",
+            1000 + std::process::id() % 10_000 * 2 + u32::from(w.who == Who::User)
+        );
+        let seconds = seconds.as_str();
+        // Limits named (best-effort: the test user has no cgroup here), so that runs make one.
+        let profile = limits_profile(
+            w,
+            "named.toml",
+            "assurance = \"best-effort\"\n[process.limits]\npids = 1000\n",
+        );
         let mut child = w
-            .command(&[], &["/bin/sleep", seconds])
+            .command(&["--profile", &profile], &["/bin/sleep", seconds])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
         let pid = child.id();
+        // Killed whatever happens, so that a failing check leaves nothing running.
+        struct KillOnDrop(u32);
+        impl Drop for KillOnDrop {
+            fn drop(&mut self) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(self.0 as i32),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+        let _guard = KillOnDrop(pid);
         let deadline = Instant::now() + Duration::from_secs(10);
-        while !process_running(&["/bin/sleep", seconds]) && Instant::now() < deadline {
+        while !(process_running(&["/bin/sleep", seconds])
+            && (!can_enforce(w) || !cgroups_of(pid).is_empty()))
+            && Instant::now() < deadline
+        {
             std::thread::sleep(Duration::from_millis(20));
         }
         assert!(
@@ -253,8 +277,11 @@ both!(
             std::thread::sleep(Duration::from_millis(20));
         }
         assert!(!process_running(&["/bin/sleep", seconds]));
-        // … and the next launch removes the cgroup it left.
-        let out = w.run(&["/bin/true"]);
+        // … and the next launch with limits removes the cgroup it left.
+        let out = w
+            .command(&["--profile", &profile], &["/bin/true"])
+            .output()
+            .unwrap();
         assert!(out.status.success(), "{}", describe(&out));
         assert!(cgroups_of(pid).is_empty(), "{:?}", cgroups_of(pid));
     }

@@ -268,7 +268,7 @@ fn launch(
             .map_or(0, |d| d.as_nanos())
     );
     let limits = stepproof::supervisor::cgroup::prepare(
-        &profile.process.limits.cgroup(),
+        &profile.process.limits.cgroup(args.ci),
         profile.assurance == stepproof::sandbox::landlock::Assurance::Strict,
         std::path::Path::new("/proc"),
         &nonce,

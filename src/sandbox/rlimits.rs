@@ -19,7 +19,8 @@ use serde::{Deserialize, Serialize};
 /// * `cpu`: unset (inherited) unless the profile asks.
 /// * `memory = 8 GiB`, `pids = 4096`, `cpu_quota` unset: the run's cgroup. Named in a profile,
 ///   a cgroup limit is required (a host that cannot enforce it stops a `strict` launch); left
-///   to its default, it is applied where the host can and recorded as dropped elsewhere.
+///   to its default, it is applied to `--ci` runs where the host can, and recorded as dropped
+///   elsewhere (see [`Limits::cgroup`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Limits {
@@ -70,12 +71,17 @@ impl Limits {
         self.fsize.map_or(DEFAULT_FSIZE, |s| s.0)
     }
 
-    /// The cgroup limits in effect and whether the profile named each (named = required).
-    pub fn cgroup(&self) -> CgroupRequest {
+    /// The cgroup limits in effect and whether the profile named each (named = required). A
+    /// limit the profile leaves to its default applies to unattended runs (`--ci`) only: putting
+    /// the sandbox in a cgroup costs the launch a kernel RCU grace period on cgroup v1 (4 to 20 ms
+    /// measured here), which an interactive run need not pay to get a memory bound it is watched
+    /// for anyway; a profile that names a limit gets it on every run.
+    pub fn cgroup(&self, unattended: bool) -> CgroupRequest {
+        let default = |named: Option<u64>, value: u64| named.or(unattended.then_some(value));
         CgroupRequest {
-            memory: Some(self.memory.map_or(DEFAULT_MEMORY, |s| s.0)),
+            memory: default(self.memory.map(|s| s.0), DEFAULT_MEMORY),
             memory_named: self.memory.is_some(),
-            pids: Some(self.pids.unwrap_or(DEFAULT_PIDS)),
+            pids: default(self.pids, DEFAULT_PIDS),
             pids_named: self.pids.is_some(),
             cpu_percent: self.cpu_quota.map(|q| q.0),
         }
@@ -319,7 +325,7 @@ mod tests {
                 .unwrap();
         assert_eq!(l.memory, Some(ByteSize(512 << 20)));
         assert_eq!(l.fsize_bytes(), 2 << 30);
-        let request = l.cgroup();
+        let request = l.cgroup(false);
         assert_eq!(
             (
                 request.memory,

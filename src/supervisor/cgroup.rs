@@ -554,13 +554,26 @@ pub fn prepare(
     proc: &Path,
     nonce: &str,
 ) -> Result<RunLimits, String> {
-    let host = CgroupHost::discover(proc);
-    let removed_stale = remove_stale(&host);
     let limits = CgroupLimits {
         memory: request.memory,
         pids: request.pids,
         cpu_percent: request.cpu_percent,
     };
+    if limits == CgroupLimits::default() {
+        // Nothing asked (an interactive run on the defaults): no cgroup, nothing to look at.
+        return Ok(RunLimits {
+            plan: CgroupPlan {
+                limits,
+                name: String::new(),
+                entries: Vec::new(),
+            },
+            dropped: Vec::new(),
+            removed_stale: Vec::new(),
+            cgroup: None,
+        });
+    }
+    let host = CgroupHost::discover(proc);
+    let removed_stale = remove_stale(&host);
     let plan = plan(&host, &limits, &host.run_name(nonce));
     let named = |kind: LimitKind| match kind {
         LimitKind::Memory => request.memory_named,
