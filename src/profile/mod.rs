@@ -535,9 +535,12 @@ fn line_column(text: &str, offset: usize) -> (usize, usize) {
     (line, column)
 }
 
-fn append_unique<T: PartialEq>(mut base: Vec<T>, more: Vec<T>) -> Vec<T> {
+fn append_unique<T: Eq + std::hash::Hash + Clone>(mut base: Vec<T>, more: Vec<T>) -> Vec<T> {
+    // A set, not `contains` per item: the secret catalogue has hundreds of entries, and path
+    // comparisons are not cheap (this runs before every launch).
+    let mut seen: std::collections::HashSet<T> = base.iter().cloned().collect();
     for item in more {
-        if !base.contains(&item) {
+        if seen.insert(item.clone()) {
             base.push(item);
         }
     }

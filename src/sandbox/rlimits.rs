@@ -335,7 +335,7 @@ mod tests {
             ),
             (Some(512 << 20), true, Some(64), Some(150))
         );
-        let d = Limits::default().cgroup();
+        let d = Limits::default().cgroup(true);
         assert_eq!(
             (
                 d.memory,
