@@ -105,24 +105,13 @@ impl Summary {
                         .as_str()
                         .unwrap_or_default()
                         .to_string();
-                    for entry in record["limits"].as_array().into_iter().flatten() {
-                        let place = &entry["place"];
-                        let where_ = if let Some(dir) = place["v1"]["dir"].as_str() {
-                            format!("cgroup v1 {dir}")
-                        } else if let Some(dir) = place["v2"]["dir"].as_str() {
-                            format!("cgroup v2 {dir}")
-                        } else {
-                            format!(
-                                "not enforced: {}",
-                                place["unavailable"]["reason"].as_str().unwrap_or("?")
-                            )
-                        };
-                        s.limits.push(format!(
-                            "{} {}: {where_}",
-                            entry["limit"].as_str().unwrap_or("?"),
-                            entry["value"]
-                        ));
-                    }
+                    s.limits.extend(
+                        record["limit_lines"]
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .filter_map(|v| v.as_str().map(str::to_string)),
+                    );
                 }
                 ("supervisor", "limits") => {
                     s.limits_acted.extend(

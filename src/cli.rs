@@ -272,7 +272,7 @@ pub fn explain_text(profile: &Profile, plan: &SandboxPlan) -> String {
         &host.run_name("explain"),
     );
     for entry in &cgroup.entries {
-        use crate::supervisor::cgroup::{LimitKind, Place, describe};
+        use crate::supervisor::cgroup::{LimitKind, describe};
         let named = match entry.limit {
             LimitKind::Memory => request.memory_named,
             LimitKind::Pids => request.pids_named,
@@ -283,15 +283,11 @@ pub fn explain_text(profile: &Profile, plan: &SandboxPlan) -> String {
         } else {
             "default, best-effort"
         };
-        let place = match &entry.place {
-            Place::V1 { dir } => format!("cgroup v1 {}", dir.display()),
-            Place::V2 { dir, .. } => format!("cgroup v2 {}", dir.display()),
-            Place::Unavailable { reason } => format!("NOT enforceable here: {reason}"),
-        };
         line(format!(
-            "limit (whole run): {} {} ({how}): {place}",
+            "limit (whole run): {} {} ({how}): {}",
             entry.limit,
-            describe(entry.limit, entry.value)
+            describe(entry.limit, entry.value),
+            entry.place.words()
         ));
     }
     if let Some(gateway) = &plan.gateway {

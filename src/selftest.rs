@@ -57,6 +57,27 @@ pub fn install_probe_binary(plan: &mut SandboxPlan) -> Result<Vec<OsString>, Str
     if plan.agent.is_some() {
         command.push("--agent".into());
     }
+    // An allow-listed home is a private tmpfs the run may write: the probe writes instead into
+    // a read-only part of it (an allow-listed directory), or nowhere when there is none.
+    let home_is_private = plan
+        .mounts
+        .iter()
+        .any(|m| matches!(m, MountOp::Tmpfs { dst, .. } if *dst == plan.home));
+    if home_is_private {
+        let shown = plan.mounts.iter().find_map(|m| match m {
+            MountOp::Bind { dst, access, .. } | MountOp::IdmappedBind { dst, access, .. }
+                if *access == Access::ReadOnly && dst.starts_with(&plan.home) && dst.is_dir() =>
+            {
+                Some(dst.clone())
+            }
+            _ => None,
+        });
+        command.push("--private-home".into());
+        if let Some(shown) = shown {
+            command.push("--read-only-in-home".into());
+            command.push(shown.into());
+        }
+    }
     Ok(command)
 }
 
@@ -216,7 +237,8 @@ fn hook_decides(hook: &str, policy: &str) -> Result<(), String> {
 
 /// Inside the sandbox: every probe, one JSON line each. A sibling process is the ptrace target;
 /// pid 1 (the init, outside the Landlock domain) is the signal and /proc/<pid>/mem target.
-pub fn probe_all(agent: bool) -> i32 {
+/// `private_home`: the home inside is private, with this read-only part of it (if any).
+pub fn probe_all(agent: bool, private_home: Option<Option<&std::path::Path>>) -> i32 {
     let sibling = std::process::Command::new("/bin/sleep")
         .arg("10")
         .spawn()
@@ -237,7 +259,14 @@ pub fn probe_all(agent: bool) -> i32 {
     }
     let home = std::env::var("HOME").unwrap_or_default();
     results.push(run_probe("write:/etc/stepproof-selftest"));
-    results.push(run_probe(&format!("write:{home}/.stepproof-selftest")));
+    match private_home {
+        None => results.push(run_probe(&format!("write:{home}/.stepproof-selftest"))),
+        Some(Some(shown)) => results.push(run_probe(&format!(
+            "write:{}/.stepproof-selftest",
+            shown.display()
+        ))),
+        Some(None) => {}
+    }
     results.push(run_probe(&format!("read:{home}/.ssh/id_rsa")));
     if agent {
         results.extend(agent_layer());

@@ -93,8 +93,16 @@ both!(a_memory_hog_is_stopped_and_reported, |w: &World| {
     let profile = limits_profile(w, "mem.toml", "[process.limits]\nmemory = \"64M\"\n");
     let status = status_arg(w, "mem-status.json");
     let hog = "x = bytearray(512 << 20); print('survived')";
+    let summary = status_arg(w, "mem-summary.md");
     let (out, pid) = output_and_pid(w.command(
-        &["--profile", &profile, "--status-file", &status],
+        &[
+            "--profile",
+            &profile,
+            "--status-file",
+            &status,
+            "--summary",
+            &summary,
+        ],
         &["/usr/bin/python3", "-c", hog],
     ));
     if !can_enforce(w) {
@@ -118,6 +126,56 @@ both!(a_memory_hog_is_stopped_and_reported, |w: &World| {
         "{s}"
     );
     assert!(cgroups_of(pid).is_empty(), "{:?}", cgroups_of(pid));
+    // The CI summary says it too, and where the limit was enforced.
+    let md = fs::read_to_string(&summary).unwrap();
+    assert!(
+        md.contains("### Limits that acted")
+            && md.contains("**1 process killed by the memory limit (64 MiB)**")
+            && md.contains("- limit memory 64 MiB: cgroup v1 /sys/fs/cgroup/memory"),
+        "{md}"
+    );
+});
+
+// `explain` and `doctor` show each limit and whether this host can enforce it.
+both!(explain_and_doctor_show_the_limits, |w: &World| {
+    let stepproof = Path::new(env!("CARGO_BIN_EXE_stepproof-run")).with_file_name("stepproof");
+    let profile = limits_profile(w, "shown.toml", "[process.limits]\nmemory = \"1G\"\n");
+    let mut explain = w.as_owner(&stepproof);
+    explain.args(["explain", "--profile", &profile]);
+    w.clean_env(&mut explain);
+    let out = explain.output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let memory = text
+        .lines()
+        .find(|l| l.starts_with("limit (whole run): memory 1 GiB (required)"))
+        .unwrap_or_else(|| panic!("no memory line in {text}"));
+    assert!(
+        text.contains("limit (whole run): pids 4096 processes (default: --ci runs, best-effort)"),
+        "{text}"
+    );
+    assert!(text.contains("fsize=34359738368"), "{text}");
+    let mut doctor = w.as_owner(&stepproof);
+    doctor.arg("doctor");
+    w.clean_env(&mut doctor);
+    let out = doctor.output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.contains("cgroup memory limit"))
+        .unwrap_or_else(|| panic!("no memory limit in doctor: {text}"));
+    if can_enforce(w) {
+        assert!(
+            memory.contains(": cgroup v1 /sys/fs/cgroup/memory"),
+            "{memory}"
+        );
+        assert!(
+            line.starts_with("ok") && line.contains("cgroup v1"),
+            "{line}"
+        );
+    } else {
+        assert!(memory.contains("NOT enforceable here"), "{memory}");
+        assert!(line.contains("EACCES"), "{line}");
+    }
 });
 
 both!(a_fork_bomb_is_stopped_and_reported, |w: &World| {

@@ -296,6 +296,7 @@ fn launch(
                 "notes": plan.notes,
                 // Where each limit of the run's cgroup is enforced, or why it is not.
                 "limits": limits.plan.entries,
+                "limit_lines": limits.plan.lines(),
                 "limits_dropped": limits.dropped,
             }),
         );

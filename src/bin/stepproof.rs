@@ -80,6 +80,12 @@ enum Command {
         /// Also check the agent's layer (managed settings, hook, policy).
         #[arg(long)]
         agent: bool,
+        /// The home inside is private (`home = "allowlist"`): writing there is no escape.
+        #[arg(long)]
+        private_home: bool,
+        /// With `--private-home`: a read-only part of it to probe instead.
+        #[arg(long, value_name = "DIR")]
+        read_only_in_home: Option<PathBuf>,
     },
     /// Run the built-in escape probes inside the sandbox a profile describes; each must fail.
     /// Exit non-zero if any escaped.
@@ -116,7 +122,14 @@ fn main() {
     cli::init_logging(args.verbose);
     let code = match args.command {
         Command::Audit { action } => audit::run_command(action),
-        Command::ProbeAll { agent } => stepproof::selftest::probe_all(agent),
+        Command::ProbeAll {
+            agent,
+            private_home,
+            read_only_in_home,
+        } => stepproof::selftest::probe_all(
+            agent,
+            private_home.then_some(read_only_in_home.as_deref()),
+        ),
         Command::Selftest { profile, workspace } => {
             let run = std::env::current_exe().map(|e| e.with_file_name("stepproof-run"));
             let mut cmd = match run {

@@ -533,6 +533,34 @@ fn plural(n: u64, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 
+impl CgroupPlan {
+    /// One line a limit, in words: `memory 8 GiB: cgroup v1 /sys/fs/cgroup/memory/…`.
+    pub fn lines(&self) -> Vec<String> {
+        self.entries
+            .iter()
+            .map(|e| {
+                format!(
+                    "{} {}: {}",
+                    e.limit,
+                    describe(e.limit, e.value),
+                    e.place.words()
+                )
+            })
+            .collect()
+    }
+}
+
+impl Place {
+    /// Where, in words: `cgroup v1 /sys/fs/cgroup/…`, or `NOT enforceable here: why`.
+    pub fn words(&self) -> String {
+        match self {
+            Place::V1 { dir } => format!("cgroup v1 {}", dir.display()),
+            Place::V2 { dir, .. } => format!("cgroup v2 {}", dir.display()),
+            Place::Unavailable { reason } => format!("NOT enforceable here: {reason}"),
+        }
+    }
+}
+
 /// The run's limits as the profile asks, checked against what this host can do.
 pub struct RunLimits {
     pub plan: CgroupPlan,
