@@ -281,7 +281,7 @@ pub fn explain_text(profile: &Profile, plan: &SandboxPlan) -> String {
         let how = if named {
             "required"
         } else {
-            "default, best-effort"
+            "default: --ci runs, best-effort"
         };
         line(format!(
             "limit (whole run): {} {} ({how}): {}",

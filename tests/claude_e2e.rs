@@ -101,6 +101,9 @@ both_claude!(
 
 /// Lets writes under ~ through the hook (it is the kernel's turn to refuse them).
 const HOME_WRITES: &str = r#"
+[filesystem]
+# The host's home, read-only (ci's own is a private allow-listed one: tests/secrets.rs).
+home = "read-only"
 [hook]
 disable = ["protected-paths"]
 [[hook.files]]
@@ -416,7 +419,10 @@ both_claude!(outside_writes_and_subagent_calls_are_denied, |w: &World| {
 });
 
 /// Lets the hook through for reading secrets (the kernel must refuse them).
-const SECRET_READS: &str = "[hook]\ndisable = [\"secret-files\"]\n";
+/// On the host's home read-only (the catalogue's stand-ins are what is tested here; ci's
+/// allow-listed home has no `.ssh` at all).
+const SECRET_READS: &str =
+    "[filesystem]\nhome = \"read-only\"\n[hook]\ndisable = [\"secret-files\"]\n";
 
 // 8. Reading the planted key fails in the kernel even with the hook allowing it; the secret
 // never reaches the model.
