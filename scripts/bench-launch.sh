@@ -190,7 +190,28 @@ bwrap_cmd+=(--bind "$ws" "$ws" --chdir "$ws" --clearenv
 core_profile=$work/core.toml
 sed -n '1,/^\[network\]/p' "$root/profiles/default.toml" | sed '$d' > "$core_profile"
 printf '[network]\nmode = "none"\n' >> "$core_profile"
-stepproof_cmd=("$stepproof_bin" --profile "$core_profile" --audit-log /dev/null --workspace "$ws" -- /bin/true)
+# An earlier build may not know keys the current default.toml has: its copy of the core profile
+# drops each key it refuses (named in its error), so that both run the same view where they can.
+compatible_profile() { # binary source destination
+    cp "$2" "$3"
+    local err key
+    for _ in 1 2 3 4 5 6 7 8 9 10 11 12; do
+        err=$("$1" --profile "$3" --audit-log /dev/null --workspace "$ws" -- /bin/true \
+            2>&1 >/dev/null </dev/null) && return 0
+        key=$(sed -n 's/.*unknown field `\([a-z_]*\)`.*/\1/p' <<<"$err" | head -1)
+        [[ -n $key ]] || return 0
+        echo "$(basename "$(dirname "$1")")/$(basename "$1"): its core profile drops \`$key\` (unknown to it)" >&2
+        # The key's line, and for an array its lines up to the closing bracket.
+        awk -v k="$key" '
+            skip && /^\]/ { skip = 0; next }
+            skip { next }
+            $0 ~ "^" k " *=" { if ($0 ~ /\[ *$/) skip = 1; next }
+            { print }' "$3" >"$3.new"
+        mv "$3.new" "$3"
+    done
+}
+compatible_profile "$stepproof_bin" "$core_profile" "$work/stepproof-core.toml"
+stepproof_cmd=("$stepproof_bin" --profile "$work/stepproof-core.toml" --audit-log /dev/null --workspace "$ws" -- /bin/true)
 default_cmd=("$stepproof_bin" --workspace "$ws" -- /bin/true)
 
 pin=()
@@ -202,24 +223,8 @@ fi
 variants=(bare bwrap stepproof default)
 if [[ -n ${BASELINE_RUN:-} ]]; then
     [[ -x $BASELINE_RUN ]] || die "BASELINE_RUN=$BASELINE_RUN is not executable"
-    # An earlier build may not know keys the current default.toml has: its core profile drops
-    # each key it refuses (named in its error), so both run the same view where they can.
     base_core_profile=$work/base-core.toml
-    cp "$core_profile" "$base_core_profile"
-    for _ in 1 2 3 4 5 6 7 8 9 10; do
-        err=$("$BASELINE_RUN" --profile "$base_core_profile" --audit-log /dev/null \
-            --workspace "$ws" -- /bin/true 2>&1 >/dev/null </dev/null) && break
-        key=$(sed -n 's/.*unknown field `\([a-z_]*\)`.*/\1/p' <<<"$err" | head -1)
-        [[ -n $key ]] || break
-        echo "baseline: its profile drops \`$key\` (unknown to it)" >&2
-        # The key's line, and for an array its lines up to the closing bracket.
-        awk -v k="$key" '
-            skip && /^\]/ { skip = 0; next }
-            skip { next }
-            $0 ~ "^" k " *=" { if ($0 ~ /\[ *$/) skip = 1; next }
-            { print }' "$base_core_profile" >"$base_core_profile.new"
-        mv "$base_core_profile.new" "$base_core_profile"
-    done
+    compatible_profile "$BASELINE_RUN" "$core_profile" "$base_core_profile"
     base_core_cmd=("$BASELINE_RUN" --profile "$base_core_profile" "${stepproof_cmd[@]:3}")
     base_default_cmd=("$BASELINE_RUN" "${default_cmd[@]:1}")
     variants+=(base-core base-default)

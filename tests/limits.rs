@@ -444,3 +444,27 @@ fn cgroup_v2_controllers() {
         describe(&out)
     );
 }
+
+// A process inside cannot leave the run's cgroup: every cgroup file it could write to move
+// itself is the host's, read-only inside.
+both!(nothing_inside_moves_out_of_the_cgroup, |w: &World| {
+    let profile = limits_profile(
+        w,
+        "stay.toml",
+        "assurance = \"best-effort\"\n[process.limits]\npids = 1000\n",
+    );
+    let script = "for f in /sys/fs/cgroup/*/cgroup.procs /sys/fs/cgroup/*/tasks \
+                  /sys/fs/cgroup/memory/*/*/cgroup.procs /sys/fs/cgroup/unified/cgroup.procs; do \
+                  [ -e \"$f\" ] || continue; \
+                  if echo $$ 2>/dev/null > \"$f\"; then echo \"MOVED $f\"; fi; done; echo checked";
+    let (out, pid) =
+        output_and_pid(w.command(&["--profile", &profile], &["/bin/sh", "-c", script]));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("checked"),
+        "{}",
+        describe(&out)
+    );
+    assert!(!stdout.contains("MOVED"), "{}", describe(&out));
+    assert!(cgroups_of(pid).is_empty(), "{:?}", cgroups_of(pid));
+});

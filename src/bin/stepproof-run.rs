@@ -186,6 +186,7 @@ fn launch(
     outputs: &mut Outputs,
 ) -> Result<(Outcome, Option<AssuranceReport>), String> {
     let profile = Profile::load(args.profile.as_deref()).map_err(|e| e.to_string())?;
+    tracing::debug!("profile loaded");
     let facts = cli::gather_facts(
         args.workspace.as_deref(),
         profile.process.allow_root_fallback,
@@ -221,7 +222,9 @@ fn launch(
             ));
         }
     }
+    tracing::debug!("facts gathered");
     let audit = open_audit_log(args, &facts.home).map_err(|e| e.to_string())?;
+    tracing::debug!("audit log opened");
     let mut plan = cli::plan_for(&profile, &facts).map_err(|e| e.to_string())?;
     if plan.agent.is_some() {
         // The hook is the profile's promise: a command line that would switch it off is

@@ -219,6 +219,7 @@ pub fn plan_agent(
         )
     })?;
     let policy = compiled_policy(profile, home, workspace)?;
+    tracing::debug!(bytes = policy.len(), "plan: hook policy compiled");
     let settings =
         serde_json::to_string_pretty(&managed_settings(&profile.claude.managed_settings))
             .expect("JSON values serialize");

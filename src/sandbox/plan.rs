@@ -318,6 +318,7 @@ pub fn build_plan(profile: &Profile, facts: &HostFacts) -> Result<SandboxPlan, P
         // none); the generated tmpfs covers it.
         etc_files.push((PathBuf::from("claude-code/.mount-point"), String::new()));
     }
+    tracing::debug!("plan: agent planned");
     let mut mounts = Vec::new();
     // System directories, read-only; a host symlink (merged /usr) is recreated as a symlink.
     for spec in &profile.filesystem.system {
@@ -423,18 +424,25 @@ pub fn build_plan(profile: &Profile, facts: &HostFacts) -> Result<SandboxPlan, P
         ));
     }
 
+    tracing::debug!("plan: home and workspace");
     let WorkspaceScan {
         protected_paths,
         repositories,
         env_files,
     } = scan_workspace(profile, &workspace, &home, &mut notes);
+    tracing::debug!("plan: workspace scanned");
 
     // What must not be seen.
     let mut hidden = std::collections::BTreeMap::new();
-    let catalogue: Vec<PathBuf> = profile.filesystem.hidden.iter().map(&resolve).collect();
-    for path in crate::sandbox::secrets::existing_catalogue(&catalogue, &home, &mut listings) {
+    for path in crate::sandbox::secrets::existing_catalogue(
+        &profile.filesystem.hidden,
+        &home,
+        &workspace,
+        &mut listings,
+    ) {
         hidden.entry(path).or_insert(HideReason::Secret);
     }
+    tracing::debug!("plan: catalogue");
     let credential_names = if home_visible {
         let mut keep = vec![workspace.clone()];
         keep.extend(
@@ -460,6 +468,7 @@ pub fn build_plan(profile: &Profile, facts: &HostFacts) -> Result<SandboxPlan, P
             .entry(found.path.clone())
             .or_insert(HideReason::CredentialName);
     }
+    tracing::debug!("plan: credential names");
     if profile.filesystem.hide_other_projects {
         for path in other_projects(&workspace, &home, &mut notes) {
             hidden.entry(path).or_insert(HideReason::OtherProject);
@@ -482,6 +491,7 @@ pub fn build_plan(profile: &Profile, facts: &HostFacts) -> Result<SandboxPlan, P
                 || home_allowed.iter().any(|a| path.starts_with(a))
         });
     }
+    tracing::debug!("plan: hidden found");
     for (path, reason) in hidden {
         let is_dir = fs::metadata(&path).map(|m| m.is_dir()).unwrap_or(false);
         mounts.push(if is_dir {
@@ -541,6 +551,7 @@ pub fn build_plan(profile: &Profile, facts: &HostFacts) -> Result<SandboxPlan, P
 
     mounts.push(MountOp::ReadOnlyRoot);
 
+    tracing::debug!("plan: mounts");
     let (mut env, env_dropped) = build_environment(profile, facts, &identity, &home);
     if let Some(agent) = &agent {
         for (name, value) in &agent.env {

@@ -77,16 +77,41 @@ pub fn name_matches(pattern: &str, name: &OsStr) -> bool {
 }
 
 /// The catalogue entries that exist here (a link is hidden at its target, as the kernel mounts
-/// onto what a link names).
+/// onto what a link names). Most entries are absent on any one host: the listings of the
+/// scanned directories (which the name scan reads anyway) rule out nearly all of them by their
+/// first names, compared as bytes (hundreds of entries, before every launch); what is left costs
+/// one lookup each.
 pub(crate) fn existing_catalogue(
-    entries: &[PathBuf],
+    entries: &[crate::profile::PathSpec],
     home: &Path,
+    workspace: &Path,
     listings: &mut Listings,
 ) -> Vec<PathBuf> {
+    use crate::profile::PathSpec;
+    let config = home.join(".config");
+    let share = home.join(".local/share");
     entries
         .iter()
-        .filter(|path| !path.starts_with(home) || listings.exists_below(home, path))
-        .filter_map(|path| crate::sandbox::plan::hide_target(path))
+        .filter_map(|spec| {
+            if let PathSpec::Home(rel) = spec {
+                let bytes = rel.as_os_str().as_bytes();
+                let (dir, rest) = if let Some(rest) = bytes.strip_prefix(b".config/") {
+                    (&config, rest)
+                } else if let Some(rest) = bytes.strip_prefix(b".local/share/") {
+                    (&share, rest)
+                } else {
+                    (&home.to_path_buf(), bytes)
+                };
+                let first = rest.split(|&c| c == b'/').next().unwrap_or_default();
+                let listed = listings
+                    .names(dir)
+                    .is_some_and(|names| names.contains(OsStr::from_bytes(first)));
+                if !listed {
+                    return None;
+                }
+            }
+            crate::sandbox::plan::hide_target(&spec.resolve(home, workspace))
+        })
         .collect()
 }
 
@@ -280,5 +305,27 @@ mod tests {
         // `src` is not a match; the workspace below it is kept anyway; the link leads outside.
         assert!(listings.exists_below(h, &h.join("src/token-service/app")));
         assert!(!listings.exists_below(h, &h.join("src/nothing")));
+        // The catalogue: present entries at every depth, absent ones ruled out.
+        let catalogue: Vec<PathBuf> = [
+            ".bash_history",
+            ".config/api_key",
+            ".local/share/keyrings",
+            "tokens-but-deeper/x",
+            ".config/absent/deeper",
+            ".absent",
+            "src/nothing",
+        ]
+        .iter()
+        .map(|r| h.join(r))
+        .collect();
+        let specs: Vec<crate::profile::PathSpec> = catalogue
+            .iter()
+            .map(|p| {
+                let rel = p.strip_prefix(h).unwrap().to_str().unwrap();
+                crate::profile::PathSpec::parse(&format!("~/{rel}")).unwrap()
+            })
+            .collect();
+        let present = existing_catalogue(&specs, h, h, &mut Listings::default());
+        assert_eq!(present, catalogue[..4].to_vec());
     }
 }
