@@ -309,6 +309,7 @@ fn launch(
     }
     tracing::debug!("plan built");
     let snapshot = Snapshot::take(&plan);
+    tracing::debug!("snapshot taken");
     let options = spawn::RunOptions {
         timeout: args.timeout,
         inside_max_bytes: profile.audit.inside_max_mib << 20,
@@ -318,6 +319,7 @@ fn launch(
         cgroup: limits.cgroup.as_ref(),
     };
     let mut result = spawn::run(&plan, &command, audit.as_ref(), &options);
+    tracing::debug!("sandbox gone");
     // What the limits did, in words, once nothing of the run is left; then the cgroup goes.
     let mut acted = Vec::new();
     if let Some(cgroup) = limits.cgroup {
@@ -356,7 +358,9 @@ fn launch(
     }
     // The persistence sweep, only when the command ran.
     if !matches!(result.outcome, Outcome::StepproofError { .. }) && !args.selftest {
+        tracing::debug!("sweep starts");
         let sweep = snapshot.sweep(&profile, &plan, &facts.run_dir.join("quarantine"));
+        tracing::debug!("sweep done");
         let mut findings = moved_during_run;
         findings.extend(sweep.findings);
         if !sweep.host_edits.is_empty() {
@@ -375,6 +379,7 @@ fn launch(
             &writable_roots(&plan),
         ));
         // What the run wanted at protected names, as a patch the user may apply after review.
+        tracing::debug!("profile files checked");
         let proposed = stepproof::supervisor::proposed::write_patch(
             &plan.workspace,
             &findings,
