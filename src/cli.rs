@@ -1,9 +1,9 @@
 //! What the two binaries share: finding the facts of this machine, building the plan, printing
 //! it, and logging.
 
+use crate::audit::sink::AuditSink;
 use crate::profile::{NetworkMode, Profile, ProfileError};
 use crate::sandbox::plan::{HostFacts, PlanError, SandboxPlan, build_plan};
-use crate::supervisor::audit_sink::AuditSink;
 use crate::supervisor::spawn::{describe_identity, idmapped_mounts_work};
 use std::path::{Path, PathBuf};
 
@@ -145,16 +145,7 @@ pub fn plan_for(profile: &Profile, facts: &HostFacts) -> Result<SandboxPlan, Pla
     build_plan(profile, facts)
 }
 
-pub fn namespaces(plan: &SandboxPlan) -> Vec<&'static str> {
-    if plan.isolation == crate::sandbox::plan::Isolation::LandlockSeccompOnly {
-        return Vec::new();
-    }
-    let mut list = vec!["user", "mount", "pid", "ipc", "uts", "cgroup"];
-    if plan.network != NetworkMode::Host {
-        list.push("net");
-    }
-    list
-}
+pub use crate::sandbox::report::namespaces;
 
 /// `stepproof explain` as text: everything the sandbox will do, in order.
 pub fn explain_text(profile: &Profile, plan: &SandboxPlan) -> String {

@@ -13,8 +13,8 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use stepproof::audit::sink::AuditSink;
 use stepproof::audit::{PeerCheck, ReceiverCounts, ReceiverHandle, serve_hook_socket};
-use stepproof::supervisor::audit_sink::AuditSink;
 use support::{STEPPROOF, skip_or_fail};
 
 /// A small log with one record of each kind `show` summarises; returns its path and head.

@@ -233,11 +233,6 @@ pub enum LoadError {
     Format { path: PathBuf, found: u32 },
 }
 
-/// Reads and parses the whole compiled policy.
-pub fn load_policy(path: &Path) -> Result<CompiledPolicy, LoadError> {
-    load_policy_for(path, &Needs::all())
-}
-
 /// Reads the compiled policy, parsing only what `needs` asks for (see `load`).
 pub fn load_policy_for(path: &Path, needs: &Needs) -> Result<CompiledPolicy, LoadError> {
     let read = |source| LoadError::Read {

@@ -3,6 +3,7 @@
 //! a compiled policy costs a JSON parse and nothing else (no regex to build per call).
 
 use serde::{Deserialize, Serialize};
+use std::path::{Component, Path};
 
 /// True when `s` holds a wildcard character, i.e. needs `wildcard` rather than `==`.
 pub fn has_wildcard(s: &str) -> bool {
@@ -201,6 +202,35 @@ pub fn domain_matches(pattern: &str, host: &str) -> bool {
         Some(domain) => host == domain || host.ends_with(&format!(".{domain}")),
         None => host == pattern,
     }
+}
+
+/// Lexical normalisation: `.` and `..` removed, no symlinks followed (the kernel sandbox is
+/// the floor for what a symlink can reach). `None` for a relative path.
+pub fn normalize(path: &Path) -> Option<String> {
+    let mut parts: Vec<&std::ffi::OsStr> = Vec::new();
+    let mut absolute = false;
+    for component in path.components() {
+        match component {
+            Component::RootDir => absolute = true,
+            Component::CurDir | Component::Prefix(_) => {}
+            Component::ParentDir => {
+                parts.pop();
+            }
+            Component::Normal(c) => parts.push(c),
+        }
+    }
+    if !absolute {
+        return None;
+    }
+    let mut out = String::new();
+    for p in parts {
+        out.push('/');
+        out.push_str(&p.to_string_lossy());
+    }
+    if out.is_empty() {
+        out.push('/');
+    }
+    Some(out)
 }
 
 #[cfg(test)]

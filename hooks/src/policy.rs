@@ -8,7 +8,7 @@
 //! stays, so a message names the first command that decided.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -16,7 +16,7 @@ use thiserror::Error;
 
 use crate::config::{Access, HookConfig};
 use crate::decision::{Decision, Verdict};
-use crate::pattern::{self, Arg, CommandPattern, PathGlob};
+use crate::pattern::{self, Arg, CommandPattern, PathGlob, normalize};
 use crate::shell::{self, Effect, Invocation};
 
 /// Rule id of the decision for calls no rule matches.
@@ -429,35 +429,6 @@ fn resolve_glob(glob: &str, workspace: &str, home: &str) -> Option<String> {
         return None;
     }
     Some(joined)
-}
-
-/// Lexical normalisation: `.` and `..` removed, no symlinks followed (the kernel sandbox is
-/// the floor for what a symlink can reach). `None` for a relative path.
-pub fn normalize(path: &Path) -> Option<String> {
-    let mut parts: Vec<&std::ffi::OsStr> = Vec::new();
-    let mut absolute = false;
-    for component in path.components() {
-        match component {
-            Component::RootDir => absolute = true,
-            Component::CurDir | Component::Prefix(_) => {}
-            Component::ParentDir => {
-                parts.pop();
-            }
-            Component::Normal(c) => parts.push(c),
-        }
-    }
-    if !absolute {
-        return None;
-    }
-    let mut out = String::new();
-    for p in parts {
-        out.push('/');
-        out.push_str(&p.to_string_lossy());
-    }
-    if out.is_empty() {
-        out.push('/');
-    }
-    Some(out)
 }
 
 /// A finding while judging a call: the decision and what made it.

@@ -63,7 +63,7 @@ fn trusted_location(path: &str) -> bool {
         Some(rest) => (true, format!("/{rest}")),
         None => (false, path.to_string()),
     };
-    let Some(normalized) = crate::policy::normalize(std::path::Path::new(&absolute)) else {
+    let Some(normalized) = crate::pattern::normalize(std::path::Path::new(&absolute)) else {
         return false;
     };
     let dir = normalized.rsplit_once('/').map_or("", |(d, _)| d);

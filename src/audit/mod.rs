@@ -29,10 +29,14 @@
 //! shows tampering with a log whose head is known, it does not stop someone from writing a whole
 //! new consistent log.
 
+/// StepProof's own state under the home (run directories, audit logs, quarantine).
+pub const STATE_DIR: &str = ".local/state/stepproof";
+
 pub mod chain;
 pub mod command;
 pub mod receiver;
 pub mod show;
+pub mod sink;
 
 pub use chain::{GENESIS, line_hash};
 pub use command::{AuditCommand, run_command};

@@ -24,7 +24,7 @@
 //! gets `{"refused":"…"}\n`. Waiting for that answer keeps the hook alive while its lines are
 //! checked.
 
-use crate::supervisor::audit_sink::AuditSink;
+use crate::audit::sink::AuditSink;
 use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::socket::{

@@ -3,10 +3,10 @@
 use clap::Parser;
 use std::ffi::OsString;
 use std::path::PathBuf;
+use stepproof::audit::sink::{AuditSink, AuditSinkError};
 use stepproof::cli;
 use stepproof::profile::Profile;
 use stepproof::sandbox::report::AssuranceReport;
-use stepproof::supervisor::audit_sink::{AuditSink, AuditSinkError};
 use stepproof::supervisor::output_files::{
     OutputFile, WriteMode, writable_root_of, writable_roots,
 };

@@ -404,8 +404,8 @@ fn file_source(path: &Path) -> Result<(String, String, Option<PathBuf>), Profile
     Ok((path.display().to_string(), text, dir))
 }
 
-/// StepProof's own state under the home (run directories, audit logs, quarantine).
-pub const STATE_DIR: &str = ".local/state/stepproof";
+// StepProof's own state under the home (run directories, audit logs, quarantine).
+pub use crate::audit::STATE_DIR;
 
 /// Paths StepProof itself places inside the sandbox: the managed settings that register the
 /// hook, the hook's control directory, the agent's config directory, the gateway's socket.

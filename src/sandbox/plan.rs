@@ -905,15 +905,7 @@ pub(crate) fn existing(path: PathBuf, key: &str) -> Result<PathBuf, PlanError> {
     })
 }
 
-/// The path to cover for a hidden entry: the entry itself, or where its symlink leads.
-pub(crate) fn hide_target(path: &Path) -> Option<PathBuf> {
-    let meta = fs::symlink_metadata(path).ok()?;
-    if meta.file_type().is_symlink() {
-        path.canonicalize().ok()
-    } else {
-        Some(path.to_path_buf())
-    }
-}
+pub(crate) use crate::sandbox::secrets::hide_target;
 
 /// The project's `.env` files to hide: those the scan found, minus the ones the profile shows
 /// and the tracked ones (hidden, a tracked file would look emptied to git inside, and

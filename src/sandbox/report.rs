@@ -54,7 +54,7 @@ impl AssuranceReport {
             profile: plan.profile.clone(),
             policy_hash: plan.policy_hash.clone(),
             isolation: plan.isolation,
-            namespaces: crate::cli::namespaces(plan),
+            namespaces: namespaces(plan),
             identity: plan.identity.clone(),
             network: plan.network,
             seccomp,
@@ -63,4 +63,16 @@ impl AssuranceReport {
             notes: plan.notes.clone(),
         }
     }
+}
+
+/// The namespaces the sandbox of this plan has.
+pub fn namespaces(plan: &SandboxPlan) -> Vec<&'static str> {
+    if plan.isolation == crate::sandbox::plan::Isolation::LandlockSeccompOnly {
+        return Vec::new();
+    }
+    let mut list = vec!["user", "mount", "pid", "ipc", "uts", "cgroup"];
+    if plan.network != crate::profile::NetworkMode::Host {
+        list.push("net");
+    }
+    list
 }

@@ -76,6 +76,16 @@ pub fn name_matches(pattern: &str, name: &OsStr) -> bool {
     p[pi..].iter().all(|&c| c == b'*')
 }
 
+/// The path to cover for a hidden entry: the entry itself, or where its symlink leads.
+pub(crate) fn hide_target(path: &Path) -> Option<PathBuf> {
+    let meta = fs::symlink_metadata(path).ok()?;
+    if meta.file_type().is_symlink() {
+        path.canonicalize().ok()
+    } else {
+        Some(path.to_path_buf())
+    }
+}
+
 /// The catalogue entries that exist here (a link is hidden at its target, as the kernel mounts
 /// onto what a link names). Most entries are absent on any one host: the listings of the
 /// scanned directories (which the name scan reads anyway) rule out nearly all of them by their
@@ -110,7 +120,7 @@ pub(crate) fn existing_catalogue(
                     return None;
                 }
             }
-            crate::sandbox::plan::hide_target(&spec.resolve(home, workspace))
+            hide_target(&spec.resolve(home, workspace))
         })
         .collect()
 }
@@ -159,7 +169,7 @@ pub(crate) fn credential_names(
             if keep.iter().any(|k| k.starts_with(&path)) {
                 continue;
             }
-            let Some(target) = crate::sandbox::plan::hide_target(&path) else {
+            let Some(target) = hide_target(&path) else {
                 continue;
             };
             if !target.starts_with(home) || keep.iter().any(|k| k.starts_with(&target)) {

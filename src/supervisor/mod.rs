@@ -2,7 +2,6 @@
 //! signals and job control, the exit code, the network proxy and the credential gateway.
 
 pub mod agent_state;
-pub mod audit_sink;
 pub mod cgroup;
 pub mod fdpass;
 pub mod gateway;

@@ -152,11 +152,7 @@ pub fn writable_root_of(path: &Path, writable_roots: &[PathBuf]) -> io::Result<O
     })
 }
 
-/// Whether the last component of an output path may be followed: only the caller's own
-/// descriptors (`/dev/stdout`, `/proc/self/fd/N`), never a link the sandbox could have made.
-pub fn may_follow_last(path: &Path) -> bool {
-    path.starts_with("/dev") || path.starts_with("/proc/self/fd")
-}
+pub use crate::audit::sink::may_follow_last;
 
 enum Location {
     /// Beneath a directory the sandbox can write: `rel` is resolved from `root` with no link.

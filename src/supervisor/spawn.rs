@@ -2,6 +2,7 @@
 //! from outside, relays the terminal, forwards signals and job control, and turns what the init
 //! reports into StepProof's exit code. It never enters the sandbox.
 
+use crate::audit::sink::AuditSink;
 use crate::profile::NetworkMode;
 use crate::sandbox::init::{InitArgs, run_init};
 use crate::sandbox::mounts::IdmappedTrees;
@@ -12,7 +13,6 @@ use crate::sandbox::plan::{
 use crate::sandbox::report::{AssuranceReport, CommandEnforcement};
 use crate::sandbox::seccomp;
 use crate::sandbox::sys::{self, CloneResult, MountFlags};
-use crate::supervisor::audit_sink::AuditSink;
 use crate::supervisor::pty::{RawTerminal, TerminalRequest, copy_window_size, receive_terminal};
 use crate::supervisor::status::{EXIT_TIMEOUT, InitEvent, Outcome};
 use crate::supervisor::{agent_state, fdpass, gateway, proxy};

@@ -243,14 +243,6 @@ pub fn move_mount_to(tree: &OwnedFd, target: &Path) -> io::Result<()> {
     check(ret).map(drop)
 }
 
-/// `close_range(first, ~0)`: closes every descriptor from `first` up.
-pub fn close_fds_from(first: u32) -> io::Result<()> {
-    // SAFETY: close_range takes plain integers; closing descriptors we may not own is the point
-    // (called in a freshly forked child right before exec).
-    let ret = unsafe { libc::syscall(libc::SYS_close_range, first, u32::MAX, 0u32) };
-    check(ret).map(drop)
-}
-
 /// Joins a fresh, anonymous session keyring so that no key of the caller's is reachable.
 pub fn join_new_session_keyring() -> io::Result<()> {
     const KEYCTL_JOIN_SESSION_KEYRING: libc::c_long = 1;

@@ -53,7 +53,7 @@ impl AuditSink {
                 .map(|d| d.as_secs())
                 .unwrap_or(0)
         });
-        home.join(crate::sandbox::plan::STATE_DIR)
+        home.join(crate::audit::STATE_DIR)
             .join("runs")
             .join(format!("{secs}-{}", std::process::id()))
     }
@@ -75,7 +75,7 @@ impl AuditSink {
         }
         // Never through a link (bar the caller's own descriptors, `/dev/stdout`), and a FIFO
         // nobody reads is an error, not a hang.
-        let no_follow = if crate::supervisor::output_files::may_follow_last(path) {
+        let no_follow = if may_follow_last(path) {
             0
         } else {
             libc::O_NOFOLLOW
@@ -207,6 +207,12 @@ fn clear_nonblocking(file: &File) {
             FcntlArg::F_SETFL(OFlag::from_bits_truncate(bits) & !OFlag::O_NONBLOCK),
         );
     }
+}
+
+/// Whether the last component of an output path may be followed: only the caller's own
+/// descriptors (`/dev/stdout`, `/proc/self/fd/N`), never a link the sandbox could have made.
+pub fn may_follow_last(path: &Path) -> bool {
+    path.starts_with("/dev") || path.starts_with("/proc/self/fd")
 }
 
 #[cfg(test)]
