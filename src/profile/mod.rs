@@ -1,7 +1,9 @@
 //! Profiles: the TOML files security reviewers read. Loading (with `extends`), validation with
 //! file/line/column errors, and the hash of the requested policy.
 
+pub mod allow;
 pub mod claude_settings;
+pub mod limits;
 mod paths;
 
 pub use paths::{PathSpec, PathSpecError};
@@ -38,9 +40,19 @@ pub enum ProfileError {
     ExtendsLoop { origin: String, name: String },
 }
 
+pub use limits::Limits;
+
 /// How much of the kernel layers the profile insists on (`strict`: Landlock ABI 6 or refuse).
-pub use crate::sandbox::landlock::Assurance;
-pub use crate::sandbox::rlimits::Limits;
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Assurance {
+    /// Refuse to start below Landlock ABI 6 (Linux 6.12): scopes and every filesystem right up
+    /// to ABI 6 are enforced or nothing runs.
+    #[default]
+    Strict,
+    /// Run with what the kernel has and record what was dropped.
+    BestEffort,
+}
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -55,7 +67,7 @@ pub enum NetworkMode {
     Host,
 }
 
-pub use crate::supervisor::proxy::AllowList;
+pub use allow::AllowList;
 
 /// The optional credential gateway: the agent talks plain HTTP to a unix socket inside
 /// (`ANTHROPIC_UNIX_SOCKET`), the supervisor forwards each request over TLS to `upstream` and

@@ -4,13 +4,13 @@
 
 use crate::sandbox::caps;
 use crate::sandbox::env::GATEWAY_SOCKET;
+use crate::sandbox::events::InitEvent;
 use crate::sandbox::mounts::{self, IdmappedTrees};
 use crate::sandbox::plan::{IdentityMode, Isolation, SandboxPlan};
 use crate::sandbox::report::CommandEnforcement;
 use crate::sandbox::sys;
+use crate::sandbox::terminal::{TerminalRequest, open_terminal_inside};
 use crate::sandbox::{landlock, rlimits, seccomp};
-use crate::supervisor::pty::{TerminalRequest, open_terminal_inside};
-use crate::supervisor::status::InitEvent;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{Signal, kill};
 use nix::sys::signalfd::{SfdFlags, SigSet, SignalFd};
@@ -270,21 +270,21 @@ fn listen_for_gateway(channel: &OwnedFd) -> std::io::Result<()> {
         std::fs::create_dir_all(dir)?;
     }
     let listener = std::os::unix::net::UnixListener::bind(path)?;
-    crate::supervisor::fdpass::send_fd(channel, &listener)
+    crate::sandbox::fdpass::send_fd(channel, &listener)
 }
 
 /// Listens on the proxy port on the sandbox's loopback and hands the socket to the supervisor,
 /// which serves it from the host's network namespace.
 fn listen_for_proxy(plan: &SandboxPlan, channel: &OwnedFd) -> std::io::Result<()> {
     let listener = std::net::TcpListener::bind(("127.0.0.1", plan.proxy_port))?;
-    crate::supervisor::fdpass::send_fd(channel, &listener)
+    crate::sandbox::fdpass::send_fd(channel, &listener)
 }
 
 /// Receives the network namespace from the supervisor and enters it. No namespace (the maker
 /// failed, the supervisor is gone) stops the set-up: the command never runs on the host's
 /// network when the profile asked for its own.
 fn join_network(channel: &OwnedFd) -> Result<(), SetupError> {
-    let netns = crate::supervisor::fdpass::receive_fd(channel)
+    let netns = crate::sandbox::fdpass::receive_fd(channel)
         .map_err(SetupError::Loopback)?
         .ok_or_else(|| {
             SetupError::Loopback(std::io::Error::other(

@@ -92,16 +92,7 @@ pub struct TcpPolicy {
 }
 
 /// The profile's required level of Landlock enforcement.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Assurance {
-    /// Refuse to start below Landlock ABI 6 (Linux 6.12): scopes and every filesystem right up
-    /// to ABI 6 are enforced or nothing runs.
-    #[default]
-    Strict,
-    /// Run with what the kernel has and record what was dropped.
-    BestEffort,
-}
+pub use crate::profile::Assurance;
 
 /// Everything Landlock should enforce for one sandbox.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

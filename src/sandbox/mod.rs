@@ -5,6 +5,8 @@ pub mod agent;
 pub mod caps;
 pub mod degraded;
 pub mod env;
+pub mod events;
+pub mod fdpass;
 pub mod git_index;
 pub mod init;
 pub mod landlock;
@@ -18,3 +20,4 @@ pub mod seccomp;
 pub mod secrets;
 #[allow(unsafe_code)]
 pub mod sys;
+pub mod terminal;

@@ -3,7 +3,6 @@
 
 pub mod agent_state;
 pub mod cgroup;
-pub mod fdpass;
 pub mod gateway;
 pub mod output_files;
 pub mod profile_check;

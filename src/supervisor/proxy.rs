@@ -19,17 +19,17 @@
 //! * A second proxy inside the sandbox gains nothing: whatever it does, its traffic leaves
 //!   through this one, and a CONNECT to an allowed host is only a byte tunnel to that host.
 
-mod address;
-mod host;
 pub(crate) mod io;
 pub(crate) mod server;
 
-pub use address::SpecialRange;
-pub use host::{AllowListError, CompiledAllowList, DEFAULT_ALLOW_PORT, Host, HostError};
+pub use crate::profile::allow::{
+    AllowList, AllowListError, CompiledAllowList, DEFAULT_ALLOW_PORT, Host, HostError, SpecialRange,
+};
+use crate::profile::allow::{address, host};
 
 use self::io::{HeadError, Input, RequestHead};
 use self::server::{Handler, Refused, Server, Sock, Sockets};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::Arc;
@@ -45,27 +45,6 @@ pub(crate) const CONNECTION_STACK: usize = 256 * 1024;
 
 pub use self::io::MAX_HEAD;
 pub use server::MAX_CONNECTIONS;
-
-/// The profile's `[network]` allow-list keys, as written.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AllowList {
-    /// Names the sandbox may reach: `api.anthropic.com`, `*.example.com`, `host:port`,
-    /// `[::1]:8080`, `127.0.0.1:9000`. Port 443 unless named.
-    #[serde(default)]
-    pub allow: Vec<String>,
-    /// Addresses or CIDR blocks that may be connected to although special (loopback, private,
-    /// link-local, metadata, …), e.g. `127.0.0.1` for a local test server.
-    #[serde(default)]
-    pub allow_addresses: Vec<String>,
-}
-
-impl AllowList {
-    /// Checks every entry; the error names the first bad one as written.
-    pub fn compile(&self) -> Result<CompiledAllowList, AllowListError> {
-        host::compile(&self.allow, &self.allow_addresses)
-    }
-}
 
 /// Name resolution for the proxy. Injectable so tests map names to loopback without DNS.
 pub trait Resolver: Send + Sync {

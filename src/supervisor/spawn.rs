@@ -4,6 +4,7 @@
 
 use crate::audit::sink::AuditSink;
 use crate::profile::NetworkMode;
+use crate::sandbox::fdpass;
 use crate::sandbox::init::{InitArgs, run_init};
 use crate::sandbox::mounts::IdmappedTrees;
 use crate::sandbox::namespaces::{self, USERNS_HINT};
@@ -15,7 +16,7 @@ use crate::sandbox::seccomp;
 use crate::sandbox::sys::{self, CloneResult, MountFlags};
 use crate::supervisor::pty::{RawTerminal, TerminalRequest, copy_window_size, receive_terminal};
 use crate::supervisor::status::{EXIT_TIMEOUT, InitEvent, Outcome};
-use crate::supervisor::{agent_state, fdpass, gateway, proxy};
+use crate::supervisor::{agent_state, gateway, proxy};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{Signal, kill};
 use nix::sys::signalfd::{SfdFlags, SigSet, SignalFd};
