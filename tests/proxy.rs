@@ -4,6 +4,9 @@
 #[path = "support/net.rs"]
 mod net;
 
+#[path = "support/skip.rs"]
+mod skip;
+
 use net::*;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -274,7 +277,7 @@ fn dns_rebinding_cannot_swap_the_checked_address() {
 #[test]
 fn ipv6_literals_need_brackets_and_an_ip_entry() {
     let Ok(listener) = TcpListener::bind("[::1]:0") else {
-        eprintln!("skipped: no IPv6 loopback on this machine");
+        skip::skip_or_fail("no IPv6 loopback on this machine");
         return;
     };
     let (origin, _) = origin_on(listener, echo_then_bye);

@@ -16,17 +16,10 @@ pub const STEPPROOF: &str = env!("CARGO_BIN_EXE_stepproof");
 pub const TEST_USER: &str = "stepproof-test";
 pub const TEST_UID: u32 = 4711;
 
-pub fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
-}
-
-/// A test that needs something this machine lacks: says so locally, fails in CI.
-pub fn skip_or_fail(reason: &str) {
-    if in_ci() {
-        panic!("required in CI but unavailable: {reason}");
-    }
-    eprintln!("skipped: {reason}");
-}
+#[path = "skip.rs"]
+mod skip;
+#[allow(unused_imports)] // not every test binary uses both
+pub use skip::{in_ci, skip_or_fail};
 
 pub fn is_root() -> bool {
     nix::unistd::getuid().is_root()
