@@ -6,37 +6,7 @@ use std::path::Path;
 use stepproof_hook::config::HookConfig;
 use stepproof_hook::policy::{CompiledPolicy, Context, compile};
 
-/// In a `[[hook.files]]` rule's `paths`: every name of `filesystem.protected`, in the workspace
-/// and in any directory below it (nested repositories), and what is below it. One table of
-/// persistence names serves the kernel (read-only binds, the sweep) and the hook.
-pub const PROTECTED_TOKEN: &str = "@protected";
-
-/// The hook patterns `@protected` stands for (`dir/**` also matches `dir` itself).
-pub fn protected_patterns(protected: &[String]) -> Vec<String> {
-    protected
-        .iter()
-        .map(|name| format!("**/{}/**", name.trim_matches('/')))
-        .collect()
-}
-
-/// `config` with `@protected` replaced by the profile's persistence names.
-fn expand_protected(config: &HookConfig, protected: &[String]) -> HookConfig {
-    let mut config = config.clone();
-    for rule in &mut config.files {
-        if rule.paths.iter().any(|p| p == PROTECTED_TOKEN) {
-            let mut paths = Vec::with_capacity(rule.paths.len() + 2 * protected.len());
-            for path in std::mem::take(&mut rule.paths) {
-                if path == PROTECTED_TOKEN {
-                    paths.extend(protected_patterns(protected));
-                } else {
-                    paths.push(path);
-                }
-            }
-            rule.paths = paths;
-        }
-    }
-    config
-}
+pub use stepproof_hook::config::{PROTECTED_TOKEN, protected_patterns};
 
 /// The profile's `[hook]` section compiled for this workspace and home.
 pub fn compile_policy(
@@ -50,7 +20,7 @@ pub fn compile_policy(
         home: home.to_path_buf(),
         profile_name: profile.name.clone(),
     };
-    let config = expand_protected(config, &profile.filesystem.protected);
+    let config = config.with_protected(&profile.filesystem.protected);
     compile(&config, &context).map_err(|e| e.to_string())
 }
 
@@ -82,11 +52,66 @@ pub fn profile_policy(
 mod tests {
     use super::*;
 
+    /// One copy of each built-in policy: what the hook crate's tests read (the profile files
+    /// through `stepproof_hook::BUILTIN_*`, merged over what they extend, `@protected`
+    /// expanded) compiles to exactly what StepProof installs for the same profile.
+    #[test]
+    fn what_ships_is_what_the_hook_crate_tests() {
+        fn layer(text: &str) -> (stepproof_hook::config::HookConfig, Vec<String>) {
+            let value: toml::Value = toml::from_str(text).unwrap();
+            let hook = value
+                .get("hook")
+                .map(|h| h.clone().try_into().unwrap())
+                .unwrap_or_default();
+            let protected: Vec<String> = value
+                .get("filesystem")
+                .and_then(|f| f.get("protected"))
+                .map(|p| p.clone().try_into().unwrap())
+                .unwrap_or_default();
+            match value.get("extends").and_then(|e| e.as_str()) {
+                None => (hook, protected),
+                Some("default") => {
+                    let (base, mut names) = layer(stepproof_hook::BUILTIN_DEFAULT);
+                    for name in protected {
+                        if !names.contains(&name) {
+                            names.push(name);
+                        }
+                    }
+                    (stepproof_hook::config::HookConfig::merge(base, hook), names)
+                }
+                Some(other) => panic!("extends {other}"),
+            }
+        }
+        let (home, ws) = (Path::new("/home/dev"), Path::new("/work/project"));
+        for (name, text) in [
+            ("default", stepproof_hook::BUILTIN_DEFAULT),
+            ("ci", stepproof_hook::BUILTIN_CI),
+            ("strict", stepproof_hook::BUILTIN_STRICT),
+        ] {
+            let file = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("profiles/{name}.toml"));
+            assert_eq!(std::fs::read_to_string(&file).unwrap(), text, "{name}");
+            let profile = Profile::load(Some(&file)).unwrap();
+            let installed = profile_policy(&profile, home, ws).unwrap();
+            let (hook, protected) = layer(text);
+            let context = Context {
+                workspace: ws.to_path_buf(),
+                home: home.to_path_buf(),
+                profile_name: profile.name.clone(),
+            };
+            let tested = compile(&hook.with_protected(&protected), &context).unwrap();
+            assert_eq!(
+                serde_json::to_value(&installed).unwrap(),
+                serde_json::to_value(&tested).unwrap(),
+                "{name}"
+            );
+        }
+    }
+
     #[test]
     fn the_hook_denies_writes_to_every_protected_name() {
         let profile = Profile::builtin_default().unwrap();
         let config = profile.hook.as_ref().unwrap();
-        let expanded = expand_protected(config, &profile.filesystem.protected);
+        let expanded = config.with_protected(&profile.filesystem.protected);
         let rule = expanded
             .files
             .iter()

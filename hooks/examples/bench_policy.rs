@@ -11,6 +11,13 @@ use stepproof_hook::policy::{Context, compile};
 #[derive(serde::Deserialize)]
 struct Fragment {
     hook: HookConfig,
+    filesystem: Filesystem,
+}
+
+/// The persistence names `@protected` stands for in the profile's `[hook]`.
+#[derive(serde::Deserialize)]
+struct Filesystem {
+    protected: Vec<String>,
 }
 
 fn main() {
@@ -26,7 +33,11 @@ fn main() {
             home: "/home/dev".into(),
             profile_name: "default".into(),
         };
-        let policy = compile(&fragment.hook, &context).expect("the built-in profile compiles");
+        let policy = compile(
+            &fragment.hook.with_protected(&fragment.filesystem.protected),
+            &context,
+        )
+        .expect("the built-in profile compiles");
         println!("{}", serde_json::to_string(&policy).expect("serializes"));
         return;
     }

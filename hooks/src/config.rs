@@ -186,6 +186,39 @@ impl HookConfig {
     }
 }
 
+/// In a `[[hook.files]]` rule's paths: the profile's persistence names
+/// (`filesystem.protected`), each as `**/<name>/**`.
+pub const PROTECTED_TOKEN: &str = "@protected";
+
+/// The hook patterns `@protected` stands for (`dir/**` also matches `dir` itself).
+pub fn protected_patterns(protected: &[String]) -> Vec<String> {
+    protected
+        .iter()
+        .map(|name| format!("**/{}/**", name.trim_matches('/')))
+        .collect()
+}
+
+impl HookConfig {
+    /// This configuration with `@protected` replaced by the profile's persistence names.
+    pub fn with_protected(&self, protected: &[String]) -> HookConfig {
+        let mut config = self.clone();
+        for rule in &mut config.files {
+            if rule.paths.iter().any(|p| p == PROTECTED_TOKEN) {
+                let mut paths = Vec::with_capacity(rule.paths.len() + protected.len());
+                for path in std::mem::take(&mut rule.paths) {
+                    if path == PROTECTED_TOKEN {
+                        paths.extend(protected_patterns(protected));
+                    } else {
+                        paths.push(path);
+                    }
+                }
+                rule.paths = paths;
+            }
+        }
+        config
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -18,9 +18,10 @@ pub mod shell;
 pub use contract::{HookInput, check_tool, evaluate};
 pub use decision::{Decision, Verdict, render_check};
 
-/// The `[hook]` section of the built-in `default` profile (a developer at the terminal).
-pub const BUILTIN_DEFAULT: &str = include_str!("../builtin/default.toml");
-/// The `[hook]` section of the built-in `ci` profile (unattended runs).
-pub const BUILTIN_CI: &str = include_str!("../builtin/ci.toml");
-/// The `[hook]` section of the built-in `strict` profile (reviewing untrusted code).
-pub const BUILTIN_STRICT: &str = include_str!("../builtin/strict.toml");
+/// The built-in `default` profile as it ships (`profiles/default.toml`: one copy, read by
+/// StepProof and by this crate's tests alike); its `[hook]` is a developer at the terminal.
+pub const BUILTIN_DEFAULT: &str = include_str!("../../profiles/default.toml");
+/// The built-in `ci` profile (unattended runs), which extends `default`.
+pub const BUILTIN_CI: &str = include_str!("../../profiles/ci.toml");
+/// The built-in `strict` profile (reviewing untrusted code), which extends `default`.
+pub const BUILTIN_STRICT: &str = include_str!("../../profiles/strict.toml");

@@ -12,6 +12,13 @@ use stepproof_hook::policy::{CompiledPolicy, Context, compile};
 #[derive(serde::Deserialize)]
 struct Fragment {
     hook: HookConfig,
+    filesystem: Filesystem,
+}
+
+/// The persistence names `@protected` stands for in the profile's `[hook]`.
+#[derive(serde::Deserialize)]
+struct Filesystem {
+    protected: Vec<String>,
 }
 
 fn policy() -> &'static CompiledPolicy {
@@ -28,7 +35,7 @@ fn policy() -> &'static CompiledPolicy {
             home: "/home/dev".into(),
             profile_name: "default".into(),
         };
-        compile(&fragment.hook, &context).expect("builtin compiles")
+        compile(&fragment.hook.with_protected(&fragment.filesystem.protected), &context).expect("builtin compiles")
     })
 }
 
