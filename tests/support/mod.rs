@@ -85,26 +85,58 @@ pub enum Who {
 }
 
 /// A copy of `stepproof-run` the test user can execute whatever the permissions of the
-/// checkout's parent directories (CI clones wherever it likes).
+/// checkout's parent directories (CI clones wherever it likes). One copy per build, shared by
+/// every test binary (a copy per test process filled the disk: the binaries are large), made
+/// under a temporary name and renamed into place; copies of older builds are removed.
 pub fn run_binary_for_user() -> &'static Path {
     static COPY: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     COPY.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("stepproof-bin-{}", std::process::id()));
-        fs::create_dir_all(&dir).unwrap();
-        fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+        use std::os::unix::fs::MetadataExt;
         // The hook is installed next to the launcher (profiles with a hook need it there).
         let hook = Path::new(RUN).with_file_name("stepproof-hook");
-        for (from, name) in [
+        let sources = [
             (Path::new(RUN), "stepproof-run"),
             (hook.as_path(), "stepproof-hook"),
             (Path::new(STEPPROOF), "stepproof"),
-        ] {
-            let staged = dir.join(format!(".{name}.tmp"));
-            fs::copy(from, &staged).unwrap_or_else(|e| {
-                panic!("copying {}: {e} (build the workspace)", from.display())
-            });
-            fs::set_permissions(&staged, fs::Permissions::from_mode(0o755)).unwrap();
-            fs::rename(&staged, dir.join(name)).unwrap();
+        ];
+        let key = sources
+            .iter()
+            .map(|(from, _)| {
+                let meta = fs::metadata(from)
+                    .unwrap_or_else(|e| panic!("{}: {e} (build the workspace)", from.display()));
+                format!("{:x}{:x}", meta.len(), meta.mtime_nsec() ^ meta.mtime())
+            })
+            .collect::<Vec<_>>()
+            .join("-");
+        let tmp = std::env::temp_dir();
+        let dir = tmp.join(format!("stepproof-bin-{key}"));
+        if !sources.iter().all(|(_, name)| dir.join(name).is_file()) {
+            let staging = tmp.join(format!(".stepproof-bin-{key}.{}", std::process::id()));
+            let _ = fs::remove_dir_all(&staging);
+            fs::create_dir_all(&staging).unwrap();
+            fs::set_permissions(&staging, fs::Permissions::from_mode(0o755)).unwrap();
+            for (from, name) in sources {
+                fs::copy(from, staging.join(name))
+                    .unwrap_or_else(|e| panic!("copying {}: {e}", from.display()));
+                fs::set_permissions(staging.join(name), fs::Permissions::from_mode(0o755)).unwrap();
+            }
+            // Another test process may have won the race: its copy is as good.
+            if fs::rename(&staging, &dir).is_err() {
+                let _ = fs::remove_dir_all(&staging);
+            }
+            // Copies of earlier builds, unused for a while.
+            for entry in fs::read_dir(&tmp).into_iter().flatten().flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                let old = entry
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|t| t.elapsed().ok())
+                    .is_some_and(|age| age > std::time::Duration::from_secs(600));
+                if name.starts_with("stepproof-bin-") && entry.path() != dir && old {
+                    let _ = fs::remove_dir_all(entry.path());
+                }
+            }
         }
         dir.join("stepproof-run")
     })
