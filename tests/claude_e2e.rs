@@ -181,7 +181,9 @@ both_claude!(
         let run = run_claude(w, &profile(w, &mock, true, CLAUDE_DIR_WRITES), &[]);
         run.expect_decision(&call_id(None, 0), "allow", "write-workspace");
         run.expect_decision(&call_id(None, 3), "allow", "inspect");
-        assert!(!mock.expect_result(&call_id(None, 0)).is_error);
+        // The Write may fail when the watcher moves the new file while Claude Code is still
+        // writing or reading it back (a 20 ms tick): either way the hook stays (below).
+        let write = mock.expect_result(&call_id(None, 0));
         assert!(!mock.expect_result(&call_id(None, 3)).is_error);
         assert_denied_by(&run, &mock, &call_id(None, 2), "net-tools-unattended");
         assert_denied_by(&run, &mock, &call_id(None, 5), "net-tools-unattended");
@@ -196,6 +198,7 @@ both_claude!(
                         .is_some_and(|d| d.contains("as soon as it appeared"))
             })
         });
+        assert!(!write.is_error || moved_at_once, "{write:?}");
         assert!(
             moved_at_once
                 || run
