@@ -6,6 +6,9 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+/// Rule id of a deny caused by an error (bad input, unreadable policy, panic).
+pub const RULE_FAIL_CLOSED: &str = "fail-closed";
+
 /// A permission decision. The order is the severity order: `Allow < Ask < Deny`, so the
 /// combination of several decisions is their maximum (deny beats ask beats allow).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -54,7 +57,7 @@ impl Verdict {
     pub fn fail_closed(reason: impl Into<String>) -> Self {
         Verdict {
             decision: Decision::Deny,
-            rule_id: crate::policy::RULE_FAIL_CLOSED.to_string(),
+            rule_id: RULE_FAIL_CLOSED.to_string(),
             reason: reason.into(),
         }
     }

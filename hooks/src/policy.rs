@@ -25,8 +25,7 @@ pub const RULE_DEFAULT: &str = "default";
 pub const RULE_UNKNOWN: &str = "unknown";
 /// Rule id of the decision for tools the policy has never heard of.
 pub const RULE_UNKNOWN_TOOL: &str = "unknown-tool";
-/// Rule id of a deny caused by an error (bad input, unreadable policy, panic).
-pub const RULE_FAIL_CLOSED: &str = "fail-closed";
+pub use crate::decision::RULE_FAIL_CLOSED;
 /// Rule id of a command line that runs nothing (only comments or assignments).
 pub const RULE_NOTHING_RUNS: &str = "nothing-runs";
 
