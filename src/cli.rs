@@ -120,7 +120,7 @@ pub fn gather_facts(workspace: Option<&Path>, probe_idmap: bool) -> Result<HostF
             .ok()
             .and_then(|exe| exe.parent().map(|d| d.join("stepproof-hook")))
             .filter(|p| p.is_file()),
-        claude_managed_dir: PathBuf::from(crate::sandbox::agent::MANAGED_DIR),
+        claude_managed_dir: PathBuf::from(crate::sandbox::plan::agent::MANAGED_DIR),
     })
 }
 
@@ -204,7 +204,7 @@ pub fn explain_text(profile: &Profile, plan: &SandboxPlan) -> String {
     if plan.agent.is_some() {
         line(format!(
             "agent: Claude Code's managed settings at {} are StepProof's (hook for every event, managed hooks only) plus the host's drop-ins without the keys StepProof owns ({})",
-            crate::sandbox::agent::MANAGED_DIR,
+            crate::sandbox::plan::agent::MANAGED_DIR,
             crate::profile::claude_settings::OWNED_KEYS.join(", ")
         ));
         for removed in &plan.managed_settings_removed {
@@ -285,7 +285,7 @@ pub fn explain_text(profile: &Profile, plan: &SandboxPlan) -> String {
         line(format!(
             "credential gateway: {} <- {} (credential {}; the agent holds a placeholder)",
             gateway.upstream,
-            crate::sandbox::env::GATEWAY_SOCKET,
+            crate::sandbox::plan::env::GATEWAY_SOCKET,
             gateway.credential
         ));
     }

@@ -11,7 +11,6 @@ pub mod audit;
 pub mod ci;
 pub mod cli;
 pub mod doctor;
-pub mod hook_policy;
 pub mod probes;
 pub mod profile;
 pub mod sandbox;

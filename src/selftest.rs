@@ -100,7 +100,7 @@ fn finding(name: &str, problems: Vec<String>, fine: &str) -> ProbeOutcome {
 /// environment switches managed hooks off or points elsewhere; the hook binary runs and decides
 /// with the policy in place. A finding counts as an escape.
 fn agent_layer() -> Vec<ProbeOutcome> {
-    use crate::sandbox::agent::{
+    use crate::sandbox::plan::agent::{
         DROP_IN_DIR, HOOK_BINARY, MANAGED_DIR, MANAGED_FILE, POLICY_FILE, managed_settings_problems,
     };
     let dir = std::path::Path::new(MANAGED_DIR);
@@ -171,7 +171,8 @@ fn agent_layer() -> Vec<ProbeOutcome> {
         .filter(|name| {
             crate::profile::claude_settings::defeats_hook(name)
                 && !(name == "CLAUDE_CONFIG_DIR"
-                    && std::env::var(name).as_deref() == Ok(crate::sandbox::agent::CONFIG_DIR))
+                    && std::env::var(name).as_deref()
+                        == Ok(crate::sandbox::plan::agent::CONFIG_DIR))
         })
         .map(|name| format!("{name} is set"))
         .collect();

@@ -229,7 +229,7 @@ fn launch(
     if plan.agent.is_some() {
         // The hook is the profile's promise: a command line that would switch it off is
         // refused, and a host whose managed settings try to is refused in CI and named always.
-        if let Some(why) = stepproof::sandbox::agent::command_defeats_hook(&args.command) {
+        if let Some(why) = stepproof::sandbox::plan::agent::command_defeats_hook(&args.command) {
             return Err(format!("refusing the command: {why}"));
         }
         if !plan.managed_settings_removed.is_empty() {

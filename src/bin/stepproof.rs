@@ -114,7 +114,7 @@ fn compiled_policy(
 ) -> Result<stepproof_hook::policy::CompiledPolicy, String> {
     let profile = stepproof::profile::Profile::load(profile).map_err(|e| e.to_string())?;
     let facts = cli::gather_facts(workspace, false).map_err(|e| e.to_string())?;
-    stepproof::hook_policy::profile_policy(&profile, &facts.home, &facts.workspace)
+    stepproof::sandbox::plan::hook_policy::profile_policy(&profile, &facts.home, &facts.workspace)
 }
 
 fn main() {

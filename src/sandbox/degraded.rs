@@ -6,8 +6,8 @@
 //! down in the plan, the report and `explain`.
 
 use crate::profile::{NetworkMode, Profile};
-use crate::sandbox::env::build_environment;
 use crate::sandbox::landlock::{self, FsAccess, LandlockPlan, LandlockRule, TcpPolicy};
+use crate::sandbox::plan::env::build_environment;
 use crate::sandbox::plan::{
     DEVICE_NODES, HostFacts, IdentityMode, Isolation, PlanError, SandboxPlan, choose_identity,
     existing, hide_target, home_sockets, landlock_rule, other_projects, protected_paths,

@@ -3,9 +3,9 @@
 //! supervisor, and takes everything down with it when the supervisor goes away.
 
 use crate::sandbox::caps;
-use crate::sandbox::env::GATEWAY_SOCKET;
 use crate::sandbox::events::InitEvent;
 use crate::sandbox::mounts::{self, IdmappedTrees};
+use crate::sandbox::plan::env::GATEWAY_SOCKET;
 use crate::sandbox::plan::{IdentityMode, Isolation, SandboxPlan};
 use crate::sandbox::report::CommandEnforcement;
 use crate::sandbox::sys;

@@ -1,23 +1,18 @@
 //! The sandbox: the plan as data and the code that applies it inside the new namespaces —
 //! mounts, identity, Landlock, seccomp, limits.
 
-pub mod agent;
 pub mod caps;
 pub mod degraded;
-pub mod env;
 pub mod events;
 pub mod fdpass;
-pub mod git_index;
 pub mod init;
 pub mod landlock;
 pub mod mounts;
 pub mod namespaces;
 pub mod plan;
-pub mod protected;
 pub mod report;
 pub mod rlimits;
 pub mod seccomp;
-pub mod secrets;
 #[allow(unsafe_code)]
 pub mod sys;
 pub mod terminal;

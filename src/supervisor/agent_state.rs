@@ -3,8 +3,8 @@
 //! trust no hook runs in interactive mode), the hook's socket, and the descriptors of everything
 //! bound from the host; after the run, only a refreshed credentials file is carried back.
 
-use crate::sandbox::agent::AgentState;
 use crate::sandbox::mounts::SupervisorPaths;
+use crate::sandbox::plan::agent::AgentState;
 use crate::sandbox::plan::{MountOp, SandboxPlan};
 use std::fs::{self, OpenOptions};
 use std::io::{self, Write};

@@ -13,7 +13,7 @@
 
 use crate::profile::Profile;
 use crate::sandbox::plan::SandboxPlan;
-use crate::sandbox::protected::{is_git_config, protected_paths_of, relative_beneath};
+use crate::sandbox::plan::protected::{is_git_config, protected_paths_of, relative_beneath};
 use crate::sandbox::sys::beneath::{self, DIR_LISTING, DIR_LOOKUP, FILE_READING, Stat};
 use serde::Serialize;
 use sha2::{Digest, Sha256};

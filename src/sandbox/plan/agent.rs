@@ -199,7 +199,7 @@ pub fn compiled_policy(
             "the profile has no [hook] section".into(),
         ));
     };
-    crate::hook_policy::compile_json(profile, config, home, workspace)
+    crate::sandbox::plan::hook_policy::compile_json(profile, config, home, workspace)
         .map_err(|e| PlanError::Refused(format!("the [hook] section does not compile: {e}")))
 }
 

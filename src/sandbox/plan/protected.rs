@@ -276,7 +276,7 @@ fn nested_repositories(
             }
             if let Some(env_files) = env_files.as_deref_mut()
                 && d_type != libc::DT_DIR
-                && crate::sandbox::secrets::is_env_file(&name)
+                && crate::sandbox::plan::secrets::is_env_file(&name)
             {
                 env_files.push(workspace.join(dir.join(&name)));
             }

@@ -3,9 +3,16 @@
 //! the thin executor in `mounts.rs` and `spawn.rs` applies. Building it reads the file system
 //! (what exists, what is a socket) but changes nothing.
 
+pub mod agent;
+pub mod env;
+pub mod git_index;
+pub mod hook_policy;
+pub mod protected;
+pub mod secrets;
+
 use crate::profile::{HomeMode, Limits, NetworkMode, Profile};
-use crate::sandbox::env::build_environment;
 use crate::sandbox::landlock::{FsAccess, LandlockPlan, LandlockRule};
+use crate::sandbox::plan::env::build_environment;
 use serde::Serialize;
 use std::collections::BTreeSet;
 use std::ffi::OsString;
@@ -14,7 +21,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
-pub(crate) use crate::sandbox::protected::{WorkspaceScan, protected_paths, scan_workspace};
+pub(crate) use crate::sandbox::plan::protected::{WorkspaceScan, protected_paths, scan_workspace};
 
 /// Facts about the caller and this machine the plan depends on.
 #[derive(Debug, Clone)]
@@ -195,7 +202,7 @@ pub enum Isolation {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SandboxPlan {
     /// The hook and the agent's own state (profiles with a hook).
-    pub agent: Option<crate::sandbox::agent::AgentState>,
+    pub agent: Option<crate::sandbox::plan::agent::AgentState>,
     /// Keys StepProof owns that the host's managed-settings drop-ins set (removed inside; the
     /// launch warns, `--ci` refuses), as `<file>: <key>`.
     pub managed_settings_removed: Vec<String>,
@@ -224,7 +231,7 @@ pub struct SandboxPlan {
     pub mounts: Vec<MountOp>,
     /// Names in the home hidden because they look like secrets, with the pattern each matched
     /// (also `hide` entries in `mounts`).
-    pub credential_names: Vec<crate::sandbox::secrets::CredentialName>,
+    pub credential_names: Vec<crate::sandbox::plan::secrets::CredentialName>,
     /// Every persistence path looked at (existing ones are also read-only binds in `mounts`);
     /// the end-of-run sweep compares them.
     pub protected_paths: Vec<PathBuf>,
@@ -273,7 +280,7 @@ fn git_dir_outside(workspace: &Path) -> Option<PathBuf> {
     let text = fs::read_to_string(&gitfile).ok()?;
     let target = text.lines().next()?.strip_prefix("gitdir:")?.trim();
     let path = workspace.join(target);
-    crate::sandbox::protected::relative_beneath(workspace, &path)
+    crate::sandbox::plan::protected::relative_beneath(workspace, &path)
         .is_none()
         .then_some(path)
 }
@@ -307,7 +314,7 @@ pub fn build_plan(profile: &Profile, facts: &HostFacts) -> Result<SandboxPlan, P
         etc_files.extend(sandbox_account_files(facts, &identity, &home));
     }
     // The agent inside: the hook where the agent cannot remove it, and its own state.
-    let agent = crate::sandbox::agent::plan_agent(profile, facts, &home, &workspace)?;
+    let agent = crate::sandbox::plan::agent::plan_agent(profile, facts, &home, &workspace)?;
     let managed_settings_removed = agent
         .as_ref()
         .map(|a| a.managed_removed.clone())
@@ -407,7 +414,7 @@ pub fn build_plan(profile: &Profile, facts: &HostFacts) -> Result<SandboxPlan, P
         let path = existing(resolve(spec), "filesystem.read_only")?;
         mounts.push(personal_bind(&path, Access::ReadOnly));
     }
-    let mut listings = crate::sandbox::secrets::Listings::default();
+    let mut listings = crate::sandbox::plan::secrets::Listings::default();
     let mut missing = Vec::new();
     for path in &home_allowed {
         // Toolchains differ between machines: a listed path this host lacks is skipped.
@@ -434,7 +441,7 @@ pub fn build_plan(profile: &Profile, facts: &HostFacts) -> Result<SandboxPlan, P
 
     // What must not be seen.
     let mut hidden = std::collections::BTreeMap::new();
-    for path in crate::sandbox::secrets::existing_catalogue(
+    for path in crate::sandbox::plan::secrets::existing_catalogue(
         &profile.filesystem.hidden,
         &home,
         &workspace,
@@ -454,7 +461,7 @@ pub fn build_plan(profile: &Profile, facts: &HostFacts) -> Result<SandboxPlan, P
                 .map(resolve),
         );
         keep.extend(home_allowed.iter().cloned());
-        crate::sandbox::secrets::credential_names(
+        crate::sandbox::plan::secrets::credential_names(
             &home,
             &profile.filesystem.hidden_names,
             &keep,
@@ -526,7 +533,7 @@ pub fn build_plan(profile: &Profile, facts: &HostFacts) -> Result<SandboxPlan, P
         Option<std::collections::HashSet<OsString>>,
     > = std::collections::HashMap::new();
     for path in &protected_paths {
-        if crate::sandbox::protected::is_git_config(path) {
+        if crate::sandbox::plan::protected::is_git_config(path) {
             continue;
         }
         let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
@@ -905,7 +912,7 @@ pub(crate) fn existing(path: PathBuf, key: &str) -> Result<PathBuf, PlanError> {
     })
 }
 
-pub(crate) use crate::sandbox::secrets::hide_target;
+pub(crate) use crate::sandbox::plan::secrets::hide_target;
 
 /// The project's `.env` files to hide: those the scan found, minus the ones the profile shows
 /// and the tracked ones (hidden, a tracked file would look emptied to git inside, and
@@ -948,7 +955,7 @@ fn hidden_env_files(
                 .to_vec();
             let listed = tracked_by_repo
                 .entry(repo.as_path())
-                .or_insert_with(|| crate::sandbox::git_index::tracked_in(&git_dir));
+                .or_insert_with(|| crate::sandbox::plan::git_index::tracked_in(&git_dir));
             Some(
                 listed
                     .as_ref()
@@ -1315,7 +1322,9 @@ mod tests {
             assert_eq!(dst, Path::new("/etc/claude-code"));
             assert_eq!(files[0].0, Path::new("managed-settings.json"));
             let settings: serde_json::Value = serde_json::from_str(&files[0].1).unwrap();
-            assert!(crate::sandbox::agent::managed_settings_problems(&settings, false).is_empty());
+            assert!(
+                crate::sandbox::plan::agent::managed_settings_problems(&settings, false).is_empty()
+            );
         }
     }
 
