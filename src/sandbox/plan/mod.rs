@@ -7,12 +7,13 @@ pub mod agent;
 pub mod env;
 pub mod git_index;
 pub mod hook_policy;
+pub mod landlock;
 pub mod protected;
 pub mod secrets;
 
 use crate::profile::{HomeMode, Limits, NetworkMode, Profile};
-use crate::sandbox::landlock::{FsAccess, LandlockPlan, LandlockRule};
 use crate::sandbox::plan::env::build_environment;
+use crate::sandbox::plan::landlock::{FsAccess, LandlockPlan, LandlockRule};
 use serde::Serialize;
 use std::collections::BTreeSet;
 use std::ffi::OsString;
