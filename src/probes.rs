@@ -46,51 +46,96 @@ impl ProbeOutcome {
     }
 }
 
-/// The escape probes, each `NAME` or `NAME:ARG` (see [`run_probe`]).
-pub fn all_probes() -> &'static [&'static str] {
-    &[
-        "ptrace",
-        "process_vm_readv",
-        "mount",
-        "unshare_user",
-        "clone_newuser",
-        "clone3",
-        "io_uring",
-        "tiocsti",
-        "tiocsti_high",
-        "tioclinux",
-        "bpf",
-        "keyctl",
-        "add_key",
-        "userfaultfd",
-        "perf_event_open",
-        "name_to_handle_at",
-        "open_by_handle_at",
-        "mptcp",
-        "vsock",
-        "raw_socket",
-        "packet_socket",
-        "inet_sock_packet",
-        "netlink_uevent",
-        "personality",
-        "setuid_chmod",
-        "setuid_fchmod",
-        "setuid_fchmodat",
-        "setuid_fchmodat2",
-        "setuid_open",
-        "setuid_openat",
-        "setuid_creat",
-        "setuid_mknodat",
-        "setuid_tmpfile",
-        "setuid_openat2",
-        "setgid_open",
-        "proc_mem",
-        "kill",
-        "abstract_unix",
-        "tcp_connect",
-        "write",
-        "read",
-    ]
+/// What a probe needs besides itself to mean something.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Needs {
+    /// Nothing: `NAME` alone.
+    Nothing,
+    /// `NAME:PID` of a sibling process to reach (ptrace, another's memory).
+    Sibling,
+    /// `NAME:1`: the sandbox's init (outside the command's Landlock domain).
+    Init,
+    /// A controlling terminal.
+    Terminal,
+    /// A peer to connect to (`NAME:ADDRESS`).
+    Peer,
+    /// `NAME:PATH`: a path to write or read.
+    Path,
+}
+
+/// One escape probe: its name, what it needs, and what seccomp alone answers it with (`None`:
+/// another layer stops it: a read-only mount, Landlock, the network namespace).
+#[derive(Debug, Clone, Copy)]
+pub struct Probe {
+    pub name: &'static str,
+    pub needs: Needs,
+    pub seccomp_errno: Option<i32>,
+}
+
+const fn probe(name: &'static str, needs: Needs, seccomp_errno: Option<i32>) -> Probe {
+    Probe {
+        name,
+        needs,
+        seccomp_errno,
+    }
+}
+
+const EPERM: Option<i32> = Some(libc::EPERM);
+const ENOSYS: Option<i32> = Some(libc::ENOSYS);
+
+/// Every escape probe: the one table the self-test, `stepproof __probe list` and the tests read.
+pub const PROBES: &[Probe] = &[
+    probe("ptrace", Needs::Sibling, EPERM),
+    probe("process_vm_readv", Needs::Sibling, EPERM),
+    probe("mount", Needs::Nothing, EPERM),
+    probe("unshare_user", Needs::Nothing, EPERM),
+    probe("clone_newuser", Needs::Nothing, EPERM),
+    probe("clone3", Needs::Nothing, ENOSYS),
+    probe("io_uring", Needs::Nothing, EPERM),
+    probe("tiocsti", Needs::Terminal, EPERM),
+    probe("tiocsti_high", Needs::Terminal, EPERM),
+    probe("tioclinux", Needs::Terminal, EPERM),
+    probe("bpf", Needs::Nothing, EPERM),
+    probe("keyctl", Needs::Nothing, EPERM),
+    probe("add_key", Needs::Nothing, EPERM),
+    probe("userfaultfd", Needs::Nothing, EPERM),
+    probe("perf_event_open", Needs::Nothing, EPERM),
+    probe("name_to_handle_at", Needs::Nothing, EPERM),
+    probe("open_by_handle_at", Needs::Nothing, EPERM),
+    probe("mptcp", Needs::Nothing, EPERM),
+    probe("vsock", Needs::Nothing, EPERM),
+    probe("raw_socket", Needs::Nothing, EPERM),
+    probe("packet_socket", Needs::Nothing, EPERM),
+    probe("inet_sock_packet", Needs::Nothing, EPERM),
+    probe("netlink_uevent", Needs::Nothing, EPERM),
+    probe("personality", Needs::Nothing, EPERM),
+    probe("setuid_chmod", Needs::Nothing, EPERM),
+    probe("setuid_fchmod", Needs::Nothing, EPERM),
+    probe("setuid_fchmodat", Needs::Nothing, EPERM),
+    probe("setuid_fchmodat2", Needs::Nothing, EPERM),
+    probe("setuid_open", Needs::Nothing, EPERM),
+    probe("setuid_openat", Needs::Nothing, EPERM),
+    probe("setuid_creat", Needs::Nothing, EPERM),
+    probe("setuid_mknodat", Needs::Nothing, EPERM),
+    probe("setuid_tmpfile", Needs::Nothing, EPERM),
+    probe("setuid_openat2", Needs::Nothing, ENOSYS),
+    probe("setgid_open", Needs::Nothing, EPERM),
+    probe("proc_mem", Needs::Init, None),
+    probe("kill", Needs::Init, None),
+    probe("abstract_unix", Needs::Peer, None),
+    probe("tcp_connect", Needs::Peer, None),
+    probe("write", Needs::Path, None),
+    probe("read", Needs::Path, None),
+];
+
+/// The escape probes' names, each run as `NAME` or `NAME:ARG` (see [`run_probe`]).
+pub fn all_probes() -> impl Iterator<Item = &'static str> {
+    PROBES.iter().map(|p| p.name)
+}
+
+/// The probes seccomp refuses by itself, with the errno it answers.
+pub fn seccomp_refused() -> impl Iterator<Item = &'static Probe> {
+    PROBES.iter().filter(|p| p.seccomp_errno.is_some())
 }
 
 /// Ordinary things the layers must leave working: `escaped == true` is the expected result.

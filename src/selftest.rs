@@ -2,24 +2,12 @@
 //! describes (the `stepproof` binary is bound read-only into it), each of which must fail.
 //! `stepproof-run --ci` runs it before starting the agent.
 
-use crate::probes::{ProbeOutcome, all_probes, run_probe};
+use crate::probes::{Needs, PROBES, ProbeOutcome, run_probe};
 use crate::sandbox::plan::{Access, MountOp, SandboxPlan};
 use std::ffi::OsString;
 
 const DIR: &str = "/run/stepproof-selftest";
 const BINARY: &str = "/run/stepproof-selftest/stepproof";
-
-/// Probes that need a terminal or a peer outside the sandbox's domain are left to the test
-/// suite; the rest run here.
-const NEEDS_SETUP: &[&str] = &[
-    "tiocsti",
-    "tiocsti_high",
-    "tioclinux",
-    "abstract_unix",
-    "tcp_connect",
-    "write",
-    "read",
-];
 
 /// Adds the `stepproof` binary (next to `stepproof-run`) to the plan and returns the command
 /// that runs every probe (and, for a profile with a hook, the checks of the agent's layer).
@@ -247,13 +235,14 @@ pub fn probe_all(agent: bool, private_home: Option<Option<&std::path::Path>>) ->
     let sibling_pid = sibling.as_ref().map(|c| c.id().to_string());
     let mut escaped = false;
     let mut results: Vec<ProbeOutcome> = Vec::new();
-    for name in all_probes() {
-        if NEEDS_SETUP.contains(name) {
-            continue;
-        }
-        let spec = match (*name, &sibling_pid) {
-            ("ptrace" | "process_vm_readv", Some(pid)) => format!("{name}:{pid}"),
-            ("proc_mem" | "kill", _) => format!("{name}:1"),
+    // Probes that need a terminal, a peer or a path outside the sandbox's domain are left to
+    // the test suite (the paths below are this run's own).
+    for probe in PROBES {
+        let name = probe.name;
+        let spec = match (probe.needs, &sibling_pid) {
+            (Needs::Terminal | Needs::Peer | Needs::Path, _) => continue,
+            (Needs::Sibling, Some(pid)) => format!("{name}:{pid}"),
+            (Needs::Init, _) => format!("{name}:1"),
             _ => name.to_string(),
         };
         results.push(run_probe(&spec));

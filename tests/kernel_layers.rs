@@ -17,7 +17,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use kernel::{ExecAs, HelperSpec, Sibling, probe_with, run_helper, skip_or_fail};
-use stepproof::probes::{all_probes, control_probes, typical_plan};
+use stepproof::probes::{Needs, all_probes, control_probes, seccomp_refused, typical_plan};
 use stepproof::sandbox::landlock::{
     Assurance, FsAccess, LandlockPlan, LandlockRule, TcpPolicy, grant_except, kernel_abi, list_dir,
 };
@@ -140,46 +140,16 @@ fn seccomp_each_probe_fails_only_under_the_filter() {
     };
     let sibling = Sibling::spawn();
     let sib = sibling.pid();
-    let eperm = libc::EPERM;
-    let cases: Vec<(String, i32)> = [
-        (format!("ptrace:{sib}"), eperm),
-        (format!("process_vm_readv:{sib}"), eperm),
-        ("mount".into(), eperm),
-        ("unshare_user".into(), eperm),
-        ("clone_newuser".into(), eperm),
-        ("clone3".into(), libc::ENOSYS),
-        ("io_uring".into(), eperm),
-        ("tiocsti".into(), eperm),
-        ("tiocsti_high".into(), eperm),
-        ("tioclinux".into(), eperm),
-        ("bpf".into(), eperm),
-        ("keyctl".into(), eperm),
-        ("add_key".into(), eperm),
-        ("userfaultfd".into(), eperm),
-        ("perf_event_open".into(), eperm),
-        ("name_to_handle_at".into(), eperm),
-        ("open_by_handle_at".into(), eperm),
-        ("mptcp".into(), eperm),
-        ("vsock".into(), eperm),
-        ("raw_socket".into(), eperm),
-        ("packet_socket".into(), eperm),
-        ("inet_sock_packet".into(), eperm),
-        ("netlink_uevent".into(), eperm),
-        ("personality".into(), eperm),
-        ("setuid_chmod".into(), eperm),
-        ("setuid_fchmod".into(), eperm),
-        ("setuid_fchmodat".into(), eperm),
-        ("setuid_fchmodat2".into(), eperm),
-        ("setuid_open".into(), eperm),
-        ("setuid_openat".into(), eperm),
-        ("setuid_creat".into(), eperm),
-        ("setuid_mknodat".into(), eperm),
-        ("setuid_tmpfile".into(), eperm),
-        ("setuid_openat2".into(), libc::ENOSYS),
-        ("setgid_open".into(), eperm),
-    ]
-    .into_iter()
-    .collect();
+    // Every probe seccomp refuses by itself, from the one table in `probes`.
+    let cases: Vec<(String, i32)> = seccomp_refused()
+        .map(|p| {
+            let spec = match p.needs {
+                Needs::Sibling => format!("{}:{sib}", p.name),
+                _ => p.name.to_string(),
+            };
+            (spec, p.seccomp_errno.unwrap_or_default())
+        })
+        .collect();
     let bare = HelperSpec::default();
     let filtered = HelperSpec {
         seccomp: true,
@@ -563,7 +533,7 @@ fn all_layers_stop_every_probe() {
     let sib = sibling.pid();
     let mut escaped = Vec::new();
     for probe in all_probes() {
-        let probe = match *probe {
+        let probe = match probe {
             "ptrace" | "process_vm_readv" | "kill" => format!("{probe}:{sib}"),
             "abstract_unix" => format!("abstract_unix:{name}"),
             "tcp_connect" => continue, // a network matter (net namespace), not these layers

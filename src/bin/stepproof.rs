@@ -185,7 +185,7 @@ fn main() {
         }
         Command::Probe { spec } => {
             if spec == "list" {
-                for name in probes::all_probes().iter().chain(probes::control_probes()) {
+                for name in probes::all_probes().chain(probes::control_probes().iter().copied()) {
                     println!("{name}");
                 }
                 0
