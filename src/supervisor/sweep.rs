@@ -820,6 +820,7 @@ impl Snapshot {
     pub fn sweep(&self, profile: &Profile, plan: &SandboxPlan, quarantine: &Path) -> Sweep {
         let workspace = &plan.workspace;
         let walk = walk_writable(plan, self.launched);
+        tracing::debug!("sweep: writable roots walked");
         let mut findings = walk.findings;
         let mut notes = Vec::new();
         let mut paths: Vec<PathBuf> =
@@ -831,6 +832,7 @@ impl Snapshot {
         paths.extend(self.paths.keys().cloned());
         paths.sort();
         paths.dedup();
+        tracing::debug!(paths = paths.len(), "sweep: protected paths expanded");
         let root = match beneath::open_root(workspace, DIR_LOOKUP) {
             Ok(root) => root,
             Err(e) => {
@@ -862,6 +864,7 @@ impl Snapshot {
         let mut listings = Listings::new(root.as_fd());
         // Judged before anything moves: a gitfile is ordinary only while what it names is.
         let git_verdicts = self.judge_git_entries(&walk.repos, workspace, root.as_fd());
+        tracing::debug!("sweep: git entries judged");
         // A path inside another one that changed is reported with its outermost changed parent
         // (or the link in its way).
         let mut judged: Vec<PathBuf> = Vec::new();
