@@ -255,21 +255,12 @@ pub fn explain_text(profile: &Profile, plan: &SandboxPlan) -> String {
     let host = crate::supervisor::cgroup::CgroupHost::discover(Path::new("/proc"));
     let cgroup = crate::supervisor::cgroup::plan(
         &host,
-        &crate::supervisor::cgroup::CgroupLimits {
-            memory: request.memory,
-            pids: request.pids,
-            cpu_percent: request.cpu_percent,
-        },
+        &crate::supervisor::cgroup::CgroupLimits::from(&request),
         &host.run_name("explain"),
     );
     for entry in &cgroup.entries {
-        use crate::supervisor::cgroup::{LimitKind, describe};
-        let named = match entry.limit {
-            LimitKind::Memory => request.memory_named,
-            LimitKind::Pids => request.pids_named,
-            LimitKind::Cpu => true,
-        };
-        let how = if named {
+        use crate::supervisor::cgroup::describe;
+        let how = if crate::supervisor::cgroup::is_named(&request, entry.limit) {
             "required"
         } else {
             "default: --ci runs, best-effort"

@@ -145,9 +145,8 @@ pub fn run_checks() -> Vec<Check> {
     }
     let request = crate::sandbox::rlimits::Limits::default().cgroup(true);
     let limits = crate::supervisor::cgroup::CgroupLimits {
-        memory: request.memory,
-        pids: request.pids,
         cpu_percent: Some(100),
+        ..crate::supervisor::cgroup::CgroupLimits::from(&request)
     };
     let plan = crate::supervisor::cgroup::plan(&host, &limits, &host.run_name("doctor"));
     for entry in &plan.entries {

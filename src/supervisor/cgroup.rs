@@ -507,14 +507,7 @@ fn check_run_name(name: &str) -> Result<(), &'static str> {
 /// as "200% CPU (2 CPUs)".
 pub fn describe(kind: LimitKind, value: u64) -> String {
     match kind {
-        LimitKind::Memory => {
-            const UNITS: [(u32, &str); 4] = [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")];
-            UNITS
-                .iter()
-                .find(|(shift, _)| value != 0 && value.is_multiple_of(1u64 << shift))
-                .map(|(shift, unit)| format!("{} {unit}", value >> shift))
-                .unwrap_or_else(|| plural(value, "byte", "bytes"))
-        }
+        LimitKind::Memory => describe_bytes(value),
         LimitKind::Pids => plural(value, "process", "processes"),
         LimitKind::Cpu => {
             let cpus = if value.is_multiple_of(100) {
@@ -527,6 +520,16 @@ pub fn describe(kind: LimitKind, value: u64) -> String {
             format!("{value}% CPU ({cpus} {unit})")
         }
     }
+}
+
+/// A size in the largest binary unit it is a whole number of: "8 GiB", "512 MiB", "3 bytes".
+pub fn describe_bytes(value: u64) -> String {
+    const UNITS: [(u32, &str); 4] = [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")];
+    UNITS
+        .iter()
+        .find(|(shift, _)| value != 0 && value.is_multiple_of(1u64 << shift))
+        .map(|(shift, unit)| format!("{} {unit}", value >> shift))
+        .unwrap_or_else(|| plural(value, "byte", "bytes"))
 }
 
 fn plural(n: u64, one: &str, many: &str) -> String {
@@ -561,6 +564,26 @@ impl Place {
     }
 }
 
+impl From<&crate::sandbox::rlimits::CgroupRequest> for CgroupLimits {
+    fn from(request: &crate::sandbox::rlimits::CgroupRequest) -> CgroupLimits {
+        CgroupLimits {
+            memory: request.memory,
+            pids: request.pids,
+            cpu_percent: request.cpu_percent,
+        }
+    }
+}
+
+/// Whether the profile named this limit (a named limit is required; a default one is not).
+pub fn is_named(request: &crate::sandbox::rlimits::CgroupRequest, kind: LimitKind) -> bool {
+    match kind {
+        LimitKind::Memory => request.memory_named,
+        LimitKind::Pids => request.pids_named,
+        // There is no default CPU quota: one in the plan was named.
+        LimitKind::Cpu => true,
+    }
+}
+
 /// The run's limits as the profile asks, checked against what this host can do.
 pub struct RunLimits {
     pub plan: CgroupPlan,
@@ -582,11 +605,7 @@ pub fn prepare(
     proc: &Path,
     nonce: &str,
 ) -> Result<RunLimits, String> {
-    let limits = CgroupLimits {
-        memory: request.memory,
-        pids: request.pids,
-        cpu_percent: request.cpu_percent,
-    };
+    let limits = CgroupLimits::from(request);
     if limits == CgroupLimits::default() {
         // Nothing asked (an interactive run on the defaults): no cgroup, nothing to look at.
         return Ok(RunLimits {
@@ -603,12 +622,7 @@ pub fn prepare(
     let host = CgroupHost::discover(proc);
     let removed_stale = remove_stale(&host);
     let plan = plan(&host, &limits, &host.run_name(nonce));
-    let named = |kind: LimitKind| match kind {
-        LimitKind::Memory => request.memory_named,
-        LimitKind::Pids => request.pids_named,
-        // There is no default CPU quota: one in the plan was named.
-        LimitKind::Cpu => true,
-    };
+    let named = |kind: LimitKind| is_named(request, kind);
     let value_of = |kind: LimitKind| {
         plan.entries
             .iter()

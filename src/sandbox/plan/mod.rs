@@ -16,7 +16,6 @@ use crate::sandbox::plan::env::build_environment;
 use crate::sandbox::plan::landlock::{FsAccess, LandlockPlan, LandlockRule};
 use serde::Serialize;
 use std::collections::BTreeSet;
-use std::ffi::OsString;
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileTypeExt;
@@ -529,10 +528,6 @@ pub fn build_plan(profile: &Profile, facts: &HostFacts) -> Result<SandboxPlan, P
     }
     // Persistence paths: read-only where they exist; all of them recorded for the sweep.
     // One listing per parent directory instead of a lookup per name: most names are absent.
-    let mut listings: std::collections::HashMap<
-        &Path,
-        Option<std::collections::HashSet<OsString>>,
-    > = std::collections::HashMap::new();
     for path in &protected_paths {
         if crate::sandbox::plan::protected::is_git_config(path) {
             continue;
@@ -541,13 +536,7 @@ pub fn build_plan(profile: &Profile, facts: &HostFacts) -> Result<SandboxPlan, P
             continue;
         };
         let listed = listings
-            .entry(parent)
-            .or_insert_with(|| {
-                fs::read_dir(parent)
-                    .ok()
-                    .map(|d| d.filter_map(Result::ok).map(|e| e.file_name()).collect())
-            })
-            .as_ref()
+            .names(parent)
             .is_some_and(|names| names.contains(name));
         if listed && fs::symlink_metadata(path).is_ok_and(|m| !m.file_type().is_symlink()) {
             mounts.push(MountOp::ReadOnlyInPlace { path: path.clone() });
