@@ -502,7 +502,7 @@ fn file_size_limit(outcome: &Outcome, fsize: u64) -> Option<String> {
     (signal == libc::SIGXFSZ).then(|| {
         format!(
             "the command was killed by the file size limit ({}): it wrote a file larger than process.limits.fsize",
-stepproof::supervisor::cgroup::describe_bytes(fsize)
+            stepproof::supervisor::cgroup::describe_bytes(fsize)
         )
     })
 }
