@@ -12,7 +12,8 @@ use std::io::{BufRead, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;
 use std::time::Instant;
-use stepproof::supervisor::proxy::{self, AllowList, SystemResolver};
+use stepproof::profile::AllowList;
+use stepproof::supervisor::proxy::{self, SystemResolver};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -29,19 +30,20 @@ fn main() {
 }
 
 fn run_proxy(args: &[String]) {
-    let mut list = AllowList::default();
+    let (mut hosts, mut addresses) = (Vec::new(), Vec::new());
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         if arg == "--address" {
-            list.allow_addresses.push(it.next().expect("CIDR").clone());
+            addresses.push(it.next().expect("CIDR").clone());
         } else {
-            list.allow.push(arg.clone());
+            hosts.push(arg.clone());
         }
     }
-    let compiled = list.compile().unwrap_or_else(|e| {
+    let list = AllowList::new(hosts, addresses).unwrap_or_else(|e| {
         eprintln!("{e}");
         std::process::exit(2)
     });
+    let compiled = list.compiled().clone();
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     println!("{}", listener.local_addr().expect("addr").port());
     let (tx, rx) = std::sync::mpsc::channel();

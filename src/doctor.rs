@@ -120,9 +120,9 @@ pub fn run_checks() -> Vec<Check> {
     let uid = nix::unistd::getuid().as_raw();
     let (idmap_ok, idmap_detail) = if uid == 0 {
         let dir = std::env::temp_dir();
-        let ok = crate::supervisor::spawn::idmapped_mounts_work(&dir);
+        let ok = crate::supervisor::launch::idmapped_mounts_work(&dir);
         let cwd_ok = std::env::current_dir()
-            .map(|d| crate::supervisor::spawn::idmapped_mounts_work(&d))
+            .map(|d| crate::supervisor::launch::idmapped_mounts_work(&d))
             .unwrap_or(false);
         (
             ok && cwd_ok,

@@ -4,13 +4,15 @@
 //!
 //! The profile (`profile`) becomes a plan of plain data (`sandbox::plan`) that `stepproof
 //! explain` prints and the thin executors (`sandbox::mounts`, `sandbox::init`,
-//! `supervisor::spawn`) apply.
+//! `supervisor::launch`) apply.
 #![deny(unsafe_code)]
 
 pub mod audit;
 pub mod ci;
-pub mod cli;
 pub mod doctor;
+pub mod explain;
+pub mod host;
+pub mod logging;
 pub mod probes;
 pub mod profile;
 pub mod sandbox;

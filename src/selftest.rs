@@ -88,7 +88,7 @@ fn finding(name: &str, problems: Vec<String>, fine: &str) -> ProbeOutcome {
 /// environment switches managed hooks off or points elsewhere; the hook binary runs and decides
 /// with the policy in place. A finding counts as an escape.
 fn agent_layer() -> Vec<ProbeOutcome> {
-    use crate::sandbox::plan::agent::{
+    use crate::sandbox::plan::agent_layer::{
         DROP_IN_DIR, HOOK_BINARY, MANAGED_DIR, MANAGED_FILE, POLICY_FILE, managed_settings_problems,
     };
     let dir = std::path::Path::new(MANAGED_DIR);
@@ -160,7 +160,7 @@ fn agent_layer() -> Vec<ProbeOutcome> {
             crate::profile::claude_settings::defeats_hook(name)
                 && !(name == "CLAUDE_CONFIG_DIR"
                     && std::env::var(name).as_deref()
-                        == Ok(crate::sandbox::plan::agent::CONFIG_DIR))
+                        == Ok(crate::sandbox::plan::agent_layer::CONFIG_DIR))
         })
         .map(|name| format!("{name} is set"))
         .collect();

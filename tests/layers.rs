@@ -14,7 +14,9 @@ use std::path::{Path, PathBuf};
 const ROOT_LAYERS: &[(&str, usize)] = &[
     // The edge: command-line entry points and what only they use.
     ("lib", 0),
-    ("cli", 0),
+    ("explain", 0),
+    ("host", 0),
+    ("logging", 0),
     ("ci", 0),
     ("doctor", 0),
     ("selftest", 0),

@@ -4,15 +4,15 @@ use clap::Parser;
 use std::ffi::OsString;
 use std::path::PathBuf;
 use stepproof::audit::sink::{AuditSink, AuditSinkError};
-use stepproof::cli;
 use stepproof::profile::Profile;
 use stepproof::sandbox::report::AssuranceReport;
+use stepproof::supervisor::launch;
+use stepproof::supervisor::outcome::Outcome;
 use stepproof::supervisor::output_files::{
     OutputFile, WriteMode, writable_root_of, writable_roots,
 };
-use stepproof::supervisor::spawn;
-use stepproof::supervisor::status::Outcome;
 use stepproof::supervisor::sweep::{EXIT_TAMPERING, Snapshot};
+use stepproof::{explain, host, logging};
 
 /// Run COMMAND inside a Linux sandbox: workspace writable, home read-only, secrets hidden,
 /// no capabilities, its own pid/mount/user/ipc/uts/net namespaces.
@@ -187,7 +187,7 @@ fn launch(
 ) -> Result<(Outcome, Option<AssuranceReport>), String> {
     let profile = Profile::load(args.profile.as_deref()).map_err(|e| e.to_string())?;
     tracing::debug!("profile loaded");
-    let facts = cli::gather_facts(
+    let facts = host::gather_facts(
         args.workspace.as_deref(),
         profile.process.allow_root_fallback,
     )
@@ -225,11 +225,13 @@ fn launch(
     tracing::debug!("facts gathered");
     let audit = open_audit_log(args, &facts.home).map_err(|e| e.to_string())?;
     tracing::debug!("audit log opened");
-    let mut plan = cli::plan_for(&profile, &facts).map_err(|e| e.to_string())?;
+    let mut plan = host::plan_for(&profile, &facts).map_err(|e| e.to_string())?;
     if plan.agent.is_some() {
         // The hook is the profile's promise: a command line that would switch it off is
         // refused, and a host whose managed settings try to is refused in CI and named always.
-        if let Some(why) = stepproof::sandbox::plan::agent::command_defeats_hook(&args.command) {
+        if let Some(why) =
+            stepproof::sandbox::plan::agent_layer::command_defeats_hook(&args.command)
+        {
             return Err(format!("refusing the command: {why}"));
         }
         if !plan.managed_settings_removed.is_empty() {
@@ -305,12 +307,12 @@ fn launch(
         );
     }
     if args.verbose > 0 {
-        eprint!("{}", cli::explain_text(&profile, &plan));
+        eprint!("{}", explain::explain_text(&profile, &plan));
     }
     tracing::debug!("plan built");
     let snapshot = Snapshot::take(&plan);
     tracing::debug!("snapshot taken");
-    let options = spawn::RunOptions {
+    let options = launch::RunOptions {
         timeout: args.timeout,
         inside_max_bytes: profile.audit.inside_max_mib << 20,
         // Names that do not exist yet are watched while the run is on (moved at once).
@@ -318,7 +320,7 @@ fn launch(
             .then(|| (snapshot.watch_targets(), facts.run_dir.join("quarantine"))),
         cgroup: limits.cgroup.as_ref(),
     };
-    let mut result = spawn::run(&plan, &command, audit.as_ref(), &options);
+    let mut result = launch::run(&plan, &command, audit.as_ref(), &options);
     tracing::debug!("sandbox gone");
     // What the limits did, in words, once nothing of the run is left; then the cgroup goes.
     let mut acted = Vec::new();
@@ -478,7 +480,7 @@ fn launch(
             )
         {
             result.outcome = Outcome::Denied {
-                exit_code: stepproof::supervisor::status::EXIT_DENIED,
+                exit_code: stepproof::supervisor::outcome::EXIT_DENIED,
                 denials: summary.denials.len(),
                 command: Box::new(result.outcome),
             };
@@ -561,7 +563,7 @@ fn write_summaries(outputs: &mut Outputs, summary: &stepproof::ci::Summary, outc
 fn main() {
     // The kernel's part of the sandbox's namespaces starts first, on the other core, while the
     // arguments, the profile and the plan are read and built here.
-    spawn::start_namespace_seed();
+    launch::start_namespace_seed();
     let args = match Args::try_parse() {
         Ok(args) => args,
         Err(e) => {
@@ -570,7 +572,7 @@ fn main() {
             std::process::exit(code);
         }
     };
-    cli::init_logging(args.verbose);
+    logging::init_logging(args.verbose);
     let mut outputs = Outputs::default();
     let (outcome, report) = match launch(&args, &mut outputs) {
         Ok(done) => done,
@@ -605,7 +607,7 @@ fn main() {
     }
     let json = serde_json::to_string_pretty(&status).unwrap_or_default();
     write_output(&mut outputs.status, (json + "\n").as_bytes());
-    spawn::reap_finished_children();
+    launch::reap_finished_children();
     tracing::debug!("exiting");
     std::process::exit(outcome.exit_code());
 }

@@ -2,7 +2,7 @@
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
-use stepproof::{audit, cli, doctor, probes};
+use stepproof::{audit, doctor, explain, host, logging, probes};
 
 /// StepProof: inspect what a profile enforces and what this machine supports.
 #[derive(Parser, Debug)]
@@ -113,13 +113,13 @@ fn compiled_policy(
     workspace: Option<&std::path::Path>,
 ) -> Result<stepproof_hook::policy::CompiledPolicy, String> {
     let profile = stepproof::profile::Profile::load(profile).map_err(|e| e.to_string())?;
-    let facts = cli::gather_facts(workspace, false).map_err(|e| e.to_string())?;
+    let facts = host::gather_facts(workspace, false).map_err(|e| e.to_string())?;
     stepproof::sandbox::plan::hook_policy::profile_policy(&profile, &facts.home, &facts.workspace)
 }
 
 fn main() {
     let args = Args::parse();
-    cli::init_logging(args.verbose);
+    logging::init_logging(args.verbose);
     let code = match args.command {
         Command::Audit { action } => audit::run_command(action),
         Command::ProbeAll {
@@ -213,16 +213,16 @@ fn main() {
             profile,
             workspace,
             json,
-        } => match cli::load_plan(profile.as_deref(), workspace.as_deref()) {
+        } => match host::load_plan(profile.as_deref(), workspace.as_deref()) {
             Ok((profile, plan)) => {
                 if json {
                     println!(
                         "{}",
-                        serde_json::to_string_pretty(&cli::explain_json(&profile, &plan))
+                        serde_json::to_string_pretty(&explain::explain_json(&profile, &plan))
                             .unwrap_or_default()
                     );
                 } else {
-                    print!("{}", cli::explain_text(&profile, &plan));
+                    print!("{}", explain::explain_text(&profile, &plan));
                 }
                 0
             }

@@ -774,11 +774,8 @@ fn resolve(file: ProfileFile, origins: Vec<String>) -> Result<Profile, String> {
             limits: file.process.limits.unwrap_or_default(),
         },
         network: {
-            let allow = AllowList {
-                allow: file.network.allow,
-                allow_addresses: file.network.allow_addresses,
-            };
-            allow.compile().map_err(|e| format!("network: {e}"))?;
+            let allow = AllowList::new(file.network.allow, file.network.allow_addresses)
+                .map_err(|e| format!("network: {e}"))?;
             let proxy_port = file.network.proxy_port.unwrap_or(DEFAULT_PROXY_PORT);
             in_range("network.proxy_port", u64::from(proxy_port), 1, 65535)?;
             let mode = file.network.mode.unwrap_or_default();

@@ -22,9 +22,7 @@
 pub(crate) mod io;
 pub(crate) mod server;
 
-pub use crate::profile::allow::{
-    AllowList, AllowListError, CompiledAllowList, DEFAULT_ALLOW_PORT, Host, HostError, SpecialRange,
-};
+use crate::profile::allow::{CompiledAllowList, Host, SpecialRange};
 use crate::profile::allow::{address, host};
 
 use self::io::{HeadError, Input, RequestHead};

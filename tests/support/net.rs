@@ -9,7 +9,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, channel};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use stepproof::supervisor::proxy::{self, AllowList, ConnectionRecord, ProxyHandle, Resolver};
+use stepproof::profile::AllowList;
+use stepproof::supervisor::proxy::{self, ConnectionRecord, ProxyHandle, Resolver};
 
 /// Answers from a table: each name has a sequence of answers, one per call (the last repeats),
 /// so a test can play a DNS server that changes its mind (rebinding).
@@ -71,11 +72,12 @@ pub struct Proxy {
 }
 
 pub fn start_proxy(allow: &[String], addresses: &[&str], resolver: ScriptedResolver) -> Proxy {
-    let list = AllowList {
-        allow: allow.to_vec(),
-        allow_addresses: addresses.iter().map(|s| s.to_string()).collect(),
-    };
-    let compiled = list.compile().expect("test allow-list compiles");
+    let list = AllowList::new(
+        allow.to_vec(),
+        addresses.iter().map(|s| s.to_string()).collect(),
+    )
+    .expect("test allow-list compiles");
+    let compiled = list.compiled().clone();
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let resolver = Arc::new(resolver);

@@ -1,9 +1,9 @@
 //! The sandbox plan: the profile and the facts of this machine turned into plain data — every
 //! mount in order, the identity, the environment. It is what `stepproof explain` prints and what
-//! the thin executor in `mounts.rs` and `spawn.rs` applies. Building it reads the file system
+//! the thin executor in `mounts.rs` and `supervisor/launch.rs` applies. Building it reads the file system
 //! (what exists, what is a socket) but changes nothing.
 
-pub mod agent;
+pub mod agent_layer;
 pub mod env;
 pub mod git_index;
 pub mod hook_policy;
@@ -202,7 +202,7 @@ pub enum Isolation {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SandboxPlan {
     /// The hook and the agent's own state (profiles with a hook).
-    pub agent: Option<crate::sandbox::plan::agent::AgentState>,
+    pub agent: Option<crate::sandbox::plan::agent_layer::AgentState>,
     /// Keys StepProof owns that the host's managed-settings drop-ins set (removed inside; the
     /// launch warns, `--ci` refuses), as `<file>: <key>`.
     pub managed_settings_removed: Vec<String>,
@@ -314,7 +314,7 @@ pub fn build_plan(profile: &Profile, facts: &HostFacts) -> Result<SandboxPlan, P
         etc_files.extend(sandbox_account_files(facts, &identity, &home));
     }
     // The agent inside: the hook where the agent cannot remove it, and its own state.
-    let agent = crate::sandbox::plan::agent::plan_agent(profile, facts, &home, &workspace)?;
+    let agent = crate::sandbox::plan::agent_layer::plan_agent(profile, facts, &home, &workspace)?;
     let managed_settings_removed = agent
         .as_ref()
         .map(|a| a.managed_removed.clone())
@@ -1313,7 +1313,8 @@ mod tests {
             assert_eq!(files[0].0, Path::new("managed-settings.json"));
             let settings: serde_json::Value = serde_json::from_str(&files[0].1).unwrap();
             assert!(
-                crate::sandbox::plan::agent::managed_settings_problems(&settings, false).is_empty()
+                crate::sandbox::plan::agent_layer::managed_settings_problems(&settings, false)
+                    .is_empty()
             );
         }
     }

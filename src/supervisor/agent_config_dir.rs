@@ -4,7 +4,7 @@
 //! bound from the host; after the run, only a refreshed credentials file is carried back.
 
 use crate::sandbox::mounts::SupervisorPaths;
-use crate::sandbox::plan::agent::AgentState;
+use crate::sandbox::plan::agent_layer::AgentState;
 use crate::sandbox::plan::{MountOp, SandboxPlan};
 use std::fs::{self, OpenOptions};
 use std::io::{self, Write};

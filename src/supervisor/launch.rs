@@ -14,9 +14,9 @@ use crate::sandbox::plan::{
 use crate::sandbox::report::{AssuranceReport, CommandEnforcement};
 use crate::sandbox::seccomp;
 use crate::sandbox::sys::{self, CloneResult, MountFlags};
+use crate::supervisor::outcome::{EXIT_TIMEOUT, InitEvent, Outcome};
 use crate::supervisor::pty::{RawTerminal, TerminalRequest, copy_window_size, receive_terminal};
-use crate::supervisor::status::{EXIT_TIMEOUT, InitEvent, Outcome};
-use crate::supervisor::{agent_state, gateway, proxy};
+use crate::supervisor::{agent_config_dir, gateway, proxy};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{Signal, kill};
 use nix::sys::signalfd::{SfdFlags, SigSet, SignalFd};
@@ -179,7 +179,7 @@ pub fn idmapped_mounts_work(path: &std::path::Path) -> bool {
 /// goes to the audit log.
 fn start_proxy(
     listener: std::net::TcpListener,
-    allow: proxy::CompiledAllowList,
+    allow: crate::profile::allow::CompiledAllowList,
     audit: Option<&AuditSink>,
 ) -> (proxy::ProxyHandle, std::thread::JoinHandle<()>) {
     let (tx, rx) = std::sync::mpsc::channel::<proxy::ConnectionRecord>();
@@ -291,16 +291,18 @@ fn launch(
     let idmapped = prepare_idmapped_trees(plan)?;
     // The agent's state and the hook's socket exist before the descriptors are opened.
     let hook_listener = match &plan.agent {
-        Some(state) => Some(
-            agent_state::prepare(plan, state).map_err(|e| LaunchError::Os {
-                step: "preparing the agent's state".into(),
-                source: io::Error::other(e.to_string()),
-                hint: "",
-            })?,
-        ),
+        Some(state) => {
+            Some(
+                agent_config_dir::prepare(plan, state).map_err(|e| LaunchError::Os {
+                    step: "preparing the agent's state".into(),
+                    source: io::Error::other(e.to_string()),
+                    hint: "",
+                })?,
+            )
+        }
         None => None,
     };
-    let handed = agent_state::open_handed_paths(plan).map_err(|e| LaunchError::Os {
+    let handed = agent_config_dir::open_handed_paths(plan).map_err(|e| LaunchError::Os {
         step: "opening what the sandbox binds from the host".into(),
         source: io::Error::other(e.to_string()),
         hint: "",
@@ -354,11 +356,7 @@ fn launch(
     } else {
         (None, None)
     };
-    let mut allow = Some(plan.allow.compile().map_err(|e| LaunchError::Os {
-        step: "compiling the network allow-list".into(),
-        source: io::Error::other(e.to_string()),
-        hint: "",
-    })?);
+    let mut allow = Some(plan.allow.compiled().clone());
     // Without a network namespace the proxy listens on the host's loopback, bound before the
     // command exists; Landlock lets the command connect to that port only.
     let host_proxy_listener = if !namespaces && plan.network == NetworkMode::Allowlist {
@@ -597,12 +595,12 @@ fn launch(
     }
     let hook_records = receiver.map(|r| r.shutdown());
     if let Some(state) = &plan.agent
-        && let Some(done) = agent_state::carry_back(state, plan.identity.outside_uid)
+        && let Some(done) = agent_config_dir::carry_back(state, plan.identity.outside_uid)
     {
         let note = done.note();
         match done {
-            agent_state::CarryBack::Refreshed(_) => tracing::info!("{note}"),
-            agent_state::CarryBack::Refused(_) => eprintln!("stepproof-run: {note}"),
+            agent_config_dir::CarryBack::Refreshed(_) => tracing::info!("{note}"),
+            agent_config_dir::CarryBack::Refused(_) => eprintln!("stepproof-run: {note}"),
         }
         if let Some(audit) = audit {
             audit.record(

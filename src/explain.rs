@@ -1,0 +1,176 @@
+//! `stepproof explain` (and `stepproof-run --explain`): the effective policy, as text a reviewer
+//! reads in order or as JSON.
+
+use crate::profile::{NetworkMode, Profile};
+use crate::sandbox::plan::SandboxPlan;
+use crate::sandbox::report::namespaces;
+use crate::supervisor::launch::describe_identity;
+use std::path::Path;
+
+/// `stepproof explain` as text: everything the sandbox will do, in order.
+pub fn explain_text(profile: &Profile, plan: &SandboxPlan) -> String {
+    let mut out = String::new();
+    let mut line = |s: String| {
+        out.push_str(&s);
+        out.push('\n');
+    };
+    line(format!(
+        "profile: {} ({})",
+        profile.name,
+        profile.origins.join(" <- ")
+    ));
+    if !profile.description.is_empty() {
+        line(format!("  {}", profile.description));
+    }
+    line(format!("policy-hash: {}", plan.policy_hash));
+    line(format!("assurance: {:?}", profile.assurance).to_lowercase());
+    line(format!("identity: {}", describe_identity(plan)));
+    line(format!("namespaces: {}", namespaces(plan).join(" ")));
+    if plan.isolation == crate::sandbox::plan::Isolation::LandlockSeccompOnly {
+        line("isolation: LANDLOCK + SECCOMP ONLY (user namespaces are refused on this host); what that loses:".into());
+        for loss in &plan.losses {
+            line(format!("  lost: {loss}"));
+        }
+    }
+    line(format!(
+        "network: {}",
+        match plan.network {
+            NetworkMode::None => "none (loopback only)".to_string(),
+            NetworkMode::Allowlist => format!(
+                "allowlist (loopback only; HTTP(S) proxy on 127.0.0.1:{} served from outside)",
+                profile.network.proxy_port
+            ),
+            NetworkMode::Host => "HOST (unfiltered access to the host's network)".to_string(),
+        }
+    ));
+    if plan.network == NetworkMode::Allowlist {
+        line(format!(
+            "network allow: {}",
+            profile.network.allow.hosts().join(" ")
+        ));
+        if !profile.network.allow.addresses().is_empty() {
+            line(format!(
+                "network allow_addresses: {}",
+                profile.network.allow.addresses().join(" ")
+            ));
+        }
+    }
+    line(format!(
+        "workspace: {} (read-write)",
+        plan.workspace.display()
+    ));
+    line(format!("home: {}", plan.home.display()));
+    line(format!("cwd: {}", plan.cwd.display()));
+    if plan.agent.is_some() {
+        line(format!(
+            "agent: Claude Code's managed settings at {} are StepProof's (hook for every event, managed hooks only) plus the host's drop-ins without the keys StepProof owns ({})",
+            crate::sandbox::plan::agent_layer::MANAGED_DIR,
+            crate::profile::claude_settings::OWNED_KEYS.join(", ")
+        ));
+        for removed in &plan.managed_settings_removed {
+            line(format!(
+                "  REMOVED from the host's managed settings: {removed}"
+            ));
+        }
+    }
+    line("mounts, in order:".into());
+    for op in &plan.mounts {
+        line(format!("  {op}"));
+    }
+    if !plan.credential_names.is_empty() {
+        line("names in the home that look like secrets (hidden; filesystem.hidden_names):".into());
+        for found in &plan.credential_names {
+            line(format!(
+                "  {} (matches {})",
+                found.path.display(),
+                found.pattern
+            ));
+        }
+    }
+    line("protected paths (read-only where they exist; checked after the run):".into());
+    for p in &plan.protected_paths {
+        let state = if p.exists() { "exists" } else { "absent" };
+        line(format!("  {} ({state})", p.display()));
+    }
+    for l in crate::sandbox::landlock::describe(&plan.landlock) {
+        line(l);
+    }
+    for l in crate::sandbox::seccomp::describe() {
+        line(l);
+    }
+    let limits = &plan.limits;
+    line(format!(
+        "limits (per process): core={} nproc={} nofile={} fsize={} cpu={}",
+        limits.core,
+        limits.nproc,
+        limits.nofile,
+        limits.fsize_bytes(),
+        limits
+            .cpu
+            .map_or("inherited".to_string(), |v| v.to_string())
+    ));
+    // The run's cgroup as this host would make it now.
+    // As a `--ci` run would get them (an interactive one gets only those the profile names).
+    let request = limits.cgroup(true);
+    let host = crate::supervisor::cgroup::CgroupHost::discover(Path::new("/proc"));
+    let cgroup = crate::supervisor::cgroup::plan(
+        &host,
+        &crate::supervisor::cgroup::CgroupLimits::from(&request),
+        &host.run_name("explain"),
+    );
+    for entry in &cgroup.entries {
+        use crate::supervisor::cgroup::describe;
+        let how = if crate::supervisor::cgroup::is_named(&request, entry.limit) {
+            "required"
+        } else {
+            "default: --ci runs, best-effort"
+        };
+        line(format!(
+            "limit (whole run): {} {} ({how}): {}",
+            entry.limit,
+            describe(entry.limit, entry.value),
+            entry.place.words()
+        ));
+    }
+    if let Some(gateway) = &plan.gateway {
+        line(format!(
+            "credential gateway: {} <- {} (credential {}; the agent holds a placeholder)",
+            gateway.upstream,
+            crate::sandbox::plan::env::GATEWAY_SOCKET,
+            gateway.credential
+        ));
+    }
+    line(format!(
+        "environment allow-list: {}",
+        profile.process.env.join(" ")
+    ));
+    line(format!(
+        "environment passed: {}",
+        plan.env
+            .iter()
+            .map(|(k, _)| k.as_str())
+            .collect::<Vec<_>>()
+            .join(" ")
+    ));
+    line(format!(
+        "environment dropped: {}",
+        plan.env_dropped.join(" ")
+    ));
+    for note in &plan.notes {
+        line(format!("note: {note}"));
+    }
+    out
+}
+
+/// `stepproof explain --json`.
+pub fn explain_json(profile: &Profile, plan: &SandboxPlan) -> serde_json::Value {
+    serde_json::json!({
+        "profile": profile.name,
+        "origins": profile.origins,
+        "policy_hash": plan.policy_hash,
+        "requested": profile,
+        "namespaces": namespaces(plan),
+        "plan": plan,
+        "seccomp": crate::sandbox::seccomp::describe(),
+    })
+}
