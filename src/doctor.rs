@@ -1,7 +1,7 @@
 //! `stepproof doctor`: which kernel features this machine offers, and whether the default
 //! profile can be enforced here.
 
-use crate::sandbox::sys::{self, CloneResult};
+use crate::sandbox::sys::{self, ParentOnlyFds};
 use nix::sys::wait::{WaitStatus, waitpid};
 use nix::unistd::Pid;
 use serde::Serialize;
@@ -16,14 +16,12 @@ pub struct Check {
 
 /// Clones a child into `flags` namespaces; the child exits at once. Reports the errno on failure.
 fn can_clone(flags: libc::c_int) -> Result<(), std::io::Error> {
-    match sys::clone_with_namespaces(flags)? {
-        CloneResult::Child => sys::exit_now(0),
-        CloneResult::Parent { child } => match waitpid(Pid::from_raw(child), None) {
-            Ok(WaitStatus::Exited(_, 0)) => Ok(()),
-            other => Err(std::io::Error::other(format!(
-                "probe child ended with {other:?}"
-            ))),
-        },
+    let child = sys::clone_with_namespaces(flags, ParentOnlyFds::none(), || 0)?;
+    match waitpid(Pid::from_raw(child), None) {
+        Ok(WaitStatus::Exited(_, 0)) => Ok(()),
+        other => Err(std::io::Error::other(format!(
+            "probe child ended with {other:?}"
+        ))),
     }
 }
 

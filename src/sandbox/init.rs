@@ -19,7 +19,7 @@ use nix::unistd::{Gid, Pid, Uid};
 use std::ffi::CString;
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
@@ -340,8 +340,8 @@ fn start_command(
     let (err_read, err_write) =
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| io_fail("pipe2", e.into()))?;
     // The child shares the init's memory until it execs (see `spawn_sharing_memory`): it gets
-    // references and descriptor numbers only.
-    let tty_fd = tty.as_ref().map(|fd| fd.as_raw_fd());
+    // references only.
+    let tty_fd = tty.as_ref().map(|fd| fd.as_fd());
     let spawned = sys::spawn_sharing_memory(|| {
         let (step, error) = exec_command(plan, argv, envp, tty_fd, seccomp, &err_write);
         let errno = error.raw_os_error().unwrap_or(0);
@@ -402,7 +402,7 @@ fn exec_command(
     plan: &SandboxPlan,
     argv: &[CString],
     envp: &[CString],
-    tty: Option<std::os::fd::RawFd>,
+    tty: Option<BorrowedFd<'_>>,
     seccomp: &[seccompiler::BpfProgram],
     err_pipe: &OwnedFd,
 ) -> (&'static str, std::io::Error) {
@@ -421,19 +421,19 @@ fn exec_command(
         "setpgid",
         nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0))
     );
-    // Raw from here on: close_range below closes it, and no destructor may close it twice.
     if let Some(tty) = tty {
         step!("tcsetpgrp", sys::set_foreground_group(tty));
-        for target in 0..=2 {
-            step!("dup2", sys::dup2(tty, target));
-        }
+        step!("dup2", sys::dup_onto_stdio(tty));
     }
     // The supervisor's blocked signals and Rust's ignored SIGPIPE are not the command's.
     sys::reset_signals_for_exec();
     // Nothing inherited beyond stdio: not the supervisor's pipes, not the caller's descriptors.
-    let keep = err_pipe.as_fd().as_raw_fd() as u32;
-    step!("close_range", sys::close_fd_range(3, keep - 1));
-    step!("close_range", sys::close_fd_range(keep + 1, u32::MAX));
+    // SAFETY: this is the command's child, which ends in execve or _exit. From here on it uses
+    // stdio, `err_pipe` (kept) and descriptors it opens itself, never the init's objects that
+    // own the closed numbers (the terminal's was copied onto stdio above and is not used again).
+    #[allow(unsafe_code)]
+    let closed = unsafe { sys::close_fds_except(3, err_pipe.as_fd()) };
+    step!("close_range", closed);
     tracing::debug!("command: forked");
     step!("chdir", nix::unistd::chdir(&plan.cwd));
     // Limits before anything else runs under them.

@@ -7,7 +7,7 @@ use crate::sandbox::sys;
 use nix::pty::{grantpt, posix_openpt, ptsname_r, unlockpt};
 use nix::sys::termios::{self, SetArg, Termios};
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, IntoRawFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 
 /// What the supervisor asks of the init for an interactive run: the user's terminal modes and
@@ -26,7 +26,7 @@ impl TerminalRequest {
     ) -> io::Result<TerminalRequest> {
         Ok(TerminalRequest {
             modes: termios::tcgetattr(user_tty).map_err(io::Error::from)?,
-            size: sys::get_window_size(user_tty.as_raw_fd())?,
+            size: sys::get_window_size(user_tty)?,
             channel,
         })
     }
@@ -49,10 +49,9 @@ pub fn open_terminal_inside(request: TerminalRequest) -> io::Result<OwnedFd> {
         .open(&name)?
         .into();
     termios::tcsetattr(&slave, SetArg::TCSANOW, &request.modes).map_err(io::Error::from)?;
-    sys::set_window_size(slave.as_raw_fd(), &request.size)?;
-    sys::set_controlling_terminal(slave.as_raw_fd())?;
-    // PtyMaster gives its descriptor up through into_raw_fd; nothing else owns it after that.
-    let master = sys::own_fd(master.into_raw_fd());
+    sys::set_window_size(slave.as_fd(), &request.size)?;
+    sys::set_controlling_terminal(slave.as_fd())?;
+    let master = OwnedFd::from(master);
     send_fd(&request.channel, &master)?;
     Ok(slave)
 }

@@ -13,7 +13,7 @@ use crate::sandbox::plan::{
 };
 use crate::sandbox::report::{AssuranceReport, CommandEnforcement};
 use crate::sandbox::seccomp;
-use crate::sandbox::sys::{self, CloneResult, MountFlags};
+use crate::sandbox::sys::{self, MountFlags, ParentOnlyFds};
 use crate::supervisor::outcome::{EXIT_TIMEOUT, InitEvent, Outcome};
 use crate::supervisor::pty::{RawTerminal, TerminalRequest, copy_window_size, receive_terminal};
 use crate::supervisor::{agent_config_dir, gateway, proxy};
@@ -25,7 +25,7 @@ use nix::unistd::Pid;
 use std::ffi::{CString, OsString};
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::OnceLock;
 
@@ -314,7 +314,7 @@ fn launch(
     let interactive = nix::unistd::isatty(stdin.as_fd()).unwrap_or(false)
         && nix::unistd::isatty(stdout.as_fd()).unwrap_or(false);
     // The command's terminal is created inside the sandbox; its master side comes back here.
-    let (terminal_request, terminal_channel) = if interactive {
+    let (terminal_request, mut terminal_channel) = if interactive {
         let (ours, theirs) = nix::sys::socket::socketpair(
             nix::sys::socket::AddressFamily::Unix,
             nix::sys::socket::SockType::SeqPacket,
@@ -330,7 +330,7 @@ fn launch(
     };
 
     let namespaces = plan.isolation == Isolation::Namespaces;
-    let (proxy_channel_ours, proxy_channel_theirs) =
+    let (mut proxy_channel_ours, proxy_channel_theirs) =
         if namespaces && plan.network == NetworkMode::Allowlist {
             let (ours, theirs) = fdpass::channel().map_err(os("creating the proxy channel"))?;
             (Some(ours), Some(theirs))
@@ -350,7 +350,7 @@ fn launch(
         }
         None => None,
     };
-    let (gateway_channel_ours, gateway_channel_theirs) = if gateway_config.is_some() {
+    let (mut gateway_channel_ours, gateway_channel_theirs) = if gateway_config.is_some() {
         let (ours, theirs) = fdpass::channel().map_err(os("creating the gateway channel"))?;
         (Some(ours), Some(theirs))
     } else {
@@ -375,43 +375,27 @@ fn launch(
 
     let signals = handled_signals();
     signals.thread_block().map_err(nix_os("blocking signals"))?;
-    let signal_fd = SignalFd::with_flags(&signals, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
-        .map_err(nix_os("creating a signalfd"))?;
+    let mut signal_fd =
+        SignalFd::with_flags(&signals, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
+            .map_err(nix_os("creating a signalfd"))?;
     let pipe =
         || nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(nix_os("creating a pipe"));
-    let (status_read, status_write) = pipe()?;
-    let (lifeline_read, lifeline_write) = pipe()?;
-    let (seccomp_read, seccomp_write) = pipe()?;
+    let (mut status_read, status_write) = pipe()?;
+    let (lifeline_read, mut lifeline_write) = pipe()?;
+    let (seccomp_read, mut seccomp_write) = pipe()?;
     // The network namespace reaches the init through this channel once the seed's network
     // maker has made it (the init joins it after building the view).
-    let (netns_ours, netns_theirs) = if namespaces && plan.network != NetworkMode::Host {
+    let (mut netns_ours, netns_theirs) = if namespaces && plan.network != NetworkMode::Host {
         let (ours, theirs) = fdpass::channel().map_err(os("creating the network channel"))?;
         (Some(ours), Some(theirs))
     } else {
         (None, None)
     };
 
-    // The init's side of everything, and the numbers of this side's descriptors, which the init
-    // closes in its copy of the table.
-    let ours: Vec<std::os::fd::RawFd> = [
-        Some(status_read.as_raw_fd()),
-        Some(lifeline_write.as_raw_fd()),
-        Some(seccomp_write.as_raw_fd()),
-        terminal_channel.as_ref().map(|fd| fd.as_raw_fd()),
-        proxy_channel_ours.as_ref().map(|fd| fd.as_raw_fd()),
-        gateway_channel_ours.as_ref().map(|fd| fd.as_raw_fd()),
-        netns_ours.as_ref().map(|fd| fd.as_raw_fd()),
-        Some(signal_fd.as_raw_fd()),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
+    // The init's side of everything.
     let init_signals = signals;
     let init = move || -> i32 {
         let _ = init_signals.thread_set_mask();
-        for fd in ours {
-            sys::seed::close_inherited(fd);
-        }
         run_init(InitArgs {
             plan,
             argv,
@@ -428,12 +412,32 @@ fn launch(
             signals: init_signals,
         })
     };
+    // This side's descriptors, which the init closes in its copy of the table first thing. Each
+    // is borrowed mutably (hence the `mut` bindings) until the init is made, so the closure above
+    // cannot hold one.
+    let new_net = netns_ours.is_some();
+    let mut ours = ParentOnlyFds::none();
+    ours.add(&mut status_read);
+    ours.add(&mut lifeline_write);
+    ours.add(&mut seccomp_write);
+    for channel in [
+        &mut terminal_channel,
+        &mut proxy_channel_ours,
+        &mut gateway_channel_ours,
+        &mut netns_ours,
+    ]
+    .into_iter()
+    .flatten()
+    {
+        ours.add(channel);
+    }
+    ours.add(&mut signal_fd);
     let mut seed = None;
     let child = if namespaces {
         // The seed holds the sandbox's user namespace (its network maker has been making the
         // network namespace since the start); the init is cloned into it with the other
         // namespaces, after its id maps are written, so it starts with its ids in place.
-        let new_seed = take_seed(netns_ours.is_some()).map_err(|source| LaunchError::Os {
+        let new_seed = take_seed(new_net).map_err(|source| LaunchError::Os {
             step: "creating the sandbox's user namespace".into(),
             source,
             hint: USERNS_HINT,
@@ -446,7 +450,7 @@ fn launch(
             | libc::CLONE_NEWUTS
             | libc::CLONE_NEWCGROUP;
         let pid = seed
-            .clone_init(flags, init)
+            .clone_init(flags, ours, init)
             .map_err(|source| LaunchError::Os {
                 step: "creating the sandbox namespaces (clone)".into(),
                 source,
@@ -454,13 +458,8 @@ fn launch(
             })?;
         Pid::from_raw(pid)
     } else {
-        match sys::fork().map_err(os("starting the sandbox init (fork)"))? {
-            CloneResult::Child => sys::exit_now(init()),
-            CloneResult::Parent { child } => {
-                drop(init);
-                Pid::from_raw(child)
-            }
-        }
+        let child = sys::fork(ours, init).map_err(os("starting the sandbox init (fork)"))?;
+        Pid::from_raw(child)
     };
     // Records from the hook, checked message by message against the hook binary's identity.
     let receiver = match (hook_listener, audit, &plan.agent) {

@@ -8,7 +8,7 @@ use crate::sandbox::fdpass::receive_fd;
 use crate::sandbox::sys;
 use nix::sys::termios::{self, SetArg, Termios};
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 pub use crate::sandbox::terminal::{TerminalRequest, open_terminal_inside};
 
@@ -21,8 +21,8 @@ pub fn receive_terminal(channel: &OwnedFd) -> io::Result<Option<OwnedFd>> {
 /// Copies the user's window size onto the command's terminal; the kernel then sends SIGWINCH
 /// to the command's foreground process group.
 pub fn copy_window_size(user_tty: BorrowedFd<'_>, master: &OwnedFd) {
-    if let Ok(size) = sys::get_window_size(user_tty.as_raw_fd()) {
-        let _ = sys::set_window_size(master.as_raw_fd(), &size);
+    if let Ok(size) = sys::get_window_size(user_tty) {
+        let _ = sys::set_window_size(master.as_fd(), &size);
     }
 }
 

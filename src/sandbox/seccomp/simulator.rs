@@ -54,7 +54,8 @@ impl SeccompData {
 }
 
 /// Runs one program on `data` the way the kernel's classic BPF interpreter does, for the
-/// instructions seccompiler and [`arch_prefix`](super::assembler::arch_prefix) emit. `None` on anything else.
+/// instructions seccompiler and [`arch_prefix`](super::assembler::arch_prefix) emit. `None` on
+/// anything else.
 /// With `constant_only`, it mimics the kernel's action-cache check (`seccomp_is_const_allow`):
 /// loading an argument makes the result unknown (`None`).
 fn run_program(prog: &[sock_filter], data: &SeccompData, constant_only: bool) -> Option<u32> {

@@ -1,11 +1,14 @@
 //! The one place where StepProof talks to the kernel through raw, unsafe calls.
 //!
 //! Everything here is a thin, documented wrapper that returns `io::Result` and owns its file
-//! descriptors at once; the rest of the crate is `#![deny(unsafe_code)]`.
+//! descriptors at once; the rest of the crate is `#![deny(unsafe_code)]`. A safe function here
+//! is sound whatever its arguments: what a caller could get wrong is carried by a type
+//! (`BorrowedFd`, [`ParentOnlyFds`]) or checked (the clone flags). The one `unsafe fn`,
+//! [`close_fds_except`], states its contract.
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
@@ -27,20 +30,113 @@ fn check(ret: libc::c_long) -> io::Result<libc::c_long> {
     }
 }
 
-/// What `clone_with_namespaces` returned on each side.
-pub enum CloneResult {
-    Parent { child: libc::pid_t },
-    Child,
+/// The flags a fork-like clone may carry: the namespaces, and `CLONE_PARENT` (the seed makes
+/// the init a child of the supervisor, its own parent). Any other flag would share memory, the
+/// descriptor table, the signal handlers or the thread group with the parent, or have the
+/// kernel write through pointers that are not passed: the child, running on a copy of the
+/// caller's stack, would then corrupt or close what the parent still uses.
+const FORK_LIKE_FLAGS: libc::c_int = libc::CLONE_NEWNS
+    | libc::CLONE_NEWCGROUP
+    | libc::CLONE_NEWUTS
+    | libc::CLONE_NEWIPC
+    | libc::CLONE_NEWUSER
+    | libc::CLONE_NEWPID
+    | libc::CLONE_NEWNET
+    | libc::CLONE_NEWTIME
+    | libc::CLONE_PARENT;
+
+/// `EINVAL` unless `flags` are namespace flags (and `CLONE_PARENT`) only. Allocates nothing: the
+/// seed calls it.
+fn check_fork_like(flags: libc::c_int) -> io::Result<()> {
+    if flags & !FORK_LIKE_FLAGS == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::from_raw_os_error(libc::EINVAL))
+    }
 }
 
-/// `clone(2)` with fork semantics (the child runs on a copy of the caller's stack) and the
-/// given namespace flags. The caller must be single-threaded: like `fork`, only the calling
-/// thread exists in the child.
-pub fn clone_with_namespaces(flags: libc::c_int) -> io::Result<CloneResult> {
+/// Types whose value owns its descriptor: whoever holds the value exclusively holds the
+/// descriptor exclusively (not so for `BorrowedFd`, a copy of which may live anywhere).
+pub trait OwnsFd: AsFd + owns_fd::Sealed {}
+
+mod owns_fd {
+    pub trait Sealed {}
+    impl Sealed for std::os::fd::OwnedFd {}
+    impl Sealed for nix::sys::signalfd::SignalFd {}
+}
+
+impl OwnsFd for OwnedFd {}
+impl OwnsFd for nix::sys::signalfd::SignalFd {}
+
+/// The descriptors a parent keeps and a fork-like child must not hold (the parent's ends of its
+/// pipes and channels), closed in the child's copy of the descriptor table before the child's
+/// code runs. Each is borrowed mutably until the child is made, so that code cannot reach it (the
+/// borrow checker refuses a closure that captures one), and the child never returns into the
+/// frames that own them: it exits after its code.
+#[derive(Default)]
+pub struct ParentOnlyFds<'a> {
+    fds: Vec<BorrowedFd<'a>>,
+}
+
+impl<'a> ParentOnlyFds<'a> {
+    /// Nothing to close in the child.
+    pub fn none() -> Self {
+        Self::default()
+    }
+
+    /// Adds `owner`'s descriptor; `owner` stays borrowed mutably for as long as the list lives.
+    pub fn add(&mut self, owner: &'a mut impl OwnsFd) {
+        let owner: &'a _ = owner;
+        self.fds.push(owner.as_fd());
+    }
+
+    /// In the child only (see the type): closes this process's copies.
+    fn close_in_child(&self) {
+        for fd in &self.fds {
+            // SAFETY: this runs in a fork-like child, whose descriptor table is its own copy.
+            // The owner of this number is the parent's object, borrowed mutably by this list
+            // while the child is made: the child's code cannot reach it, and the child exits
+            // without returning to the frames that would use or drop it.
+            unsafe { libc::close(fd.as_raw_fd()) };
+        }
+    }
+}
+
+/// Runs `child` in a fork-like child and exits with its result, without returning to the
+/// caller's frames (their objects are the parent's; dropping or using them here would act twice
+/// on what they own). A panic aborts the child for the same reason.
+fn run_child<F: FnOnce() -> i32>(child: F) -> ! {
+    struct AbortOnUnwind;
+    impl Drop for AbortOnUnwind {
+        fn drop(&mut self) {
+            std::process::abort();
+        }
+    }
+    let guard = AbortOnUnwind;
+    let code = child();
+    std::mem::forget(guard);
+    exit_now(code)
+}
+
+/// `clone(2)` with fork semantics (the child runs on a copy of the caller's memory, stack and
+/// descriptor table) and namespace flags (plus `CLONE_PARENT`; anything else is `EINVAL`). The
+/// child closes `parent_only`, runs `child` and exits with its result (a panic aborts it); the
+/// parent gets the child's pid and drops its own copy of `child`.
+///
+/// Call it from a process with one thread: only the calling thread exists in the child, so a
+/// lock another thread held (the allocator's, a `Mutex`) stays locked there and the child may
+/// hang on it (a hang, not corruption: what such a lock guards is only reached through it).
+pub fn clone_with_namespaces<F: FnOnce() -> i32>(
+    flags: libc::c_int,
+    parent_only: ParentOnlyFds<'_>,
+    child: F,
+) -> io::Result<libc::pid_t> {
+    check_fork_like(flags)?;
     let flags = flags as libc::c_ulong | libc::SIGCHLD as libc::c_ulong;
     // SAFETY: raw clone with a NULL stack behaves like fork(2): the child continues on a
-    // copy-on-write copy of this stack. No pointers are passed for tid/tls (the flags do not ask
-    // for them). The caller guarantees the process is single-threaded at this point.
+    // copy-on-write copy of this stack, and the flags (checked above) share nothing with the
+    // parent. No pointers are passed for tid/tls (the flags do not ask for them). The child
+    // never returns from this function (`run_child`).
     let ret = unsafe {
         libc::syscall(
             libc::SYS_clone,
@@ -52,30 +148,39 @@ pub fn clone_with_namespaces(flags: libc::c_int) -> io::Result<CloneResult> {
         )
     };
     match check(ret)? {
-        0 => Ok(CloneResult::Child),
-        pid => Ok(CloneResult::Parent {
-            child: pid as libc::pid_t,
+        0 => run_child(|| {
+            parent_only.close_in_child();
+            child()
         }),
+        pid => Ok(pid as libc::pid_t),
     }
 }
 
-/// Plain `fork(2)`. Same single-thread rule as above.
-pub fn fork() -> io::Result<CloneResult> {
-    clone_with_namespaces(0)
+/// Plain `fork(2)`, as [`clone_with_namespaces`] without namespaces.
+pub fn fork<F: FnOnce() -> i32>(
+    parent_only: ParentOnlyFds<'_>,
+    child: F,
+) -> io::Result<libc::pid_t> {
+    clone_with_namespaces(0, parent_only, child)
 }
+
+/// Size of the stack of a [`spawn_sharing_memory`] child.
+const SHARED_CHILD_STACK: usize = 1024 * 1024;
 
 /// Starts a child that shares this process's memory and runs `child` until it calls `execve`
 /// or exits, while this thread waits (`CLONE_VM | CLONE_VFORK`, as `posix_spawn` does): no
 /// page tables are copied and no copy-on-write faults follow, which a fork of the init would
 /// cost on every launch. Returns the child's pid once it has exec'd or exited.
 ///
-/// Contract for `child`, which runs on its own stack in this process's memory: it must not
-/// drop or move out anything this process owns (capture references and plain numbers only);
-/// allocating is fine (this thread is suspended meanwhile, so the allocator's state stays
-/// consistent). It must end in `execve` or `_exit`; its return value becomes the exit code.
-/// This process must be single-threaded.
+/// The child is this thread's continuation while the thread waits: the same memory (allocating
+/// is fine, the allocator's state stays consistent), the same thread-local storage, its own
+/// copy of the descriptor table. What `child` drops is dropped for this process too
+/// (consistently: the closure is moved out of a slot this thread shares); what it still holds
+/// when it execs is leaked here. It ends in `execve` or `_exit` with its return value; a panic
+/// aborts it. Its stack is a mapping of its own with a guard below, so an overflow faults
+/// instead of writing over the heap; it stays mapped (one per init: an `mprotect` where freeing
+/// a heap stack cost a `munmap`).
 pub fn spawn_sharing_memory<F: FnOnce() -> i32>(child: F) -> io::Result<libc::pid_t> {
-    const STACK: usize = 1024 * 1024;
     extern "C" fn trampoline<F: FnOnce() -> i32>(arg: *mut libc::c_void) -> libc::c_int {
         // SAFETY: `arg` is the `Option<F>` below, in the memory we share with the suspended
         // parent, alive until the parent resumes.
@@ -85,13 +190,12 @@ pub fn spawn_sharing_memory<F: FnOnce() -> i32>(child: F) -> io::Result<libc::pi
         // parent's state).
         unsafe { libc::_exit(code) }
     }
-    let mut stack = vec![0u8; STACK].into_boxed_slice();
-    // The stack grows down on every architecture we build for; align the top to 16 bytes.
-    let top = (stack.as_mut_ptr() as usize + STACK) & !0xf;
+    let top = leaked_stack(SHARED_CHILD_STACK)?;
     let mut slot = Some(child);
-    // SAFETY: the child runs `trampoline` on `stack`, which outlives it (this thread is
-    // suspended until the child has exec'd or exited, and only then is the stack freed); the
-    // argument points to `slot`, alive for as long. The closure's contract is documented above.
+    // SAFETY: the child runs `trampoline` on its own stack, a mapping never unmapped with a
+    // guard below; the argument points to `slot`, alive until this thread resumes (it is
+    // suspended until the child has exec'd or exited). A panic in `child` cannot unwind out of
+    // the `extern "C"` trampoline: it aborts the child.
     let pid = unsafe {
         libc::clone(
             trampoline::<F>,
@@ -100,7 +204,6 @@ pub fn spawn_sharing_memory<F: FnOnce() -> i32>(child: F) -> io::Result<libc::pi
             (&mut slot as *mut Option<F>).cast(),
         )
     };
-    drop(stack);
     if pid < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -286,14 +389,14 @@ pub fn clear_supplementary_groups() -> io::Result<()> {
 }
 
 /// `ioctl(fd, TIOCSCTTY, 0)`: makes the terminal on `fd` our controlling terminal.
-pub fn set_controlling_terminal(fd: RawFd) -> io::Result<()> {
-    // SAFETY: TIOCSCTTY takes an integer argument; the descriptor is a terminal we hold.
-    let ret = unsafe { libc::ioctl(fd, libc::TIOCSCTTY, 0) };
+pub fn set_controlling_terminal(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: TIOCSCTTY takes an integer argument; the descriptor is borrowed, so open.
+    let ret = unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCSCTTY, 0) };
     check(ret as libc::c_long).map(drop)
 }
 
 /// Reads a terminal's window size.
-pub fn get_window_size(fd: RawFd) -> io::Result<libc::winsize> {
+pub fn get_window_size(fd: BorrowedFd<'_>) -> io::Result<libc::winsize> {
     let mut ws = libc::winsize {
         ws_row: 0,
         ws_col: 0,
@@ -301,14 +404,14 @@ pub fn get_window_size(fd: RawFd) -> io::Result<libc::winsize> {
         ws_ypixel: 0,
     };
     // SAFETY: TIOCGWINSZ writes one `winsize` into the struct we own.
-    let ret = unsafe { libc::ioctl(fd, libc::TIOCGWINSZ, &mut ws) };
+    let ret = unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCGWINSZ, &mut ws) };
     check(ret as libc::c_long).map(|_| ws)
 }
 
 /// Sets a terminal's window size (the kernel then signals SIGWINCH to its foreground group).
-pub fn set_window_size(fd: RawFd, ws: &libc::winsize) -> io::Result<()> {
+pub fn set_window_size(fd: BorrowedFd<'_>, ws: &libc::winsize) -> io::Result<()> {
     // SAFETY: TIOCSWINSZ reads one `winsize` from the struct we pass.
-    let ret = unsafe { libc::ioctl(fd, libc::TIOCSWINSZ, ws as *const libc::winsize) };
+    let ret = unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCSWINSZ, ws as *const libc::winsize) };
     check(ret as libc::c_long).map(drop)
 }
 
@@ -331,15 +434,23 @@ pub fn exit_now(code: i32) -> ! {
     unsafe { libc::_exit(code) }
 }
 
-/// `close_range(first, last)`: closes every descriptor in the inclusive range.
-pub fn close_fd_range(first: u32, last: u32) -> io::Result<()> {
-    if first > last {
-        return Ok(());
+/// Closes every descriptor from `first` up except `keep` (`close_range(2)`, twice).
+///
+/// # Safety
+/// Nothing in this process may use or close one of those descriptors again: whatever owns or
+/// borrows one (an `OwnedFd`, a `File`, a `BorrowedFd`, in this process's memory or in memory it
+/// shares with its parent) must not be used or dropped afterwards, or it would act on a closed
+/// number, or on whatever file the number is given next. That holds in a child that is about to
+/// `execve` or `_exit` and touches none of those objects before.
+pub unsafe fn close_fds_except(first: u32, keep: BorrowedFd<'_>) -> io::Result<()> {
+    let keep = keep.as_raw_fd() as u32;
+    if keep > first {
+        // SAFETY: plain integers; the caller guarantees nothing uses the closed descriptors.
+        check(unsafe { libc::syscall(libc::SYS_close_range, first, keep - 1, 0u32) })?;
     }
-    // SAFETY: close_range takes plain integers; called in a freshly forked child before exec,
-    // where closing descriptors we did not open is the point.
-    let ret = unsafe { libc::syscall(libc::SYS_close_range, first, last, 0u32) };
-    check(ret).map(drop)
+    let from = first.max(keep.saturating_add(1));
+    // SAFETY: as above.
+    check(unsafe { libc::syscall(libc::SYS_close_range, from, u32::MAX, 0u32) }).map(drop)
 }
 
 /// Sets IFF_UP on the loopback interface of the current network namespace (a new network
@@ -381,33 +492,66 @@ pub fn reset_signals_for_exec() {
         // harmlessly with EINVAL.
         unsafe { libc::signal(sig, libc::SIG_DFL) };
     }
-    // SAFETY: an all-empty sigset is valid; sigprocmask reads it and writes nothing back.
-    unsafe {
-        let mut empty: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut empty);
-        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+    // SAFETY: sigset_t is plain old data, for which all-zero is a valid value.
+    let mut empty: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `empty` is a sigset_t we own.
+    unsafe { libc::sigemptyset(&mut empty) };
+    // SAFETY: sigprocmask reads `empty` and, the old set being NULL, writes nothing back.
+    unsafe { libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut()) };
+}
+
+/// `dup2(fd, 0)`, `dup2(fd, 1)`, `dup2(fd, 2)`: `fd` becomes the standard input, output and
+/// error. Those three numbers belong to the process's standard streams, which Rust's runtime
+/// keeps open from the start (no `OwnedFd` can be given them without `unsafe`), and `dup2`
+/// replaces each at once: they never stop being open.
+pub fn dup_onto_stdio(fd: BorrowedFd<'_>) -> io::Result<()> {
+    for target in 0..=2 {
+        // SAFETY: plain integers; `fd` is borrowed, so open, and the target is a standard
+        // stream (see above).
+        let ret = unsafe { libc::dup2(fd.as_raw_fd(), target) };
+        check(ret as libc::c_long)?;
     }
+    Ok(())
 }
 
-/// `dup2(2)` on raw descriptor numbers (used right before exec, where ownership no longer
-/// matters).
-pub fn dup2(old: RawFd, new: RawFd) -> io::Result<()> {
-    // SAFETY: dup2 takes plain integers; replacing `new` is the intent.
-    let ret = unsafe { libc::dup2(old, new) };
-    check(ret as libc::c_long).map(drop)
-}
-
-/// Takes ownership of a descriptor number that the caller has just received from the kernel
-/// (an SCM_RIGHTS message, `into_raw_fd`) and that nothing else owns.
-pub fn own_fd(fd: RawFd) -> OwnedFd {
-    // SAFETY: by this function's contract the descriptor is open and has no other owner.
-    unsafe { OwnedFd::from_raw_fd(fd) }
+/// The one descriptor sent on `channel` (`SCM_RIGHTS`, received close-on-exec), owned at once;
+/// `None` if the other side closed the channel first. Any further descriptor in the message is
+/// closed.
+pub fn receive_fd(channel: BorrowedFd<'_>) -> io::Result<Option<OwnedFd>> {
+    use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
+    let mut byte = [0u8; 1];
+    let mut iov = [io::IoSliceMut::new(&mut byte)];
+    let mut space = nix::cmsg_space!([RawFd; 1]);
+    let msg = recvmsg::<()>(
+        channel.as_raw_fd(),
+        &mut iov,
+        Some(&mut space),
+        MsgFlags::MSG_CMSG_CLOEXEC,
+    )
+    .map_err(io::Error::from)?;
+    let mut first = None;
+    for cmsg in msg.cmsgs().map_err(io::Error::from)? {
+        if let ControlMessageOwned::ScmRights(fds) = cmsg {
+            for fd in fds {
+                // SAFETY: the kernel has just installed this descriptor in our table for this
+                // message; nothing else knows its number.
+                let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+                // The first is the answer; any other is dropped (closed) here.
+                if first.is_none() {
+                    first = Some(owned);
+                }
+            }
+        }
+    }
+    Ok(first)
 }
 
 /// Makes the caller's process group the foreground group of the terminal on `fd`.
-pub fn set_foreground_group(fd: RawFd) -> io::Result<()> {
-    // SAFETY: plain integer arguments; the descriptor is a terminal the caller holds.
-    let ret = unsafe { libc::tcsetpgrp(fd, libc::getpgrp()) };
+pub fn set_foreground_group(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: getpgrp has no preconditions.
+    let group = unsafe { libc::getpgrp() };
+    // SAFETY: plain integer arguments; the descriptor is borrowed, so open.
+    let ret = unsafe { libc::tcsetpgrp(fd.as_raw_fd(), group) };
     check(ret as libc::c_long).map(drop)
 }
 
@@ -443,12 +587,10 @@ pub(crate) fn leaked_stack(size: usize) -> io::Result<usize> {
 extern "C" fn hold_until_released(arg: *mut libc::c_void) -> libc::c_int {
     let fd = arg as usize as libc::c_int;
     let mut byte = 0u8;
-    // SAFETY: read into a byte on this thread's own stack; then _exit, which touches no shared
-    // state (no destructors, no atexit handlers, no allocator).
-    unsafe {
-        libc::read(fd, (&mut byte as *mut u8).cast(), 1);
-        libc::_exit(0)
-    }
+    // SAFETY: reads one byte into a byte on this thread's own stack.
+    unsafe { libc::read(fd, (&mut byte as *mut u8).cast(), 1) };
+    // SAFETY: _exit touches no shared state (no destructors, no atexit handlers, no allocator).
+    unsafe { libc::_exit(0) }
 }
 
 /// Starts a child that exists only to hold a new user namespace open while its creator writes

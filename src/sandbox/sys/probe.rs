@@ -39,6 +39,17 @@ fn close_fd(ret: Answer) -> Answer {
     ret
 }
 
+/// `EINVAL` unless `flags` are namespace flags (and `CLONE_PARENT`): the probe's child runs on a
+/// copy of this stack, which CLONE_VM (and the like) would share with the parent instead.
+fn fork_like(flags: u64) -> Result<(), i32> {
+    let allowed = u64::try_from(super::FORK_LIKE_FLAGS).unwrap_or(0);
+    if flags & !allowed == 0 {
+        Ok(())
+    } else {
+        Err(libc::EINVAL)
+    }
+}
+
 /// `ptrace(PTRACE_SEIZE, pid)`: attaches without stopping the tracee; exiting detaches.
 pub fn ptrace_seize(pid: i32) -> Answer {
     // SAFETY: PTRACE_SEIZE reads no memory from us (addr and data are 0).
@@ -87,10 +98,16 @@ pub fn io_uring_setup() -> Answer {
 }
 
 /// `ioctl(fd, cmd, &'\n')` with the full 64-bit `cmd` (so the high-bit variant reaches the
-/// kernel as it is).
+/// kernel as it is). `cmd` must be TIOCSTI or TIOCLINUX in its low 32 bits (what the kernel
+/// reads), else `EINVAL`: another command could write more than the byte passed.
 pub fn ioctl_push_char(fd: RawFd, cmd: u64) -> Answer {
+    // TIOCSTI and TIOCLINUX, the same on x86_64 and aarch64.
+    if ![0x5412, 0x541C].contains(&(cmd & 0xffff_ffff)) {
+        return Err(libc::EINVAL);
+    }
     let c: u8 = b'\n';
-    // SAFETY: raw syscall so the upper 32 bits of `cmd` are passed; TIOCSTI reads one byte.
+    // SAFETY: raw syscall so the upper 32 bits of `cmd` are passed; TIOCSTI reads one byte,
+    // TIOCLINUX reads its subcode byte (10 here, which reads one more byte and writes nothing).
     let ret = unsafe { libc::syscall(libc::SYS_ioctl, fd, cmd, &c as *const u8) };
     answer(ret)
 }
@@ -232,8 +249,9 @@ pub fn personality(persona: u64) -> Answer {
 }
 
 /// `clone3({flags, exit_signal = SIGCHLD})`. A child, if one is made, exits at once and is
-/// reaped. Only call this from a single-threaded process (a probe process).
+/// reaped. Namespace flags only (see `fork_like`), else `EINVAL`.
 pub fn clone3(flags: u64) -> Answer {
+    fork_like(flags)?;
     // struct clone_args (CLONE_ARGS_SIZE_VER0 = 64 bytes): flags, pidfd, child_tid,
     // parent_tid, exit_signal, stack, stack_size, tls.
     let mut args = [0u64; 8];
@@ -251,9 +269,10 @@ pub fn clone3(flags: u64) -> Answer {
     exit_child_or_reap(ret)
 }
 
-/// `clone(flags | SIGCHLD)` like fork; the child exits at once and is reaped. Only call this
-/// from a single-threaded process (a probe process).
+/// `clone(flags | SIGCHLD)` like fork; the child exits at once and is reaped. Namespace flags
+/// only (see `fork_like`), else `EINVAL`.
 pub fn clone_flags(flags: u64) -> Answer {
+    fork_like(flags)?;
     // SAFETY: with a NULL stack, clone behaves like fork (the child runs on a copy of our stack);
     // the child only calls `_exit`. No other pointer arguments are passed.
     let ret = unsafe {

@@ -115,25 +115,30 @@ extern "C" fn seed_main(arg: *mut libc::c_void) -> libc::c_int {
     // SAFETY: `arg` points to the boxed `SeedArgs` the supervisor keeps alive while the seed
     // runs; it is copied out at once.
     let args = unsafe { *(arg as *const SeedArgs) };
-    // SAFETY: plain prctl/getppid/sigprocmask calls with no pointers into shared state; the
-    // signal set lives on this stack.
+    // SAFETY: the name is a NUL-terminated literal the kernel copies.
+    unsafe { libc::prctl(libc::PR_SET_NAME, c"stepproof-seed".as_ptr(), 0, 0, 0) };
+    // SAFETY: plain integer arguments.
     unsafe {
-        libc::prctl(libc::PR_SET_NAME, c"stepproof-seed".as_ptr(), 0, 0, 0);
         libc::prctl(
             libc::PR_SET_PDEATHSIG,
             libc::SIGKILL as libc::c_ulong,
             0,
             0,
             0,
-        );
-        if libc::getppid() != args.supervisor {
-            libc::_exit(0);
-        }
-        // The init inherits this mask and sets its own first thing.
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        libc::sigprocmask(libc::SIG_SETMASK, &all, std::ptr::null_mut());
+        )
+    };
+    // SAFETY: getppid has no preconditions.
+    if unsafe { libc::getppid() } != args.supervisor {
+        // SAFETY: _exit touches no shared state.
+        unsafe { libc::_exit(0) };
     }
+    // The init inherits this mask and sets its own first thing.
+    // SAFETY: sigset_t is plain old data, for which all-zero is a valid value.
+    let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `all` is a sigset_t on this stack.
+    unsafe { libc::sigfillset(&mut all) };
+    // SAFETY: sigprocmask reads `all` and, the old set being NULL, writes nothing back.
+    unsafe { libc::sigprocmask(libc::SIG_SETMASK, &all, std::ptr::null_mut()) };
     if args.net_stack_top != 0 {
         // SAFETY: `net_main` only makes raw system calls on its own stack (a mapping never
         // unmapped); its argument is the supervisor's boxed SeedArgs, which stays alive until
@@ -159,36 +164,35 @@ extern "C" fn seed_main(arg: *mut libc::c_void) -> libc::c_int {
     let job = u64::from_ne_bytes(request[8..].try_into().unwrap_or_default()) as usize;
     // Fork semantics: the child continues on a copy-on-write copy of this stack and of the whole
     // address space, taken while the supervisor is blocked reading our reply (so no lock in its
-    // memory is held).
-    let pid = match super::clone_with_namespaces(flags) {
-        Ok(super::CloneResult::Child) => {
-            // SAFETY: the pipe ends are this process's copies, owned by nothing in it; the name
-            // is a literal.
-            unsafe {
-                libc::prctl(libc::PR_SET_NAME, c"stepproof-init".as_ptr(), 0, 0, 0);
-                for fd in [
-                    args.request,
-                    args.reply,
-                    args.net_reply,
-                    args.theirs[0],
-                    args.theirs[1],
-                    args.theirs[2],
-                ] {
-                    libc::close(fd);
-                }
-            }
-            // The init. `job` points into our copy of the supervisor's stack, to a `Job` the
-            // supervisor built for exactly this call.
-            // SAFETY: see `NamespaceSeed::clone_init`: the Job and its data outlive the request
-            // in the supervisor, and this process has its own copy of both.
-            let code = unsafe {
-                let job = &*(job as *const Job);
-                (job.call)(job.data)
-            };
-            // SAFETY: _exit touches no shared state.
-            unsafe { libc::_exit(code) };
+    // memory is held). The flags are checked there (namespaces and CLONE_PARENT only).
+    let init = move || {
+        // SAFETY: the name is a NUL-terminated literal the kernel copies.
+        unsafe { libc::prctl(libc::PR_SET_NAME, c"stepproof-init".as_ptr(), 0, 0, 0) };
+        for fd in [
+            args.request,
+            args.reply,
+            args.net_reply,
+            args.theirs[0],
+            args.theirs[1],
+            args.theirs[2],
+        ] {
+            // SAFETY: these are this process's copies of the seed's pipe ends. In this copy of
+            // the memory their owner is the `NamespaceSeed` whose `clone_init` is running,
+            // borrowed mutably there: the init's code cannot reach it, and this process exits
+            // without returning to it.
+            unsafe { libc::close(fd) };
         }
-        Ok(super::CloneResult::Parent { child }) => child,
+        // The init. `job` points into our copy of the supervisor's stack, to a `Job` the
+        // supervisor built for exactly this call.
+        // SAFETY: see `NamespaceSeed::clone_init`: the Job outlives the request in the
+        // supervisor, and this process has its own copy of it.
+        let job = unsafe { &*(job as *const Job) };
+        // SAFETY: `job.call` is `call_once::<G>` for the `Option<G>` that `job.data` points to
+        // (also in our copy), as `job_for` builds them.
+        unsafe { (job.call)(job.data) }
+    };
+    let pid = match super::clone_with_namespaces(flags, super::ParentOnlyFds::none(), init) {
+        Ok(child) => child,
         Err(e) => -e.raw_os_error().unwrap_or(libc::EIO),
     };
     let mut message = [CLONED, 0, 0, 0, 0];
@@ -218,19 +222,22 @@ extern "C" fn net_main(arg: *mut libc::c_void) -> libc::c_int {
         let args = &*(arg as *const SeedArgs);
         (args.net_reply, args.supervisor)
     };
-    // SAFETY: prctl/getppid take no pointers into shared state (the name is a literal).
+    // SAFETY: the name is a NUL-terminated literal the kernel copies.
+    unsafe { libc::prctl(libc::PR_SET_NAME, c"stepproof-net".as_ptr(), 0, 0, 0) };
+    // SAFETY: plain integer arguments.
     unsafe {
-        libc::prctl(libc::PR_SET_NAME, c"stepproof-net".as_ptr(), 0, 0, 0);
         libc::prctl(
             libc::PR_SET_PDEATHSIG,
             libc::SIGKILL as libc::c_ulong,
             0,
             0,
             0,
-        );
-        if libc::getppid() != supervisor {
-            libc::_exit(0);
-        }
+        )
+    };
+    // SAFETY: getppid has no preconditions.
+    if unsafe { libc::getppid() } != supervisor {
+        // SAFETY: _exit touches no shared state.
+        unsafe { libc::_exit(0) };
     }
     // SAFETY: unshare takes no pointers.
     let made = if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
@@ -264,6 +271,14 @@ unsafe fn call_once<F: FnOnce() -> i32>(data: *mut libc::c_void) -> libc::c_int 
     match slot.take() {
         Some(f) => f(),
         None => 125,
+    }
+}
+
+/// The `Job` that runs the closure in `slot`: `call_once` for the closure's own type.
+fn job_for<F: FnOnce() -> i32>(slot: &mut Option<F>) -> Job {
+    Job {
+        call: call_once::<F>,
+        data: (slot as *mut Option<F>).cast(),
     }
 }
 
@@ -365,24 +380,30 @@ impl NamespaceSeed {
         ]))
     }
 
-    /// Has the seed clone a child with `flags` (namespace flags; `CLONE_PARENT` is added here,
-    /// `SIGCHLD` by `clone_with_namespaces`) that runs `init` and exits with its result; returns
-    /// the child's pid. The caller must be the only thread of this process (it is blocked here
-    /// while the seed clones, so the child gets a consistent copy of its memory).
+    /// Has the seed clone a child with `flags` (namespace flags only, else `EINVAL`;
+    /// `CLONE_PARENT` is added here, `SIGCHLD` by `clone_with_namespaces`) that closes
+    /// `parent_only`, runs `init` and exits with its result (a panic aborts it); returns the
+    /// child's pid.
+    ///
+    /// The child gets a copy of this process's memory taken while this thread is blocked here;
+    /// call it from a process with one thread, as [`super::clone_with_namespaces`] says.
     pub fn clone_init<F: FnOnce() -> i32>(
         &mut self,
         flags: libc::c_int,
+        parent_only: super::ParentOnlyFds<'_>,
         init: F,
     ) -> io::Result<libc::pid_t> {
         if self.cloned {
             return Err(io::Error::other("the seed has cloned its init already"));
         }
-        let mut slot = Some(init);
-        let job = Job {
-            call: call_once::<F>,
-            data: (&mut slot as *mut Option<F>).cast(),
-        };
-        let flags = (flags | libc::CLONE_PARENT) as u64;
+        let flags = flags | libc::CLONE_PARENT;
+        super::check_fork_like(flags)?;
+        let mut slot = Some(move || {
+            parent_only.close_in_child();
+            init()
+        });
+        let job = job_for(&mut slot);
+        let flags = flags as u64;
         let mut request = [0u8; 16];
         request[..8].copy_from_slice(&flags.to_ne_bytes());
         request[8..].copy_from_slice(&(&job as *const Job as usize as u64).to_ne_bytes());
@@ -425,11 +446,4 @@ impl Drop for NamespaceSeed {
             }
         }
     }
-}
-
-/// Closes a descriptor number inherited across a clone (the other side's copy of a pipe end)
-/// for which this process holds no `OwnedFd`.
-pub fn close_inherited(fd: std::os::fd::RawFd) {
-    // SAFETY: the caller names a descriptor this process inherited and owns nothing else for.
-    drop(unsafe { OwnedFd::from_raw_fd(fd) });
 }
