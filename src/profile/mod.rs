@@ -20,6 +20,8 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("strict", include_str!("../../profiles/strict.toml")),
 ];
 
+include!(concat!(env!("OUT_DIR"), "/builtin_profiles.rs"));
+
 #[derive(Debug, thiserror::Error)]
 pub enum ProfileError {
     #[error("reading profile {path}: {source}")]
@@ -327,7 +329,7 @@ impl Profile {
     pub fn load(path: Option<&Path>) -> Result<Profile, ProfileError> {
         let mut layers = Vec::new();
         let mut files = Vec::new();
-        let (mut origin, mut text, mut base_dir) = match path {
+        let (mut origin, mut text, mut base_dir, mut json) = match path {
             None => builtin_source("default").expect("the default profile is compiled in"),
             Some(p) => {
                 let source = file_source(p)?;
@@ -336,7 +338,7 @@ impl Profile {
             }
         };
         loop {
-            let file = parse_file(&origin, &text)?;
+            let file = parse_file(&origin, &text, json)?;
             check_reserved_paths(&origin, &text, &file)?;
             check_claude_keys(&origin, &text, &file)?;
             let extends = file.extends.clone();
@@ -348,7 +350,7 @@ impl Profile {
                     name: parent,
                 });
             }
-            (origin, text, base_dir) = match builtin_source(&parent) {
+            (origin, text, base_dir, json) = match builtin_source(&parent) {
                 Some(found) => found,
                 None => {
                     let parent_path = match &base_dir {
@@ -389,31 +391,46 @@ impl Profile {
         Ok(profile)
     }
 
-    /// `sha256:` of the canonical JSON of the requested policy.
+    /// `sha256:` of the canonical JSON of the requested policy: the profile serialized field by
+    /// field (in declaration order; every list in the order the profile gives it), streamed into
+    /// the hash without building a JSON tree (this runs before every launch).
     pub fn policy_hash(&self) -> String {
-        let value = serde_json::to_value(self).expect("a profile always serializes");
-        let canonical = serde_json::to_string(&value).expect("a JSON value always serializes");
-        format!(
-            "sha256:{}",
-            hex::encode(Sha256::digest(canonical.as_bytes()))
-        )
+        struct HashWriter(Sha256);
+        impl std::io::Write for HashWriter {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0.update(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut digest = HashWriter(Sha256::new());
+        serde_json::to_writer(&mut digest, self).expect("a profile always serializes");
+        format!("sha256:{}", hex::encode(digest.0.finalize()))
     }
 }
 
-fn builtin_source(name: &str) -> Option<(String, String, Option<PathBuf>)> {
-    BUILTIN
+/// Where a layer of a profile comes from: its name for messages, its text, the directory its
+/// `extends` is relative to, and for a built-in its JSON form (see build.rs).
+type Source = (String, String, Option<PathBuf>, Option<&'static str>);
+
+fn builtin_source(name: &str) -> Option<Source> {
+    let text = BUILTIN.iter().find(|(n, _)| *n == name)?.1;
+    let json = BUILTIN_JSON
         .iter()
         .find(|(n, _)| *n == name)
-        .map(|(n, text)| (format!("<built-in {n}>"), text.to_string(), None))
+        .map(|(_, json)| *json);
+    Some((format!("<built-in {name}>"), text.to_string(), None, json))
 }
 
-fn file_source(path: &Path) -> Result<(String, String, Option<PathBuf>), ProfileError> {
+fn file_source(path: &Path) -> Result<Source, ProfileError> {
     let text = std::fs::read_to_string(path).map_err(|source| ProfileError::Read {
         path: path.to_path_buf(),
         source,
     })?;
     let dir = path.parent().map(Path::to_path_buf);
-    Ok((path.display().to_string(), text, dir))
+    Ok((path.display().to_string(), text, dir, None))
 }
 
 // StepProof's own state under the home (run directories, audit logs, quarantine).
@@ -524,7 +541,16 @@ fn check_claude_keys(origin: &str, text: &str, file: &ProfileFile) -> Result<(),
     Ok(())
 }
 
-fn parse_file(origin: &str, text: &str) -> Result<ProfileFile, ProfileError> {
+fn parse_file(origin: &str, text: &str, json: Option<&str>) -> Result<ProfileFile, ProfileError> {
+    // A built-in's JSON form loads to the same profile, faster; should it ever not load, the
+    // TOML gives the error with its line.
+    if let Some(file) = json.and_then(|json| serde_json::from_str(json).ok()) {
+        return Ok(file);
+    }
+    parse_toml(origin, text)
+}
+
+fn parse_toml(origin: &str, text: &str) -> Result<ProfileFile, ProfileError> {
     toml::from_str::<ProfileFile>(text).map_err(|e| {
         let (line, column) = e
             .span()
@@ -547,15 +573,20 @@ fn line_column(text: &str, offset: usize) -> (usize, usize) {
     (line, column)
 }
 
-fn append_unique<T: Eq + std::hash::Hash + Clone>(mut base: Vec<T>, more: Vec<T>) -> Vec<T> {
+fn append_unique<T: Eq + std::hash::Hash>(mut base: Vec<T>, more: Vec<T>) -> Vec<T> {
     // A set, not `contains` per item: the secret catalogue has hundreds of entries, and path
-    // comparisons are not cheap (this runs before every launch).
-    let mut seen: std::collections::HashSet<T> = base.iter().cloned().collect();
-    for item in more {
-        if seen.insert(item.clone()) {
-            base.push(item);
-        }
-    }
+    // comparisons are not cheap (this runs before every launch). The set borrows; nothing is
+    // cloned.
+    base.extend(more);
+    let keep: Vec<bool> = {
+        let mut seen = std::collections::HashSet::with_capacity(base.len());
+        base.iter().map(|item| seen.insert(item)).collect()
+    };
+    let mut index = 0;
+    base.retain(|_| {
+        index += 1;
+        keep[index - 1]
+    });
     base
 }
 
@@ -837,8 +868,11 @@ mod tests {
     #[test]
     fn builtin_profiles_load() {
         for (name, _) in BUILTIN {
-            let (origin, text, _) = builtin_source(name).unwrap();
-            parse_file(&origin, &text).unwrap();
+            let (origin, text, _, json) = builtin_source(name).unwrap();
+            // The JSON form build.rs compiles in loads to exactly what the TOML says.
+            let from_json: ProfileFile = serde_json::from_str(json.unwrap()).unwrap();
+            let from_toml = parse_toml(&origin, &text).unwrap();
+            assert_eq!(format!("{from_json:?}"), format!("{from_toml:?}"), "{name}");
         }
         let p = Profile::builtin_default().unwrap();
         assert_eq!(p.name, "default");

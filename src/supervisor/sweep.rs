@@ -13,7 +13,7 @@
 
 use crate::profile::Profile;
 use crate::sandbox::plan::SandboxPlan;
-use crate::sandbox::plan::protected::{is_git_config, protected_paths_of, relative_beneath};
+use crate::sandbox::plan::protected::{is_git_config, protected_paths_after, relative_beneath};
 use crate::sandbox::sys::beneath::{self, DIR_LISTING, DIR_LOOKUP, FILE_READING, Stat};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -730,12 +730,14 @@ impl Snapshot {
             .saturating_sub(LAUNCH_MARGIN);
         let root = beneath::open_root(&plan.workspace, DIR_LOOKUP);
         let mut listings = root.as_ref().ok().map(|r| Listings::new(r.as_fd()));
+        // The plan's protected paths are lexical: below the workspace is a prefix.
         let paths: BTreeMap<PathBuf, State> = plan
             .protected_paths
             .iter()
-            .filter_map(|p| relative_beneath(&plan.workspace, p))
+            .filter_map(|p| p.strip_prefix(&plan.workspace).ok())
             .filter(|rel| !rel.as_os_str().is_empty())
             .map(|rel| {
+                let rel = rel.to_path_buf();
                 let absent = listings.as_mut().is_some_and(|l| !l.may_exist(&rel));
                 let state = match &root {
                     Ok(_) if absent => State::Absent,
@@ -823,12 +825,28 @@ impl Snapshot {
         tracing::debug!("sweep: writable roots walked");
         let mut findings = walk.findings;
         let mut notes = Vec::new();
-        let mut paths: Vec<PathBuf> =
-            protected_paths_of(profile, workspace, &plan.home, &walk.repos, &mut notes)
-                .iter()
-                .filter_map(|p| relative_beneath(workspace, p))
-                .filter(|rel| !rel.as_os_str().is_empty())
-                .collect();
+        // The launch's repositories had their fixed names expanded then (the snapshot's
+        // keys); only what depends on the tree now is expanded again for them.
+        let launch_repos: Vec<&Path> = plan
+            .repositories
+            .iter()
+            .filter_map(|p| p.strip_prefix(workspace).ok())
+            .collect();
+        let expanded_before =
+            |repo: &Path| repo.as_os_str().is_empty() || launch_repos.contains(&repo);
+        let mut paths: Vec<PathBuf> = protected_paths_after(
+            profile,
+            workspace,
+            &plan.home,
+            &walk.repos,
+            &expanded_before,
+            &mut notes,
+        )
+        .iter()
+        .filter_map(|p| p.strip_prefix(workspace).ok())
+        .filter(|rel| !rel.as_os_str().is_empty())
+        .map(Path::to_path_buf)
+        .collect();
         paths.extend(self.paths.keys().cloned());
         paths.sort();
         paths.dedup();

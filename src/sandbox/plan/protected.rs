@@ -6,7 +6,7 @@
 
 use crate::profile::Profile;
 use crate::sandbox::sys::beneath::{self, DIR_LISTING, DIR_LOOKUP, FILE_READING};
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::VecDeque;
 use std::ffi::OsStr;
 use std::io::Read;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -105,30 +105,71 @@ pub(crate) fn protected_paths_of(
     repos: &[PathBuf],
     notes: &mut Vec<String>,
 ) -> Vec<PathBuf> {
-    let mut patterns: Vec<String> = profile.filesystem.protected.clone();
+    expand_protected(profile, workspace, home, repos, &|_| false, notes)
+}
+
+/// The persistence paths of `repos` again, after a run: for a repository `expanded_before`
+/// names (relative to the workspace, `""` for the workspace itself) only what depends on the
+/// tree as it is now — the names with a `*` and `core.hooksPath` — since its fixed names are
+/// the launch's; everything for a repository that appeared during the run.
+pub(crate) fn protected_paths_after(
+    profile: &Profile,
+    workspace: &Path,
+    home: &Path,
+    repos: &[PathBuf],
+    expanded_before: &dyn Fn(&Path) -> bool,
+    notes: &mut Vec<String>,
+) -> Vec<PathBuf> {
+    expand_protected(profile, workspace, home, repos, expanded_before, notes)
+}
+
+/// A protected name that is a plain relative path (no `*`, no empty or `.` component): joined
+/// to a repository it is already the lexical path, with no directory to read.
+fn is_fixed(pattern: &str) -> bool {
+    !pattern.contains('*') && !pattern.split('/').any(|c| c.is_empty() || c == ".")
+}
+
+fn expand_protected(
+    profile: &Profile,
+    workspace: &Path,
+    home: &Path,
+    repos: &[PathBuf],
+    fixed_known: &dyn Fn(&Path) -> bool,
+    notes: &mut Vec<String>,
+) -> Vec<PathBuf> {
+    // Protected names are relative without `..` (the profile refuses others), and the
+    // workspace and the repositories found below it are lexical paths: a name joined to them
+    // needs no normalising and cannot leave the workspace. Only `core.hooksPath` can.
+    let mut patterns: Vec<&str> = profile
+        .filesystem
+        .protected
+        .iter()
+        .map(String::as_str)
+        .collect();
     if workspace == home {
-        patterns.extend(HOME_PERSISTENCE.iter().map(|s| s.to_string()));
+        patterns.extend(HOME_PERSISTENCE.iter().copied());
     }
     let root = beneath::open_root(workspace, DIR_LOOKUP).ok();
-    let mut roots = vec![PathBuf::new()];
+    let mut roots = vec![Path::new("")];
     roots.extend(
         repos
             .iter()
-            .filter_map(|r| relative_beneath(workspace, r))
+            .filter_map(|r| r.strip_prefix(workspace).ok())
             .filter(|r| !r.as_os_str().is_empty()),
     );
-    let mut out = BTreeSet::new();
-    for repo in &roots {
+    let mut out = Vec::with_capacity(roots.len() * (patterns.len() + 1));
+    for repo in roots {
+        let known = fixed_known(repo);
+        let base = workspace.join(repo);
         for pattern in &patterns {
-            for rel in expand_pattern(root.as_ref().map(AsFd::as_fd), repo, pattern) {
-                let path = lexical(&workspace.join(&rel));
-                if relative_beneath(workspace, &path).is_none() {
-                    notes.push(format!(
-                        "protected path {} is outside the workspace: the sweep never moves it",
-                        path.display()
-                    ));
+            if is_fixed(pattern) {
+                if !known {
+                    out.push(base.join(pattern));
                 }
-                out.insert(path);
+                continue;
+            }
+            for rel in expand_pattern(root.as_ref().map(AsFd::as_fd), repo, pattern) {
+                out.push(workspace.join(rel));
             }
         }
         let hooks = root
@@ -139,14 +180,16 @@ pub(crate) fn protected_paths_of(
             if relative_beneath(workspace, &hooks).is_none() {
                 notes.push(format!(
                     "core.hooksPath of {} is {}, outside the workspace: not watched or moved by the sweep",
-                    workspace.join(repo).display(),
+                    base.display(),
                     hooks.display()
                 ));
             }
-            out.insert(hooks);
+            out.push(hooks);
         }
     }
-    out.into_iter().collect()
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// A repository's own config (`.git/config`, a submodule's `.git/modules/…/config`): git writes
