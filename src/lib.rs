@@ -10,6 +10,7 @@
 pub mod audit;
 pub mod ci;
 pub mod doctor;
+pub mod exit;
 pub mod explain;
 pub mod host;
 pub mod logging;

@@ -923,7 +923,7 @@ both_claude!(
             }
             cmd.args(["claude", "-p", "hi"]).args(args);
             let out = w.clean_env(&mut cmd).output().unwrap();
-            assert_eq!(out.status.code(), Some(125), "{}", describe(&out));
+            assert_eq!(out.status.code(), Some(120), "{}", describe(&out));
             assert!(
                 String::from_utf8_lossy(&out.stderr).contains("refusing the command"),
                 "{}",

@@ -34,6 +34,8 @@ const ROOT_LAYERS: &[(&str, usize)] = &[
     ("audit", 5),
     // Raw system calls: every `unsafe`, used by every layer, using none.
     ("sandbox::sys", 6),
+    // StepProof's exit codes: read by every layer, reading none.
+    ("exit", 6),
 ];
 
 /// The hook crate's layers, top first.

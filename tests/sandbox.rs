@@ -318,7 +318,7 @@ both!(a_bad_profile_is_refused_with_file_and_line, |w: &World| {
         )
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(125), "{}", describe(&out));
+    assert_eq!(out.status.code(), Some(120), "{}", describe(&out));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains(&format!("{}:4:1", profile.display())), "{err}");
     assert!(err.contains("readonly"), "{err}");

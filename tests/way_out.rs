@@ -87,7 +87,7 @@ both!(output_files_planted_as_links_during_the_run, |w: &World| {
 });
 
 // Links and FIFOs left at those names by an earlier run: the launch refuses to write through
-// them (exit 125, before anything runs) and never blocks.
+// them (exit 120, before anything runs) and never blocks.
 both!(
     output_files_planted_before_the_run_are_refused,
     |w: &World| {
@@ -133,7 +133,7 @@ both!(
             let out = output_within(cmd, Duration::from_secs(60));
             assert_eq!(
                 out.status.code(),
-                Some(125),
+                Some(120),
                 "{flag} {plant}: {}",
                 describe(&out)
             );

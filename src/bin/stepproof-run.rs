@@ -5,9 +5,10 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use stepproof::audit::sink::{AuditSink, AuditSinkError};
 use stepproof::profile::Profile;
+use stepproof::sandbox::plan::PlanError;
 use stepproof::sandbox::report::AssuranceReport;
 use stepproof::supervisor::launch;
-use stepproof::supervisor::outcome::Outcome;
+use stepproof::supervisor::outcome::{ExitCode, Failure, Outcome};
 use stepproof::supervisor::output_files::{
     OutputFile, WriteMode, writable_root_of, writable_roots,
 };
@@ -17,10 +18,11 @@ use stepproof::{explain, host, logging};
 /// Run COMMAND inside a Linux sandbox: workspace writable, home read-only, secrets hidden,
 /// no capabilities, its own pid/mount/user/ipc/uts/net namespaces.
 ///
-/// Exit codes: the command's own; 122 the hook denied a call (with --fail-on-deny); 123 the
-/// persistence sweep found tampering; 124 --timeout; 125 StepProof failed (bad profile, missing
-/// kernel feature, set-up error, --ci self-test failed); 126 not executable; 127 not found;
-/// 128+N killed by signal N.
+/// Exit codes: the command's own; 120 refused (bad profile or flag, a forbidden command: do not
+/// retry); 122 the hook denied a call (with --fail-on-deny); 123 the persistence sweep found
+/// tampering; 124 --timeout; 125 this host cannot give the protection required (missing kernel
+/// feature, set-up error, --ci self-test failed: infrastructure); 126 not executable; 127 not
+/// found; 128+N killed by signal N. 116-119 are reserved (runbooks, audit, sweep).
 #[derive(Parser, Debug)]
 #[command(
     name = "stepproof-run",
@@ -184,22 +186,28 @@ fn write_output(file: &mut Option<OutputFile>, bytes: &[u8]) {
 fn launch(
     args: &Args,
     outputs: &mut Outputs,
-) -> Result<(Outcome, Option<AssuranceReport>), String> {
-    let profile = Profile::load(args.profile.as_deref()).map_err(|e| e.to_string())?;
+) -> Result<(Outcome, Option<AssuranceReport>), Failure> {
+    // A profile that does not load is the caller's to fix: refused.
+    let profile =
+        Profile::load(args.profile.as_deref()).map_err(|e| Failure::refused(e.to_string()))?;
     tracing::debug!("profile loaded");
     let facts = host::gather_facts(
         args.workspace.as_deref(),
         profile.process.allow_root_fallback,
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| match e {
+        // A workspace that does not exist or is not a directory: the flags' fault.
+        host::HostError::Io { .. } => Failure::refused(e.to_string()),
+        _ => Failure::host(e.to_string()),
+    })?;
     if args.ci {
         // The sandbox this profile describes must hold before the agent gets it.
-        let escaped = run_selftest(args)?;
+        let escaped = run_selftest(args).map_err(Failure::host)?;
         if !escaped.is_empty() {
-            return Err(format!(
+            return Err(Failure::host(format!(
                 "the self-test found the sandbox weaker than the profile requires ({}): refusing to start the command",
                 escaped.join(", ")
-            ));
+            )));
         }
     }
     if let Some(path) = &args.audit_log {
@@ -213,33 +221,34 @@ fn launch(
                 .ok()
         }));
         let inside = writable_root_of(path, &roots)
-            .map_err(|e| format!("--audit-log {}: {e}", path.display()))?;
+            .map_err(|e| Failure::refused(format!("--audit-log {}: {e}", path.display())))?;
         if let Some(root) = inside {
-            return Err(format!(
+            return Err(Failure::refused(format!(
                 "--audit-log {}: inside {}, where the sandbox could read and write it; put it outside",
                 path.display(),
                 root.display()
-            ));
+            )));
         }
     }
     tracing::debug!("facts gathered");
-    let audit = open_audit_log(args, &facts.home).map_err(|e| e.to_string())?;
+    let audit = open_audit_log(args, &facts.home).map_err(audit_failure)?;
     tracing::debug!("audit log opened");
-    let mut plan = host::plan_for(&profile, &facts).map_err(|e| e.to_string())?;
+    let mut plan = host::plan_for(&profile, &facts).map_err(plan_failure)?;
     if plan.agent.is_some() {
         // The hook is the profile's promise: a command line that would switch it off is
         // refused, and a host whose managed settings try to is refused in CI and named always.
         if let Some(why) =
             stepproof::sandbox::plan::agent_layer::command_defeats_hook(&args.command)
         {
-            return Err(format!("refusing the command: {why}"));
+            return Err(Failure::refused(format!("refusing the command: {why}")));
         }
         if !plan.managed_settings_removed.is_empty() {
             let list = plan.managed_settings_removed.join("\n  ");
             if args.ci {
-                return Err(format!(
+                // The host's set-up, not the invocation: another host may run it.
+                return Err(Failure::host(format!(
                     "the host's Claude Code managed settings set keys that would switch StepProof's hook off or replace it; refusing to start in CI (remove them from the host):\n  {list}"
-                ));
+                )));
             }
             eprintln!(
                 "stepproof-run: WARNING: the host's Claude Code managed settings set keys StepProof owns; they are removed inside, the hook stays:\n  {list}"
@@ -247,10 +256,11 @@ fn launch(
         }
     }
     // Before anything runs: whatever the sandbox plants at these names later is not followed.
-    *outputs =
-        Outputs::open(args, &writable_roots(&plan)).inspect_err(|_| outputs.opened = true)?;
+    *outputs = Outputs::open(args, &writable_roots(&plan))
+        .inspect_err(|_| outputs.opened = true)
+        .map_err(Failure::refused)?;
     let command: Vec<OsString> = if args.selftest {
-        stepproof::selftest::install_probe_binary(&mut plan).map_err(|e| e.to_string())?
+        stepproof::selftest::install_probe_binary(&mut plan).map_err(Failure::host)?
     } else {
         args.command.clone()
     };
@@ -277,7 +287,8 @@ fn launch(
         profile.assurance == stepproof::sandbox::landlock::Assurance::Strict,
         std::path::Path::new("/proc"),
         &nonce,
-    )?;
+    )
+    .map_err(Failure::host)?;
     for dropped in &limits.dropped {
         tracing::info!("{dropped}");
     }
@@ -359,7 +370,11 @@ fn launch(
         );
     }
     // The persistence sweep, only when the command ran.
-    if !matches!(result.outcome, Outcome::StepproofError { .. }) && !args.selftest {
+    if !matches!(
+        result.outcome,
+        Outcome::StepproofError { .. } | Outcome::Refused { .. }
+    ) && !args.selftest
+    {
         tracing::debug!("sweep starts");
         let sweep = snapshot.sweep(&profile, &plan, &facts.run_dir.join("quarantine"));
         tracing::debug!("sweep done");
@@ -509,6 +524,39 @@ fn file_size_limit(outcome: &Outcome, fsize: u64) -> Option<String> {
     })
 }
 
+/// The audit log asked for cannot be opened: refused when the path is the caller's to fix (a
+/// link, a directory, no such directory, no permission), a host failure when the disk or the
+/// system is (full, read-only, out of descriptors, another run holding the log's lock).
+fn audit_failure(e: AuditSinkError) -> Failure {
+    let transient = matches!(
+        e.source.raw_os_error(),
+        Some(
+            libc::ENOSPC
+                | libc::EDQUOT
+                | libc::EIO
+                | libc::EROFS
+                | libc::EAGAIN
+                | libc::EMFILE
+                | libc::ENFILE
+                | libc::ENOMEM
+        )
+    );
+    if transient {
+        Failure::host(e.to_string())
+    } else {
+        Failure::refused(e.to_string())
+    }
+}
+
+/// A plan that cannot be built: refused when the profile or the flags ask for what cannot be
+/// (the workspace, a conflict), a host failure when this host lacks something.
+fn plan_failure(e: PlanError) -> Failure {
+    match e {
+        PlanError::Io { .. } => Failure::host(e.to_string()),
+        _ => Failure::refused(e.to_string()),
+    }
+}
+
 /// Runs `stepproof-run --selftest` with the same profile and workspace; returns the probes that
 /// escaped (or an error if the self-test could not run).
 fn run_selftest(args: &Args) -> Result<Vec<String>, String> {
@@ -567,7 +615,12 @@ fn main() {
     let args = match Args::try_parse() {
         Ok(args) => args,
         Err(e) => {
-            let code = if e.use_stderr() { 125 } else { 0 };
+            // A bad flag is the caller's to fix: refused, like a bad profile.
+            let code = if e.use_stderr() {
+                ExitCode::Refused.code()
+            } else {
+                0
+            };
             let _ = e.print();
             std::process::exit(code);
         }
@@ -576,7 +629,7 @@ fn main() {
     let mut outputs = Outputs::default();
     let (outcome, report) = match launch(&args, &mut outputs) {
         Ok(done) => done,
-        Err(message) => (Outcome::failed(message), None),
+        Err(failure) => (Outcome::from_failure(failure), None),
     };
     if !outputs.opened {
         outputs = Outputs::open_late(&args);
@@ -589,7 +642,9 @@ fn main() {
         write_output(&mut outputs.report, (json + "\n").as_bytes());
     }
     match &outcome {
-        Outcome::StepproofError { message, .. } => eprintln!("stepproof-run: {message}"),
+        Outcome::StepproofError { message, .. } | Outcome::Refused { message, .. } => {
+            eprintln!("stepproof-run: {message}")
+        }
         Outcome::NotFound { message, .. } | Outcome::NotExecutable { message, .. } => {
             eprintln!(
                 "stepproof-run: {}: {message}",

@@ -136,7 +136,7 @@ fn main() {
                 Ok(path) => std::process::Command::new(path),
                 Err(e) => {
                     eprintln!("stepproof: {e}");
-                    std::process::exit(125);
+                    std::process::exit(stepproof::exit::ExitCode::HostFailure.code());
                 }
             };
             if let Some(p) = &profile {
@@ -260,7 +260,7 @@ fn main() {
                 Ok(policy) => policy,
                 Err(e) => {
                     eprintln!("stepproof: {e}");
-                    std::process::exit(125);
+                    std::process::exit(stepproof::exit::ExitCode::Refused.code());
                 }
             };
             let (name, input) = match (bash, tool, input) {
@@ -272,12 +272,12 @@ fn main() {
                     Ok(value) => (tool, value),
                     Err(e) => {
                         eprintln!("stepproof: --input is not JSON: {e}");
-                        std::process::exit(125);
+                        std::process::exit(stepproof::exit::ExitCode::Refused.code());
                     }
                 },
                 _ => {
                     eprintln!("stepproof: give --bash COMMAND, or --tool NAME --input JSON");
-                    std::process::exit(125);
+                    std::process::exit(stepproof::exit::ExitCode::Refused.code());
                 }
             };
             let verdict = stepproof_hook::check_tool(&policy, &name, &input);

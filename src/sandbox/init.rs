@@ -2,6 +2,7 @@
 //! sandbox user, starts the command, reaps orphans, forwards signals, reports to the
 //! supervisor, and takes everything down with it when the supervisor goes away.
 
+use crate::exit::ExitCode;
 use crate::sandbox::caps;
 use crate::sandbox::events::InitEvent;
 use crate::sandbox::mounts::{self, IdmappedTrees};
@@ -97,7 +98,7 @@ pub fn run_init(args: InitArgs<'_>) -> i32 {
                 message: e.to_string(),
             },
         );
-        return 125;
+        return ExitCode::HostFailure.code();
     }
     let signals = match SignalFd::with_flags(
         &args.signals,
@@ -111,7 +112,7 @@ pub fn run_init(args: InitArgs<'_>) -> i32 {
                     message: format!("creating the init's signalfd: {e}"),
                 },
             );
-            return 125;
+            return ExitCode::HostFailure.code();
         }
     };
     if let Some(channel) = args.gateway_channel
@@ -123,7 +124,7 @@ pub fn run_init(args: InitArgs<'_>) -> i32 {
                 message: format!("opening the credential gateway's socket {GATEWAY_SOCKET}: {e}"),
             },
         );
-        return 125;
+        return ExitCode::HostFailure.code();
     }
     // A session of the sandbox's own: the command's process group lives in it, with the init as
     // its parent in another group, so the group is not orphaned and Ctrl-Z can stop it.
@@ -134,7 +135,7 @@ pub fn run_init(args: InitArgs<'_>) -> i32 {
                 message: format!("setsid in the init: {e}"),
             },
         );
-        return 125;
+        return ExitCode::HostFailure.code();
     }
     let tty = match args.terminal.map(open_terminal_inside).transpose() {
         Ok(tty) => tty,
@@ -145,7 +146,7 @@ pub fn run_init(args: InitArgs<'_>) -> i32 {
                     message: format!("creating the command's terminal: {e}"),
                 },
             );
-            return 125;
+            return ExitCode::HostFailure.code();
         }
     };
     let mut encoded = Vec::new();
@@ -160,7 +161,7 @@ pub fn run_init(args: InitArgs<'_>) -> i32 {
                 message: "no seccomp filter came from the supervisor: refusing to start the command without it".into(),
             },
         );
-        return 125;
+        return ExitCode::HostFailure.code();
     };
     let command = match start_command(args.plan, &args.argv, &args.envp, tty, &filters) {
         Ok(started) => started,
@@ -173,7 +174,7 @@ pub fn run_init(args: InitArgs<'_>) -> i32 {
                     message,
                 },
             );
-            return 125;
+            return ExitCode::HostFailure.code();
         }
     };
     let (command, enforcement) = command;
@@ -351,7 +352,7 @@ fn start_command(
         message.push(0);
         message.extend_from_slice(error.to_string().as_bytes());
         write_fully(&err_write, &message);
-        127
+        ExitCode::NotFound.code()
     });
     match spawned.map_err(|e| io_fail("clone", e)) {
         Err(e) => Err(e),

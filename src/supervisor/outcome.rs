@@ -3,7 +3,34 @@
 
 use serde::Serialize;
 
+pub use crate::exit::ExitCode;
+
 pub use crate::sandbox::events::InitEvent;
+
+/// Why StepProof did not run the command: the exit code it ends with and the message.
+#[derive(Debug)]
+pub struct Failure {
+    pub code: ExitCode,
+    pub message: String,
+}
+
+impl Failure {
+    /// The invocation asks for what StepProof will not do (120): do not retry.
+    pub fn refused(message: impl Into<String>) -> Failure {
+        Failure {
+            code: ExitCode::Refused,
+            message: message.into(),
+        }
+    }
+
+    /// This host could not give what the profile requires (125).
+    pub fn host(message: impl Into<String>) -> Failure {
+        Failure {
+            code: ExitCode::HostFailure,
+            message: message.into(),
+        }
+    }
+}
 
 /// How the run ended, from the caller's point of view.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -22,6 +49,9 @@ pub enum Outcome {
     NotExecutable { exit_code: i32, message: String },
     /// StepProof itself failed (125): the command did not run, or the sandbox broke.
     StepproofError { exit_code: i32, message: String },
+    /// StepProof refused the invocation before anything ran (120): the profile, a flag or the
+    /// command asks for what StepProof will not do.
+    Refused { exit_code: i32, message: String },
     /// `--timeout` ended the sandbox (124).
     TimedOut {
         exit_code: i32,
@@ -43,11 +73,12 @@ pub enum Outcome {
     },
 }
 
-pub const EXIT_DENIED: i32 = 122;
-pub const EXIT_TIMEOUT: i32 = 124;
-pub const EXIT_STEPPROOF_FAILED: i32 = 125;
-pub const EXIT_NOT_EXECUTABLE: i32 = 126;
-pub const EXIT_NOT_FOUND: i32 = 127;
+pub const EXIT_DENIED: i32 = ExitCode::Denied.code();
+pub const EXIT_TIMEOUT: i32 = ExitCode::TimedOut.code();
+pub const EXIT_STEPPROOF_FAILED: i32 = ExitCode::HostFailure.code();
+pub const EXIT_REFUSED: i32 = ExitCode::Refused.code();
+pub const EXIT_NOT_EXECUTABLE: i32 = ExitCode::NotExecutable.code();
+pub const EXIT_NOT_FOUND: i32 = ExitCode::NotFound.code();
 
 impl Outcome {
     pub fn exit_code(&self) -> i32 {
@@ -57,9 +88,30 @@ impl Outcome {
             | Outcome::NotFound { exit_code, .. }
             | Outcome::NotExecutable { exit_code, .. }
             | Outcome::StepproofError { exit_code, .. }
+            | Outcome::Refused { exit_code, .. }
             | Outcome::Tampering { exit_code, .. }
             | Outcome::TimedOut { exit_code, .. }
             | Outcome::Denied { exit_code, .. } => *exit_code,
+        }
+    }
+
+    /// StepProof refused the invocation (120).
+    pub fn refused(message: impl Into<String>) -> Outcome {
+        Outcome::Refused {
+            exit_code: EXIT_REFUSED,
+            message: message.into(),
+        }
+    }
+
+    /// Nothing of the command ran, or the sandbox broke: 125, or 120 when the invocation itself
+    /// was refused.
+    pub fn from_failure(failure: Failure) -> Outcome {
+        match failure.code {
+            ExitCode::Refused => Outcome::refused(failure.message),
+            _ => Outcome::StepproofError {
+                exit_code: failure.code.code(),
+                message: failure.message,
+            },
         }
     }
 
@@ -85,5 +137,19 @@ impl Outcome {
         } else {
             Outcome::failed(message)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refused_is_never_retried_and_host_failures_may_be() {
+        assert_eq!(
+            Outcome::from_failure(Failure::refused("x")).exit_code(),
+            120
+        );
+        assert_eq!(Outcome::from_failure(Failure::host("x")).exit_code(), 125);
     }
 }

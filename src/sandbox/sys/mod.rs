@@ -185,7 +185,9 @@ pub fn spawn_sharing_memory<F: FnOnce() -> i32>(child: F) -> io::Result<libc::pi
         // SAFETY: `arg` is the `Option<F>` below, in the memory we share with the suspended
         // parent, alive until the parent resumes.
         let slot = unsafe { &mut *(arg as *mut Option<F>) };
-        let code = slot.take().map_or(127, |f| f());
+        let code = slot
+            .take()
+            .map_or(crate::exit::ExitCode::NotFound.code(), |f| f());
         // SAFETY: _exit runs no destructors and no atexit handlers (which would touch the
         // parent's state).
         unsafe { libc::_exit(code) }

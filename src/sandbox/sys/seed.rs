@@ -270,7 +270,7 @@ unsafe fn call_once<F: FnOnce() -> i32>(data: *mut libc::c_void) -> libc::c_int 
     let slot = unsafe { &mut *(data as *mut Option<F>) };
     match slot.take() {
         Some(f) => f(),
-        None => 125,
+        None => crate::exit::ExitCode::HostFailure.code(),
     }
 }
 

@@ -1,0 +1,100 @@
+//! StepProof's own exit codes: one table, read by both binaries, the init and the README (a test
+//! reads both). Any other code is the command's own.
+
+/// StepProof's own exit codes: one table, the README's "Exit codes" (a test reads both). Any
+/// other code is the command's own. A CI system tells "do not retry" (`Refused`: the profile, the
+/// flags or the command ask for something StepProof will not do) from "infrastructure"
+/// (`HostFailure`: this host lacks what the profile requires, or set-up failed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ExitCode {
+    /// Reserved: a runbook was abandoned before its last step.
+    RunbookAbandoned = 116,
+    /// Reserved: a runbook step's evidence did not hold when the supervisor checked it.
+    EvidenceFailed = 117,
+    /// Reserved: a record of the run could not be written to the audit log.
+    AuditIncomplete = 118,
+    /// Reserved: the persistence sweep could not look at everything the run could write.
+    SweepIncomplete = 119,
+    /// Refused before anything ran: a bad profile or flag, or a command the profile forbids.
+    /// Retrying the same invocation gives the same answer.
+    Refused = 120,
+    /// `--fail-on-deny`: the command finished, but the hook denied at least one call.
+    Denied = 122,
+    /// The command finished, but the sweep found what the host would act on (quarantined).
+    Tampering = 123,
+    /// `--timeout` ended the sandbox.
+    TimedOut = 124,
+    /// This host could not give the protection the profile requires (a missing kernel feature,
+    /// a failed set-up step, a `--ci` self-test that found the sandbox weaker): infrastructure.
+    HostFailure = 125,
+    /// The command was found but could not be executed.
+    NotExecutable = 126,
+    /// The command was not found.
+    NotFound = 127,
+}
+
+impl ExitCode {
+    /// Every code, in order.
+    pub const ALL: [ExitCode; 11] = [
+        ExitCode::RunbookAbandoned,
+        ExitCode::EvidenceFailed,
+        ExitCode::AuditIncomplete,
+        ExitCode::SweepIncomplete,
+        ExitCode::Refused,
+        ExitCode::Denied,
+        ExitCode::Tampering,
+        ExitCode::TimedOut,
+        ExitCode::HostFailure,
+        ExitCode::NotExecutable,
+        ExitCode::NotFound,
+    ];
+
+    pub const fn code(self) -> i32 {
+        self as i32
+    }
+
+    /// Whether the same invocation may succeed on another host (or later).
+    pub const fn may_succeed_elsewhere(self) -> bool {
+        matches!(
+            self,
+            ExitCode::HostFailure | ExitCode::AuditIncomplete | ExitCode::SweepIncomplete
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The README's exit-code table is this enum: every reserved code is in both, with the
+    /// same number, and nothing else in the 116–127 range is claimed by either.
+    #[test]
+    fn the_readme_table_is_the_enum() {
+        let readme = include_str!("../README.md");
+        let section = readme
+            .split("## Exit codes of `stepproof-run`")
+            .nth(1)
+            .expect("README has the exit-code section");
+        let table: Vec<i32> = section
+            .lines()
+            .skip_while(|l| !l.starts_with('|'))
+            .take_while(|l| l.starts_with('|'))
+            .filter_map(|l| l.split('|').nth(1)?.trim().parse().ok())
+            .collect();
+        let ours: Vec<i32> = ExitCode::ALL.iter().map(|c| c.code()).collect();
+        assert_eq!(
+            table, ours,
+            "README's exit-code table against ExitCode::ALL"
+        );
+        let mut sorted = ours.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted, ours, "ExitCode::ALL in order, each once");
+    }
+
+    #[test]
+    fn refused_is_never_retried_and_host_failures_may_be() {
+        assert!(!ExitCode::Refused.may_succeed_elsewhere());
+        assert!(ExitCode::HostFailure.may_succeed_elsewhere());
+    }
+}
