@@ -165,7 +165,11 @@ pub fn run_init(args: InitArgs<'_>) -> i32 {
     };
     let command = match start_command(args.plan, &args.argv, &args.envp, tty, &filters) {
         Ok(started) => started,
-        Err((step, errno, message)) => {
+        Err(ExecFailure {
+            step,
+            errno,
+            message,
+        }) => {
             report(
                 &mut status,
                 &InitEvent::ExecFailed {
@@ -319,7 +323,46 @@ fn become_sandbox_user(plan: &SandboxPlan) -> Result<(), SetupError> {
     Ok(())
 }
 
-type ExecFailure = (String, i32, String);
+/// A step of the command's set-up that failed before (or at) `execve`: its name, the errno the
+/// kernel gave (0 when the failure was not a system call's), and the error's own words.
+#[derive(Debug)]
+pub(crate) struct ExecFailure {
+    pub step: String,
+    pub errno: i32,
+    pub message: String,
+}
+
+impl ExecFailure {
+    fn new(step: &str, error: &(dyn std::error::Error + 'static)) -> ExecFailure {
+        ExecFailure {
+            step: step.to_string(),
+            errno: errno_of(error),
+            message: error.to_string(),
+        }
+    }
+}
+
+/// The errno somewhere in an error's chain of sources (an `io::Error` or a `nix::Error`), or 0.
+fn errno_of(error: &(dyn std::error::Error + 'static)) -> i32 {
+    let mut current = Some(error);
+    while let Some(e) = current {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            if let Some(errno) = io.raw_os_error() {
+                return errno;
+            }
+            // A wrapped error is the io::Error's payload, not its `source()`.
+            if let Some(inner) = io.get_ref() {
+                current = Some(inner);
+                continue;
+            }
+        }
+        if let Some(errno) = e.downcast_ref::<nix::Error>() {
+            return *errno as i32;
+        }
+        current = e.source();
+    }
+    0
+}
 
 /// Forks the command. The child runs `exec_command` and never returns. Over a close-on-exec
 /// pipe it sends what it enforced (`R` + JSON line) and, on failure, the step and errno (`E`);
@@ -331,26 +374,19 @@ fn start_command(
     tty: Option<OwnedFd>,
     seccomp: &[seccompiler::BpfProgram],
 ) -> Result<(Pid, Option<CommandEnforcement>), ExecFailure> {
-    let io_fail = |step: &str, e: std::io::Error| {
-        (
-            step.to_string(),
-            e.raw_os_error().unwrap_or(0),
-            e.to_string(),
-        )
-    };
+    let io_fail = |step: &str, e: std::io::Error| ExecFailure::new(step, &e);
     let (err_read, err_write) =
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| io_fail("pipe2", e.into()))?;
     // The child shares the init's memory until it execs (see `spawn_sharing_memory`): it gets
     // references only.
     let tty_fd = tty.as_ref().map(|fd| fd.as_fd());
     let spawned = sys::spawn_sharing_memory(|| {
-        let (step, error) = exec_command(plan, argv, envp, tty_fd, seccomp, &err_write);
-        let errno = error.raw_os_error().unwrap_or(0);
+        let failure = exec_command(plan, argv, envp, tty_fd, seccomp, &err_write);
         let mut message = vec![b'E'];
-        message.extend_from_slice(&errno.to_ne_bytes());
-        message.extend_from_slice(step.as_bytes());
+        message.extend_from_slice(&failure.errno.to_ne_bytes());
+        message.extend_from_slice(failure.step.as_bytes());
         message.push(0);
-        message.extend_from_slice(error.to_string().as_bytes());
+        message.extend_from_slice(failure.message.as_bytes());
         write_fully(&err_write, &message);
         ExitCode::NotFound.code()
     });
@@ -380,7 +416,11 @@ fn start_command(
             let errno = i32::from_ne_bytes([failure[0], failure[1], failure[2], failure[3]]);
             let text = String::from_utf8_lossy(&failure[4..]).into_owned();
             let (step, message) = text.split_once('\0').unwrap_or((&text, ""));
-            Err((step.to_string(), errno, message.to_string()))
+            Err(ExecFailure {
+                step: step.to_string(),
+                errno,
+                message: message.to_string(),
+            })
         }
     }
 }
@@ -398,7 +438,7 @@ fn write_fully(fd: &OwnedFd, mut data: &[u8]) {
 }
 
 /// In the command's child (sharing the init's memory until `execve`): its own set-up, in order,
-/// then `execve`. Returns only on failure, with the step that failed.
+/// then `execve`. Returns only on failure, with the step that failed and its errno.
 fn exec_command(
     plan: &SandboxPlan,
     argv: &[CString],
@@ -406,12 +446,12 @@ fn exec_command(
     tty: Option<BorrowedFd<'_>>,
     seccomp: &[seccompiler::BpfProgram],
     err_pipe: &OwnedFd,
-) -> (&'static str, std::io::Error) {
+) -> ExecFailure {
     macro_rules! step {
         ($name:expr, $e:expr) => {
             match $e {
                 Ok(value) => value,
-                Err(e) => return ($name, std::io::Error::other(e.to_string())),
+                Err(e) => return ExecFailure::new($name, &e),
             }
         };
     }
@@ -478,7 +518,7 @@ fn exec_command(
     }
     // seccomp last: from here on the denied system calls are gone, execve stays allowed.
     step!("seccomp", seccomp::apply_seccomp_on_current_thread(seccomp));
-    ("execve", exec_in_path(argv, envp))
+    ExecFailure::new("execve", &exec_in_path(argv, envp))
 }
 
 /// `execvpe` with the sandbox's own PATH (glibc's would search the supervisor's).
@@ -609,4 +649,29 @@ fn own_children() -> Vec<i32> {
         .split_whitespace()
         .filter_map(|p| p.parse().ok())
         .collect()
+}
+
+#[cfg(test)]
+mod exec_failure_tests {
+    use super::*;
+
+    /// A failed set-up step reports the kernel's errno, wherever it sits in the error's chain
+    /// (the step's own words kept); 0 only for failures that were no system call's.
+    #[test]
+    fn the_errno_survives_the_step() {
+        let io = std::io::Error::from_raw_os_error(libc::EACCES);
+        assert_eq!(ExecFailure::new("chdir", &io).errno, libc::EACCES);
+        let limits = rlimits::LimitsError::Set {
+            name: "RLIMIT_NOFILE",
+            value: 1,
+            source: nix::Error::EPERM,
+        };
+        let failure = ExecFailure::new("setting resource limits", &limits);
+        assert_eq!(failure.errno, libc::EPERM);
+        assert!(failure.message.contains("RLIMIT_NOFILE"), "{failure:?}");
+        let nested = std::io::Error::other(std::io::Error::from_raw_os_error(libc::ENOENT));
+        assert_eq!(ExecFailure::new("x", &nested).errno, libc::ENOENT);
+        let plain = std::io::Error::other("a capability survived the drop");
+        assert_eq!(ExecFailure::new("checking capabilities", &plain).errno, 0);
+    }
 }
