@@ -551,9 +551,17 @@ fn audit_failure(e: AuditSinkError) -> Failure {
 /// A plan that cannot be built: refused when the profile or the flags ask for what cannot be
 /// (the workspace, a conflict), a host failure when this host lacks something.
 fn plan_failure(e: PlanError) -> Failure {
-    match e {
+    let host_lacks = |m: &str| {
+        // What this host lacks rather than what the invocation asks: no user namespaces for
+        // what the profile needs, an incomplete installation.
+        m.contains("user namespaces")
+            || m.contains("without namespaces")
+            || m.contains("is not installed next to")
+    };
+    match &e {
         PlanError::Io { .. } => Failure::host(e.to_string()),
-        _ => Failure::refused(e.to_string()),
+        PlanError::Refused(m) if host_lacks(m) => Failure::host(e.to_string()),
+        PlanError::Refused(_) => Failure::refused(e.to_string()),
     }
 }
 
