@@ -226,6 +226,8 @@ fn launch(
     let audit = open_audit_log(args, &facts.home).map_err(|e| e.to_string())?;
     tracing::debug!("audit log opened");
     let mut plan = host::plan_for(&profile, &facts).map_err(|e| e.to_string())?;
+    // What the plan names, made now (and removed when this goes, whatever happens next).
+    let scratch = launch::ScratchDir::create(&plan).map_err(|e| e.to_string())?;
     if plan.agent.is_some() {
         // The hook is the profile's promise: a command line that would switch it off is
         // refused, and a host whose managed settings try to is refused in CI and named always.
@@ -465,9 +467,7 @@ fn launch(
             audit.head_hash()
         );
     }
-    if let Some(dir) = &plan.scratch_dir {
-        let _ = std::fs::remove_dir_all(dir);
-    }
+    drop(scratch);
     let wants_summary =
         args.ci || args.fail_on_deny || args.summary.is_some() || args.summary_json.is_some();
     if let Some(audit) = audit.as_ref().filter(|_| wants_summary) {
