@@ -95,7 +95,7 @@ pub fn explain_text(profile: &Profile, plan: &SandboxPlan) -> String {
     for l in crate::sandbox::landlock::describe(&plan.landlock) {
         line(l);
     }
-    for l in crate::sandbox::seccomp::describe() {
+    for l in crate::sandbox::seccomp::describe(plan.seccomp) {
         line(l);
     }
     let limits = &plan.limits;
@@ -171,6 +171,6 @@ pub fn explain_json(profile: &Profile, plan: &SandboxPlan) -> serde_json::Value 
         "requested": profile,
         "namespaces": namespaces(plan),
         "plan": plan,
-        "seccomp": crate::sandbox::seccomp::describe(),
+        "seccomp": crate::sandbox::seccomp::describe(plan.seccomp),
     })
 }

@@ -3,7 +3,7 @@
 
 use crate::audit::sink::AuditSink;
 use crate::profile::{Profile, ProfileError};
-use crate::sandbox::plan::{HostFacts, PlanError, SandboxPlan, build_plan};
+use crate::sandbox::plan::{HostFacts, PlanError, SandboxPlan, build_degraded_plan, build_plan};
 use crate::supervisor::launch::idmapped_mounts_work;
 use std::path::{Path, PathBuf};
 
@@ -113,7 +113,7 @@ pub fn load_plan(
 /// the Landlock + seccomp-only plan.
 pub fn plan_for(profile: &Profile, facts: &HostFacts) -> Result<SandboxPlan, PlanError> {
     if profile.degraded.allow && !crate::sandbox::namespaces::user_namespaces_available() {
-        return crate::sandbox::degraded::build_degraded_plan(profile, facts);
+        return build_degraded_plan(profile, facts);
     }
     build_plan(profile, facts)
 }

@@ -234,6 +234,8 @@ fn launch(
     let audit = open_audit_log(args, &facts.home).map_err(audit_failure)?;
     tracing::debug!("audit log opened");
     let mut plan = host::plan_for(&profile, &facts).map_err(plan_failure)?;
+    // What the plan names, made now (and removed when this goes, whatever happens next).
+    let scratch = launch::ScratchDir::create(&plan).map_err(|e| Failure::host(e.to_string()))?;
     if plan.agent.is_some() {
         // The hook is the profile's promise: a command line that would switch it off is
         // refused, and a host whose managed settings try to is refused in CI and named always.
@@ -480,9 +482,7 @@ fn launch(
             audit.head_hash()
         );
     }
-    if let Some(dir) = &plan.scratch_dir {
-        let _ = std::fs::remove_dir_all(dir);
-    }
+    drop(scratch);
     let wants_summary =
         args.ci || args.fail_on_deny || args.summary.is_some() || args.summary_json.is_some();
     if let Some(audit) = audit.as_ref().filter(|_| wants_summary) {
@@ -551,17 +551,10 @@ fn audit_failure(e: AuditSinkError) -> Failure {
 /// A plan that cannot be built: refused when the profile or the flags ask for what cannot be
 /// (the workspace, a conflict), a host failure when this host lacks something.
 fn plan_failure(e: PlanError) -> Failure {
-    let host_lacks = |m: &str| {
-        // What this host lacks rather than what the invocation asks: no user namespaces for
-        // what the profile needs, an incomplete installation.
-        m.contains("user namespaces")
-            || m.contains("without namespaces")
-            || m.contains("is not installed next to")
-    };
-    match &e {
-        PlanError::Io { .. } => Failure::host(e.to_string()),
-        PlanError::Refused(m) if host_lacks(m) => Failure::host(e.to_string()),
-        PlanError::Refused(_) => Failure::refused(e.to_string()),
+    if e.is_configuration() {
+        Failure::refused(e.to_string())
+    } else {
+        Failure::host(e.to_string())
     }
 }
 

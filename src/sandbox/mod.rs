@@ -2,7 +2,6 @@
 //! mounts, identity, Landlock, seccomp, limits.
 
 pub mod caps;
-pub mod degraded;
 pub mod events;
 pub mod fdpass;
 pub mod init;

@@ -228,6 +228,38 @@ fn start_gateway(
     (handle, drain_records("gateway", rx, audit))
 }
 
+/// The per-run scratch directory a plan names (hosts without a mount namespace, where /tmp is
+/// the host's): the plan only describes it; the launch creates it, mode 0700 and never over a
+/// name that exists already (one taken beforehand stops the launch), and it is removed with
+/// everything in it when this is dropped, after the run or on the way out of a failed launch.
+#[derive(Debug)]
+pub struct ScratchDir(std::path::PathBuf);
+
+impl ScratchDir {
+    /// Creates the directory `plan.scratch_dir` names, if it names one.
+    pub fn create(plan: &SandboxPlan) -> Result<Option<ScratchDir>, LaunchError> {
+        use std::os::unix::fs::DirBuilderExt;
+        let Some(path) = &plan.scratch_dir else {
+            return Ok(None);
+        };
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(path)
+            .map_err(|source| LaunchError::Os {
+                step: format!("creating the per-run scratch directory {}", path.display()),
+                source,
+                hint: "",
+            })?;
+        Ok(Some(ScratchDir(path.clone())))
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// How a run ended, and what was enforced while it ran.
 pub struct RunResult {
     pub outcome: Outcome,
@@ -497,10 +529,11 @@ fn launch(
     // Compiled here, on this core, while the init builds the view on the other; the init waits
     // for it before starting the command, and refuses to start it without one.
     let arch = seccomp::Arch::native();
-    let seccomp_report = match seccomp::compile_filters(arch) {
+    let table = seccomp::rules_for(plan.seccomp);
+    let seccomp_report = match seccomp::compile_table(&table, arch) {
         Ok(filters) => {
             let _ = File::from(seccomp_write).write_all(&seccomp::encode_filters(&filters));
-            Some(seccomp::report(arch, &filters))
+            Some(seccomp::report(&table, arch, &filters))
         }
         Err(e) => {
             tracing::error!("compiling the seccomp filter: {e}");

@@ -195,12 +195,10 @@ pub fn compiled_policy(
     workspace: &Path,
 ) -> Result<String, PlanError> {
     let Some(config) = &profile.hook else {
-        return Err(PlanError::Refused(
-            "the profile has no [hook] section".into(),
-        ));
+        return Err(PlanError::NoHookSection);
     };
     crate::sandbox::plan::hook_policy::compile_json(profile, config, home, workspace)
-        .map_err(|e| PlanError::Refused(format!("the [hook] section does not compile: {e}")))
+        .map_err(|reason| PlanError::HookPolicy { reason })
 }
 
 pub fn plan_agent(
@@ -212,12 +210,10 @@ pub fn plan_agent(
     if profile.hook.is_none() {
         return Ok(None);
     }
-    let hook_binary = facts.hook_binary.clone().ok_or_else(|| {
-        PlanError::Refused(
-            "this profile installs the hook, but stepproof-hook is not installed next to stepproof-run (scripts/install puts it there)"
-                .into(),
-        )
-    })?;
+    let hook_binary = facts
+        .hook_binary
+        .clone()
+        .ok_or(PlanError::HookBinaryMissing)?;
     let policy = compiled_policy(profile, home, workspace)?;
     tracing::debug!(bytes = policy.len(), "plan: hook policy compiled");
     let settings =

@@ -1,6 +1,7 @@
 //! Landlock as the plan says it: which rights a rule grants beneath a path, the whole plan for
-//! one sandbox, and the check every rule passes (absolute, nothing of `/proc` or `/sys`
-//! writable). Turning it into a ruleset and enforcing it is `sandbox::landlock`'s.
+//! one sandbox, the check every rule passes (absolute, nothing of `/proc` or `/sys` writable),
+//! and, for the Landlock-only plan, the grants entry by entry that keep hidden paths out.
+//! Turning it into a ruleset and enforcing it is `sandbox::landlock`'s.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -163,4 +164,196 @@ pub(crate) fn check_rule_path(
         }
     }
     Ok(())
+}
+
+/// One directory entry, as [`grant_except`] needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntryInfo {
+    pub path: PathBuf,
+    /// Where a symlink leads (the path itself otherwise).
+    pub resolved: PathBuf,
+    pub is_dir: bool,
+}
+
+/// Rules that grant `access` on `root` except the `hidden` paths, with what that costs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Expansion {
+    pub rules: Vec<LandlockRule>,
+    /// What the expansion loses compared with a mount that hides the paths.
+    pub losses: Vec<String>,
+}
+
+/// For hosts without a mount namespace: Landlock cannot carve an exception out of a granted
+/// directory, so every directory on the way from `root` to a hidden path is granted entry by
+/// entry (its siblings), never as a whole. Entries whose symlink leads into or above a hidden
+/// path are left out. `hidden` paths should be absolute and resolved.
+///
+/// What is lost is recorded: a directory granted entry by entry cannot be listed and entries
+/// created in it after start are not reachable.
+pub fn grant_except(
+    root: &Path,
+    access: FsAccess,
+    hidden: &[PathBuf],
+    list_dir: &dyn Fn(&Path) -> io::Result<Vec<DirEntryInfo>>,
+) -> Result<Expansion, LandlockError> {
+    let mut out = Expansion {
+        rules: Vec::new(),
+        losses: Vec::new(),
+    };
+    expand(root, access, hidden, list_dir, &mut out)?;
+    Ok(out)
+}
+
+fn touches_hidden(p: &Path, hidden: &[PathBuf]) -> bool {
+    hidden.iter().any(|h| h.starts_with(p) || p.starts_with(h))
+}
+
+fn expand(
+    dir: &Path,
+    access: FsAccess,
+    hidden: &[PathBuf],
+    list_dir: &dyn Fn(&Path) -> io::Result<Vec<DirEntryInfo>>,
+    out: &mut Expansion,
+) -> Result<(), LandlockError> {
+    if !touches_hidden(dir, hidden) {
+        out.rules.push(LandlockRule {
+            path: dir.to_path_buf(),
+            access,
+        });
+        return Ok(());
+    }
+    if hidden.iter().any(|h| dir.starts_with(h)) {
+        return Ok(()); // the directory is itself hidden
+    }
+    let inside: Vec<String> = hidden
+        .iter()
+        .filter(|h| h.starts_with(dir))
+        .map(|h| h.display().to_string())
+        .collect();
+    out.losses.push(format!(
+        "{} ({}): granted entry by entry to keep {} out; the directory itself cannot be listed \
+         and entries created in it later are not reachable",
+        dir.display(),
+        access.label(),
+        inside.join(", ")
+    ));
+    let entries = list_dir(dir).map_err(|source| LandlockError::InspectPath {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    for entry in entries {
+        if hidden.iter().any(|h| entry.path.starts_with(h)) {
+            continue;
+        }
+        if entry.resolved != entry.path && touches_hidden(&entry.resolved, hidden) {
+            out.losses.push(format!(
+                "{}: a symlink to {}, which holds or is a hidden path; not granted",
+                entry.path.display(),
+                entry.resolved.display()
+            ));
+            continue;
+        }
+        if entry.is_dir && entry.resolved == entry.path {
+            expand(&entry.path, access, hidden, list_dir, out)?;
+        } else {
+            out.rules.push(LandlockRule {
+                path: entry.path,
+                access,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Lists a directory on the real filesystem for [`grant_except`] (symlinks resolved; a dangling
+/// one is left out).
+pub fn list_dir(dir: &Path) -> io::Result<Vec<DirEntryInfo>> {
+    let mut entries = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        let Ok(resolved) = std::fs::canonicalize(&path) else {
+            continue;
+        };
+        let is_dir = std::fs::metadata(&resolved)
+            .map(|m| m.is_dir())
+            .unwrap_or(false);
+        let own = std::fs::symlink_metadata(&path)?;
+        let resolved = if own.file_type().is_symlink() {
+            resolved
+        } else {
+            path.clone()
+        };
+        entries.push(DirEntryInfo {
+            path,
+            resolved,
+            is_dir,
+        });
+    }
+    entries.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(entries)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grant_except_grants_siblings_one_by_one() {
+        let tree = |d: &Path| -> io::Result<Vec<DirEntryInfo>> {
+            let e = |p: &str, dir: bool| DirEntryInfo {
+                path: PathBuf::from(p),
+                resolved: PathBuf::from(p),
+                is_dir: dir,
+            };
+            Ok(match d.to_str().unwrap() {
+                "/home/u" => vec![
+                    e("/home/u/.bashrc", false),
+                    e("/home/u/.config", true),
+                    e("/home/u/.ssh", true),
+                    DirEntryInfo {
+                        path: "/home/u/keys".into(),
+                        resolved: "/home/u/.ssh".into(),
+                        is_dir: true,
+                    },
+                    e("/home/u/src", true),
+                ],
+                "/home/u/.config" => vec![
+                    e("/home/u/.config/gh", true),
+                    e("/home/u/.config/git", true),
+                ],
+                _ => vec![],
+            })
+        };
+        let hidden = vec![
+            PathBuf::from("/home/u/.ssh"),
+            PathBuf::from("/home/u/.config/gh"),
+        ];
+        let x = grant_except(Path::new("/home/u"), FsAccess::ReadExecute, &hidden, &tree).unwrap();
+        let paths: Vec<&str> = x.rules.iter().map(|r| r.path.to_str().unwrap()).collect();
+        assert_eq!(
+            paths,
+            ["/home/u/.bashrc", "/home/u/.config/git", "/home/u/src"]
+        );
+        assert_eq!(x.losses.len(), 3, "{:?}", x.losses);
+        assert!(x.losses.iter().any(|l| l.contains("/home/u/keys")));
+        // Nothing hidden beneath: one rule.
+        let x = grant_except(Path::new("/opt"), FsAccess::ReadExecute, &hidden, &tree).unwrap();
+        assert_eq!(x.rules.len(), 1);
+        assert!(x.losses.is_empty());
+    }
+
+    #[test]
+    fn grant_except_on_a_real_tree() {
+        let d = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(d.path()).unwrap();
+        std::fs::create_dir_all(root.join("a/secret")).unwrap();
+        std::fs::write(root.join("a/ok"), "").unwrap();
+        std::fs::write(root.join("b"), "").unwrap();
+        std::os::unix::fs::symlink(root.join("a/secret"), root.join("link")).unwrap();
+        let hidden = vec![root.join("a/secret")];
+        let x = grant_except(&root, FsAccess::ReadWrite, &hidden, &list_dir).unwrap();
+        let paths: Vec<PathBuf> = x.rules.iter().map(|r| r.path.clone()).collect();
+        assert_eq!(paths, [root.join("a/ok"), root.join("b")]);
+        assert!(x.losses.iter().any(|l| l.contains("link")));
+    }
 }

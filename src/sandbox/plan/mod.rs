@@ -1,27 +1,34 @@
 //! The sandbox plan: the profile and the facts of this machine turned into plain data — every
-//! mount in order, the identity, the environment. It is what `stepproof explain` prints and what
-//! the thin executor in `mounts.rs` and `supervisor/launch.rs` applies. Building it reads the file system
-//! (what exists, what is a socket) but changes nothing.
+//! mount in order, the identity, the environment, the Landlock and seccomp rules. It is what
+//! `stepproof explain` prints and what the thin executor in `mounts.rs` and
+//! `supervisor/launch.rs` applies. Building it reads the file system (what exists, what is a
+//! socket) but changes nothing. One procedure ([`build_plan`], [`build_degraded_plan`]) builds
+//! both kinds of plan; an `IsolationStrategy` realizes the view: mounts ([`namespaces`]) or
+//! Landlock rules alone ([`degraded`]).
 
 pub mod agent_layer;
+pub mod degraded;
 pub mod env;
 pub mod git_index;
 pub mod hook_policy;
 pub mod landlock;
+pub mod namespaces;
 pub mod protected;
 pub mod secrets;
 
 use crate::profile::{HomeMode, Limits, NetworkMode, Profile};
+use crate::sandbox::plan::agent_layer::AgentPlan;
 use crate::sandbox::plan::env::build_environment;
-use crate::sandbox::plan::landlock::{FsAccess, LandlockPlan, LandlockRule};
+use crate::sandbox::plan::landlock::{FsAccess, LandlockPlan, LandlockRule, TcpPolicy};
+use crate::sandbox::plan::secrets::Listings;
 use serde::Serialize;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
-pub(crate) use crate::sandbox::plan::protected::{WorkspaceScan, protected_paths, scan_workspace};
+pub(crate) use crate::sandbox::plan::protected::{WorkspaceScan, scan_workspace};
 
 /// Facts about the caller and this machine the plan depends on.
 #[derive(Debug, Clone)]
@@ -199,6 +206,26 @@ pub enum Isolation {
     LandlockSeccompOnly,
 }
 
+/// Which seccomp rule table the launch compiles (`sandbox::seccomp::rules_for`) and `explain`
+/// prints. There is one today: no profile setting and neither isolation changes which system
+/// calls are denied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SeccompRules {
+    /// The deny table (`sandbox::seccomp::rule_table`): ptrace and its kin, mounts, new
+    /// namespaces, kernel keyrings, terminal injection, setuid/setgid modes, …
+    Standard,
+}
+
+impl SeccompRules {
+    /// The name `explain` shows.
+    pub fn name(self) -> &'static str {
+        match self {
+            SeccompRules::Standard => "standard",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SandboxPlan {
     /// The hook and the agent's own state (profiles with a hook).
@@ -212,7 +239,8 @@ pub struct SandboxPlan {
     pub isolation: Isolation,
     /// What this plan cannot enforce that the namespace sandbox would (degraded hosts).
     pub losses: Vec<String>,
-    /// A per-run scratch directory (degraded hosts, where /tmp is the host's).
+    /// A per-run scratch directory (degraded hosts, where /tmp is the host's): named here,
+    /// created by the launch and removed after the run (`supervisor::launch::ScratchDir`).
     pub scratch_dir: Option<PathBuf>,
     pub profile: String,
     pub policy_hash: String,
@@ -243,21 +271,141 @@ pub struct SandboxPlan {
     /// Landlock, mirroring the view at mount granularity (hidden paths are the mounts' job:
     /// Landlock cannot carve an exception out of a granted directory).
     pub landlock: LandlockPlan,
+    /// The seccomp rules the launch compiles and the init installs last, before `execve`.
+    pub seccomp: SeccompRules,
     pub limits: Limits,
     /// Things a reader should know (bounds reached, groups kept, …).
     pub notes: Vec<String>,
 }
 
+/// Why no plan could be made. Each variant names the operation and the path where there is
+/// one, and says which of two kinds it is ([`PlanError::is_configuration`]):
+///
+/// * **configuration**: the profile or the command line asks for something StepProof never
+///   does, on any host; only changing them helps, a retry never does;
+/// * **environment**: this host lacks what the request needs (user namespaces, idmapped
+///   mounts, an installed binary, a path the profile names) or the file system answered with
+///   an error; the same request can run on a host that has it.
 #[derive(Debug, thiserror::Error)]
 pub enum PlanError {
+    /// Environment: the file system answered with an error (a link that cannot be read, a
+    /// `filesystem.writable` or `filesystem.read_only` path this host lacks).
     #[error("{what} {path}: {source}")]
     Io {
         what: &'static str,
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{0}")]
-    Refused(String),
+    /// Configuration: `--workspace` (or the current directory) cannot be the one directory the
+    /// run writes.
+    #[error("--workspace {path}: {reason}; choose a project directory")]
+    WorkspaceRefused {
+        path: PathBuf,
+        reason: WorkspaceRefusal,
+    },
+    /// A rule the view needs is one Landlock must never be given (a relative path, a writable
+    /// part of /proc or /sys, as `filesystem.writable` could ask): configuration, unless the
+    /// Landlock error itself is an I/O error (see [`PlanError::is_configuration`]).
+    #[error("Landlock rule for {path}: {source}")]
+    LandlockRule {
+        path: PathBuf,
+        source: crate::sandbox::plan::landlock::LandlockError,
+    },
+    /// Environment (as a rule: listing a directory to grant it entry by entry failed): the
+    /// Landlock-only grants of a directory with hidden paths below it.
+    #[error("Landlock rules for {root}: {source}")]
+    LandlockGrant {
+        root: PathBuf,
+        source: crate::sandbox::plan::landlock::LandlockError,
+    },
+    /// Configuration: the hook's policy was asked of a profile without one.
+    #[error("the profile has no [hook] section")]
+    NoHookSection,
+    /// Configuration: the profile's `[hook]` section does not compile.
+    #[error("the [hook] section does not compile: {reason}")]
+    HookPolicy { reason: String },
+    /// Environment: the installation lacks `stepproof-hook` next to `stepproof-run`.
+    #[error(
+        "this profile installs the hook, but stepproof-hook is not installed next to stepproof-run (scripts/install puts it there)"
+    )]
+    HookBinaryMissing,
+    /// Environment: invoked as root where idmapped mounts do not work, and the profile does not
+    /// allow the root fallback; where they work (or run as a normal user) the profile runs.
+    #[error(
+        "invoked as root, but idmapped mounts do not work for the workspace or home here, so the command cannot run as an unprivileged user that owns them; set process.allow_root_fallback = true to run as uid 0 without capabilities (never for an agent with the hook), or run stepproof-run as a normal user"
+    )]
+    RootWithoutIdmappedMounts,
+    /// Environment: as above, with the fallback allowed but a hook in the profile (Claude Code
+    /// run as uid 0 ignores parts of its managed settings); only hosts without idmapped mounts
+    /// come here.
+    #[error(
+        "the root fallback is not allowed for a profile with a hook: Claude Code ignores parts of its managed settings when it runs as uid 0"
+    )]
+    RootFallbackWithHook,
+    /// Environment: this host refuses user namespaces and the profile does not allow the
+    /// Landlock + seccomp-only plan.
+    #[error(
+        "user namespaces are not available here and the profile does not allow the Landlock + seccomp-only mode ([degraded] allow = true); run `stepproof doctor`"
+    )]
+    NoUserNamespaces,
+    /// Environment: without user namespaces, a profile with a hook that does not accept a
+    /// removable one.
+    #[error(
+        "without user namespaces the hook's managed settings cannot be mounted where the agent cannot change them; this profile has a hook, so it is refused unless [degraded] accept_removable_hook = true"
+    )]
+    HookNeedsNamespaces,
+    /// Environment: without user namespaces, a profile with the credential gateway.
+    #[error(
+        "the credential gateway needs the sandbox's private /run: not available without namespaces"
+    )]
+    GatewayNeedsNamespaces,
+    /// Environment: invoked as root without user namespaces, and the profile does not allow
+    /// the command to run as uid 0.
+    #[error(
+        "invoked as root on a host without user namespaces: the command would run as uid 0; refused unless process.allow_root_fallback = true"
+    )]
+    RootWithoutUserNamespaces,
+}
+
+/// Why a directory cannot be the workspace (see [`check_workspace`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WorkspaceRefusal {
+    #[error("the workspace cannot be `/`")]
+    FileSystemRoot,
+    #[error("it contains the home {home} (whose secrets and startup files would become writable)")]
+    HoldsTheHome { home: PathBuf },
+    #[error("it is under {dir}, which the sandbox shows read-only from the host")]
+    UnderSystemDirectory { dir: PathBuf },
+    #[error("it holds or is inside StepProof's own state {state} (audit logs, quarantine)")]
+    StepProofState { state: PathBuf },
+}
+
+impl PlanError {
+    /// Whether the profile or the command line asks for something impossible (do not retry;
+    /// change them), as opposed to something this host lacks or an I/O error. Each variant's
+    /// documentation says which it is.
+    pub fn is_configuration(&self) -> bool {
+        use crate::sandbox::plan::landlock::LandlockError;
+        match self {
+            PlanError::WorkspaceRefused { .. }
+            | PlanError::NoHookSection
+            | PlanError::HookPolicy { .. } => true,
+            PlanError::LandlockRule { source, .. } | PlanError::LandlockGrant { source, .. } => {
+                matches!(
+                    source,
+                    LandlockError::RelativePath { .. } | LandlockError::WritableKernelFs { .. }
+                )
+            }
+            PlanError::Io { .. }
+            | PlanError::HookBinaryMissing
+            | PlanError::RootWithoutIdmappedMounts
+            | PlanError::RootFallbackWithHook
+            | PlanError::NoUserNamespaces
+            | PlanError::HookNeedsNamespaces
+            | PlanError::GatewayNeedsNamespaces
+            | PlanError::RootWithoutUserNamespaces => false,
+        }
+    }
 }
 
 fn names_only<S: serde::Serializer>(env: &[(String, String)], s: S) -> Result<S::Ok, S::Error> {
@@ -270,156 +418,184 @@ pub const DEVICE_NODES: &[&str] = &["null", "zero", "full", "random", "urandom",
 const SCAN_ENTRY_LIMIT: usize = 20_000;
 const SOCKET_SCAN_DEPTH: usize = 2;
 
-/// The git directory a gitfile at the workspace's `.git` names, when it is outside the
-/// workspace (a linked worktree, a submodule checkout).
-fn git_dir_outside(workspace: &Path) -> Option<PathBuf> {
-    let gitfile = workspace.join(".git");
-    if !fs::symlink_metadata(&gitfile).ok()?.is_file() {
-        return None;
-    }
-    let text = fs::read_to_string(&gitfile).ok()?;
-    let target = text.lines().next()?.strip_prefix("gitdir:")?.trim();
-    let path = workspace.join(target);
-    crate::sandbox::plan::protected::relative_beneath(workspace, &path)
-        .is_none()
-        .then_some(path)
+/// The plan of the namespace sandbox.
+pub fn build_plan(profile: &Profile, facts: &HostFacts) -> Result<SandboxPlan, PlanError> {
+    plan_with::<namespaces::MountView>(profile, facts)
 }
 
-pub fn build_plan(profile: &Profile, facts: &HostFacts) -> Result<SandboxPlan, PlanError> {
+/// The plan for hosts that refuse user namespaces, where the profile allows it: Landlock and
+/// seccomp only, with what that loses (see [`degraded`]).
+pub fn build_degraded_plan(profile: &Profile, facts: &HostFacts) -> Result<SandboxPlan, PlanError> {
+    plan_with::<degraded::LandlockView>(profile, facts)
+}
+
+/// What every step of planning reads: the request, this host, and what was decided first.
+pub(crate) struct Scope<'a> {
+    pub profile: &'a Profile,
+    pub facts: &'a HostFacts,
+    pub identity: &'a Identity,
+    pub home: &'a Path,
+    pub workspace: &'a Path,
+}
+
+/// The view as a strategy built it.
+pub(crate) struct Realized {
+    pub mounts: Vec<MountOp>,
+    pub landlock_rules: Vec<LandlockRule>,
+    pub tcp: Option<TcpPolicy>,
+    pub losses: Vec<String>,
+    pub scratch_dir: Option<PathBuf>,
+}
+
+/// What differs between the two isolations; the rest is one procedure, [`plan_with`]. The core
+/// decides what the sandbox shows, hides and protects, and in which order; a strategy says what
+/// its isolation refuses, who the command runs as, which of the core's sources of hidden paths
+/// it uses, and how each part of the view is realized: mounts in a new mount namespace
+/// ([`namespaces::MountView`]) or Landlock rules over the host's own file system
+/// ([`degraded::LandlockView`]), with what that loses.
+pub(crate) trait IsolationStrategy: Sized {
+    const ISOLATION: Isolation;
+    /// The host name inside (empty: the host's own).
+    const HOSTNAME: &'static str;
+    /// Whether the agent's layer (the hook's managed settings, the agent's state) is built.
+    const PLANS_AGENT: bool;
+    /// Whether `filesystem.home = "allowlist"` is honoured.
+    const HONOURS_HOME_ALLOWLIST: bool;
+    /// Whether names in the home that look like secrets (`filesystem.hidden_names`) are hidden.
+    const HIDES_CREDENTIAL_NAMES: bool;
+    /// Whether the project's `.env` files (`filesystem.hide_env_files`) are hidden.
+    const HIDES_ENV_FILES: bool;
+    /// Whether the repositories found at launch go to the sweep.
+    const RECORDS_REPOSITORIES: bool;
+
+    /// What this isolation cannot give the profile at all (by default, nothing).
+    fn refuse(_profile: &Profile) -> Result<(), PlanError> {
+        Ok(())
+    }
+    /// Who the command runs as (by default, [`choose_identity`]'s answer).
+    fn identity(
+        profile: &Profile,
+        facts: &HostFacts,
+        notes: &mut Vec<String>,
+    ) -> Result<Identity, PlanError> {
+        choose_identity(profile, facts, notes)
+    }
+    /// Whether the home's unix sockets are hidden.
+    fn masks_home_sockets(profile: &Profile, home_visible: bool, workspace_is_home: bool) -> bool;
+    /// The empty view.
+    fn start(scope: &Scope<'_>, agent: Option<&AgentPlan>) -> Self;
+    /// A system directory (`filesystem.system`), read-only as the host has it.
+    fn system_directory(&mut self, path: PathBuf) -> Result<(), PlanError>;
+    /// /proc and /sys, read-only.
+    fn kernel_interfaces(&mut self) -> Result<(), PlanError>;
+    /// The device nodes and terminals.
+    fn devices(&mut self) -> Result<(), PlanError>;
+    /// Where the command writes temporary files.
+    fn scratch_space(&mut self, scope: &Scope<'_>) -> Result<(), PlanError>;
+    /// A home that shows only what is shown in it next (`home = "allowlist"`).
+    fn private_home(&mut self, scope: &Scope<'_>);
+    /// A host directory (the home, the workspace, the profile's extras), with `access`.
+    fn show(&mut self, path: &Path, access: Access) -> Result<(), PlanError>;
+    /// What must not be seen, and why; called once, after everything is shown.
+    fn hide(&mut self, hidden: BTreeMap<PathBuf, HideReason>) -> Result<(), PlanError>;
+    /// The persistence paths, the repositories' `.git` and the profile's own files.
+    fn protect(
+        &mut self,
+        scope: &Scope<'_>,
+        protected_paths: &[PathBuf],
+        repositories: &[PathBuf],
+        listings: &mut Listings,
+        notes: &mut Vec<String>,
+    );
+    /// The finished view.
+    fn finish(self, scope: &Scope<'_>) -> Result<Realized, PlanError>;
+}
+
+/// The one planning procedure, in order: what the isolation refuses, who the command is, the
+/// workspace check, the agent's layer, then the view (system directories, kernel interfaces,
+/// devices, scratch space, home, workspace and extras), what must not be seen, what must not be
+/// changed, and the environment. `S` realizes each part.
+fn plan_with<S: IsolationStrategy>(
+    profile: &Profile,
+    facts: &HostFacts,
+) -> Result<SandboxPlan, PlanError> {
+    // Before anything is looked at: what this isolation cannot give this profile.
+    S::refuse(profile)?;
     let mut notes = Vec::new();
-    let identity = choose_identity(profile, facts, &mut notes)?;
+    // Who the command is decides who owns what the view shows.
+    let identity = S::identity(profile, facts, &mut notes)?;
     let home = facts.home.clone();
     let workspace = facts.workspace.clone();
+    // The one directory the run may write must be a project, before it is scanned.
     check_workspace(profile, &workspace, &home)?;
-    let resolve = |spec: &crate::profile::PathSpec| spec.resolve(&home, &workspace);
-    // Invoked as root, everything bound from the caller's side (not the system directories)
-    // goes through an idmapped mount: root's files there appear as the sandbox user's, and the
-    // init, already that user, needs no access to root's private directories to mount them.
-    let personal_bind = |src: &Path, access| match identity.mode {
-        IdentityMode::RootRemapped => MountOp::IdmappedBind {
-            src: src.to_path_buf(),
-            dst: src.to_path_buf(),
-            access,
-        },
-        _ => MountOp::Bind {
-            src: src.to_path_buf(),
-            dst: src.to_path_buf(),
-            access,
-        },
+    let scope = Scope {
+        profile,
+        facts,
+        identity: &identity,
+        home: &home,
+        workspace: &workspace,
     };
+    let resolve = |spec: &crate::profile::PathSpec| spec.resolve(&home, &workspace);
 
-    // Files StepProof lays over the host's /etc (never writing the host's).
-    let mut etc_files = Vec::new();
-    if identity.mode == IdentityMode::RootRemapped {
-        etc_files.extend(sandbox_account_files(facts, &identity, &home));
-    }
     // The agent inside: the hook where the agent cannot remove it, and its own state.
-    let agent = crate::sandbox::plan::agent_layer::plan_agent(profile, facts, &home, &workspace)?;
+    let agent = if S::PLANS_AGENT {
+        agent_layer::plan_agent(profile, facts, &home, &workspace)?
+    } else {
+        None
+    };
     let managed_settings_removed = agent
         .as_ref()
         .map(|a| a.managed_removed.clone())
         .unwrap_or_default();
     if let Some(agent) = &agent {
         notes.extend(agent.notes.iter().cloned());
-        // The mount point of the agent's own /etc/claude-code (the read-only /etc usually has
-        // none); the generated tmpfs covers it.
-        etc_files.push((PathBuf::from("claude-code/.mount-point"), String::new()));
     }
     tracing::debug!("plan: agent planned");
-    let mut mounts = Vec::new();
-    // System directories, read-only; a host symlink (merged /usr) is recreated as a symlink.
+
+    // What every process needs, read-only; then private scratch space.
+    let mut view = S::start(&scope, agent.as_ref());
     for spec in &profile.filesystem.system {
-        let path = resolve(spec);
-        match fs::symlink_metadata(&path) {
-            Ok(meta) if meta.file_type().is_symlink() => {
-                let target = fs::read_link(&path).map_err(|source| PlanError::Io {
-                    what: "reading the link",
-                    path: path.clone(),
-                    source,
-                })?;
-                mounts.push(MountOp::Symlink { target, dst: path });
-            }
-            Ok(_) if path == Path::new("/etc") && !etc_files.is_empty() => {
-                mounts.push(MountOp::Overlay {
-                    src: path.clone(),
-                    dst: path,
-                    files: std::mem::take(&mut etc_files),
-                })
-            }
-            Ok(_) => mounts.push(MountOp::Bind {
-                src: path.clone(),
-                dst: path,
-                access: Access::ReadOnly,
-            }),
-            Err(_) => {}
-        }
+        view.system_directory(resolve(spec))?;
     }
-    // Kernel interfaces: a fresh read-only /proc for the new pid namespace, read-only /sys.
-    mounts.push(MountOp::Proc {
-        dst: "/proc".into(),
-    });
-    mounts.push(MountOp::Bind {
-        src: "/sys".into(),
-        dst: "/sys".into(),
-        access: Access::ReadOnly,
-    });
-    push_minimal_dev(&mut mounts);
-    // Private scratch space; no host daemon sockets under /run.
-    mounts.push(MountOp::Tmpfs {
-        dst: "/tmp".into(),
-        mode: 0o1777,
-        size_mib: Some(profile.filesystem.tmp_size_mib),
-    });
-    mounts.push(MountOp::Tmpfs {
-        dst: "/run".into(),
-        mode: 0o755,
-        size_mib: Some(16),
-    });
-    if let Some(agent) = &agent {
-        mounts.extend(agent.mounts.iter().cloned());
-    }
-    mounts.push(MountOp::Symlink {
-        target: "../run".into(),
-        dst: "/var/run".into(),
-    });
-    mounts.push(MountOp::Symlink {
-        target: "../tmp".into(),
-        dst: "/var/tmp".into(),
-    });
+    view.kernel_interfaces()?;
+    view.devices()?;
+    view.scratch_space(&scope)?;
 
     // The home: read-only (unless it is the workspace), or with `home = "allowlist"` a private
-    // empty one that shows only what the profile lists. Then the workspace, read-write.
+    // one that shows only what the profile lists. Then the workspace, read-write, and the
+    // profile's extras.
     let home_visible = home != Path::new("/") && home.is_dir() && home != workspace;
-    let allowlist = home_visible && profile.filesystem.home == HomeMode::Allowlist;
+    let allowlist =
+        S::HONOURS_HOME_ALLOWLIST && home_visible && profile.filesystem.home == HomeMode::Allowlist;
     let home_allowed: Vec<PathBuf> = if allowlist {
         profile.filesystem.home_allow.iter().map(&resolve).collect()
     } else {
         Vec::new()
     };
     if allowlist {
-        mounts.push(MountOp::Tmpfs {
-            dst: home.clone(),
-            mode: 0o700,
-            size_mib: Some(profile.filesystem.tmp_size_mib),
-        });
+        view.private_home(&scope);
     } else if home_visible {
-        mounts.push(personal_bind(&home, Access::ReadOnly));
+        view.show(&home, Access::ReadOnly)?;
     }
-    mounts.push(personal_bind(&workspace, Access::ReadWrite));
+    view.show(&workspace, Access::ReadWrite)?;
     for spec in &profile.filesystem.writable {
-        let path = existing(resolve(spec), "filesystem.writable")?;
-        mounts.push(personal_bind(&path, Access::ReadWrite));
+        view.show(
+            &existing(resolve(spec), "filesystem.writable")?,
+            Access::ReadWrite,
+        )?;
     }
     for spec in &profile.filesystem.read_only {
-        let path = existing(resolve(spec), "filesystem.read_only")?;
-        mounts.push(personal_bind(&path, Access::ReadOnly));
+        view.show(
+            &existing(resolve(spec), "filesystem.read_only")?,
+            Access::ReadOnly,
+        )?;
     }
-    let mut listings = crate::sandbox::plan::secrets::Listings::default();
+    let mut listings = Listings::default();
     let mut missing = Vec::new();
     for path in &home_allowed {
         // Toolchains differ between machines: a listed path this host lacks is skipped.
         if listings.exists_below(&home, path) {
-            mounts.push(personal_bind(path, Access::ReadOnly));
+            view.show(path, Access::ReadOnly)?;
         } else {
             missing.push(path.display().to_string());
         }
@@ -430,8 +606,8 @@ pub fn build_plan(profile: &Profile, facts: &HostFacts) -> Result<SandboxPlan, P
             missing.join(", ")
         ));
     }
-
     tracing::debug!("plan: home and workspace");
+
     let WorkspaceScan {
         protected_paths,
         repositories,
@@ -439,116 +615,33 @@ pub fn build_plan(profile: &Profile, facts: &HostFacts) -> Result<SandboxPlan, P
     } = scan_workspace(profile, &workspace, &home, &mut notes);
     tracing::debug!("plan: workspace scanned");
 
-    // What must not be seen.
-    let mut hidden = std::collections::BTreeMap::new();
-    for path in crate::sandbox::plan::secrets::existing_catalogue(
-        &profile.filesystem.hidden,
-        &home,
-        &workspace,
-        &mut listings,
-    ) {
-        hidden.entry(path).or_insert(HideReason::Secret);
-    }
-    tracing::debug!("plan: catalogue");
-    let credential_names = if home_visible {
-        let mut keep = vec![workspace.clone()];
-        keep.extend(
-            profile
-                .filesystem
-                .read_only
-                .iter()
-                .chain(&profile.filesystem.writable)
-                .map(resolve),
-        );
-        keep.extend(home_allowed.iter().cloned());
-        crate::sandbox::plan::secrets::credential_names(
-            &home,
-            &profile.filesystem.hidden_names,
-            &keep,
-            &mut listings,
-        )
-    } else {
-        Vec::new()
+    // What must not be seen, once everything that could show it is in the view.
+    let shown = HomeShown {
+        visible: home_visible,
+        allowlist,
+        allowed: &home_allowed,
     };
-    for found in &credential_names {
-        hidden
-            .entry(found.path.clone())
-            .or_insert(HideReason::CredentialName);
-    }
-    tracing::debug!("plan: credential names");
-    if profile.filesystem.hide_other_projects {
-        for path in other_projects(&workspace, &home, &mut notes) {
-            hidden.entry(path).or_insert(HideReason::OtherProject);
-        }
-    }
-    if profile.filesystem.mask_home_sockets && home_visible || workspace == home {
-        let skip: Vec<PathBuf> = hidden.keys().cloned().collect();
-        for path in home_sockets(&home, &skip, &mut notes) {
-            hidden.entry(path).or_insert(HideReason::UnixSocket);
-        }
-    }
-    for path in hidden_env_files(profile, &workspace, &repositories, env_files, &mut notes) {
-        hidden.entry(path).or_insert(HideReason::EnvFile);
-    }
-    // With an allow-listed home, only what is shown needs hiding.
-    if allowlist {
-        hidden.retain(|path, _| {
-            !path.starts_with(&home)
-                || path.starts_with(&workspace)
-                || home_allowed.iter().any(|a| path.starts_with(a))
-        });
-    }
+    let (hidden, credential_names) = hidden_paths::<S>(
+        &scope,
+        &shown,
+        &mut listings,
+        &repositories,
+        env_files,
+        &mut notes,
+    );
     tracing::debug!("plan: hidden found");
-    for (path, reason) in hidden {
-        let is_dir = fs::metadata(&path).map(|m| m.is_dir()).unwrap_or(false);
-        mounts.push(if is_dir {
-            MountOp::HideDir { dst: path, reason }
-        } else {
-            MountOp::HideFile { dst: path, reason }
-        });
-    }
+    view.hide(hidden)?;
+    // What must not be changed: persistence paths, the repositories' .git, the profile.
+    view.protect(
+        &scope,
+        &protected_paths,
+        &repositories,
+        &mut listings,
+        &mut notes,
+    );
+    let realized = view.finish(&scope)?;
+    tracing::debug!("plan: view");
 
-    if let Some(git_dir) = git_dir_outside(&workspace) {
-        notes.push(format!(
-            "WARNING: the workspace's .git names {}, outside the workspace (a linked worktree or a submodule checkout): it is not in the sandbox's view, so git inside reports \"not a git repository\"; run from the main checkout to give the agent git",
-            git_dir.display()
-        ));
-    }
-    // Each repository's `.git`: a directory is pinned (a mount point cannot be renamed,
-    // removed or replaced, so no gitfile or link can take its place while git inside works
-    // as usual); a gitfile is read-only (its content is the redirect).
-    for repo in &repositories {
-        let git = repo.join(".git");
-        match fs::symlink_metadata(&git) {
-            Ok(meta) if meta.is_dir() => mounts.push(MountOp::PinInPlace { path: git }),
-            Ok(meta) if meta.is_file() => mounts.push(MountOp::ReadOnlyInPlace { path: git }),
-            // A link is the sweep's to judge; it is never looked through.
-            _ => {}
-        }
-    }
-    // Persistence paths: read-only where they exist; all of them recorded for the sweep.
-    // One listing per parent directory instead of a lookup per name: most names are absent.
-    for path in &protected_paths {
-        if crate::sandbox::plan::protected::is_git_config(path) {
-            continue;
-        }
-        let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
-            continue;
-        };
-        let listed = listings
-            .names(parent)
-            .is_some_and(|names| names.contains(name));
-        if listed && fs::symlink_metadata(path).is_ok_and(|m| !m.file_type().is_symlink()) {
-            mounts.push(MountOp::ReadOnlyInPlace { path: path.clone() });
-        }
-    }
-
-    // The profile that confines the run, where the run could write it: read-only and pinned.
-    mounts.extend(profile_file_mounts(profile, &workspace, &mounts));
-
-    mounts.push(MountOp::ReadOnlyRoot);
-
-    tracing::debug!("plan: mounts");
     let (mut env, env_dropped) = build_environment(profile, facts, &identity, &home);
     if let Some(agent) = &agent {
         for (name, value) in &agent.env {
@@ -557,14 +650,14 @@ pub fn build_plan(profile: &Profile, facts: &HostFacts) -> Result<SandboxPlan, P
         }
         env.sort();
     }
-    let landlock = LandlockPlan {
-        rules: landlock_rules(&mounts)?,
-        scope_signals_and_abstract_unix: true,
-        // Port rules would only break the agent's own loopback servers inside a network
-        // namespace; with the host's network they are no help against an allow-list either.
-        tcp: None,
-        assurance: profile.assurance,
-    };
+    // Where /tmp is the host's, TMPDIR names the per-run directory.
+    if let Some(scratch) = &realized.scratch_dir {
+        for (name, value) in env.iter_mut() {
+            if name == "TMPDIR" {
+                *value = scratch.display().to_string();
+            }
+        }
+    }
     let cwd = if facts.cwd.starts_with(&workspace) {
         facts.cwd.clone()
     } else {
@@ -573,14 +666,18 @@ pub fn build_plan(profile: &Profile, facts: &HostFacts) -> Result<SandboxPlan, P
     Ok(SandboxPlan {
         agent: agent.map(|a| a.state),
         managed_settings_removed,
-        repositories,
-        isolation: Isolation::Namespaces,
-        losses: Vec::new(),
-        scratch_dir: None,
+        repositories: if S::RECORDS_REPOSITORIES {
+            repositories
+        } else {
+            Vec::new()
+        },
+        isolation: S::ISOLATION,
+        losses: realized.losses,
+        scratch_dir: realized.scratch_dir,
         profile: profile.name.clone(),
         policy_hash: profile.policy_hash(),
         identity,
-        hostname: "stepproof".into(),
+        hostname: S::HOSTNAME.into(),
         network: profile.network.mode,
         proxy_port: profile.network.proxy_port,
         allow: profile.network.allow.clone(),
@@ -596,15 +693,109 @@ pub fn build_plan(profile: &Profile, facts: &HostFacts) -> Result<SandboxPlan, P
         workspace,
         home,
         cwd,
-        mounts,
+        mounts: realized.mounts,
         credential_names,
         protected_paths,
         env,
         env_dropped,
-        landlock,
+        landlock: LandlockPlan {
+            rules: realized.landlock_rules,
+            scope_signals_and_abstract_unix: true,
+            tcp: realized.tcp,
+            assurance: profile.assurance,
+        },
+        // One rule table, for both isolations and every profile.
+        seccomp: SeccompRules::Standard,
         limits: profile.process.limits.clone(),
         notes,
     })
+}
+
+/// How much of the home the view shows.
+struct HomeShown<'a> {
+    visible: bool,
+    /// `home = "allowlist"`: only `allowed` is shown.
+    allowlist: bool,
+    allowed: &'a [PathBuf],
+}
+
+/// What must not be seen, with why: the profile's catalogue of secrets, names that look like
+/// secrets, other projects, unix sockets, `.env` files — as far as the isolation `S` hides
+/// each. Also the names found, for `explain`.
+fn hidden_paths<S: IsolationStrategy>(
+    scope: &Scope<'_>,
+    home_shown: &HomeShown<'_>,
+    listings: &mut Listings,
+    repositories: &[PathBuf],
+    env_files: Vec<PathBuf>,
+    notes: &mut Vec<String>,
+) -> (
+    BTreeMap<PathBuf, HideReason>,
+    Vec<crate::sandbox::plan::secrets::CredentialName>,
+) {
+    let (profile, home, workspace) = (scope.profile, scope.home, scope.workspace);
+    let resolve = |spec: &crate::profile::PathSpec| spec.resolve(home, workspace);
+    let mut hidden = BTreeMap::new();
+    for path in crate::sandbox::plan::secrets::existing_catalogue(
+        &profile.filesystem.hidden,
+        home,
+        workspace,
+        listings,
+    ) {
+        hidden.entry(path).or_insert(HideReason::Secret);
+    }
+    tracing::debug!("plan: catalogue");
+    let credential_names = if S::HIDES_CREDENTIAL_NAMES && home_shown.visible {
+        let mut keep = vec![workspace.to_path_buf()];
+        keep.extend(
+            profile
+                .filesystem
+                .read_only
+                .iter()
+                .chain(&profile.filesystem.writable)
+                .map(resolve),
+        );
+        keep.extend(home_shown.allowed.iter().cloned());
+        crate::sandbox::plan::secrets::credential_names(
+            home,
+            &profile.filesystem.hidden_names,
+            &keep,
+            listings,
+        )
+    } else {
+        Vec::new()
+    };
+    for found in &credential_names {
+        hidden
+            .entry(found.path.clone())
+            .or_insert(HideReason::CredentialName);
+    }
+    tracing::debug!("plan: credential names");
+    if profile.filesystem.hide_other_projects {
+        for path in other_projects(workspace, home, notes) {
+            hidden.entry(path).or_insert(HideReason::OtherProject);
+        }
+    }
+    if S::masks_home_sockets(profile, home_shown.visible, workspace == home) {
+        let skip: Vec<PathBuf> = hidden.keys().cloned().collect();
+        for path in home_sockets(home, &skip, notes) {
+            hidden.entry(path).or_insert(HideReason::UnixSocket);
+        }
+    }
+    if S::HIDES_ENV_FILES {
+        for path in hidden_env_files(profile, workspace, repositories, env_files, notes) {
+            hidden.entry(path).or_insert(HideReason::EnvFile);
+        }
+    }
+    // With an allow-listed home, only what is shown needs hiding.
+    if home_shown.allowlist {
+        hidden.retain(|path, _| {
+            !path.starts_with(home)
+                || path.starts_with(workspace)
+                || home_shown.allowed.iter().any(|a| path.starts_with(a))
+        });
+    }
+    (hidden, credential_names)
 }
 
 /// A checked Landlock rule; a path Landlock must not be given (a writable /proc, …) refuses the
@@ -615,49 +806,7 @@ pub(crate) fn landlock_rule(
 ) -> Result<LandlockRule, PlanError> {
     let path = path.into();
     LandlockRule::new(path.clone(), access)
-        .map_err(|e| PlanError::Refused(format!("Landlock rule for {}: {e}", path.display())))
-}
-
-/// The Landlock rules that mirror the mount list: read-execute where the view is read-only,
-/// read-write where it is writable, device rights on the device nodes and terminals.
-fn landlock_rules(mounts: &[MountOp]) -> Result<Vec<LandlockRule>, PlanError> {
-    let mut rules = vec![landlock_rule("/", FsAccess::ListDirectories)?];
-    for op in mounts {
-        let (path, access) = match op {
-            MountOp::Bind { dst, access, .. } | MountOp::IdmappedBind { dst, access, .. } => (
-                dst,
-                match access {
-                    Access::ReadOnly => FsAccess::ReadExecute,
-                    Access::ReadWrite => FsAccess::ReadWrite,
-                },
-            ),
-            // /dev itself is only listed; its nodes get their own rules.
-            MountOp::Tmpfs { dst, .. } if dst == Path::new("/dev") => (dst, FsAccess::ReadExecute),
-            MountOp::Tmpfs { dst, .. } => (dst, FsAccess::ReadWrite),
-            MountOp::Proc { dst } => (dst, FsAccess::ReadExecute),
-            MountOp::Devpts { dst } | MountOp::DevNode { dst, .. } => (dst, FsAccess::Device),
-            MountOp::Symlink { .. }
-            | MountOp::HideDir { .. }
-            | MountOp::HideFile { .. }
-            | MountOp::ReadOnlyInPlace { .. }
-            | MountOp::PinInPlace { .. }
-            | MountOp::File { .. }
-            | MountOp::SealReadOnly { .. }
-            | MountOp::ReadOnlyRoot => continue,
-            MountOp::FromSupervisor { dst, access, .. } => (
-                dst,
-                match access {
-                    Access::ReadOnly => FsAccess::ReadExecute,
-                    Access::ReadWrite => FsAccess::ReadWrite,
-                },
-            ),
-            MountOp::Overlay { dst, .. } | MountOp::Generated { dst, .. } => {
-                (dst, FsAccess::ReadExecute)
-            }
-        };
-        rules.push(landlock_rule(path.clone(), access)?);
-    }
-    Ok(rules)
+        .map_err(|source| PlanError::LandlockRule { path, source })
 }
 
 pub(crate) fn choose_identity(
@@ -698,14 +847,10 @@ pub(crate) fn choose_identity(
         });
     }
     if !profile.process.allow_root_fallback {
-        return Err(PlanError::Refused(
-            "invoked as root, but idmapped mounts do not work for the workspace or home here, so the command cannot run as an unprivileged user that owns them; set process.allow_root_fallback = true to run as uid 0 without capabilities (never for an agent with the hook), or run stepproof-run as a normal user".into(),
-        ));
+        return Err(PlanError::RootWithoutIdmappedMounts);
     }
     if profile.hook.is_some() {
-        return Err(PlanError::Refused(
-            "the root fallback is not allowed for a profile with a hook: Claude Code ignores parts of its managed settings when it runs as uid 0".into(),
-        ));
+        return Err(PlanError::RootFallbackWithHook);
     }
     notes.push("ROOT FALLBACK: the command runs as uid 0 (no capabilities) because idmapped mounts are unavailable".into());
     Ok(Identity {
@@ -716,41 +861,6 @@ pub(crate) fn choose_identity(
         outside_gid: 0,
         kept_groups: Vec::new(),
     })
-}
-
-fn push_minimal_dev(mounts: &mut Vec<MountOp>) {
-    mounts.push(MountOp::Tmpfs {
-        dst: "/dev".into(),
-        mode: 0o755,
-        size_mib: Some(1),
-    });
-    for node in DEVICE_NODES {
-        let path = PathBuf::from("/dev").join(node);
-        mounts.push(MountOp::DevNode {
-            src: path.clone(),
-            dst: path,
-        });
-    }
-    mounts.push(MountOp::Devpts {
-        dst: "/dev/pts".into(),
-    });
-    for (target, dst) in [
-        ("pts/ptmx", "/dev/ptmx"),
-        ("/proc/self/fd", "/dev/fd"),
-        ("/proc/self/fd/0", "/dev/stdin"),
-        ("/proc/self/fd/1", "/dev/stdout"),
-        ("/proc/self/fd/2", "/dev/stderr"),
-    ] {
-        mounts.push(MountOp::Symlink {
-            target: target.into(),
-            dst: dst.into(),
-        });
-    }
-    mounts.push(MountOp::Tmpfs {
-        dst: "/dev/shm".into(),
-        mode: 0o1777,
-        size_mib: Some(64),
-    });
 }
 
 pub use crate::profile::STATE_DIR;
@@ -768,20 +878,19 @@ pub(crate) fn check_workspace(
     workspace: &Path,
     home: &Path,
 ) -> Result<(), PlanError> {
-    let refuse = |why: String| {
-        Err(PlanError::Refused(format!(
-            "--workspace {}: {why}; choose a project directory",
-            workspace.display()
-        )))
+    let refuse = |reason| {
+        Err(PlanError::WorkspaceRefused {
+            path: workspace.to_path_buf(),
+            reason,
+        })
     };
     if workspace == Path::new("/") {
-        return refuse("the workspace cannot be `/`".into());
+        return refuse(WorkspaceRefusal::FileSystemRoot);
     }
     if home.starts_with(workspace) && home != workspace {
-        return refuse(format!(
-            "it contains the home {} (whose secrets and startup files would become writable)",
-            home.display()
-        ));
+        return refuse(WorkspaceRefusal::HoldsTheHome {
+            home: home.to_path_buf(),
+        });
     }
     let system = profile
         .filesystem
@@ -792,18 +901,12 @@ pub(crate) fn check_workspace(
     for dir in system {
         let canonical = dir.canonicalize().unwrap_or_else(|_| dir.clone());
         if workspace.starts_with(&canonical) || workspace.starts_with(&dir) {
-            return refuse(format!(
-                "it is under {}, which the sandbox shows read-only from the host",
-                dir.display()
-            ));
+            return refuse(WorkspaceRefusal::UnderSystemDirectory { dir });
         }
     }
     let state = home.join(STATE_DIR);
     if workspace.starts_with(&state) || state.starts_with(workspace) && workspace != home {
-        return refuse(format!(
-            "it holds or is inside StepProof's own state {} (audit logs, quarantine)",
-            state.display()
-        ));
+        return refuse(WorkspaceRefusal::StepProofState { state });
     }
     Ok(())
 }
@@ -853,43 +956,6 @@ pub(crate) fn writable_binds(mounts: &[MountOp]) -> Vec<PathBuf> {
         .collect()
 }
 
-/// Every file of the profile's chain that lies in a directory the run can write becomes a
-/// read-only bind, and each directory between it and that writable root is pinned onto itself
-/// first (a read-only file bind would otherwise move with a renamed parent). The hashes taken
-/// when the profile was read are compared after the run.
-fn profile_file_mounts(profile: &Profile, workspace: &Path, mounts: &[MountOp]) -> Vec<MountOp> {
-    let mut roots = writable_binds(mounts);
-    roots.push(workspace.to_path_buf());
-    let mut ops = Vec::new();
-    for file in &profile.files {
-        let Some(root) = roots.iter().filter(|r| file.path.starts_with(r)).max() else {
-            continue;
-        };
-        let mut dir = root.clone();
-        let rel = file.path.strip_prefix(root).unwrap_or(&file.path);
-        let parts: Vec<_> = rel.components().collect();
-        for part in &parts[..parts.len().saturating_sub(1)] {
-            dir.push(part);
-            let op = MountOp::PinInPlace { path: dir.clone() };
-            if !ops.contains(&op) {
-                ops.push(op);
-            }
-        }
-        let op = MountOp::ReadOnlyInPlace {
-            path: file.path.clone(),
-        };
-        if !ops.contains(&op) {
-            ops.push(op);
-        }
-    }
-    // Pins first, outermost first: a later bind of an ancestor would hide what is below it.
-    ops.sort_by_key(|op| match op {
-        MountOp::PinInPlace { path } => (0, path.components().count()),
-        _ => (1, 0),
-    });
-    ops
-}
-
 pub(crate) fn existing(path: PathBuf, key: &str) -> Result<PathBuf, PlanError> {
     path.canonicalize().map_err(|source| PlanError::Io {
         what: if key == "filesystem.writable" {
@@ -901,8 +967,6 @@ pub(crate) fn existing(path: PathBuf, key: &str) -> Result<PathBuf, PlanError> {
         source,
     })
 }
-
-pub(crate) use crate::sandbox::plan::secrets::hide_target;
 
 /// The project's `.env` files to hide: those the scan found, minus the ones the profile shows
 /// and the tracked ones (hidden, a tracked file would look emptied to git inside, and
@@ -1051,43 +1115,6 @@ pub(crate) fn home_sockets(home: &Path, skip: &[PathBuf], notes: &mut Vec<String
         }
     }
     found.into_iter().collect()
-}
-
-/// In root mode the sandbox user needs an account: tools ask `getpwuid` (git, ssh, Node's
-/// `os.userInfo()`). The host's files are shown with the sandbox user's line in place of any
-/// host account that has the same id, so the name inside is always `stepproof`.
-fn sandbox_account_files(
-    facts: &HostFacts,
-    identity: &Identity,
-    home: &Path,
-) -> Vec<(PathBuf, String)> {
-    let passwd_line = format!(
-        "{SANDBOX_USER_NAME}:x:{}:{}:StepProof sandbox user:{}:/bin/sh",
-        identity.inside_uid,
-        identity.inside_gid,
-        home.display()
-    );
-    let group_line = format!("{SANDBOX_USER_NAME}:x:{}:", identity.inside_gid);
-    let mut files = Vec::new();
-    for (name, host, id, line) in [
-        ("passwd", &facts.passwd, identity.inside_uid, passwd_line),
-        ("group", &facts.group, identity.inside_gid, group_line),
-    ] {
-        let id = id.to_string();
-        let mut contents: String = host
-            .lines()
-            .filter(|l| {
-                let mut fields = l.split(':');
-                let name = fields.next();
-                name != Some(SANDBOX_USER_NAME) && fields.nth(1) != Some(id.as_str())
-            })
-            .map(|l| format!("{l}\n"))
-            .collect();
-        contents.push_str(&line);
-        contents.push('\n');
-        files.push((PathBuf::from(name), contents));
-    }
-    files
 }
 
 impl std::fmt::Display for MountOp {
@@ -1336,7 +1363,7 @@ mod tests {
         no_idmap.idmapped_mounts = false;
         assert!(matches!(
             build_plan(&profile, &no_idmap),
-            Err(PlanError::Refused(_))
+            Err(PlanError::RootWithoutIdmappedMounts)
         ));
     }
 
@@ -1349,5 +1376,139 @@ mod tests {
         let plan = build_plan(&profile, &facts(&home, &home, 1234)).unwrap();
         let path = home.join(".bashrc");
         assert!(plan.mounts.contains(&MountOp::ReadOnlyInPlace { path }));
+    }
+
+    fn degraded_profile() -> Profile {
+        let mut profile = Profile::builtin_default().unwrap();
+        profile.degraded.allow = true;
+        profile.hook = None;
+        profile
+    }
+
+    #[test]
+    fn the_degraded_plan_describes_its_scratch_directory_and_creates_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().canonicalize().unwrap();
+        let ws = home.join("w");
+        fs::create_dir_all(&ws).unwrap();
+        let mut host = facts(&home, &ws, 1234);
+        host.env.push(("TMPDIR".into(), "/somewhere".into()));
+        let plan = build_degraded_plan(&degraded_profile(), &host).unwrap();
+        let scratch = plan.scratch_dir.clone().unwrap();
+        assert!(!scratch.exists(), "planning created {}", scratch.display());
+        assert!(
+            scratch
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("stepproof-scratch-test-")
+        );
+        assert_eq!(
+            plan.landlock.rules.last(),
+            Some(&LandlockRule {
+                path: scratch.clone(),
+                access: FsAccess::ReadWrite
+            })
+        );
+        let tmpdir = plan.env.iter().find(|(k, _)| k == "TMPDIR").unwrap();
+        assert_eq!(Path::new(&tmpdir.1), scratch);
+        assert_eq!(plan.isolation, Isolation::LandlockSeccompOnly);
+        assert!(plan.mounts.is_empty() && plan.hostname.is_empty());
+        assert_eq!(plan.seccomp, SeccompRules::Standard);
+        // Two plans, two names: the launch refuses one that exists.
+        let again = build_degraded_plan(&degraded_profile(), &host).unwrap();
+        assert_ne!(again.scratch_dir, plan.scratch_dir);
+    }
+
+    #[test]
+    fn both_isolations_plan_the_same_sandbox() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().canonicalize().unwrap();
+        let ws = home.join("src/proj");
+        fs::create_dir_all(ws.join(".git/hooks")).unwrap();
+        fs::create_dir_all(home.join("src/other")).unwrap();
+        fs::create_dir_all(home.join(".ssh")).unwrap();
+        fs::write(home.join(".netrc"), "machine x").unwrap();
+        let host = facts(&home, &ws, 1234);
+        let profile = degraded_profile();
+        let full = build_plan(&profile, &host).unwrap();
+        let degraded = build_degraded_plan(&profile, &host).unwrap();
+        assert_eq!(full.identity, degraded.identity);
+        assert_eq!(full.protected_paths, degraded.protected_paths);
+        assert_eq!(full.cwd, degraded.cwd);
+        assert_eq!(full.env_dropped, degraded.env_dropped);
+        assert_eq!(full.seccomp, degraded.seccomp);
+        // What the mounts hide, no Landlock rule of the degraded plan reaches.
+        let hidden: Vec<&PathBuf> = full
+            .mounts
+            .iter()
+            .filter_map(|m| match m {
+                MountOp::HideDir { dst, .. } | MountOp::HideFile { dst, .. } => Some(dst),
+                _ => None,
+            })
+            .collect();
+        for path in [
+            home.join(".ssh"),
+            home.join(".netrc"),
+            home.join("src/other"),
+        ] {
+            assert!(hidden.contains(&&path), "{path:?}");
+        }
+        for path in hidden {
+            let reached: Vec<_> = degraded
+                .landlock
+                .rules
+                .iter()
+                .filter(|r| path.starts_with(&r.path))
+                .collect();
+            assert!(reached.is_empty(), "{path:?} reached by {reached:?}");
+        }
+        assert!(degraded.landlock.rules.iter().any(|r| r.path == ws));
+    }
+
+    #[test]
+    fn plan_errors_keep_their_messages_and_say_what_kind_they_are() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().canonicalize().unwrap();
+        let profile = Profile::builtin_default().unwrap();
+
+        let err = build_plan(&profile, &facts(&home, Path::new("/"), 1234)).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "--workspace /: the workspace cannot be `/`; choose a project directory"
+        );
+        assert!(err.is_configuration());
+
+        let ws = home.join("w");
+        fs::create_dir_all(&ws).unwrap();
+        let mut writable_proc = profile.clone();
+        writable_proc.filesystem.writable =
+            vec![crate::profile::PathSpec::parse("/proc/sys").unwrap()];
+        let err = build_plan(&writable_proc, &facts(&home, &ws, 1234)).unwrap_err();
+        assert!(
+            matches!(&err, PlanError::LandlockRule { path, .. } if path == Path::new("/proc/sys")),
+            "{err}"
+        );
+        assert!(err.to_string().starts_with("Landlock rule for /proc/sys: "));
+        assert!(err.is_configuration());
+
+        let mut missing = profile.clone();
+        missing.filesystem.read_only = vec![crate::profile::PathSpec::parse("~/absent").unwrap()];
+        let err = build_plan(&missing, &facts(&home, &ws, 1234)).unwrap_err();
+        assert!(
+            matches!(&err, PlanError::Io { path, source, .. }
+                if *path == home.join("absent") && source.raw_os_error() == Some(libc::ENOENT)),
+            "{err}"
+        );
+        assert!(!err.is_configuration());
+
+        let mut no_idmap = facts(&home, &ws, 0);
+        no_idmap.idmapped_mounts = false;
+        let err = build_plan(&profile, &no_idmap).unwrap_err();
+        assert!(!err.is_configuration());
+
+        let err = build_degraded_plan(&profile, &facts(&home, &ws, 1234)).unwrap_err();
+        assert!(matches!(err, PlanError::NoUserNamespaces));
+        assert!(!err.is_configuration());
     }
 }

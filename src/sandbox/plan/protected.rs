@@ -45,17 +45,6 @@ const HOME_PERSISTENCE: &[&str] = &[
     ".xsessionrc",
 ];
 
-/// Every persistence path of the workspace and of the nested repositories the launch's bounded
-/// scan finds, existing or not.
-pub(crate) fn protected_paths(
-    profile: &Profile,
-    workspace: &Path,
-    home: &Path,
-    notes: &mut Vec<String>,
-) -> Vec<PathBuf> {
-    scan_workspace(profile, workspace, home, notes).protected_paths
-}
-
 /// What the launch's bounded scan of the workspace found.
 pub(crate) struct WorkspaceScan {
     /// Every persistence path of the workspace and of the nested repositories, existing or not.
@@ -395,7 +384,7 @@ mod tests {
 
     fn default_paths(ws: &Path, notes: &mut Vec<String>) -> Vec<PathBuf> {
         let profile = Profile::builtin_default().unwrap();
-        protected_paths(&profile, ws, Path::new("/nonexistent-home"), notes)
+        scan_workspace(&profile, ws, Path::new("/nonexistent-home"), notes).protected_paths
     }
 
     #[test]

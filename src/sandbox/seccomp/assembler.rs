@@ -105,14 +105,15 @@ fn to_seccompiler_condition(
     })
 }
 
-/// Compiles the table for `arch`: the arch/x32 prefix, then one filter per action. Call it
-/// before forking the sandbox child (it allocates); install the result with
-/// [`apply_seccomp_on_current_thread`](super::apply_seccomp_on_current_thread).
+/// Compiles the standard table for `arch` (the probes and the tests; a launch compiles the
+/// table its plan names with [`compile_table`]).
 pub fn compile_filters(arch: Arch) -> Result<Vec<BpfProgram>, SeccompError> {
     compile_table(&rule_table(), arch)
 }
 
-/// [`compile_filters`] for any table (tests use small ones).
+/// Compiles `table` for `arch`: the arch/x32 prefix, then one filter per action. Call it
+/// before forking the sandbox child (it allocates); install the result with
+/// [`apply_seccomp_on_current_thread`](super::apply_seccomp_on_current_thread).
 pub fn compile_table(table: &[SyscallRule], arch: Arch) -> Result<Vec<BpfProgram>, SeccompError> {
     let (stack, disjoint) = compile_stack(table, arch)?;
     Ok(match disjoint.then(|| chain(&stack)).flatten() {

@@ -3,7 +3,8 @@
 //! (the first line against privilege left in a file), and every foreign architecture (and the
 //! x32 ABI on x86_64) killed.
 //!
-//! The rule table is data ([`rule_table`], in `rules`), unit-tested as data. [`compile_filters`]
+//! The rule table is data ([`rule_table`], in `rules`), unit-tested as data; the plan names the
+//! table to use (`SandboxPlan::seccomp`, [`rules_for`]). [`compile_table`]
 //! (the `assembler`) turns it into a stack of classic BPF programs, because a seccompiler filter
 //! has one match action:
 //!
@@ -36,7 +37,7 @@ pub use numbers::{
 };
 pub use rules::{
     Action, ArgCondition, Cmp, IPPROTO_MPTCP, NAMESPACE_FLAGS, O_CREAT, O_TMPFILE_BIT, S_ISGID,
-    S_ISUID, SyscallRule, TIOCLINUX, TIOCSTI, Width, describe, rule_table,
+    S_ISUID, SeccompRules, SyscallRule, TIOCLINUX, TIOCSTI, Width, describe, rule_table, rules_for,
 };
 pub use seccompiler::BpfProgram;
 use seccompiler::sock_filter;
@@ -101,9 +102,8 @@ pub struct SeccompReport {
     pub instructions: usize,
 }
 
-/// The report for the filters [`compile_filters`] made for `arch`.
-pub fn report(arch: Arch, filters: &[BpfProgram]) -> SeccompReport {
-    let table = rule_table();
+/// The report for the filters [`compile_table`] made of `table` for `arch`.
+pub fn report(table: &[SyscallRule], arch: Arch, filters: &[BpfProgram]) -> SeccompReport {
     let applicable: Vec<&SyscallRule> = table
         .iter()
         .filter(|r| syscall_number(r.syscall, arch).is_some())
@@ -176,7 +176,7 @@ mod tests {
         for arch in [Arch::X86_64, Arch::Aarch64] {
             let filters = compile_filters(arch).unwrap();
             assert_eq!(filters.len(), 1, "prefix, EPERM and ENOSYS parts chained");
-            let r = report(arch, &filters);
+            let r = report(&rule_table(), arch, &filters);
             assert_eq!(r.architectures, [arch.name()]);
             assert!(r.instructions < 4096);
             let expected = rule_table()
@@ -187,8 +187,8 @@ mod tests {
         }
         // Not on aarch64: iopl, ioperm, chmod (1 row), creat, mknod (2 rows each), open (4).
         assert_eq!(
-            report(Arch::X86_64, &[]).rules,
-            report(Arch::Aarch64, &[]).rules + 11
+            report(&rule_table(), Arch::X86_64, &[]).rules,
+            report(&rule_table(), Arch::Aarch64, &[]).rules + 11
         );
     }
 

@@ -5,6 +5,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::numbers::SECCOMP_RET_ERRNO;
+/// The plan's name for a rule table.
+pub use crate::sandbox::plan::SeccompRules;
 
 /// What the filter answers when a rule matches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -228,6 +230,13 @@ fn setuid_setgid_rows() -> Vec<SyscallRule> {
     t
 }
 
+/// The table a plan names (`SandboxPlan::seccomp`).
+pub fn rules_for(rules: SeccompRules) -> Vec<SyscallRule> {
+    match rules {
+        SeccompRules::Standard => rule_table(),
+    }
+}
+
 /// The deny table, in the order `stepproof explain` shows it.
 pub fn rule_table() -> Vec<SyscallRule> {
     let mut t = vec![
@@ -441,15 +450,22 @@ fn describe_condition(c: &ArgCondition) -> String {
     }
 }
 
-/// Lines for `stepproof explain`: one per table row, `syscall [if …] -> ACTION  # reason`.
-pub fn describe() -> Vec<String> {
+/// Lines for `stepproof explain`: the rule set the plan names, then one per table row,
+/// `syscall [if …] -> ACTION  # reason`.
+pub fn describe(rules: SeccompRules) -> Vec<String> {
+    let table = rules_for(rules);
     let mut lines = vec![
+        format!(
+            "seccomp: rule set {} ({} rows; the same for both isolations)",
+            rules.name(),
+            table.len()
+        ),
         "seccomp: foreign architectures and the x32 ABI -> KILL_PROCESS".to_string(),
         "seccomp: everything not listed -> ALLOW (no argument checks: answered by the kernel's \
          action cache)"
             .to_string(),
     ];
-    for rule in rule_table() {
+    for rule in table {
         let cond = if rule.conditions.is_empty() {
             String::new()
         } else {
@@ -598,8 +614,15 @@ mod tests {
 
     #[test]
     fn describe_has_one_line_per_rule() {
-        let lines = describe();
-        assert_eq!(lines.len(), rule_table().len() + 2);
+        let lines = describe(SeccompRules::Standard);
+        assert_eq!(lines.len(), rule_table().len() + 3);
+        assert_eq!(
+            lines[0],
+            format!(
+                "seccomp: rule set standard ({} rows; the same for both isolations)",
+                rule_table().len()
+            )
+        );
         assert!(
             lines
                 .iter()

@@ -1,0 +1,400 @@
+//! The namespace strategy: the view rebuilt as mounts in a new mount namespace, in order, with
+//! Landlock mirroring it at mount granularity. What is hidden is covered by an empty stand-in,
+//! what is protected is bound read-only onto itself, and the rebuilt root ends read-only.
+
+use crate::profile::Profile;
+use crate::sandbox::plan::agent_layer::AgentPlan;
+use crate::sandbox::plan::landlock::{FsAccess, LandlockRule};
+use crate::sandbox::plan::secrets::Listings;
+use crate::sandbox::plan::{
+    Access, DEVICE_NODES, HideReason, HostFacts, Identity, IdentityMode, Isolation,
+    IsolationStrategy, MountOp, PlanError, Realized, SANDBOX_USER_NAME, Scope, landlock_rule,
+    writable_binds,
+};
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// The mount list as it is built.
+pub(crate) struct MountView {
+    mounts: Vec<MountOp>,
+    /// Files StepProof lays over the host's /etc (never writing the host's): the sandbox
+    /// account of a root invocation, the mount point of the agent's /etc/claude-code.
+    etc_files: Vec<(PathBuf, String)>,
+    /// The agent's own mounts (the hook, its socket, its state), placed under the private /run.
+    agent_mounts: Vec<MountOp>,
+    /// Invoked as root, everything bound from the caller's side (not the system directories)
+    /// goes through an idmapped mount: root's files there appear as the sandbox user's, and the
+    /// init, already that user, needs no access to root's private directories to mount them.
+    idmapped: bool,
+}
+
+impl IsolationStrategy for MountView {
+    const ISOLATION: Isolation = Isolation::Namespaces;
+    const HOSTNAME: &'static str = "stepproof";
+    const PLANS_AGENT: bool = true;
+    const HONOURS_HOME_ALLOWLIST: bool = true;
+    const HIDES_CREDENTIAL_NAMES: bool = true;
+    const HIDES_ENV_FILES: bool = true;
+    const RECORDS_REPOSITORIES: bool = true;
+
+    /// The home's sockets where the home is shown; always where the workspace is the home.
+    fn masks_home_sockets(profile: &Profile, home_visible: bool, workspace_is_home: bool) -> bool {
+        profile.filesystem.mask_home_sockets && home_visible || workspace_is_home
+    }
+
+    fn start(scope: &Scope<'_>, agent: Option<&AgentPlan>) -> Self {
+        let mut etc_files = Vec::new();
+        if scope.identity.mode == IdentityMode::RootRemapped {
+            etc_files.extend(sandbox_account_files(
+                scope.facts,
+                scope.identity,
+                scope.home,
+            ));
+        }
+        if agent.is_some() {
+            // The mount point of the agent's own /etc/claude-code (the read-only /etc usually
+            // has none); the generated tmpfs covers it.
+            etc_files.push((PathBuf::from("claude-code/.mount-point"), String::new()));
+        }
+        MountView {
+            mounts: Vec::new(),
+            etc_files,
+            agent_mounts: agent.map(|a| a.mounts.clone()).unwrap_or_default(),
+            idmapped: scope.identity.mode == IdentityMode::RootRemapped,
+        }
+    }
+
+    /// A host symlink (merged /usr) is recreated as a symlink; /etc gets StepProof's files laid
+    /// over it when there are any.
+    fn system_directory(&mut self, path: PathBuf) -> Result<(), PlanError> {
+        match fs::symlink_metadata(&path) {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                let target = fs::read_link(&path).map_err(|source| PlanError::Io {
+                    what: "reading the link",
+                    path: path.clone(),
+                    source,
+                })?;
+                self.mounts.push(MountOp::Symlink { target, dst: path });
+            }
+            Ok(_) if path == Path::new("/etc") && !self.etc_files.is_empty() => {
+                self.mounts.push(MountOp::Overlay {
+                    src: path.clone(),
+                    dst: path,
+                    files: std::mem::take(&mut self.etc_files),
+                })
+            }
+            Ok(_) => self.mounts.push(MountOp::Bind {
+                src: path.clone(),
+                dst: path,
+                access: Access::ReadOnly,
+            }),
+            Err(_) => {}
+        }
+        Ok(())
+    }
+
+    /// A fresh read-only /proc for the new pid namespace, read-only /sys.
+    fn kernel_interfaces(&mut self) -> Result<(), PlanError> {
+        self.mounts.push(MountOp::Proc {
+            dst: "/proc".into(),
+        });
+        self.mounts.push(MountOp::Bind {
+            src: "/sys".into(),
+            dst: "/sys".into(),
+            access: Access::ReadOnly,
+        });
+        Ok(())
+    }
+
+    fn devices(&mut self) -> Result<(), PlanError> {
+        push_minimal_dev(&mut self.mounts);
+        Ok(())
+    }
+
+    /// Private /tmp and /run (no host daemon sockets there), the agent's mounts under /run.
+    fn scratch_space(&mut self, scope: &Scope<'_>) -> Result<(), PlanError> {
+        self.mounts.push(MountOp::Tmpfs {
+            dst: "/tmp".into(),
+            mode: 0o1777,
+            size_mib: Some(scope.profile.filesystem.tmp_size_mib),
+        });
+        self.mounts.push(MountOp::Tmpfs {
+            dst: "/run".into(),
+            mode: 0o755,
+            size_mib: Some(16),
+        });
+        self.mounts.append(&mut self.agent_mounts);
+        self.mounts.push(MountOp::Symlink {
+            target: "../run".into(),
+            dst: "/var/run".into(),
+        });
+        self.mounts.push(MountOp::Symlink {
+            target: "../tmp".into(),
+            dst: "/var/tmp".into(),
+        });
+        Ok(())
+    }
+
+    /// An empty tmpfs over the home; what the profile lists is bound into it next.
+    fn private_home(&mut self, scope: &Scope<'_>) {
+        self.mounts.push(MountOp::Tmpfs {
+            dst: scope.home.to_path_buf(),
+            mode: 0o700,
+            size_mib: Some(scope.profile.filesystem.tmp_size_mib),
+        });
+    }
+
+    fn show(&mut self, path: &Path, access: Access) -> Result<(), PlanError> {
+        let (src, dst) = (path.to_path_buf(), path.to_path_buf());
+        self.mounts.push(if self.idmapped {
+            MountOp::IdmappedBind { src, dst, access }
+        } else {
+            MountOp::Bind { src, dst, access }
+        });
+        Ok(())
+    }
+
+    /// An empty, mode 000 stand-in over each path, bound after what shows it.
+    fn hide(&mut self, hidden: BTreeMap<PathBuf, HideReason>) -> Result<(), PlanError> {
+        for (path, reason) in hidden {
+            let is_dir = fs::metadata(&path).map(|m| m.is_dir()).unwrap_or(false);
+            self.mounts.push(if is_dir {
+                MountOp::HideDir { dst: path, reason }
+            } else {
+                MountOp::HideFile { dst: path, reason }
+            });
+        }
+        Ok(())
+    }
+
+    fn protect(
+        &mut self,
+        scope: &Scope<'_>,
+        protected_paths: &[PathBuf],
+        repositories: &[PathBuf],
+        listings: &mut Listings,
+        notes: &mut Vec<String>,
+    ) {
+        if let Some(git_dir) = git_dir_outside(scope.workspace) {
+            notes.push(format!(
+                "WARNING: the workspace's .git names {}, outside the workspace (a linked worktree or a submodule checkout): it is not in the sandbox's view, so git inside reports \"not a git repository\"; run from the main checkout to give the agent git",
+                git_dir.display()
+            ));
+        }
+        // Each repository's `.git`: a directory is pinned (a mount point cannot be renamed,
+        // removed or replaced, so no gitfile or link can take its place while git inside works
+        // as usual); a gitfile is read-only (its content is the redirect).
+        for repo in repositories {
+            let git = repo.join(".git");
+            match fs::symlink_metadata(&git) {
+                Ok(meta) if meta.is_dir() => self.mounts.push(MountOp::PinInPlace { path: git }),
+                Ok(meta) if meta.is_file() => {
+                    self.mounts.push(MountOp::ReadOnlyInPlace { path: git })
+                }
+                // A link is the sweep's to judge; it is never looked through.
+                _ => {}
+            }
+        }
+        // Persistence paths: read-only where they exist; all of them recorded for the sweep.
+        // One listing per parent directory instead of a lookup per name: most names are absent.
+        for path in protected_paths {
+            if crate::sandbox::plan::protected::is_git_config(path) {
+                continue;
+            }
+            let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+                continue;
+            };
+            let listed = listings
+                .names(parent)
+                .is_some_and(|names| names.contains(name));
+            if listed && fs::symlink_metadata(path).is_ok_and(|m| !m.file_type().is_symlink()) {
+                self.mounts
+                    .push(MountOp::ReadOnlyInPlace { path: path.clone() });
+            }
+        }
+        // The profile that confines the run, where the run could write it: read-only and pinned.
+        let profile_files = profile_file_mounts(scope.profile, scope.workspace, &self.mounts);
+        self.mounts.extend(profile_files);
+        self.mounts.push(MountOp::ReadOnlyRoot);
+    }
+
+    fn finish(self, _scope: &Scope<'_>) -> Result<Realized, PlanError> {
+        Ok(Realized {
+            landlock_rules: landlock_rules(&self.mounts)?,
+            mounts: self.mounts,
+            // Port rules would only break the agent's own loopback servers inside a network
+            // namespace; with the host's network they are no help against an allow-list either.
+            tcp: None,
+            losses: Vec::new(),
+            scratch_dir: None,
+        })
+    }
+}
+
+/// The git directory a gitfile at the workspace's `.git` names, when it is outside the
+/// workspace (a linked worktree, a submodule checkout).
+fn git_dir_outside(workspace: &Path) -> Option<PathBuf> {
+    let gitfile = workspace.join(".git");
+    if !fs::symlink_metadata(&gitfile).ok()?.is_file() {
+        return None;
+    }
+    let text = fs::read_to_string(&gitfile).ok()?;
+    let target = text.lines().next()?.strip_prefix("gitdir:")?.trim();
+    let path = workspace.join(target);
+    crate::sandbox::plan::protected::relative_beneath(workspace, &path)
+        .is_none()
+        .then_some(path)
+}
+
+/// The Landlock rules that mirror the mount list: read-execute where the view is read-only,
+/// read-write where it is writable, device rights on the device nodes and terminals.
+fn landlock_rules(mounts: &[MountOp]) -> Result<Vec<LandlockRule>, PlanError> {
+    let mut rules = vec![landlock_rule("/", FsAccess::ListDirectories)?];
+    for op in mounts {
+        let (path, access) = match op {
+            MountOp::Bind { dst, access, .. } | MountOp::IdmappedBind { dst, access, .. } => (
+                dst,
+                match access {
+                    Access::ReadOnly => FsAccess::ReadExecute,
+                    Access::ReadWrite => FsAccess::ReadWrite,
+                },
+            ),
+            // /dev itself is only listed; its nodes get their own rules.
+            MountOp::Tmpfs { dst, .. } if dst == Path::new("/dev") => (dst, FsAccess::ReadExecute),
+            MountOp::Tmpfs { dst, .. } => (dst, FsAccess::ReadWrite),
+            MountOp::Proc { dst } => (dst, FsAccess::ReadExecute),
+            MountOp::Devpts { dst } | MountOp::DevNode { dst, .. } => (dst, FsAccess::Device),
+            MountOp::Symlink { .. }
+            | MountOp::HideDir { .. }
+            | MountOp::HideFile { .. }
+            | MountOp::ReadOnlyInPlace { .. }
+            | MountOp::PinInPlace { .. }
+            | MountOp::File { .. }
+            | MountOp::SealReadOnly { .. }
+            | MountOp::ReadOnlyRoot => continue,
+            MountOp::FromSupervisor { dst, access, .. } => (
+                dst,
+                match access {
+                    Access::ReadOnly => FsAccess::ReadExecute,
+                    Access::ReadWrite => FsAccess::ReadWrite,
+                },
+            ),
+            MountOp::Overlay { dst, .. } | MountOp::Generated { dst, .. } => {
+                (dst, FsAccess::ReadExecute)
+            }
+        };
+        rules.push(landlock_rule(path.clone(), access)?);
+    }
+    Ok(rules)
+}
+
+/// The minimal /dev: a tmpfs with the device nodes bound in, a new devpts, the usual links.
+fn push_minimal_dev(mounts: &mut Vec<MountOp>) {
+    mounts.push(MountOp::Tmpfs {
+        dst: "/dev".into(),
+        mode: 0o755,
+        size_mib: Some(1),
+    });
+    for node in DEVICE_NODES {
+        let path = PathBuf::from("/dev").join(node);
+        mounts.push(MountOp::DevNode {
+            src: path.clone(),
+            dst: path,
+        });
+    }
+    mounts.push(MountOp::Devpts {
+        dst: "/dev/pts".into(),
+    });
+    for (target, dst) in [
+        ("pts/ptmx", "/dev/ptmx"),
+        ("/proc/self/fd", "/dev/fd"),
+        ("/proc/self/fd/0", "/dev/stdin"),
+        ("/proc/self/fd/1", "/dev/stdout"),
+        ("/proc/self/fd/2", "/dev/stderr"),
+    ] {
+        mounts.push(MountOp::Symlink {
+            target: target.into(),
+            dst: dst.into(),
+        });
+    }
+    mounts.push(MountOp::Tmpfs {
+        dst: "/dev/shm".into(),
+        mode: 0o1777,
+        size_mib: Some(64),
+    });
+}
+
+/// Every file of the profile's chain that lies in a directory the run can write becomes a
+/// read-only bind, and each directory between it and that writable root is pinned onto itself
+/// first (a read-only file bind would otherwise move with a renamed parent). The hashes taken
+/// when the profile was read are compared after the run.
+fn profile_file_mounts(profile: &Profile, workspace: &Path, mounts: &[MountOp]) -> Vec<MountOp> {
+    let mut roots = writable_binds(mounts);
+    roots.push(workspace.to_path_buf());
+    let mut ops = Vec::new();
+    for file in &profile.files {
+        let Some(root) = roots.iter().filter(|r| file.path.starts_with(r)).max() else {
+            continue;
+        };
+        let mut dir = root.clone();
+        let rel = file.path.strip_prefix(root).unwrap_or(&file.path);
+        let parts: Vec<_> = rel.components().collect();
+        for part in &parts[..parts.len().saturating_sub(1)] {
+            dir.push(part);
+            let op = MountOp::PinInPlace { path: dir.clone() };
+            if !ops.contains(&op) {
+                ops.push(op);
+            }
+        }
+        let op = MountOp::ReadOnlyInPlace {
+            path: file.path.clone(),
+        };
+        if !ops.contains(&op) {
+            ops.push(op);
+        }
+    }
+    // Pins first, outermost first: a later bind of an ancestor would hide what is below it.
+    ops.sort_by_key(|op| match op {
+        MountOp::PinInPlace { path } => (0, path.components().count()),
+        _ => (1, 0),
+    });
+    ops
+}
+
+/// In root mode the sandbox user needs an account: tools ask `getpwuid` (git, ssh, Node's
+/// `os.userInfo()`). The host's files are shown with the sandbox user's line in place of any
+/// host account that has the same id, so the name inside is always `stepproof`.
+fn sandbox_account_files(
+    facts: &HostFacts,
+    identity: &Identity,
+    home: &Path,
+) -> Vec<(PathBuf, String)> {
+    let passwd_line = format!(
+        "{SANDBOX_USER_NAME}:x:{}:{}:StepProof sandbox user:{}:/bin/sh",
+        identity.inside_uid,
+        identity.inside_gid,
+        home.display()
+    );
+    let group_line = format!("{SANDBOX_USER_NAME}:x:{}:", identity.inside_gid);
+    let mut files = Vec::new();
+    for (name, host, id, line) in [
+        ("passwd", &facts.passwd, identity.inside_uid, passwd_line),
+        ("group", &facts.group, identity.inside_gid, group_line),
+    ] {
+        let id = id.to_string();
+        let mut contents: String = host
+            .lines()
+            .filter(|l| {
+                let mut fields = l.split(':');
+                let name = fields.next();
+                name != Some(SANDBOX_USER_NAME) && fields.nth(1) != Some(id.as_str())
+            })
+            .map(|l| format!("{l}\n"))
+            .collect();
+        contents.push_str(&line);
+        contents.push('\n');
+        files.push((PathBuf::from(name), contents));
+    }
+    files
+}
