@@ -17,6 +17,7 @@ const ROOT_LAYERS: &[(&str, usize)] = &[
     ("explain", 0),
     ("host", 0),
     ("logging", 0),
+    ("run", 0),
     ("ci", 0),
     ("doctor", 0),
     ("selftest", 0),
