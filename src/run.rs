@@ -66,7 +66,7 @@ fn open_audit_log(
     match AuditSink::open(&path) {
         Ok(sink) => {
             if args.verbose > 0 {
-                eprintln!("audit log: {}", sink.path().display());
+                crate::say!("audit log: {}", sink.path().display());
             }
             Ok(Some(sink))
         }
@@ -135,7 +135,7 @@ impl Outputs {
             .or_else(|| std::env::current_dir().ok())
             .and_then(|w| w.canonicalize().ok());
         Outputs::open(args, &workspace.into_iter().collect::<Vec<_>>()).unwrap_or_else(|e| {
-            eprintln!("stepproof-run: {e}");
+            crate::say!("stepproof-run: {e}");
             Outputs {
                 opened: true,
                 ..Outputs::default()
@@ -148,7 +148,7 @@ fn write_output(file: &mut Option<OutputFile>, bytes: &[u8]) {
     if let Some(file) = file
         && let Err(e) = file.write(bytes)
     {
-        eprintln!("stepproof-run: writing {}: {e}", file.path().display());
+        crate::say!("stepproof-run: writing {}: {e}", file.path().display());
     }
 }
 
@@ -166,10 +166,13 @@ fn carry_out(
         args.workspace.as_deref(),
         profile.process.allow_root_fallback,
     )
-    .map_err(|e| match e {
+    .map_err(|e| {
         // A workspace that does not exist or is not a directory: the flags' fault.
-        host::HostError::Io { .. } => Failure::refused(e.to_string()),
-        _ => Failure::host(e.to_string()),
+        if e.is_configuration() {
+            Failure::refused(e.to_string())
+        } else {
+            Failure::host(e.to_string())
+        }
     })?;
     if args.ci {
         // The sandbox this profile describes must hold before the agent gets it.
@@ -221,7 +224,7 @@ fn carry_out(
                     "the host's Claude Code managed settings set keys that would switch StepProof's hook off or replace it; refusing to start in CI (remove them from the host):\n  {list}"
                 )));
             }
-            eprintln!(
+            crate::say!(
                 "stepproof-run: WARNING: the host's Claude Code managed settings set keys StepProof owns; they are removed inside, the hook stays:\n  {list}"
             );
         }
@@ -236,14 +239,14 @@ fn carry_out(
         args.command.clone()
     };
     for note in plan.notes.iter().filter(|n| n.starts_with("WARNING")) {
-        eprintln!("stepproof-run: {note}");
+        crate::say!("stepproof-run: {note}");
     }
     if !plan.losses.is_empty() {
-        eprintln!(
+        crate::say!(
             "stepproof-run: WARNING: running with Landlock + seccomp only (no user namespaces here):"
         );
         for loss in &plan.losses {
-            eprintln!("  lost: {loss}");
+            crate::say!("  lost: {loss}");
         }
     }
     // The run's cgroup: a limit the profile requires that this host cannot enforce stops here.
@@ -277,7 +280,7 @@ fn carry_out(
                 "profile": plan.profile,
                 "policy_hash": plan.policy_hash,
                 "stepproof_version": env!("CARGO_PKG_VERSION"),
-                "workspace": plan.workspace,
+                "workspace": crate::audit::text::path(&plan.workspace),
                 "managed_settings_removed": plan.managed_settings_removed,
                 // Where the launch's bounded scans stopped, and what else the plan noted.
                 "notes": plan.notes,
@@ -289,7 +292,7 @@ fn carry_out(
         );
     }
     if args.verbose > 0 {
-        eprint!("{}", explain::explain_text(&profile, &plan));
+        crate::say_part!("{}", explain::explain_text(&profile, &plan));
     }
     tracing::debug!("plan built");
     let snapshot = Snapshot::take(&plan);
@@ -309,7 +312,7 @@ fn carry_out(
     if let Some(cgroup) = limits.cgroup {
         acted = cgroup.events().sentences(&limits.plan.limits);
         if let Err(e) = cgroup.remove(std::time::Duration::from_secs(5)) {
-            eprintln!("stepproof-run: removing the run's cgroup: {e}");
+            crate::say!("stepproof-run: removing the run's cgroup: {e}");
         }
     }
     if let Some(sentence) = file_size_limit(&result.outcome, profile.process.limits.fsize_bytes()) {
@@ -317,7 +320,7 @@ fn carry_out(
     }
     if !acted.is_empty() {
         for sentence in &acted {
-            eprintln!("stepproof-run: limit: {sentence}");
+            crate::say!("stepproof-run: limit: {sentence}");
         }
         outputs
             .status_extra
@@ -335,9 +338,10 @@ fn carry_out(
         outputs
             .status_extra
             .insert("inside_records_not_written".into(), counts.over_cap.into());
-        eprintln!(
+        crate::say!(
             "stepproof-run: {} records reported from inside were NOT written to the audit log: the run reached audit.inside_max_mib ({} MiB)",
-            counts.over_cap, profile.audit.inside_max_mib
+            counts.over_cap,
+            profile.audit.inside_max_mib
         );
     }
     // The persistence sweep, only when the command ran.
@@ -352,7 +356,7 @@ fn carry_out(
         let mut findings = moved_during_run;
         findings.extend(sweep.findings);
         if !sweep.host_edits.is_empty() {
-            eprintln!(
+            crate::say!(
                 "stepproof-run: kept changes made on the host during the run (read-only to the run): {}",
                 sweep
                     .host_edits
@@ -371,7 +375,7 @@ fn carry_out(
         let proposed =
             crate::supervisor::proposed::write_patch(&plan.workspace, &findings, &facts.run_dir)
                 .unwrap_or_else(|e| {
-                    eprintln!("stepproof-run: writing the proposed changes: {e}");
+                    crate::say!("stepproof-run: writing the proposed changes: {e}");
                     None
                 });
         if let Some(patch) = &proposed {
@@ -386,13 +390,17 @@ fn carry_out(
                 "sweep",
                 &serde_json::json!({
                     "findings": findings,
-                    "host_edits": sweep.host_edits,
-                    "proposed_changes": proposed,
+                    "host_edits": sweep
+                        .host_edits
+                        .iter()
+                        .map(|p| crate::audit::text::path(p))
+                        .collect::<Vec<_>>(),
+                    "proposed_changes": proposed.as_deref().map(crate::audit::text::path),
                 }),
             );
         }
         if !findings.is_empty() {
-            eprintln!(
+            crate::say!(
                 "stepproof-run: TAMPERING: the run left what the host would act on (persistence paths, links, setuid/setgid bits, its own profile):"
             );
             for f in &findings {
@@ -402,22 +410,22 @@ fn carry_out(
                     .map(|d| format!(" ({d})"))
                     .unwrap_or_default();
                 match (&f.quarantined_to, &f.error) {
-                    (Some(q), _) => eprintln!(
+                    (Some(q), _) => crate::say!(
                         "  {} {}{detail} -> quarantined to {}",
                         f.change,
                         f.path.display(),
                         q.display()
                     ),
-                    (None, Some(e)) => eprintln!(
+                    (None, Some(e)) => crate::say!(
                         "  {} {}{detail} (NOT quarantined: {e})",
                         f.change,
                         f.path.display()
                     ),
-                    (None, None) => eprintln!("  {} {}{detail}", f.change, f.path.display()),
+                    (None, None) => crate::say!("  {} {}{detail}", f.change, f.path.display()),
                 }
             }
             if let Some(patch) = &proposed {
-                eprintln!(
+                crate::say!(
                     "stepproof-run: what the run wrote there, as a patch to review and apply if you want it: {}",
                     patch.display()
                 );
@@ -442,7 +450,7 @@ fn carry_out(
         );
         audit.sync();
         // The head hash makes a truncated log detectable: `stepproof audit verify --head`.
-        eprintln!(
+        crate::say!(
             "stepproof-run: audit log {} head {}",
             audit.path().display(),
             audit.head_hash()
@@ -562,7 +570,7 @@ fn write_summaries(outputs: &mut Outputs, summary: &crate::ci::Summary, outcome:
     ));
     for file in &mut outputs.summaries {
         if let Err(e) = file.write(markdown.as_bytes()) {
-            eprintln!(
+            crate::say!(
                 "stepproof-run: writing the summary {}: {e}",
                 file.path().display()
             );
@@ -588,16 +596,16 @@ pub fn run(args: &Request) -> i32 {
     if let Some(report) = &report {
         let json = serde_json::to_string_pretty(report).unwrap_or_default();
         if args.verbose > 0 {
-            eprintln!("enforced: {json}");
+            crate::say!("enforced: {json}");
         }
         write_output(&mut outputs.report, (json + "\n").as_bytes());
     }
     match &outcome {
         Outcome::StepproofError { message, .. } | Outcome::Refused { message, .. } => {
-            eprintln!("stepproof-run: {message}")
+            crate::say!("stepproof-run: {message}")
         }
         Outcome::NotFound { message, .. } | Outcome::NotExecutable { message, .. } => {
-            eprintln!(
+            crate::say!(
                 "stepproof-run: {}: {message}",
                 args.command
                     .first()

@@ -37,6 +37,7 @@ pub mod command;
 pub mod receiver;
 pub mod show;
 pub mod sink;
+pub mod text;
 
 pub use chain::{GENESIS, line_hash};
 pub use command::{AuditCommand, run_command};

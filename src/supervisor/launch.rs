@@ -582,7 +582,7 @@ fn launch(
         let note = done.note();
         match done {
             agent_config_dir::CarryBack::Refreshed(_) => tracing::info!("{note}"),
-            agent_config_dir::CarryBack::Refused(_) => eprintln!("stepproof-run: {note}"),
+            agent_config_dir::CarryBack::Refused(_) => crate::say!("stepproof-run: {note}"),
         }
         if let Some(audit) = audit {
             audit.record(

@@ -76,6 +76,7 @@ pub struct Snapshot {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Finding {
+    #[serde(serialize_with = "crate::audit::text::serialize")]
     pub path: PathBuf,
     /// `created`, `changed` or `removed` (persistence paths); `symlink` (a link where a
     /// persistence path or one of its ancestors should be: the link was moved, never its
@@ -84,6 +85,7 @@ pub struct Finding {
     /// could not look at).
     pub change: &'static str,
     /// Where it was moved (created and changed paths, links).
+    #[serde(serialize_with = "crate::audit::text::serialize_opt")]
     pub quarantined_to: Option<PathBuf>,
     pub error: Option<String>,
     /// What was found and done, in words (a link's target, the mode before and after).
@@ -1877,7 +1879,7 @@ mod tests {
                 .findings;
             let swept = started.elapsed() - took;
             let walk = walk_writable(&plan, Duration::ZERO);
-            println!(
+            crate::out!(
                 "round {round}: {} entries walked; Snapshot::take {:.1} ms, sweep {:.1} ms, {} findings",
                 walk.entries,
                 took.as_secs_f64() * 1e3,

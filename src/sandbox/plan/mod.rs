@@ -296,6 +296,13 @@ pub enum PlanError {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// Configuration: a profile with a hook needs the workspace and the home as UTF-8 paths
+    /// (the hook's input and policy are JSON); without a hook byte paths work.
+    #[error(
+        "the {what} {} is not UTF-8, and this profile's hook reads JSON, which holds only UTF-8 paths: rename it, or use a profile without a [hook] section",
+        crate::audit::text::path(path)
+    )]
+    NotUtf8ForHook { what: &'static str, path: PathBuf },
     /// Configuration: `--workspace` (or the current directory) cannot be the one directory the
     /// run writes.
     #[error("--workspace {path}: {reason}; choose a project directory")]
@@ -388,6 +395,7 @@ impl PlanError {
         use crate::sandbox::plan::landlock::LandlockError;
         match self {
             PlanError::WorkspaceRefused { .. }
+            | PlanError::NotUtf8ForHook { .. }
             | PlanError::NoHookSection
             | PlanError::HookPolicy { .. } => true,
             PlanError::LandlockRule { source, .. } | PlanError::LandlockGrant { source, .. } => {

@@ -1,0 +1,120 @@
+//! Nothing panics, nothing is lost quietly (issue 17): a broken stderr or stdout, a workspace
+//! whose name is not UTF-8. Each case ends with StepProof's own exit code and its status file,
+//! never Rust's 101.
+
+mod support;
+
+use std::ffi::OsStr;
+use std::fs;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use support::*;
+
+/// Both output streams of `cmd` into a pipe nobody reads: every write is EPIPE.
+fn into_a_broken_pipe(cmd: &mut Command) -> std::process::ExitStatus {
+    let (read, write) = nix::unistd::pipe().unwrap();
+    drop(read);
+    let err = write.try_clone().unwrap();
+    cmd.stdout(Stdio::from(write))
+        .stderr(Stdio::from(err))
+        .status()
+        .unwrap()
+}
+
+fn status_file(path: &Path) -> serde_json::Value {
+    let text = fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("the status file {}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+// stepproof-run's own lines (the audit head, the sweep's) hit EPIPE: they are lost, the run is
+// not — its status file is written and the code is the command's.
+both!(a_broken_stderr_loses_lines_not_the_run, |w: &World| {
+    let status = w.home.join("status.json");
+    let mut cmd = w.command(
+        &["--status-file", status.to_str().unwrap()],
+        &["/bin/sh", "-c", "echo out; echo err >&2; exit 7"],
+    );
+    let code = into_a_broken_pipe(&mut cmd).code();
+    assert_ne!(code, Some(101), "stepproof-run panicked");
+    let json = status_file(&status);
+    assert_eq!(
+        Some(json["exit_code"].as_i64().unwrap() as i32),
+        code,
+        "{json}"
+    );
+});
+
+// A workspace whose name is bytes: without a hook it works, and records name it with `\xNN`;
+// with a hook (whose input and policy are JSON) it is refused with the reason, exit 120.
+both!(a_workspace_whose_name_is_not_utf8, |w: &World| {
+    let odd = w.home.join(OsStr::from_bytes(b"proj\xff"));
+    fs::create_dir_all(&odd).unwrap();
+    chown_tree(&odd, w.owner);
+    let profile = w.home.join("nohook.toml");
+    fs::write(
+        &profile,
+        "name = \"nohook\"\n[filesystem]\nsystem = [\"/usr\", \"/bin\", \"/lib\", \"/lib64\", \"/etc\"]\nprotected = [\".vscode\"]\n",
+    )
+    .unwrap();
+    let status = w.home.join("status.json");
+    let run = |extra: &[&OsStr], script: &str| {
+        let mut cmd = w.as_owner(w.run_binary());
+        cmd.args(extra)
+            .arg("--status-file")
+            .arg(&status)
+            .args(["--", "/bin/sh", "-c", script]);
+        w.clean_env(&mut cmd).current_dir(&odd);
+        cmd.output().unwrap()
+    };
+    let out = run(
+        &[OsStr::new("--profile"), profile.as_os_str()],
+        "mkdir .vscode && echo x > .vscode/tasks.json",
+    );
+    assert_eq!(out.status.code(), Some(123), "{}", describe(&out));
+    let json = status_file(&status);
+    let findings = json["findings"].as_array().unwrap();
+    assert!(
+        findings
+            .iter()
+            .any(|f| f["path"].as_str().unwrap().contains("proj\\xff/.vscode")),
+        "{json}"
+    );
+
+    let out = run(&[], "touch ran");
+    assert_eq!(out.status.code(), Some(120), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("is not UTF-8"),
+        "{}",
+        describe(&out)
+    );
+    assert!(!odd.join("ran").exists(), "the command ran");
+    assert_eq!(status_file(&status)["status"], "refused");
+});
+
+/// `stepproof explain` into a closed pipe, and `--json` for a plan JSON cannot hold: an exit
+/// code and a sentence, never a panic.
+#[test]
+fn explain_never_panics() {
+    let dir = tempfile::tempdir().unwrap();
+    let odd: PathBuf = dir.path().join(OsStr::from_bytes(b"ws\xfe"));
+    fs::create_dir_all(&odd).unwrap();
+    let profile = dir.path().join("nohook.toml");
+    fs::write(&profile, "name = \"nohook\"\n").unwrap();
+    let code = into_a_broken_pipe(Command::new(STEPPROOF).arg("explain").current_dir(&odd)).code();
+    assert_ne!(code, Some(101), "explain panicked on a closed stdout");
+
+    let out = Command::new(STEPPROOF)
+        .args(["explain", "--json", "--profile"])
+        .arg(&profile)
+        .current_dir(&odd)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(120), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("JSON holds only UTF-8"),
+        "{}",
+        describe(&out)
+    );
+}
