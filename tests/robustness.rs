@@ -70,7 +70,7 @@ both!(a_workspace_whose_name_is_not_utf8, |w: &World| {
     };
     let out = run(
         &[OsStr::new("--profile"), profile.as_os_str()],
-        "mkdir .vscode && echo x > .vscode/tasks.json",
+        "mkdir .vscode && echo x > .vscode/tasks.json && echo y > \"$(printf '.vscode/b\\376')\"",
     );
     assert_eq!(out.status.code(), Some(123), "{}", describe(&out));
     let json = status_file(&status);
