@@ -290,6 +290,16 @@ fn carry_out(
                 "limits_dropped": limits.dropped,
             }),
         );
+        // No start record, no run: what would run could not be accounted for.
+        if let Some(why) = audit.failure() {
+            return Err(Failure {
+                code: crate::exit::ExitCode::AuditIncomplete,
+                message: format!(
+                    "the audit log {}: the start record could not be written ({why}); the command was not started",
+                    audit.path().display()
+                ),
+            });
+        }
     }
     if args.verbose > 0 {
         crate::say_part!("{}", explain::explain_text(&profile, &plan));
@@ -449,12 +459,32 @@ fn carry_out(
             }),
         );
         audit.sync();
-        // The head hash makes a truncated log detectable: `stepproof audit verify --head`.
-        crate::say!(
-            "stepproof-run: audit log {} head {}",
-            audit.path().display(),
-            audit.head_hash()
-        );
+        match audit.failure() {
+            // The head hash makes a truncated log detectable: `stepproof audit verify --head`.
+            None => crate::say!(
+                "stepproof-run: audit log {} head {}",
+                audit.path().display(),
+                audit.head_hash()
+            ),
+            Some(why) => {
+                let last = audit
+                    .head()
+                    .map_or("no record".to_string(), |(seq, _)| format!("record {seq}"));
+                crate::say!(
+                    "stepproof-run: audit log {} INCOMPLETE: {why}; it ends at {last}, head {} (incomplete)",
+                    audit.path().display(),
+                    audit.head_hash()
+                );
+                outputs
+                    .status_extra
+                    .insert("audit_head".into(), audit.head_hash().into());
+                result.outcome = Outcome::AuditIncomplete {
+                    exit_code: crate::exit::ExitCode::AuditIncomplete.code(),
+                    command: Box::new(result.outcome),
+                    message: why,
+                };
+            }
+        }
     }
     drop(scratch);
     let wants_summary =

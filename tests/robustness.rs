@@ -118,3 +118,80 @@ fn explain_never_panics() {
         describe(&out)
     );
 }
+
+// An audit log that cannot take the start record: the command never runs (118), and nothing
+// on stderr is coloured for a terminal it does not have.
+both!(no_start_record_no_run, |w: &World| {
+    let marker = w.workspace.join("ran");
+    let status = w.home.join("status.json");
+    let out = w
+        .command(
+            &[
+                "--audit-log",
+                "/dev/full",
+                "--status-file",
+                status.to_str().unwrap(),
+            ],
+            &["/bin/sh", "-c", &format!("touch {}", marker.display())],
+        )
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(118), "{}", describe(&out));
+    assert!(!marker.exists(), "the command ran without its start record");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("the start record could not be written"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains('\u{1b}'),
+        "ANSI colours into a pipe: {stderr}"
+    );
+    assert_eq!(status_file(&status)["exit_code"], 118);
+});
+
+/// A log whose disk fills during the run: the run ends `audit-incomplete` (118) with how the
+/// command ended inside, the log ends at its last complete record and still verifies, and the
+/// head printed is that record's, marked incomplete. Root: it mounts a one-page tmpfs in a
+/// mount namespace of its own.
+#[test]
+fn a_log_that_fills_up_during_the_run() {
+    let Some(w) = World::new(Who::Root) else {
+        return;
+    };
+    let disk = w.base.join("tiny");
+    fs::create_dir_all(&disk).unwrap();
+    let profile = w.base.join("nohook.toml");
+    fs::write(
+        &profile,
+        "name = \"nohook\"\n[filesystem]\nsystem = [\"/usr\", \"/bin\", \"/lib\", \"/lib64\", \"/etc\"]\nprotected = [\".idea\"]\n",
+    )
+    .unwrap();
+    let status = w.base.join("status.json");
+    let log = disk.join("audit.jsonl");
+    // The start record fits in the page; the sweep's record of 60 findings does not.
+    let script = format!(
+        "mount -t tmpfs -o size=4k tmpfs {disk} && {run} --profile {profile} --audit-log {log} --status-file {status} -- /bin/sh -c 'mkdir .idea; for i in $(seq 60); do echo x > .idea/a-long-enough-name-$i.json; done'; code=$?; {sp} audit verify {log} >&2; exit $code",
+        disk = disk.display(),
+        run = RUN,
+        profile = profile.display(),
+        log = log.display(),
+        status = status.display(),
+        sp = STEPPROOF,
+    );
+    let out = Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c", &script])
+        .current_dir(&w.workspace)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(118), "{}", describe(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("INCOMPLETE") && stderr.contains("(incomplete)"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("intact: 1 records"), "{stderr}");
+    let json = status_file(&status);
+    assert_eq!(json["status"], "audit-incomplete", "{json}");
+    assert_eq!(json["command"]["status"], "tampering", "{json}");
+}

@@ -35,6 +35,9 @@ struct ChainWriter {
     file: File,
     next_seq: u64,
     head: String,
+    /// The first record that could not be written, and why: nothing is written after it, so
+    /// the log stays a verifiable chain up to its last complete record.
+    failed: Option<String>,
 }
 
 impl AuditSink {
@@ -111,6 +114,7 @@ impl AuditSink {
                 file,
                 next_seq,
                 head,
+                failed: None,
             })),
         })
     }
@@ -146,10 +150,21 @@ impl AuditSink {
         }
     }
 
+    /// Why the log is incomplete: the first record that could not be written (or the flush
+    /// that failed). `None` while every record so far is on disk as far as the kernel said.
+    pub fn failure(&self) -> Option<String> {
+        self.lock().failed.clone()
+    }
+
     /// Appends one record whose body is already an object (envelope keys in it are renamed,
     /// see [`chain::body_object`]) and returns its `seq`.
     pub fn append(&self, source: &str, kind: &str, body: &Map<String, Value>) -> io::Result<u64> {
         let mut state = self.lock();
+        if let Some(failed) = &state.failed {
+            return Err(io::Error::other(format!(
+                "not written: the log is incomplete since {failed}"
+            )));
+        }
         let ts_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis() as u64)
@@ -160,7 +175,21 @@ impl AuditSink {
         line.push(b'\n');
         // One `write` for the whole line (regular files do not return short writes short of
         // an error); the chain advances only when it succeeded.
-        (&state.file).write_all(&line)?;
+        // A write that failed part-way is cut back off a regular file, so that the log ends at
+        // its last complete record; nothing more is written after a failure.
+        let before = state
+            .file
+            .metadata()
+            .ok()
+            .filter(|m| m.is_file())
+            .map(|m| m.len());
+        if let Err(e) = (&state.file).write_all(&line) {
+            if let Some(len) = before {
+                let _ = state.file.set_len(len);
+            }
+            state.failed = Some(format!("record {seq} ({kind}): {e}"));
+            return Err(e);
+        }
         state.next_seq = seq + 1;
         state.head = hash;
         Ok(seq)
@@ -188,11 +217,16 @@ impl AuditSink {
 
     /// Flushes the log to disk (at run end).
     pub fn sync(&self) {
-        let state = self.lock();
+        let mut state = self.lock();
         match state.file.sync_all() {
             // Not a regular file (/dev/null, a pipe): nothing to flush.
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
-            Err(e) => tracing::warn!(path = %self.path.display(), "syncing the audit log: {e}"),
+            Err(e) => {
+                tracing::warn!(path = %self.path.display(), "syncing the audit log: {e}");
+                if state.failed.is_none() {
+                    state.failed = Some(format!("flushing to disk: {e}"));
+                }
+            }
             Ok(()) => {}
         }
     }
