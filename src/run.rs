@@ -317,6 +317,13 @@ fn carry_out(
     };
     let mut result = launch::run(&plan, &command, audit.as_ref(), &options);
     tracing::debug!("sandbox gone");
+    if let Outcome::NotFound { message, .. } = &mut result.outcome
+        && let Some(hint) = command
+            .first()
+            .and_then(|c| outside_the_view(c, &facts.env, &plan))
+    {
+        message.push_str(&hint);
+    }
     // What the limits did, in words, once nothing of the run is left; then the cgroup goes.
     let mut acted = Vec::new();
     if let Some(cgroup) = limits.cgroup {
@@ -507,6 +514,45 @@ fn carry_out(
         write_summaries(outputs, &summary, &result.outcome);
     }
     Ok((result.outcome, result.report))
+}
+
+/// A command that exists on the host but was not found inside: where it is, and that the
+/// sandbox does not show it (the view has the system directories, the workspace, the home
+/// read-only and what the profile adds, minus what it hides).
+fn outside_the_view(
+    command: &OsString,
+    env: &[(String, String)],
+    plan: &crate::sandbox::plan::SandboxPlan,
+) -> Option<String> {
+    use crate::sandbox::plan::MountOp;
+    let name = std::path::Path::new(command);
+    let on_host = if name.components().count() > 1 {
+        let name = plan.cwd.join(name.strip_prefix("./").unwrap_or(name));
+        name.is_file().then_some(name)
+    } else {
+        let path = env
+            .iter()
+            .find(|(k, _)| k == "PATH")
+            .map(|(_, v)| v.as_str())?;
+        std::env::split_paths(path)
+            .map(|dir| dir.join(name))
+            .find(|p| p.is_file())
+    }?;
+    let shown = plan.mounts.iter().any(|m| match m {
+        MountOp::Bind { dst, .. } | MountOp::IdmappedBind { dst, .. } => on_host.starts_with(dst),
+        _ => false,
+    });
+    let path = crate::audit::text::path(&on_host);
+    Some(if shown {
+        // In the view: what is missing is what it needs (its `#!` interpreter, a library).
+        format!(
+            " ({path} is in the sandbox's view; what it needs to start — the interpreter of its `#!` line, a shared library — may not be: `stepproof explain` lists the view)"
+        )
+    } else {
+        format!(
+            " ({path} exists on the host but not in the sandbox's view: add its directory to filesystem.read_only in the profile, unless the profile hides it on purpose; `stepproof explain` lists the view)"
+        )
+    })
 }
 
 /// The command died of SIGXFSZ: it wrote past `process.limits.fsize`. (A writer that ignores

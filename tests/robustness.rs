@@ -195,3 +195,20 @@ fn a_log_that_fills_up_during_the_run() {
     assert_eq!(json["status"], "audit-incomplete", "{json}");
     assert_eq!(json["command"]["status"], "tampering", "{json}");
 }
+
+// A command that exists on the host but not in the sandbox: 127 with where it is and that the
+// view does not show it, not a bare "No such file or directory".
+both!(a_command_outside_the_view_is_named, |w: &World| {
+    let tools = w.base.join("tools");
+    fs::create_dir_all(&tools).unwrap();
+    let tool = tools.join("mytool");
+    fs::write(&tool, "#!/bin/sh\necho hi\n").unwrap();
+    fs::set_permissions(&tool, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let out = w.run(&[tool.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(127), "{}", describe(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("exists on the host but not in the sandbox's view"),
+        "{stderr}"
+    );
+});

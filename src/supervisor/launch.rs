@@ -182,7 +182,7 @@ pub fn prepare_idmapped_trees(plan: &SandboxPlan) -> Result<IdmappedTrees, Launc
             step: "idmapping",
             path: src.clone(),
             source,
-            hint: " (this file system does not support idmapped mounts, which a root invocation needs to run the command as an unprivileged user; set process.allow_root_fallback = true to run as uid 0 without capabilities instead, or run stepproof-run as a normal user)",
+            hint: " (this file system does not support idmapped mounts, which a root invocation needs to run the command as an unprivileged user: run stepproof-run as the user who owns the workspace, or keep the workspace on a file system that supports them — ext4, xfs, btrfs, tmpfs; `stepproof doctor` tells)",
         })?;
         trees.push_back(tree);
     }

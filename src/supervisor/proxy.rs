@@ -149,7 +149,7 @@ impl Handler for ProxyHandler {
         );
         let _ = self.records.send(ConnectionRecord {
             rule: reason,
-            error: Some(format!("{why:?}")),
+            error: Some(why.to_string()),
             ..ConnectionRecord::default()
         });
     }

@@ -338,10 +338,24 @@ impl<'t> Relay<'t> {
                 Outcome::failed(format!("building the sandbox: {message}"))
             }
             _ => Outcome::failed(format!(
-                "the sandbox init ended without reporting the command's status ({:?})",
-                self.init_exit
+                "the sandbox init ended without reporting the command's status ({})",
+                describe_exit(self.init_exit)
             )),
         }
+    }
+}
+
+/// How the init ended, in words.
+fn describe_exit(status: Option<WaitStatus>) -> String {
+    match status {
+        Some(WaitStatus::Exited(_, code)) => format!("it exited with {code}"),
+        Some(WaitStatus::Signaled(_, signal, core)) => format!(
+            "it was killed by {}{}",
+            signal.as_str(),
+            if core { ", core dumped" } else { "" }
+        ),
+        Some(_) => "it stopped in an unexpected state".into(),
+        None => "its exit was not seen".into(),
     }
 }
 
@@ -356,5 +370,24 @@ fn write_all_fd(fd: BorrowedFd<'_>, mut data: &[u8]) {
             }
             Err(_) => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn how_the_init_ended_is_said_in_words() {
+        let pid = Pid::from_raw(1);
+        assert_eq!(
+            describe_exit(Some(WaitStatus::Signaled(pid, Signal::SIGKILL, false))),
+            "it was killed by SIGKILL"
+        );
+        assert_eq!(
+            describe_exit(Some(WaitStatus::Exited(pid, 3))),
+            "it exited with 3"
+        );
+        assert_eq!(describe_exit(None), "its exit was not seen");
     }
 }

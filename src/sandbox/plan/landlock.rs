@@ -95,7 +95,7 @@ pub struct LandlockPlan {
 pub enum LandlockError {
     #[error(
         "Landlock ABI {required} is required by assurance = \"strict\" but the kernel offers {found}; \
-         Landlock ABI 6 needs Linux 6.12; run `stepproof doctor` (or set assurance = \"best-effort\")"
+         Landlock ABI 6 needs Linux 6.12 or later: run the agent on a newer kernel; `stepproof doctor` shows what this one gives"
     )]
     AbiTooOld { found: i32, required: i32 },
     #[error("Landlock rule path {path:?} must be absolute")]

@@ -339,7 +339,7 @@ pub enum PlanError {
     /// Environment: invoked as root where idmapped mounts do not work, and the profile does not
     /// allow the root fallback; where they work (or run as a normal user) the profile runs.
     #[error(
-        "invoked as root, but idmapped mounts do not work for the workspace or home here, so the command cannot run as an unprivileged user that owns them; set process.allow_root_fallback = true to run as uid 0 without capabilities (never for an agent with the hook), or run stepproof-run as a normal user"
+        "invoked as root, but idmapped mounts do not work for the workspace or home here, so the command cannot run as an unprivileged user that owns them: run stepproof-run as the user who owns the workspace, or keep it on a file system that supports idmapped mounts (ext4, xfs, btrfs, tmpfs); `stepproof doctor` tells"
     )]
     RootWithoutIdmappedMounts,
     /// Environment: as above, with the fallback allowed but a hook in the profile (Claude Code
