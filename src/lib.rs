@@ -16,6 +16,7 @@ pub mod host;
 pub mod logging;
 pub mod probes;
 pub mod profile;
+pub mod regular_file;
 pub mod sandbox;
 pub mod selftest;
 pub mod supervisor;
