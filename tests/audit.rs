@@ -281,10 +281,33 @@ fn a_log_cut_before_run_end_is_incomplete() {
     );
 }
 
+/// Opens a log again after its last writer went. A process another test spawns in the
+/// meantime holds a copy of every descriptor of this one between its fork and its exec, and
+/// with it the log's lock: waits that out.
+fn reopen(path: &Path) -> AuditSink {
+    let start = Instant::now();
+    loop {
+        match AuditSink::open(path) {
+            Ok(sink) => return sink,
+            Err(e) if e.source.kind() == std::io::ErrorKind::WouldBlock => {
+                assert!(start.elapsed() < Duration::from_secs(10), "{e}");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
+/// `verify` once no process holds the log's lock any more (see [`reopen`]).
+fn verify_unlocked(path: &Path) -> (i32, String) {
+    drop(reopen(path));
+    verify(path, None)
+}
+
 /// Appends a run to the log at `path` (through the sink, as `stepproof-run` does); `end`
 /// says whether it gets its `run-end`. Returns the head.
 fn append_run(path: &Path, end: bool) -> String {
-    let sink = AuditSink::open(path).unwrap();
+    let sink = reopen(path);
     sink.record("supervisor", "run-start", &json!({ "argv": ["true"] }));
     sink.record("supervisor", "network", &json!({ "host": "example.com" }));
     if end {
@@ -330,7 +353,7 @@ fn a_run_still_being_written_is_in_progress() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("audit.jsonl");
     append_run(&path, true);
-    let sink = AuditSink::open(&path).unwrap();
+    let sink = reopen(&path);
     sink.record(
         "supervisor",
         "run-start",
@@ -359,7 +382,7 @@ fn a_run_still_being_written_is_in_progress() {
     // A writer that went away without its end: incomplete.
     sink.record("supervisor", "run-start", &json!({ "argv": ["true"] }));
     drop(sink);
-    let (code, out) = verify(&path, None);
+    let (code, out) = verify_unlocked(&path);
     assert_eq!(code, 3, "{out}");
     assert!(out.contains("line 6 has no run-end record:"), "{out}");
 }
