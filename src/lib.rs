@@ -53,6 +53,7 @@ pub mod host;
 pub mod logging;
 pub mod probes;
 pub mod profile;
+pub mod regular_file;
 pub mod run;
 pub mod sandbox;
 pub mod selftest;

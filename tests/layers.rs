@@ -37,6 +37,8 @@ const ROOT_LAYERS: &[(&str, usize)] = &[
     ("sandbox::sys", 6),
     // StepProof's exit codes: read by every layer, reading none.
     ("exit", 6),
+    // Files named on the command line, opened without waiting and read with a cap.
+    ("regular_file", 6),
 ];
 
 /// The hook crate's layers, top first.

@@ -256,8 +256,9 @@ fn main() {
                     0
                 }
                 Err(e) => {
+                    // A profile that does not load or compile: the profile's to fix.
                     stepproof::say!("stepproof: {e}");
-                    125
+                    ExitCode::Refused.code()
                 }
             }
         }
