@@ -103,7 +103,8 @@ pub struct Degraded {
     #[serde(default)]
     pub allow: bool,
     /// A profile with a hook is refused in that mode unless this is true: without a mount
-    /// namespace the hook's managed settings cannot be made unremovable.
+    /// namespace the hook's managed settings cannot be made unremovable, so none is installed
+    /// and the profile runs without its hook (a loss the launch and `explain` print).
     #[serde(default)]
     pub accept_removable_hook: bool,
 }

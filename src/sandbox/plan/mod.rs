@@ -358,7 +358,7 @@ pub enum PlanError {
     /// Environment: without user namespaces, a profile with a hook that does not accept a
     /// removable one.
     #[error(
-        "without user namespaces the hook's managed settings cannot be mounted where the agent cannot change them; this profile has a hook, so it is refused unless [degraded] accept_removable_hook = true"
+        "without user namespaces the hook's managed settings cannot be mounted where the agent cannot change them; this profile has a hook, so it is refused unless [degraded] accept_removable_hook = true (it then runs without the hook)"
     )]
     HookNeedsNamespaces,
     /// Environment: without user namespaces, a profile with the credential gateway.
@@ -467,14 +467,6 @@ pub(crate) trait IsolationStrategy: Sized {
     const HOSTNAME: &'static str;
     /// Whether the agent's layer (the hook's managed settings, the agent's state) is built.
     const PLANS_AGENT: bool;
-    /// Whether `filesystem.home = "allowlist"` is honoured.
-    const HONOURS_HOME_ALLOWLIST: bool;
-    /// Whether names in the home that look like secrets (`filesystem.hidden_names`) are hidden.
-    const HIDES_CREDENTIAL_NAMES: bool;
-    /// Whether the project's `.env` files (`filesystem.hide_env_files`) are hidden.
-    const HIDES_ENV_FILES: bool;
-    /// Whether the repositories found at launch go to the sweep.
-    const RECORDS_REPOSITORIES: bool;
 
     /// What this isolation cannot give the profile at all (by default, nothing).
     fn refuse(_profile: &Profile) -> Result<(), PlanError> {
@@ -488,8 +480,6 @@ pub(crate) trait IsolationStrategy: Sized {
     ) -> Result<Identity, PlanError> {
         choose_identity(profile, facts, notes)
     }
-    /// Whether the home's unix sockets are hidden.
-    fn masks_home_sockets(profile: &Profile, home_visible: bool, workspace_is_home: bool) -> bool;
     /// The empty view.
     fn start(scope: &Scope<'_>, agent: Option<&AgentPlan>) -> Self;
     /// A system directory (`filesystem.system`), read-only as the host has it.
@@ -573,8 +563,7 @@ fn plan_with<S: IsolationStrategy>(
     // one that shows only what the profile lists. Then the workspace, read-write, and the
     // profile's extras.
     let home_visible = home != Path::new("/") && home.is_dir() && home != workspace;
-    let allowlist =
-        S::HONOURS_HOME_ALLOWLIST && home_visible && profile.filesystem.home == HomeMode::Allowlist;
+    let allowlist = home_visible && profile.filesystem.home == HomeMode::Allowlist;
     let home_allowed: Vec<PathBuf> = if allowlist {
         profile.filesystem.home_allow.iter().map(&resolve).collect()
     } else {
@@ -629,7 +618,7 @@ fn plan_with<S: IsolationStrategy>(
         allowlist,
         allowed: &home_allowed,
     };
-    let (hidden, credential_names) = hidden_paths::<S>(
+    let (hidden, credential_names) = hidden_paths(
         &scope,
         &shown,
         &mut listings,
@@ -674,11 +663,7 @@ fn plan_with<S: IsolationStrategy>(
     Ok(SandboxPlan {
         agent: agent.map(|a| a.state),
         managed_settings_removed,
-        repositories: if S::RECORDS_REPOSITORIES {
-            repositories
-        } else {
-            Vec::new()
-        },
+        repositories,
         isolation: S::ISOLATION,
         losses: realized.losses,
         scratch_dir: realized.scratch_dir,
@@ -728,9 +713,9 @@ struct HomeShown<'a> {
 }
 
 /// What must not be seen, with why: the profile's catalogue of secrets, names that look like
-/// secrets, other projects, unix sockets, `.env` files — as far as the isolation `S` hides
-/// each. Also the names found, for `explain`.
-fn hidden_paths<S: IsolationStrategy>(
+/// secrets, other projects, unix sockets, `.env` files — the same for both isolations (each
+/// realizes it its own way, and says what it cannot). Also the names found, for `explain`.
+fn hidden_paths(
     scope: &Scope<'_>,
     home_shown: &HomeShown<'_>,
     listings: &mut Listings,
@@ -753,7 +738,7 @@ fn hidden_paths<S: IsolationStrategy>(
         hidden.entry(path).or_insert(HideReason::Secret);
     }
     tracing::debug!("plan: catalogue");
-    let credential_names = if S::HIDES_CREDENTIAL_NAMES && home_shown.visible {
+    let credential_names = if home_shown.visible {
         let mut keep = vec![workspace.to_path_buf()];
         keep.extend(
             profile
@@ -784,16 +769,14 @@ fn hidden_paths<S: IsolationStrategy>(
             hidden.entry(path).or_insert(HideReason::OtherProject);
         }
     }
-    if S::masks_home_sockets(profile, home_shown.visible, workspace == home) {
+    if masks_home_sockets(profile, home_shown.visible, workspace == home) {
         let skip: Vec<PathBuf> = hidden.keys().cloned().collect();
         for path in home_sockets(home, &skip, notes) {
             hidden.entry(path).or_insert(HideReason::UnixSocket);
         }
     }
-    if S::HIDES_ENV_FILES {
-        for path in hidden_env_files(profile, workspace, repositories, env_files, notes) {
-            hidden.entry(path).or_insert(HideReason::EnvFile);
-        }
+    for path in hidden_env_files(profile, workspace, repositories, env_files, notes) {
+        hidden.entry(path).or_insert(HideReason::EnvFile);
     }
     // With an allow-listed home, only what is shown needs hiding.
     if home_shown.allowlist {
@@ -804,6 +787,36 @@ fn hidden_paths<S: IsolationStrategy>(
         });
     }
     (hidden, credential_names)
+}
+
+/// Whether the home's unix sockets are hidden, for both isolations: where the profile masks
+/// them and the home is shown beside the workspace; and wherever the workspace is the home
+/// (the run's writable view), whatever `mask_home_sockets` says.
+fn masks_home_sockets(profile: &Profile, home_visible: bool, workspace_is_home: bool) -> bool {
+    profile.filesystem.mask_home_sockets && home_visible || workspace_is_home
+}
+
+/// The persistence paths that exist now as what they name (not a link: the sweep judges a
+/// link, and nothing is bound onto one), known from the listings of their parents (most names
+/// are absent: one listing a directory, not a lookup a name). A repository's own config is
+/// left out: git writes it during the run, and the sweep judges what it gained.
+pub(crate) fn existing_protected<'p>(
+    protected_paths: &'p [PathBuf],
+    listings: &mut Listings,
+) -> Vec<&'p PathBuf> {
+    protected_paths
+        .iter()
+        .filter(|path| !crate::sandbox::plan::protected::is_git_config(path))
+        .filter(|path| {
+            let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+                return false;
+            };
+            listings
+                .names(parent)
+                .is_some_and(|names| names.contains(name))
+                && fs::symlink_metadata(path).is_ok_and(|m| !m.file_type().is_symlink())
+        })
+        .collect()
 }
 
 /// A checked Landlock rule; a path Landlock must not be given (a writable /proc, …) refuses the
@@ -922,7 +935,9 @@ pub(crate) fn check_workspace(
 impl SandboxPlan {
     /// Everything a run of this plan can write on the host, the workspace first: the view's
     /// read-write binds (writable extras), the agent's config directory, and, without a mount
-    /// namespace, what Landlock grants for writing (the per-run scratch directory included).
+    /// namespace, what Landlock grants for writing (the per-run scratch directory included):
+    /// beneath the workspace those are the entries of a directory granted entry by entry around
+    /// a hidden path, covered by the workspace itself; elsewhere one can be a file.
     pub fn writable_host_paths(&self) -> Vec<PathBuf> {
         let mut paths = vec![self.workspace.clone()];
         paths.extend(writable_binds(&self.mounts));
@@ -935,6 +950,7 @@ impl SandboxPlan {
                     .rules
                     .iter()
                     .filter(|r| r.access == FsAccess::ReadWrite)
+                    .filter(|r| r.path == self.workspace || !r.path.starts_with(&self.workspace))
                     .map(|r| r.path.clone()),
             );
         }
@@ -1210,7 +1226,7 @@ impl std::fmt::Display for MountOp {
 mod tests {
     use super::*;
 
-    fn facts(home: &Path, ws: &Path, uid: u32) -> HostFacts {
+    pub(super) fn facts(home: &Path, ws: &Path, uid: u32) -> HostFacts {
         HostFacts {
             uid,
             gid: uid,
@@ -1386,7 +1402,7 @@ mod tests {
         assert!(plan.mounts.contains(&MountOp::ReadOnlyInPlace { path }));
     }
 
-    fn degraded_profile() -> Profile {
+    pub(super) fn degraded_profile() -> Profile {
         let mut profile = Profile::builtin_default().unwrap();
         profile.degraded.allow = true;
         profile.hook = None;
@@ -1443,6 +1459,9 @@ mod tests {
         let degraded = build_degraded_plan(&profile, &host).unwrap();
         assert_eq!(full.identity, degraded.identity);
         assert_eq!(full.protected_paths, degraded.protected_paths);
+        // The sweep judges the same repositories' `.git` after either.
+        assert_eq!(full.repositories, vec![ws.clone()]);
+        assert_eq!(full.repositories, degraded.repositories);
         assert_eq!(full.cwd, degraded.cwd);
         assert_eq!(full.env_dropped, degraded.env_dropped);
         assert_eq!(full.seccomp, degraded.seccomp);
