@@ -765,7 +765,20 @@ fn hidden_paths(
     }
     tracing::debug!("plan: credential names");
     if profile.filesystem.hide_other_projects {
+        // What the profile names itself (read_only, writable, home_allow) is no other project:
+        // a named path, or a directory holding one, stays.
+        let named: Vec<PathBuf> = profile
+            .filesystem
+            .read_only
+            .iter()
+            .chain(&profile.filesystem.writable)
+            .map(resolve)
+            .chain(home_shown.allowed.iter().cloned())
+            .collect();
         for path in other_projects(workspace, home, notes) {
+            if named.iter().any(|n| n.starts_with(&path)) {
+                continue;
+            }
             hidden.entry(path).or_insert(HideReason::OtherProject);
         }
     }
@@ -1246,6 +1259,62 @@ mod tests {
             hook_binary: Some(PathBuf::from("/usr/bin/true")),
             claude_managed_dir: PathBuf::from("/nonexistent/claude-code"),
         }
+    }
+
+    /// A directory beside the workspace's ancestors that the profile names (read_only,
+    /// writable, home_allow) is the profile's, not another project: it stays visible.
+    #[test]
+    fn named_paths_are_never_other_projects() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().canonicalize().unwrap();
+        let ws = home.join("src/proj");
+        for d in [
+            "src/proj",
+            "src/other",
+            "data/sets",
+            "miniconda3/bin",
+            "notes",
+        ] {
+            fs::create_dir_all(home.join(d)).unwrap();
+        }
+        let file = dir.path().join("p.toml");
+        fs::write(
+            &file,
+            "extends = \"default\"\n[filesystem]\nread_only = [\"~/data/sets\"]\n",
+        )
+        .unwrap();
+        let profile = Profile::load(Some(&file)).unwrap();
+        let plan = build_plan(&profile, &facts(&home, &ws, 1234)).unwrap();
+        let hidden = |p: &Path| {
+            plan.mounts.iter().any(|m| {
+                matches!(m, MountOp::HideDir { dst, reason: HideReason::OtherProject } if dst == p)
+            })
+        };
+        assert!(hidden(&home.join("src/other")));
+        assert!(hidden(&home.join("notes")));
+        assert!(
+            !hidden(&home.join("data")),
+            "a directory holding a named path"
+        );
+
+        // The ci profile's allow-listed home: its home_allow entries beside the workspace's
+        // ancestors are shown, not hidden as projects.
+        let ci = dir.path().join("ci.toml");
+        fs::write(
+            &ci,
+            "extends = \"ci\"\n[filesystem]\nhome_allow = [\"~/miniconda3\"]\n",
+        )
+        .unwrap();
+        let profile = Profile::load(Some(&ci)).unwrap();
+        let plan = build_plan(&profile, &facts(&home, &ws, 1234)).unwrap();
+        assert!(
+            !plan.mounts.iter().any(|m| matches!(
+                m,
+                MountOp::HideDir { dst, .. } if dst == &home.join("miniconda3")
+            )),
+            "{:#?}",
+            plan.mounts
+        );
     }
 
     #[test]
