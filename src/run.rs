@@ -639,6 +639,17 @@ fn run_selftest(args: &Request) -> Result<Vec<String>, String> {
 }
 
 fn write_summaries(outputs: &mut Outputs, summary: &crate::ci::Summary, outcome: &Outcome) {
+    // The header says how the run ended for the caller (122 after --fail-on-deny, 118 for an
+    // incomplete log), not only what the end record said.
+    let mut summary = summary.clone();
+    if let Some(status) = serde_json::to_value(outcome)
+        .ok()
+        .and_then(|v| v["status"].as_str().map(str::to_owned))
+    {
+        summary.status = status;
+    }
+    summary.exit_code = i64::from(outcome.exit_code());
+    let summary = &summary;
     let mut markdown = summary.markdown();
     markdown.push_str(&format!(
         "\nStatus: `{}`\n",
