@@ -640,6 +640,9 @@ fn plan_with<S: IsolationStrategy>(
     tracing::debug!("plan: view");
 
     let (mut env, env_dropped) = build_environment(profile, facts, &identity, &home);
+    notes.extend(crate::sandbox::plan::env::never_passed_notes(
+        profile, facts,
+    ));
     if let Some(agent) = &agent {
         for (name, value) in &agent.env {
             env.retain(|(n, _)| n != name);
@@ -1259,6 +1262,43 @@ mod tests {
             hook_binary: Some(PathBuf::from("/usr/bin/true")),
             claude_managed_dir: PathBuf::from("/nonexistent/claude-code"),
         }
+    }
+
+    /// Claude Code's own Bash sandbox cannot start inside ours: its switch never reaches the
+    /// command, and the start record's notes say why.
+    #[test]
+    fn the_subprocess_scrub_switch_is_dropped_with_a_note() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().canonicalize().unwrap();
+        let ws = home.join("src/proj");
+        fs::create_dir_all(&ws).unwrap();
+        let mut f = facts(&home, &ws, 1234);
+        f.env
+            .push(("CLAUDE_CODE_SUBPROCESS_ENV_SCRUB".into(), "1".into()));
+        // Even listed by name.
+        let file = dir.path().join("p.toml");
+        fs::write(
+            &file,
+            "extends = \"default\"\n[process]\nenv = [\"CLAUDE_CODE_SUBPROCESS_ENV_SCRUB\"]\n",
+        )
+        .unwrap();
+        let profile = Profile::load(Some(&file)).unwrap();
+        let plan = build_plan(&profile, &f).unwrap();
+        assert!(
+            !plan
+                .env
+                .iter()
+                .any(|(n, _)| n == "CLAUDE_CODE_SUBPROCESS_ENV_SCRUB"),
+            "{:?}",
+            plan.env
+        );
+        assert!(
+            plan.notes
+                .iter()
+                .any(|n| n.starts_with("CLAUDE_CODE_SUBPROCESS_ENV_SCRUB was set: dropped")),
+            "{:?}",
+            plan.notes
+        );
     }
 
     /// A directory beside the workspace's ancestors that the profile names (read_only,
