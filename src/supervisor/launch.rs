@@ -60,6 +60,9 @@ pub enum LaunchError {
     AgentState(#[from] agent_config_dir::AgentStateError),
     #[error(transparent)]
     Channel(#[from] ChannelError),
+    /// The init's own failure, which a later step of the supervisor only met.
+    #[error("building the sandbox: {0}")]
+    Init(String),
     #[error(transparent)]
     Namespace(#[from] namespaces::NamespaceError),
     #[error("putting the sandbox in its cgroup: {0} (run `stepproof doctor`)")]
@@ -76,6 +79,39 @@ fn os(step: &'static str) -> impl FnOnce(io::Error) -> LaunchError {
 
 fn nix_os(step: &'static str) -> impl FnOnce(nix::Error) -> LaunchError {
     move |e| os(step)(e.into())
+}
+
+/// `e`, or the failure the init had already reported on `status` (its set-up broke, and the
+/// supervisor's step met the channel it closed on its way out). Reads only what is there: a
+/// live init that reported nothing leaves `e` as the cause.
+fn first_cause(e: LaunchError, status: &OwnedFd) -> LaunchError {
+    let mut pending = Vec::new();
+    let mut buf = [0u8; 4096];
+    let ready = |fd: &OwnedFd| {
+        let mut fds = [nix::poll::PollFd::new(
+            fd.as_fd(),
+            nix::poll::PollFlags::POLLIN,
+        )];
+        matches!(nix::poll::poll(&mut fds, nix::poll::PollTimeout::ZERO), Ok(n) if n > 0)
+    };
+    while ready(status) {
+        match nix::unistd::read(status, &mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => pending.extend_from_slice(&buf[..n]),
+        }
+    }
+    for line in pending.split(|b| *b == b'\n') {
+        match serde_json::from_slice::<crate::sandbox::events::InitEvent>(line) {
+            Ok(crate::sandbox::events::InitEvent::SetupFailed { message }) => {
+                return LaunchError::Init(message);
+            }
+            Ok(crate::sandbox::events::InitEvent::ExecFailed { step, message, .. }) => {
+                return LaunchError::Init(format!("{step}: {message}"));
+            }
+            _ => {}
+        }
+    }
+    e
 }
 
 /// Signals the supervisor handles itself (through a signalfd) instead of dying of them.
@@ -448,20 +484,22 @@ fn launch(
             Pid::from_raw(child)
         }
     };
+    // From here on a step that fails may only be meeting the init's own failure (a channel it
+    // closed on its way out): what it reported first is the cause to name.
+    let cause = |e: LaunchError| first_cause(e, &ours.status);
     // 8. The hook's records, checked message by message against the hook binary's identity;
     //    threads only from here on (nothing more is cloned from this process's memory). The
     //    watcher is not one: the relay looks for it every tick.
     let receiver = match (hook_listener, audit, &plan.agent) {
         (Some(listener), Some(audit), Some(state)) => {
-            let check =
-                crate::audit::PeerCheck::for_executable(&state.hook_binary).map_err(|source| {
-                    LaunchError::OnPath {
-                        step: "reading the hook binary",
-                        path: state.hook_binary.clone(),
-                        source,
-                        hint: "",
-                    }
-                })?;
+            let check = crate::audit::PeerCheck::for_executable(&state.hook_binary)
+                .map_err(|source| LaunchError::OnPath {
+                    step: "reading the hook binary",
+                    path: state.hook_binary.clone(),
+                    source,
+                    hint: "",
+                })
+                .map_err(&cause)?;
             Some(crate::audit::serve_hook_socket(
                 listener,
                 audit.clone_handle(),
@@ -479,7 +517,9 @@ fn launch(
     //    channel before it forks the command, so everything of the run is born inside. Without
     //    it the channel closes unwritten and the init refuses to start the command.
     if let Some(cgroup) = options.cgroup {
-        cgroup.attach(child.as_raw() as u32)?;
+        cgroup
+            .attach(child.as_raw() as u32)
+            .map_err(|e| cause(e.into()))?;
     }
     // 10. The seccomp filters, compiled here while the init builds the view on the other core;
     //     the init waits for them and refuses to start the command without them.
@@ -504,9 +544,11 @@ fn launch(
             step: "creating the sandbox's network namespace",
             source,
             hint: " (the kernel refused it: check `sysctl user.max_net_namespaces` and what the container allows; `stepproof doctor` tells)",
-        })?;
+        })
+        .map_err(&cause)?;
         fdpass::send_fd(channel, &netns)
-            .map_err(os("handing the network namespace to the init"))?;
+            .map_err(os("handing the network namespace to the init"))
+            .map_err(&cause)?;
     }
     drop(ours.network_namespace);
     drop(seed);
@@ -514,7 +556,8 @@ fn launch(
     let mut allow = Some(plan.allow.compiled().clone());
     let proxy = match &ours.proxy {
         Some(channel) => fdpass::receive_fd(channel)
-            .map_err(os("receiving the proxy's socket"))?
+            .map_err(os("receiving the proxy's socket"))
+            .map_err(&cause)?
             .zip(allow.take())
             .map(|(fd, allow)| start_proxy(std::net::TcpListener::from(fd), allow, audit)),
         None => None,
@@ -528,7 +571,8 @@ fn launch(
     };
     let gateway = match (&ours.gateway, gateway_config) {
         (Some(channel), Some((upstream, credential))) => fdpass::receive_fd(channel)
-            .map_err(os("receiving the gateway's socket"))?
+            .map_err(os("receiving the gateway's socket"))
+            .map_err(&cause)?
             .map(|fd| {
                 start_gateway(
                     std::os::unix::net::UnixListener::from(fd),
@@ -541,15 +585,17 @@ fn launch(
     };
     drop(ours.gateway);
     let master = match &ours.terminal {
-        Some(channel) => {
-            receive_terminal(channel).map_err(os("receiving the command's terminal"))?
-        }
+        Some(channel) => receive_terminal(channel)
+            .map_err(os("receiving the command's terminal"))
+            .map_err(&cause)?,
         None => None,
     };
     drop(ours.terminal);
     let terminal = match &master {
         Some(_) => Some(
-            RawTerminal::enter(stdin.as_fd()).map_err(os("putting the terminal in raw mode"))?,
+            RawTerminal::enter(stdin.as_fd())
+                .map_err(os("putting the terminal in raw mode"))
+                .map_err(&cause)?,
         ),
         None => None,
     };
