@@ -708,7 +708,7 @@ pub fn run(args: &Request) -> i32 {
     }
     let json = serde_json::to_string_pretty(&status).unwrap_or_default();
     write_output(&mut outputs.status, (json + "\n").as_bytes());
-    launch::reap_finished_children();
+    launch::reap_children(std::time::Duration::from_secs(10));
     tracing::debug!("exiting");
     outcome.exit_code()
 }

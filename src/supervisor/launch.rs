@@ -182,14 +182,35 @@ fn take_seed(new_net: bool) -> io::Result<sys::seed::NamespaceSeed> {
     }
 }
 
-/// Reaps every child of this process that has already exited (the namespace seed and its
-/// network maker, the idmap user namespace's holder, usually the sandbox init), without
-/// waiting for any: called just before `stepproof-run` exits, so that they are not left as
-/// zombies for a pid 1 that might not reap (as in some containers).
-pub fn reap_finished_children() {
-    while let Ok(status) = waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
-        if status == WaitStatus::StillAlive {
-            break;
+/// Waits until every child of this process is gone and reaped (the sandbox init, whose own exit
+/// is the namespaces' teardown; the namespace seed and its network maker; the idmap user
+/// namespace's holders): called just before `stepproof-run` exits, so that nothing it started
+/// outlives it, orphaned or a zombie for a pid 1 that might not reap (as in some containers).
+/// Bounded: after `limit` it says what is left and returns.
+pub fn reap_children(limit: std::time::Duration) {
+    // A run that ended before its launch (a refusal, a bad profile) never took the early seed:
+    // it is stopped here, or it would wait for a launch that does not come.
+    if let Ok(mut slot) = EARLY_SEED.lock() {
+        drop(slot.take());
+    }
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        match waitpid(
+            Pid::from_raw(-1),
+            Some(WaitPidFlag::WNOHANG | WaitPidFlag::__WALL),
+        ) {
+            Ok(WaitStatus::StillAlive) => {
+                if std::time::Instant::now() >= deadline {
+                    crate::say!(
+                        "stepproof-run: a process this run started was still running after {} s; not waiting longer",
+                        limit.as_secs()
+                    );
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+            Ok(_) => {}
+            Err(_) => return,
         }
     }
 }
