@@ -85,7 +85,7 @@ pub fn prune(own: &Path, keep: Keep) -> (Vec<PathBuf>, Vec<(PathBuf, std::io::Er
         return (removed, failed);
     }
     // Newest first; the same second is ordered by pid, which is as good a guess as any.
-    found.sort_unstable_by(|a, b| (b.0, b.1).cmp(&(a.0, a.1)));
+    found.sort_unstable_by_key(|&(secs, pid, _)| std::cmp::Reverse((secs, pid)));
     for (_, pid, path) in found.into_iter().skip(keep) {
         let alive = Path::new("/proc").join(pid.to_string()).exists();
         if path == own || alive {
