@@ -211,6 +211,19 @@ fn carry_out(
             )));
         }
     }
+    // The home is shown read-only and holds StepProof's run directories: one that is not
+    // there is a mistake in the caller's environment, not something to create.
+    if !facts.home.is_dir() {
+        let what = if facts.home.exists() {
+            "is not a directory"
+        } else {
+            "does not exist"
+        };
+        return Err(Failure::refused(format!(
+            "the home {} {what} (from $HOME, or the password database when HOME is unset):              StepProof shows the home read-only inside and keeps its run directories under              ~/.local/state/stepproof; set HOME to an existing directory",
+            facts.home.display()
+        )));
+    }
     outputs.run_dir = Some(facts.run_dir.clone());
     tracing::debug!("facts gathered");
     let audit = open_audit_log(args, &facts.home).map_err(audit_failure)?;

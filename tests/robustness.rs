@@ -464,3 +464,24 @@ both!(old_run_directories_are_removed, |w: &World| {
     assert!(String::from_utf8_lossy(&out.stderr).contains("at least 1"));
     assert!(!marker.exists());
 });
+
+// A home that is not there is refused (120) with what to do, and not created.
+both!(a_missing_home_is_refused_not_created, |w: &World| {
+    for (home, words) in [
+        (w.base.join("no-such-home"), "does not exist"),
+        (w.workspace.join("README"), "is not a directory"),
+    ] {
+        let out = w
+            .command(&[], &["/bin/true"])
+            .env("HOME", &home)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(120), "{}", describe(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(words) && stderr.contains("set HOME"),
+            "{stderr}"
+        );
+    }
+    assert!(!w.base.join("no-such-home").exists());
+});
