@@ -289,10 +289,22 @@ pub fn respond(args: &Args, stdin: &[u8]) -> Response {
         .and_then(|v| v.get("hook_event_name"))
         .and_then(Value::as_str)
         .map(str::to_string);
+    // The event this hook was registered for (`--event`) and the one the input names must
+    // agree, or the input is malformed: the registration then decides the role (a gate denies,
+    // an observer records and stays out of the way).
+    let mismatch = match (&args.event, &named) {
+        (Some(registered), Some(named)) if registered != named => Some(format!(
+            "the hook input names the event {named:?} but this hook is registered for {registered}"
+        )),
+        _ => None,
+    };
     // Unknown and unreadable input is treated as the most dangerous event, a PreToolUse.
-    let event = named
-        .or_else(|| args.event.clone())
-        .unwrap_or_else(|| "PreToolUse".to_string());
+    let event = if mismatch.is_some() {
+        args.event.clone()
+    } else {
+        named.or_else(|| args.event.clone())
+    }
+    .unwrap_or_else(|| "PreToolUse".to_string());
     if !is_gate(&event) {
         OBSERVER_EVENT.store(true, Ordering::SeqCst);
     }
@@ -300,6 +312,13 @@ pub fn respond(args: &Args, stdin: &[u8]) -> Response {
         serde_json::from_value::<HookInput>(v)
             .map_err(|e| format!("the hook input has a malformed field: {e}"))
     });
+    if let Some(why) = mismatch {
+        return match event.as_str() {
+            "PreToolUse" => pre_tool_use(args, Err(why)),
+            "ConfigChange" => config_change(args, None),
+            _ => observe(args, &event, Err(why), evidence),
+        };
+    }
     match event.as_str() {
         "PreToolUse" => pre_tool_use(args, input),
         "ConfigChange" => config_change(args, input.ok()),

@@ -322,6 +322,69 @@ fn observers_fail_open() {
     }
 }
 
+/// `--event` and the input's `hook_event_name` disagree: the input is malformed. Registered
+/// as a gate, the hook denies (whatever the input claims to be); as an observer, it records the
+/// malformed input and exits 0 with nothing on stdout.
+#[test]
+fn a_disagreeing_event_name_is_malformed_input() {
+    let setup = Setup::new("default");
+    let policy = setup.policy.to_str().expect("utf8");
+    // A PreToolUse call of an allowed command, presented to the PreToolUse gate as a Stop.
+    let allowed = String::from_utf8(setup.fixture("pre_bash_allow.json")).expect("utf8");
+    let as_stop = allowed.replace("\"PreToolUse\"", "\"Stop\"");
+    assert_ne!(allowed, as_stop);
+    let r = run(
+        &["--policy", policy, "--event", "PreToolUse"],
+        as_stop.as_bytes(),
+    );
+    assert_fail_closed(&r, "PreToolUse gate, input says Stop");
+    assert!(
+        r.stdout.contains("registered for PreToolUse"),
+        "{}",
+        r.stdout
+    );
+    let r = run(
+        &["--policy", policy, "--event", "ConfigChange"],
+        allowed.as_bytes(),
+    );
+    assert_eq!(r.code, 2, "ConfigChange gate, input says PreToolUse");
+    // The observer: nothing on stdout, exit 0, and a record of the malformed input.
+    let socket = setup.dir.path().join("audit.sock");
+    let listener = UnixListener::bind(&socket).expect("bind");
+    let collector = std::thread::spawn(move || {
+        let (stream, _) = listener.accept().expect("accept");
+        BufReader::new(stream)
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(&l.expect("line")).expect("JSON"))
+            .collect::<Vec<_>>()
+    });
+    let r = run(
+        &[
+            "--policy",
+            policy,
+            "--event",
+            "Stop",
+            "--audit-socket",
+            socket.to_str().expect("utf8"),
+        ],
+        allowed.as_bytes(),
+    );
+    assert_eq!((r.code, r.stdout.as_str()), (0, ""));
+    let records = collector.join().expect("collector");
+    assert_eq!(records.len(), 1, "{records:#?}");
+    assert_eq!(records[0]["event"], "Stop");
+    assert!(
+        records[0].to_string().contains("registered for Stop"),
+        "{records:#?}"
+    );
+    // Agreeing, or no --event: as before.
+    let r = run(
+        &["--policy", policy, "--event", "PreToolUse"],
+        allowed.as_bytes(),
+    );
+    assert_eq!((r.code, r.decision()), (0, "allow".to_string()));
+}
+
 #[test]
 fn records_reach_the_audit_socket() {
     let setup = Setup::new("default");
