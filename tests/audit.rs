@@ -898,3 +898,61 @@ fn a_child_that_inherits_the_socket_and_execs_something_else_is_refused() {
     let (code, out) = verify(&served.log, Some(&served.sink.head_hash()));
     assert_eq!(code, 0, "{out}");
 }
+
+/// The person's answer to an `ask`, read from what followed: the call's PostToolUse or
+/// PostToolUseFailure means approved; the next prompt or Stop, or the run's end, without either,
+/// means refused. Each answer is a supervisor record naming the ask and what it was inferred from.
+#[test]
+fn the_answer_to_an_ask_is_recorded() {
+    let served = serve(Path::new("/proc/self/exe"));
+    let ask = |id: &str| json!({ "kind": "decision", "event": "PreToolUse", "decision": "ask", "tool_use_id": id });
+    let lines = [
+        ask("t1"),
+        ask("t2"),
+        json!({ "kind": "decision", "event": "PreToolUse", "decision": "allow", "tool_use_id": "t9" }),
+        json!({ "kind": "evidence", "event": "PostToolUse", "tool_use_id": "t9" }),
+        json!({ "kind": "evidence", "event": "PostToolUseFailure", "tool_use_id": "t1" }),
+        json!({ "kind": "turn", "event": "UserPromptSubmit" }),
+        ask("t3"),
+        json!({ "kind": "evidence", "event": "PostToolUse", "tool_use_id": "t3" }),
+        ask("t4"),
+        json!({ "kind": "turn", "event": "Stop" }),
+        ask("t5"),
+    ];
+    for line in lines {
+        send_lines(&served.socket, format!("{line}\n").as_bytes());
+    }
+    served.handle.shutdown();
+    let log = records(&served.log);
+    let answers: Vec<(String, String, String)> = log
+        .iter()
+        .filter(|r| r["kind"] == "ask-answer")
+        .map(|r| {
+            assert_eq!(r["source"], "supervisor");
+            let asked = r["ask_seq"].as_u64().unwrap() as usize;
+            assert_eq!(log[asked]["reported"]["tool_use_id"], r["tool_use_id"]);
+            (
+                r["tool_use_id"].as_str().unwrap().to_string(),
+                r["answer"].as_str().unwrap().to_string(),
+                r["inferred_from"]
+                    .as_str()
+                    .unwrap()
+                    .split(' ')
+                    .next()
+                    .unwrap()
+                    .to_string(),
+            )
+        })
+        .collect();
+    let expected = [
+        ("t1", "approved", "PostToolUseFailure"),
+        ("t2", "refused", "UserPromptSubmit"),
+        ("t3", "approved", "PostToolUse"),
+        ("t4", "refused", "Stop"),
+        ("t5", "refused", "the"),
+    ];
+    assert_eq!(
+        answers,
+        expected.map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()))
+    );
+}

@@ -146,6 +146,11 @@ pub struct HookInput {
     pub agent_id: Option<Value>,
     #[serde(default)]
     pub agent_type: Option<Value>,
+    /// ConfigChange: which settings changed (`project_settings`, …) and their file.
+    #[serde(default)]
+    pub source: Option<Value>,
+    #[serde(default)]
+    pub file_path: Option<Value>,
 }
 
 /// Judges a PreToolUse input: missing fields deny (fail closed).
@@ -336,7 +341,16 @@ pub fn respond(args: &Args, stdin: &[u8]) -> Response {
             }
             response
         }
-        "SessionStart" | "UserPromptSubmit" | "PreCompact" => context(args, &event, input),
+        "SessionStart" | "UserPromptSubmit" | "PreCompact" => {
+            let turn_record = (event == "UserPromptSubmit" && args.audit_socket.is_some())
+                .then(|| input.as_ref().ok().map(|i| turn(&event, i, None)))
+                .flatten();
+            let mut response = context(args, &event, input);
+            response.records.extend(turn_record);
+            response
+        }
+        // The end of a turn: the audit log learns that asks still open were not approved.
+        "Stop" => observe(args, &event, input, turn),
         _ => Response::silent(),
     }
 }
@@ -429,6 +443,8 @@ fn config_change(args: &Args, input: Option<HookInput>) -> Response {
     record["decision"] = json!(Decision::Deny);
     record["rule_id"] = json!(RULE_CONFIG_LOCKED);
     record["reason"] = json!(reason);
+    record["settings_source"] = json!(input.source);
+    record["file_path"] = json!(input.file_path);
     Response {
         stdout: String::new(),
         stderr: format!("{reason}\n"),
@@ -664,6 +680,12 @@ pub fn context_text(policy: &CompiledPolicy) -> String {
     ));
     text.push_str(" A denial names its rule; do not try to get around it, ask the user instead.");
     text
+}
+
+/// A turn's boundary (a prompt submitted, the agent stopped): what it tells the audit log is
+/// that the asks before it that did not run were refused.
+fn turn(event: &str, input: &HookInput, policy: Option<&CompiledPolicy>) -> Value {
+    base_record("turn", event, input, policy)
 }
 
 fn base_record(

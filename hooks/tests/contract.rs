@@ -243,6 +243,32 @@ fn config_change_is_refused() {
         &setup.fixture("config_change.json"),
     );
     assert_eq!(r.code, 2);
+    // The record names the settings and the file that changed.
+    let socket = setup.dir.path().join("audit.sock");
+    let listener = UnixListener::bind(&socket).expect("bind");
+    let collector = std::thread::spawn(move || {
+        let (stream, _) = listener.accept().expect("accept");
+        BufReader::new(stream)
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(&l.expect("line")).expect("JSON"))
+            .collect::<Vec<_>>()
+    });
+    let policy = setup.policy.to_str().expect("utf8");
+    let r = run(
+        &[
+            "--policy",
+            policy,
+            "--audit-socket",
+            socket.to_str().expect("utf8"),
+        ],
+        &setup.fixture("config_change.json"),
+    );
+    assert_eq!(r.code, 2);
+    let records = collector.join().expect("collector");
+    assert_eq!(records.len(), 1, "{records:#?}");
+    assert_eq!(records[0]["settings_source"], "project_settings");
+    let file = setup.workspace().join(".claude/settings.json");
+    assert_eq!(records[0]["file_path"], file.to_str().expect("utf8"));
 }
 
 fn assert_fail_closed(r: &Run, what: &str) {

@@ -210,6 +210,7 @@ pub fn serve_hook_socket(
         over_cap: 0,
         over_cap_reported: 0,
         last_cap_record: None,
+        asks: AskAnswers::default(),
     };
     let thread = std::thread::Builder::new()
         .name("hook-receiver".into())
@@ -245,6 +246,71 @@ struct Receiver {
     /// `over_cap` as of the last trusted record about it.
     over_cap_reported: u64,
     last_cap_record: Option<Instant>,
+    asks: AskAnswers,
+}
+
+/// What became of the calls the hook answered `ask`: the person's answer is not reported to any
+/// hook, so it is read from what followed. The call's PostToolUse or PostToolUseFailure (same
+/// `tool_use_id`) means it was approved; the next prompt or Stop, or the end of the run, without
+/// either, means it was refused. The records it follows are the sandbox's own reports, so the
+/// answer is worth what they are worth: the `ask-answer` record says what it was inferred from.
+#[derive(Default)]
+struct AskAnswers {
+    /// `tool_use_id` → the `seq` of the ask's decision record.
+    pending: std::collections::BTreeMap<String, u64>,
+}
+
+/// At most this many asks wait for their answer (the oldest is given up beyond).
+const MAX_PENDING_ASKS: usize = 4096;
+
+impl AskAnswers {
+    /// A record from inside was written at `seq`: the answers it settles, as
+    /// (`tool_use_id`, ask's seq, answer, what told).
+    fn follow(
+        &mut self,
+        seq: u64,
+        object: &Map<String, Value>,
+    ) -> Vec<(String, u64, &'static str, String)> {
+        let text = |key: &str| object.get(key).and_then(Value::as_str);
+        let event = text("event").unwrap_or_default();
+        let id = object.get("tool_use_id").and_then(Value::as_str);
+        let mut settled = Vec::new();
+        match (event, text("kind"), id) {
+            ("PreToolUse", Some("decision"), Some(id)) if text("decision") == Some("ask") => {
+                if self.pending.len() >= MAX_PENDING_ASKS
+                    && let Some(oldest) = self.pending.keys().next().cloned()
+                {
+                    self.pending.remove(&oldest);
+                }
+                self.pending.insert(id.to_string(), seq);
+            }
+            ("PostToolUse" | "PostToolUseFailure", _, Some(id)) => {
+                if let Some(asked) = self.pending.remove(id) {
+                    settled.push((
+                        id.to_string(),
+                        asked,
+                        "approved",
+                        format!("{event} (seq {seq})"),
+                    ));
+                }
+            }
+            ("UserPromptSubmit" | "Stop", _, _) => {
+                for (id, asked) in std::mem::take(&mut self.pending) {
+                    settled.push((id, asked, "refused", format!("{event} (seq {seq})")));
+                }
+            }
+            _ => {}
+        }
+        settled
+    }
+
+    /// The run ended: what is still waiting was not approved.
+    fn end(&mut self) -> Vec<(String, u64, &'static str, String)> {
+        std::mem::take(&mut self.pending)
+            .into_iter()
+            .map(|(id, asked)| (id, asked, "refused", "the end of the run".to_string()))
+            .collect()
+    }
 }
 
 /// At most one trusted record a second says how many records from inside were over the cap.
@@ -523,7 +589,11 @@ impl Receiver {
             ("reported".to_string(), Value::Object(object)),
         ]);
         match self.sink.append("sandbox", &kind, &body) {
-            Ok(_) => {
+            Ok(seq) => {
+                if let Some(Value::Object(object)) = body.get("reported") {
+                    let settled = self.asks.follow(seq, object);
+                    self.record_answers(settled);
+                }
                 self.written_bytes += length;
                 self.connections[index].accepted += 1;
                 self.count(|c| {
@@ -532,6 +602,22 @@ impl Receiver {
                 });
             }
             Err(e) => tracing::warn!("hook receiver: writing the audit log: {e}"),
+        }
+    }
+
+    /// An `ask-answer` record for each ask settled.
+    fn record_answers(&self, settled: Vec<(String, u64, &'static str, String)>) {
+        for (id, asked, answer, by) in settled {
+            self.sink.record(
+                "supervisor",
+                "ask-answer",
+                &json!({
+                    "tool_use_id": id,
+                    "ask_seq": asked,
+                    "answer": answer,
+                    "inferred_from": by,
+                }),
+            );
         }
     }
 
@@ -605,6 +691,8 @@ impl Receiver {
             self.finish(connection);
         }
         self.report_over_cap(true);
+        let settled = self.asks.end();
+        self.record_answers(settled);
     }
 }
 
