@@ -327,6 +327,7 @@ fn carry_out(
     if args.verbose > 0 {
         crate::say_part!("{}", explain::explain_text(&profile, &plan));
     }
+    check_mount_budget(&plan).map_err(Failure::refused)?;
     tracing::debug!("plan built");
     let snapshot = Snapshot::take(&plan);
     tracing::debug!("snapshot taken");
@@ -746,4 +747,58 @@ pub fn run(args: &Request) -> i32 {
     launch::reap_children(std::time::Duration::from_secs(10));
     tracing::debug!("exiting");
     outcome.exit_code()
+}
+
+/// A plan that needs more mounts than the kernel allows in one mount namespace
+/// (`fs.mount-max`) can never launch: refused before anything starts, with the count. The
+/// sandbox's namespace starts as a copy of the host's, so the host's mounts count too (read only
+/// when the plan's own come near the limit).
+fn check_mount_budget(plan: &crate::sandbox::plan::SandboxPlan) -> Result<(), String> {
+    let needed = plan
+        .mounts
+        .iter()
+        .filter(|op| !matches!(op, crate::sandbox::plan::MountOp::Symlink { .. }))
+        .count() as u64;
+    let Some(max) = std::fs::read_to_string("/proc/sys/fs/mount-max")
+        .ok()
+        .and_then(|t| t.trim().parse::<u64>().ok())
+    else {
+        return Ok(());
+    };
+    if needed.saturating_mul(2) < max {
+        return Ok(());
+    }
+    let host =
+        std::fs::read_to_string("/proc/self/mountinfo").map_or(0, |t| t.lines().count() as u64);
+    mount_budget(needed, host, max)
+}
+
+/// The decision of [`check_mount_budget`], given the counts.
+fn mount_budget(needed: u64, host: u64, max: u64) -> Result<(), String> {
+    if needed.saturating_add(host) <= max {
+        return Ok(());
+    }
+    Err(format!(
+        "this plan needs at least {needed} mounts (the profile's filesystem entries that exist here: hidden, read-only, writable, and the home's secrets), plus the {host} the sandbox's mount namespace starts with, but this host allows {max} in one namespace (sysctl fs.mount-max): it could never launch; hide a directory instead of the files in it, or raise fs.mount-max"
+    ))
+}
+
+#[cfg(test)]
+mod mount_budget_tests {
+    use super::mount_budget;
+
+    #[test]
+    fn a_plan_over_fs_mount_max_is_refused_with_the_counts() {
+        assert!(mount_budget(100, 40, 100_000).is_ok());
+        assert!(mount_budget(99_960, 40, 100_000).is_ok());
+        let refused = mount_budget(99_961, 40, 100_000).unwrap_err();
+        assert!(
+            refused.contains("at least 99961 mounts")
+                && refused.contains("40 the sandbox")
+                && refused.contains("allows 100000")
+                && refused.contains("fs.mount-max"),
+            "{refused}"
+        );
+        assert!(mount_budget(u64::MAX, u64::MAX, 1).is_err());
+    }
 }

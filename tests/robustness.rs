@@ -485,3 +485,49 @@ both!(a_missing_home_is_refused_not_created, |w: &World| {
     }
     assert!(!w.base.join("no-such-home").exists());
 });
+
+// A plan that needs more mounts than fs.mount-max allows in one namespace is refused before
+// anything runs (120), with the counts. Root only: the limit is lowered for the moment of the
+// run (to 2000, far above what the other tests' sandboxes need) and put back.
+#[test]
+fn a_plan_over_fs_mount_max_is_refused() {
+    let Some(w) = World::new(Who::Root) else {
+        return;
+    };
+    const SYSCTL: &str = "/proc/sys/fs/mount-max";
+    struct Restore(String);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let _ = fs::write(SYSCTL, &self.0);
+        }
+    }
+    let mut entries = String::new();
+    for i in 0..2100 {
+        fs::create_dir_all(w.home.join(format!("many/d{i}"))).unwrap();
+        entries.push_str(&format!("  \"~/many/d{i}\",\n"));
+    }
+    let profile = w.base.join("many.toml");
+    fs::write(
+        &profile,
+        format!("extends = \"default\"\n[filesystem]\nhidden = [\n{entries}]\n"),
+    )
+    .unwrap();
+    let marker = w.workspace.join("ran");
+    let _restore = Restore(fs::read_to_string(SYSCTL).unwrap());
+    fs::write(SYSCTL, "2000").unwrap();
+    let out = w
+        .command(
+            &["--profile", profile.to_str().unwrap()],
+            &["/bin/sh", "-c", "touch ran"],
+        )
+        .output()
+        .unwrap();
+    drop(_restore);
+    assert_eq!(out.status.code(), Some(120), "{}", describe(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("allows 2000 in one namespace (sysctl fs.mount-max)"),
+        "{stderr}"
+    );
+    assert!(!marker.exists());
+}
