@@ -85,6 +85,8 @@ fn plain_http_absolute_form_is_rewritten_to_origin_form() {
         ("GET", Some("/path?q=1"))
     );
     assert_eq!(r.bytes_down as usize, reply_len(&seen));
+    // Plain HTTP: the record carries the upstream's status.
+    assert_eq!(r.status, Some(200));
 }
 
 fn reply_len(body: &str) -> usize {
@@ -174,6 +176,7 @@ fn denied_host_gets_a_clear_403_and_a_record() {
         assert_eq!(r.rule, body.trim_end());
         assert_eq!(r.method, "CONNECT");
         assert_eq!(r.resolved, None);
+        assert_eq!(r.status, Some(403));
     }
     assert!(p.resolver.calls.lock().unwrap().is_empty());
 }

@@ -85,6 +85,25 @@ pub struct ConnectionRecord {
     /// Request path for plain HTTP and the gateway (never for CONNECT).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
+    /// The HTTP status the upstream answered, where the proxy can see it (plain HTTP: the first
+    /// response on the connection; a CONNECT tunnel is encrypted end to end). A refusal's
+    /// status is the proxy's own.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+}
+
+/// The status code of an HTTP/1.x status line at the start of `head`.
+fn status_code(head: &[u8]) -> Option<u16> {
+    let rest = head
+        .strip_prefix(b"HTTP/1.1 ")
+        .or_else(|| head.strip_prefix(b"HTTP/1.0 "))?;
+    let digits = rest.get(..3)?;
+    if !digits.iter().all(u8::is_ascii_digit)
+        || rest.get(3).is_some_and(|b| *b != b' ' && *b != b'\r')
+    {
+        return None;
+    }
+    std::str::from_utf8(digits).ok()?.parse().ok()
 }
 
 /// A running proxy. `shutdown` stops it; dropping the handle leaves it running.
@@ -249,6 +268,9 @@ impl ProxyHandler {
         record.bytes_up = stats.up;
         record.bytes_down = stats.down;
         record.error = stats.error;
+        if target.path.is_some() {
+            record.status = status_code(&stats.first_down);
+        }
     }
 
     /// Answers with the refusal. A policy refusal (403, 400) is recorded as not allowed with
@@ -263,6 +285,7 @@ impl ProxyHandler {
             record.allowed = false;
             record.rule = r.body.clone();
         }
+        record.status = Some(r.code);
         refuse(client, r.code, r.phrase, &r.body, DRAIN);
     }
 
@@ -476,6 +499,26 @@ fn refuse(client: &TcpStream, code: u16, phrase: &str, body: &str, drain: Durati
         match (&*client).read(&mut sink) {
             Ok(0) | Err(_) => break,
             Ok(n) => drained += n,
+        }
+    }
+}
+
+#[cfg(test)]
+mod status_tests {
+    use super::status_code;
+
+    #[test]
+    fn the_status_line_gives_the_code() {
+        assert_eq!(status_code(b"HTTP/1.1 404 Not Found\r\n"), Some(404));
+        assert_eq!(status_code(b"HTTP/1.0 200\r\n"), Some(200));
+        for bad in [
+            &b"HTTP/2 200 OK"[..],
+            b"HTTP/1.1 20",
+            b"HTTP/1.1 2000 x",
+            b"\x16\x03\x01",
+            b"",
+        ] {
+            assert_eq!(status_code(bad), None, "{bad:?}");
         }
     }
 }

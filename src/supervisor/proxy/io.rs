@@ -421,7 +421,13 @@ pub struct TunnelStats {
     pub up: u64,
     pub down: u64,
     pub error: Option<String>,
+    /// The first bytes received from upstream (at most [`HEAD_SEEN`]): for plain HTTP, the
+    /// response's status line.
+    pub first_down: Vec<u8>,
 }
+
+/// How many of the first bytes from upstream a tunnel keeps for its record.
+pub const HEAD_SEEN: usize = 32;
 
 /// Relays both ways between `client` and `upstream` until both directions have ended.
 /// `first_up` is sent upstream first (the rewritten request head, or bytes the client sent
@@ -438,11 +444,12 @@ pub fn tunnel(client: &TcpStream, upstream: &TcpStream, first_up: &[u8]) -> Tunn
                 let first = (&*upstream)
                     .write_all(first_up)
                     .map(|()| sent += first_up.len() as u64);
-                let result = first.and_then(|()| copy_half(client, upstream, &mut sent));
+                let result = first.and_then(|()| copy_half(client, upstream, &mut sent, None));
                 (sent, result)
             });
         let mut down = 0u64;
-        let down_result = copy_half(upstream, client, &mut down);
+        let mut first_down = Vec::new();
+        let down_result = copy_half(upstream, client, &mut down, Some(&mut first_down));
         let (up, up_result) = match up {
             Ok(handle) => handle
                 .join()
@@ -458,13 +465,23 @@ pub fn tunnel(client: &TcpStream, upstream: &TcpStream, first_up: &[u8]) -> Tunn
             (_, Err(e)) => Some(format!("upstream to client: {e}")),
             _ => None,
         };
-        TunnelStats { up, down, error }
+        TunnelStats {
+            up,
+            down,
+            error,
+            first_down,
+        }
     })
 }
 
 /// One direction of a tunnel. On end of stream, half-closes the destination; on error, shuts
 /// both sockets so the other direction's blocking read returns too.
-fn copy_half(from: &TcpStream, to: &TcpStream, count: &mut u64) -> io::Result<()> {
+fn copy_half(
+    from: &TcpStream,
+    to: &TcpStream,
+    count: &mut u64,
+    mut seen: Option<&mut Vec<u8>>,
+) -> io::Result<()> {
     let mut buf = vec![0u8; COPY_BUFFER];
     let result = (|| loop {
         let n = match (&*from).read(&mut buf) {
@@ -473,6 +490,12 @@ fn copy_half(from: &TcpStream, to: &TcpStream, count: &mut u64) -> io::Result<()
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
         };
+        if let Some(seen) = seen.as_deref_mut()
+            && seen.len() < HEAD_SEEN
+        {
+            let take = (HEAD_SEEN - seen.len()).min(n);
+            seen.extend_from_slice(&buf[..take]);
+        }
         (&*to).write_all(&buf[..n])?;
         *count += n as u64;
     })();
