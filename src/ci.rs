@@ -82,101 +82,152 @@ pub struct Summary {
     pub limits: Vec<String>,
     /// What a limit did during the run ("2 processes killed by the memory limit (8 GiB)").
     pub limits_acted: Vec<String>,
+    /// How many denials, connections and sweep findings the run had: the lists above keep the
+    /// first [`SHOWN`] of each.
+    pub denials_total: u64,
+    pub network_total: u64,
+    pub sweep_total: u64,
+}
+
+/// Entries of each list a summary keeps (a job page has room for a table, not for a log).
+pub const SHOWN: usize = 200;
+
+/// Counts `item` and keeps it when the list has room.
+fn keep(list: &mut Vec<Value>, total: &mut u64, item: Value) {
+    *total += 1;
+    if list.len() < SHOWN {
+        list.push(item);
+    }
+}
+
+/// "The first N are shown" when a list was cut.
+fn first_shown(shown: usize, total: u64) -> String {
+    if (shown as u64) < total {
+        format!("The first {shown} are listed; the audit log has them all.\n\n")
+    } else {
+        String::new()
+    }
 }
 
 impl Summary {
+    /// The summary of the last run in the log at `path` (several runs may append to one log;
+    /// each `run-start` begins anew). Read a line at a time: memory stays at one record and the
+    /// lists' first [`SHOWN`] entries, whatever the log's size.
     pub fn from_audit_log(path: &Path, head: &str) -> Summary {
-        let mut s = Summary {
+        let fresh = || Summary {
             audit_log: path.display().to_string(),
             audit_head: head.to_string(),
             ..Summary::default()
         };
-        let text = std::fs::read_to_string(path).unwrap_or_default();
-        for line in text.lines() {
-            let Ok(record) = serde_json::from_str::<Value>(line) else {
-                continue;
+        let mut s = fresh();
+        let Ok(file) = std::fs::File::open(path) else {
+            return s;
+        };
+        let _ = crate::audit::chain::for_each_line(std::io::BufReader::new(file), |line| {
+            let bytes = match line {
+                crate::audit::chain::LogLine::Terminated(b)
+                | crate::audit::chain::LogLine::CutShort(b) => b,
+                crate::audit::chain::LogLine::TooLong => return true,
             };
-            let kind = record["kind"].as_str().unwrap_or_default();
-            let source = record["source"].as_str().unwrap_or_default();
-            match (source, kind) {
-                ("supervisor", "run-start") => {
-                    s.profile = record["profile"].as_str().unwrap_or_default().to_string();
-                    s.policy_hash = record["policy_hash"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_string();
-                    s.limits.extend(
-                        record["limit_lines"]
-                            .as_array()
-                            .into_iter()
-                            .flatten()
-                            .filter_map(|v| v.as_str().map(str::to_string)),
-                    );
+            if let Ok(record) = serde_json::from_slice::<Value>(bytes) {
+                if record["source"] == "supervisor" && record["kind"] == "run-start" {
+                    s = fresh();
                 }
-                ("supervisor", "limits") => {
-                    s.limits_acted.extend(
-                        record["acted"]
-                            .as_array()
-                            .into_iter()
-                            .flatten()
-                            .filter_map(|v| v.as_str().map(str::to_string)),
-                    );
-                }
-                ("supervisor", "run-end") => {
-                    s.status = record["outcome"]["status"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_string();
-                    s.exit_code = record["outcome"]["exit_code"].as_i64().unwrap_or_default();
-                    s.inside_not_written = record["hook_receiver"]["over_cap"]
-                        .as_u64()
-                        .unwrap_or_default();
-                    let e = &record["enforced"];
-                    s.enforced = vec![
-                        format!("isolation: {}", e["isolation"].as_str().unwrap_or("?")),
-                        format!(
-                            "namespaces: {}",
-                            e["namespaces"].as_array().map_or(String::new(), |a| a
-                                .iter()
-                                .filter_map(|v| v.as_str())
-                                .collect::<Vec<_>>()
-                                .join(" "))
-                        ),
-                        format!(
-                            "Landlock ABI {} ({} rules, enforced: {})",
-                            e["command"]["landlock"]["abi"],
-                            e["command"]["landlock"]["rules"],
-                            e["command"]["landlock"]["enforced"]
-                        ),
-                        format!(
-                            "seccomp: {} rules on {} syscalls, {}",
-                            e["seccomp"]["rules"],
-                            e["seccomp"]["syscalls"],
-                            e["seccomp"]["architectures"]
-                        ),
-                        format!("network: {}", e["network"].as_str().unwrap_or("?")),
-                        format!(
-                            "identity: {}",
-                            e["identity"]["mode"].as_str().unwrap_or("?")
-                        ),
-                    ];
-                }
-                ("supervisor", "network") => s.network.push(record.clone()),
-                ("supervisor", "sweep") => {
-                    if let Some(f) = record["findings"].as_array() {
-                        s.sweep.extend(f.iter().cloned());
-                    }
-                    if let Some(patch) = record["proposed_changes"].as_str() {
-                        s.proposed_changes = Some(patch.to_string());
-                    }
-                }
-                ("sandbox", "decision") if record["reported"]["decision"] == "deny" => {
-                    s.denials.push(record["reported"].clone());
-                }
-                _ => {}
+                s.add(record);
             }
-        }
+            true
+        });
         s
+    }
+
+    /// One record of the log.
+    fn add(&mut self, record: Value) {
+        let s = self;
+        let kind = record["kind"].as_str().unwrap_or_default();
+        let source = record["source"].as_str().unwrap_or_default();
+        match (source, kind) {
+            ("supervisor", "run-start") => {
+                s.profile = record["profile"].as_str().unwrap_or_default().to_string();
+                s.policy_hash = record["policy_hash"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
+                s.limits.extend(
+                    record["limit_lines"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|v| v.as_str().map(str::to_string)),
+                );
+            }
+            ("supervisor", "limits") => {
+                s.limits_acted.extend(
+                    record["acted"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|v| v.as_str().map(str::to_string)),
+                );
+            }
+            ("supervisor", "run-end") => {
+                s.status = record["outcome"]["status"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
+                s.exit_code = record["outcome"]["exit_code"].as_i64().unwrap_or_default();
+                s.inside_not_written = record["hook_receiver"]["over_cap"]
+                    .as_u64()
+                    .unwrap_or_default();
+                let e = &record["enforced"];
+                s.enforced = vec![
+                    format!("isolation: {}", e["isolation"].as_str().unwrap_or("?")),
+                    format!(
+                        "namespaces: {}",
+                        e["namespaces"].as_array().map_or(String::new(), |a| a
+                            .iter()
+                            .filter_map(|v| v.as_str())
+                            .collect::<Vec<_>>()
+                            .join(" "))
+                    ),
+                    format!(
+                        "Landlock ABI {} ({} rules, enforced: {})",
+                        e["command"]["landlock"]["abi"],
+                        e["command"]["landlock"]["rules"],
+                        e["command"]["landlock"]["enforced"]
+                    ),
+                    format!(
+                        "seccomp: {} rules on {} syscalls, {}",
+                        e["seccomp"]["rules"],
+                        e["seccomp"]["syscalls"],
+                        e["seccomp"]["architectures"]
+                    ),
+                    format!("network: {}", e["network"].as_str().unwrap_or("?")),
+                    format!(
+                        "identity: {}",
+                        e["identity"]["mode"].as_str().unwrap_or("?")
+                    ),
+                ];
+            }
+            ("supervisor", "network") => {
+                keep(&mut s.network, &mut s.network_total, record.clone());
+            }
+            ("supervisor", "sweep") => {
+                for finding in record["findings"].as_array().into_iter().flatten() {
+                    keep(&mut s.sweep, &mut s.sweep_total, finding.clone());
+                }
+                if let Some(patch) = record["proposed_changes"].as_str() {
+                    s.proposed_changes = Some(patch.to_string());
+                }
+            }
+            ("sandbox", "decision") if record["reported"]["decision"] == "deny" => {
+                keep(
+                    &mut s.denials,
+                    &mut s.denials_total,
+                    record["reported"].clone(),
+                );
+            }
+            _ => {}
+        }
     }
 
     pub fn markdown(&self) -> String {
@@ -207,8 +258,9 @@ impl Summary {
             }
         }
         md.push_str(&format!(
-            "\n### Denied by the hook ({})\n\n",
-            self.denials.len()
+            "\n### Denied by the hook ({})\n\n{}",
+            self.denials_total,
+            first_shown(self.denials.len(), self.denials_total)
         ));
         if !self.denials.is_empty() {
             md.push_str("| tool | rule | reason |\n| --- | --- | --- |\n");
@@ -222,8 +274,9 @@ impl Summary {
             }
         }
         md.push_str(&format!(
-            "\n### Network ({} connections)\n\n",
-            self.network.len()
+            "\n### Network ({} connections)\n\n{}",
+            self.network_total,
+            first_shown(self.network.len(), self.network_total)
         ));
         if !self.network.is_empty() {
             md.push_str("| host | port | allowed | rule |\n| --- | --- | --- | --- |\n");
@@ -238,8 +291,9 @@ impl Summary {
             }
         }
         md.push_str(&format!(
-            "\n### Persistence sweep ({} findings)\n\n",
-            self.sweep.len()
+            "\n### Persistence sweep ({} findings)\n\n{}",
+            self.sweep_total,
+            first_shown(self.sweep.len(), self.sweep_total)
         ));
         for f in &self.sweep {
             md.push_str(&format!(
@@ -279,6 +333,85 @@ fn cell(value: &Value) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    /// A log that several runs appended to: the summary is the last run's; a run with more
+    /// records than a page shows keeps the first ones and counts them all.
+    #[test]
+    fn the_summary_is_the_last_runs_and_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let mut log = String::new();
+        let line = |source: &str, kind: &str, body: serde_json::Value| {
+            let mut record = serde_json::json!({ "source": source, "kind": kind });
+            record
+                .as_object_mut()
+                .unwrap()
+                .extend(body.as_object().unwrap().clone());
+            format!("{record}\n")
+        };
+        log.push_str(&line(
+            "supervisor",
+            "run-start",
+            serde_json::json!({ "profile": "first" }),
+        ));
+        log.push_str(&line(
+            "supervisor",
+            "network",
+            serde_json::json!({ "host": "old.example" }),
+        ));
+        log.push_str(&line(
+            "supervisor",
+            "run-end",
+            serde_json::json!({ "outcome": { "status": "exited", "exit_code": 0 } }),
+        ));
+        log.push_str(&line(
+            "supervisor",
+            "run-start",
+            serde_json::json!({ "profile": "second" }),
+        ));
+        for n in 0..(SHOWN + 50) {
+            log.push_str(&line(
+                "supervisor",
+                "network",
+                serde_json::json!({ "host": format!("h{n}.example") }),
+            ));
+            log.push_str(&line(
+                "sandbox",
+                "decision",
+                serde_json::json!({ "reported": { "decision": "deny", "tool": "Bash" } }),
+            ));
+        }
+        log.push_str("this line is not a record\n");
+        log.push_str(&line(
+            "supervisor",
+            "run-end",
+            serde_json::json!({ "outcome": { "status": "denied", "exit_code": 122 } }),
+        ));
+        std::fs::write(&path, log).unwrap();
+        let s = Summary::from_audit_log(&path, "abc");
+        assert_eq!(
+            (s.profile.as_str(), s.status.as_str(), s.exit_code),
+            ("second", "denied", 122)
+        );
+        assert_eq!(
+            (s.network.len(), s.network_total),
+            (SHOWN, (SHOWN + 50) as u64)
+        );
+        assert_eq!(
+            (s.denials.len(), s.denials_total),
+            (SHOWN, (SHOWN + 50) as u64)
+        );
+        assert!(s.network.iter().all(|n| n["host"] != "old.example"));
+        let md = s.markdown();
+        assert!(
+            md.contains(&format!("### Network ({} connections)", SHOWN + 50)),
+            "{md}"
+        );
+        assert!(
+            md.contains(&format!("The first {SHOWN} are listed")),
+            "{md}"
+        );
+    }
     use super::*;
 
     #[test]

@@ -64,7 +64,7 @@ pub fn run_command(command: AuditCommand) -> i32 {
 /// The log, which must be a regular file (a FIFO is refused, not waited on).
 fn open(path: &Path) -> Result<File, i32> {
     crate::regular_file::open(path).map_err(|e| {
-        eprintln!("stepproof audit: opening {}: {e}", path.display());
+        crate::say!("stepproof audit: opening {}: {e}", path.display());
         EXIT_ERROR
     })
 }
@@ -88,7 +88,7 @@ fn writer_holds(file: &File) -> bool {
 /// saying why).
 fn checked(path: &Path, file: &File, mut report: ChainReport) -> Result<ChainReport, i32> {
     if let Some(why) = report.not_a_log() {
-        eprintln!("stepproof audit: {}: {why}", path.display());
+        crate::say!("stepproof audit: {}: {why}", path.display());
         return Err(EXIT_ERROR);
     }
     if report.status == Status::Incomplete && writer_holds(file) {
@@ -114,7 +114,7 @@ fn verify_file(path: &Path, head: Option<&str>, json: bool) -> i32 {
     let report = match chain::verify(BufReader::new(&file), head) {
         Ok(report) => report,
         Err(e) => {
-            eprintln!("stepproof audit: reading {}: {e}", path.display());
+            crate::say!("stepproof audit: reading {}: {e}", path.display());
             return EXIT_ERROR;
         }
     };
@@ -123,7 +123,7 @@ fn verify_file(path: &Path, head: Option<&str>, json: bool) -> i32 {
         Err(code) => return code,
     };
     if json {
-        println!(
+        crate::out!(
             "{}",
             serde_json::to_string_pretty(&report).unwrap_or_default()
         );
@@ -137,23 +137,23 @@ fn verify_file(path: &Path, head: Option<&str>, json: bool) -> i32 {
     let intact = format!("{} records, head {}{matched}", report.records, report.head);
     match report.status {
         Status::Intact => {
-            println!("intact: {intact}");
+            crate::out!("intact: {intact}");
             if head.is_none() {
-                eprintln!(
+                crate::say!(
                     "note: a log cut between two runs also looks intact; pass --head with the \
                      hash the run printed to detect a truncated tail"
                 );
             }
         }
-        Status::Incomplete => println!(
+        Status::Incomplete => crate::out!(
             "incomplete: the chain is intact ({intact}), but {}",
             show::runs_without_end(&report)
         ),
-        Status::InProgress => println!(
+        Status::InProgress => crate::out!(
             "in progress: the chain is intact so far ({intact}); {}",
             show::runs_without_end(&report)
         ),
-        Status::Broken => print!("{}", show::chain_verdict(&report)),
+        Status::Broken => crate::out_part!("{}", show::chain_verdict(&report)),
     }
     verdict_code(&report)
 }
@@ -163,24 +163,85 @@ fn show_file(path: &Path, json: bool) -> i32 {
         Ok(f) => f,
         Err(code) => return code,
     };
-    let mut timeline = match show::read_timeline(BufReader::new(&file)) {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("stepproof audit: reading {}: {e}", path.display());
-            return EXIT_ERROR;
+    // Each record is written as it is read: a log of any size shows in the memory of a line.
+    // The first is held until the second arrives (or the end): a file whose first line is not
+    // a record is not a log, and shows nothing.
+    let mut out = Shown {
+        json,
+        text: show::TextTimeline::default(),
+        written: 0,
+    };
+    let mut held: Option<show::Entry> = None;
+    let read = show::stream_timeline(BufReader::new(&file), |entry| {
+        if let Some(first) = held.take() {
+            out.emit(&first);
+        }
+        if out.written == 0 {
+            held = Some(entry);
+        } else {
+            out.emit(&entry);
+        }
+    });
+    let chain = read
+        .map_err(|e| {
+            crate::say!("stepproof audit: reading {}: {e}", path.display());
+            EXIT_ERROR
+        })
+        .and_then(|chain| checked(path, &file, chain));
+    if let (Ok(_), Some(first)) = (&chain, held.take()) {
+        out.emit(&first);
+    }
+    let written = out.written;
+    if json && written > 0 {
+        crate::out_part!("\n  ]");
+    }
+    let chain = match chain {
+        Ok(chain) => chain,
+        Err(code) => {
+            if json && written > 0 {
+                crate::out!("\n}}");
+            }
+            return code;
         }
     };
-    timeline.chain = match checked(path, &file, timeline.chain) {
-        Ok(report) => report,
-        Err(code) => return code,
-    };
     if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&timeline).unwrap_or_default()
+        let open = if written == 0 {
+            "{\n  \"records\": [],\n"
+        } else {
+            ",\n"
+        };
+        crate::out!(
+            "{open}  \"chain\": {}\n}}",
+            serde_json::to_string(&chain).unwrap_or_default()
         );
     } else {
-        print!("{}", show::render_text(&timeline));
+        crate::out_part!("{}", out.text.end(&chain));
     }
-    verdict_code(&timeline.chain)
+    verdict_code(&chain)
+}
+
+/// `audit show`'s output so far.
+struct Shown {
+    json: bool,
+    text: show::TextTimeline,
+    written: u64,
+}
+
+impl Shown {
+    fn emit(&mut self, entry: &show::Entry) {
+        if self.json {
+            let separator = if self.written == 0 {
+                "{\n  \"records\": [\n    "
+            } else {
+                ",\n    "
+            };
+            crate::out_part!(
+                "{separator}{}",
+                serde_json::to_string(entry).unwrap_or_default()
+            );
+        } else {
+            crate::out_part!("{}", self.text.entry(entry));
+        }
+        self.written += 1;
+    }
 }

@@ -38,8 +38,18 @@ pub struct Timeline {
 /// log still shows. Reading stops when the first line is not a record (the file is not a log)
 /// and at a line longer than any record (what follows it is not worth reading through).
 pub fn read_timeline<R: BufRead>(reader: R) -> io::Result<Timeline> {
-    let mut checker = ChainChecker::default();
     let mut records = Vec::new();
+    let chain = stream_timeline(reader, |entry| records.push(entry))?;
+    Ok(Timeline { chain, records })
+}
+
+/// [`read_timeline`] a record at a time: each entry goes to `on_entry` as it is read (memory
+/// stays at one line), and the chain's verdict is returned at the end.
+pub fn stream_timeline<R: BufRead>(
+    reader: R,
+    mut on_entry: impl FnMut(Entry),
+) -> io::Result<ChainReport> {
+    let mut checker = ChainChecker::default();
     let mut number = 0;
     for_each_line(reader, |line| {
         number += 1;
@@ -48,11 +58,11 @@ pub fn read_timeline<R: BufRead>(reader: R) -> io::Result<Timeline> {
             .is_some_and(|b| b.line == 1 && b.not_a_record);
         match line {
             LogLine::Terminated(bytes) | LogLine::CutShort(bytes) => {
-                records.push(entry(number, bytes));
+                on_entry(entry(number, bytes));
                 !not_a_log
             }
             LogLine::TooLong => {
-                records.push(not_a_record_entry(
+                on_entry(not_a_record_entry(
                     number,
                     format!(
                         "longer than {}; the rest of the file is not shown",
@@ -63,10 +73,7 @@ pub fn read_timeline<R: BufRead>(reader: R) -> io::Result<Timeline> {
             }
         }
     })?;
-    Ok(Timeline {
-        chain: checker.finish(None),
-        records,
-    })
+    Ok(checker.finish(None))
 }
 
 fn not_a_record_entry(line: u64, what: String) -> Entry {
@@ -337,34 +344,55 @@ fn iso_time(ts_ms: u64) -> String {
 /// The timeline as text: a date heading whenever the (UTC) day changes, one line per record,
 /// then the chain's verdict.
 pub fn render_text(timeline: &Timeline) -> String {
+    let mut text = TextTimeline::default();
     let mut out = String::new();
-    let mut day = String::new();
-    let mut sandbox = false;
     for e in &timeline.records {
+        out.push_str(&text.entry(e));
+    }
+    out.push_str(&text.end(&timeline.chain));
+    out
+}
+
+/// The text timeline an entry at a time: a date line when the day changes, one line per
+/// record, and at the end the note on sandbox records and the chain's verdict.
+#[derive(Default)]
+pub struct TextTimeline {
+    day: String,
+    sandbox: bool,
+}
+
+impl TextTimeline {
+    pub fn entry(&mut self, e: &Entry) -> String {
+        let mut out = String::new();
         let (date, time) = e
             .ts_ms
             .map(utc_parts)
             .unwrap_or_else(|| ("?".into(), "??:??:??.???".into()));
-        if date != day {
+        if date != self.day {
             let _ = writeln!(out, "{date} (UTC)");
-            day = date;
+            self.day = date;
         }
-        sandbox |= e.source == "sandbox";
+        self.sandbox |= e.source == "sandbox";
         let seq = e.seq.map_or("?".to_string(), |s| s.to_string());
         let _ = writeln!(
             out,
             "  {time}  #{seq:<5} {:<10} {:<14} {}",
             e.source, e.kind, e.summary
         );
+        out
     }
-    if sandbox {
-        out.push_str(
-            "(sandbox: reported from inside the sandbox by the hook binary; it shows what was \
-             decided, not who asked)\n",
-        );
+
+    pub fn end(&self, chain: &ChainReport) -> String {
+        let mut out = String::new();
+        if self.sandbox {
+            out.push_str(
+                "(sandbox: reported from inside the sandbox by the hook binary; it shows what \
+                 was decided, not who asked)\n",
+            );
+        }
+        out.push_str(&chain_verdict(chain));
+        out
     }
-    out.push_str(&chain_verdict(&timeline.chain));
-    out
 }
 
 /// `chain: intact, …` (and whether a run lacks its end) or `chain: BROKEN at line …`.
