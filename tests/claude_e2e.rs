@@ -971,3 +971,34 @@ both_claude!(
         );
     }
 );
+
+// 13. An ask in an unattended run: nobody answers it. The audit log says what became of it: the
+// supervisor's ask-answer record, inferred from what followed (no PostToolUse for the call, and
+// then the turn's Stop).
+both_claude!(an_unanswered_ask_is_recorded_as_refused, |w: &World| {
+    let mock = Mock::start(w, json!([bash("echo ask-probe"), text("fin")]));
+    let extra = "[[hook.bash]]\nid = \"test-ask\"\nreason = \"the test asks\"\ndecision = \"ask\"\ncommands = [\"echo ask-probe\"]\n";
+    let run = run_claude(w, &profile(w, &mock, true, extra), &[]);
+    assert!(run.status.success(), "{}", run.describe());
+    let id = call_id(None, 0);
+    run.expect_decision(&id, "ask", "test-ask");
+    let answers = run.records("ask-answer");
+    assert_eq!(answers.len(), 1, "{:#?}", run.audit);
+    // Claude Code told the model the call was not run, with StepProof's reason.
+    let result = mock.expect_result(&id);
+    assert!(
+        result.is_error && result.text.contains("rule test-ask"),
+        "{result:?}"
+    );
+    assert_eq!(answers[0]["tool_use_id"], id.as_str());
+    assert_eq!(answers[0]["source"], "supervisor");
+    assert_eq!(answers[0]["answer"], "refused", "{:#}", answers[0]);
+    assert!(
+        answers[0]["inferred_from"]
+            .as_str()
+            .unwrap()
+            .starts_with("Stop (seq "),
+        "{:#}",
+        answers[0]
+    );
+});
