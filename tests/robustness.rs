@@ -531,3 +531,37 @@ fn a_plan_over_fs_mount_max_is_refused() {
     );
     assert!(!marker.exists());
 }
+
+// While the command runs, the launch's helpers (the namespace seed, its network maker, the idmap
+// holders) are already reaped: the supervisor's only child is the sandbox's init, no zombies.
+both!(no_helper_zombies_during_the_run, |w: &World| {
+    let mut cmd = w.command(&[], &["/bin/sleep", "1.5"]);
+    let mut child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let supervisor = child.id().to_string();
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    let children: Vec<(String, String)> = fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| fs::read_to_string(e.path().join("stat")).ok())
+        .filter_map(|stat| {
+            let (name, rest) = stat.rsplit_once(')')?;
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            (fields.get(1) == Some(&supervisor.as_str())).then(|| {
+                (
+                    name.split_once('(').map_or("", |(_, n)| n).to_string(),
+                    fields[0].to_string(),
+                )
+            })
+        })
+        .collect();
+    let out = child.wait().unwrap();
+    assert!(out.success());
+    assert!(
+        children.len() == 1 && children[0].0 == "stepproof-init" && children[0].1 != "Z",
+        "the supervisor's children mid-run: {children:?}"
+    );
+});

@@ -88,6 +88,9 @@ impl<'t> Relay<'t> {
         Option<CommandEnforcement>,
         Vec<crate::supervisor::sweep::Finding>,
     ) {
+        // The launch's helpers have exited by now (a SIGCHLD from before the signal mask may be
+        // lost): reaped at once, not at the end of the run.
+        self.reap();
         let mut status_open = true;
         let mut stdin_open = self.terminal.is_some();
         if let Some(master) = &self.master {
@@ -211,13 +214,7 @@ impl<'t> Relay<'t> {
                 continue;
             };
             match signal {
-                Signal::SIGCHLD => {
-                    if let Ok(status) = waitpid(self.child, Some(WaitPidFlag::WNOHANG))
-                        && status != WaitStatus::StillAlive
-                    {
-                        self.init_exit = Some(status);
-                    }
-                }
+                Signal::SIGCHLD => self.reap(),
                 Signal::SIGWINCH => {
                     if let (Some(term), Some(master)) = (&self.terminal, &self.master) {
                         copy_window_size(term.fd(), master);
@@ -227,6 +224,27 @@ impl<'t> Relay<'t> {
                 // Keyboard job control reaches us only without a pty; hand it to the command.
                 _ => {
                     let _ = kill(self.child, signal);
+                }
+            }
+        }
+    }
+
+    /// Reaps every child that has exited: the init (its status is the run's), and the launch's
+    /// helpers (the namespace seed, its network maker, the idmap holders), which would otherwise
+    /// stay zombies for the whole run. Nothing else in this process starts children while the
+    /// relay runs (the sweep's `git` comes after it): a child started then would be reaped here,
+    /// and its own wait would fail.
+    fn reap(&mut self) {
+        loop {
+            match waitpid(
+                Pid::from_raw(-1),
+                Some(WaitPidFlag::WNOHANG | WaitPidFlag::__WALL),
+            ) {
+                Ok(WaitStatus::StillAlive) | Err(_) => return,
+                Ok(status) => {
+                    if status.pid() == Some(self.child) {
+                        self.init_exit = Some(status);
+                    }
                 }
             }
         }
