@@ -2,7 +2,7 @@
 //! Landlock mirroring it at mount granularity. What is hidden is covered by an empty stand-in,
 //! what is protected is bound read-only onto itself, and the rebuilt root ends read-only.
 
-use crate::profile::Profile;
+use crate::profile::{Profile, WorkspaceMode};
 use crate::sandbox::plan::agent_layer::AgentPlan;
 use crate::sandbox::plan::landlock::{FsAccess, LandlockRule};
 use crate::sandbox::plan::secrets::Listings;
@@ -146,6 +146,25 @@ impl IsolationStrategy for MountView {
         Ok(())
     }
 
+    /// Writable, read-only, or read-only beneath an overlay whose upper layer is a private
+    /// tmpfs: writes succeed and stay in the sandbox's mount namespace, which ends with the run.
+    fn workspace(&mut self, scope: &Scope<'_>) -> Result<WorkspaceMode, PlanError> {
+        let path = scope.workspace;
+        let mode = scope.profile.filesystem.workspace;
+        match mode {
+            WorkspaceMode::Writable => self.show(path, Access::ReadWrite)?,
+            WorkspaceMode::ReadOnly => self.show(path, Access::ReadOnly)?,
+            WorkspaceMode::Overlay => {
+                self.show(path, Access::ReadOnly)?;
+                self.mounts.push(MountOp::ScratchOverlay {
+                    dst: path.to_path_buf(),
+                    size_mib: scope.profile.filesystem.tmp_size_mib,
+                });
+            }
+        }
+        Ok(mode)
+    }
+
     /// An empty, mode 000 stand-in over each path, bound after what shows it.
     fn hide(&mut self, hidden: BTreeMap<PathBuf, HideReason>) -> Result<(), PlanError> {
         for (path, reason) in hidden {
@@ -262,6 +281,8 @@ fn landlock_rules(mounts: &[MountOp]) -> Result<Vec<LandlockRule>, PlanError> {
             MountOp::Overlay { dst, .. } | MountOp::Generated { dst, .. } => {
                 (dst, FsAccess::ReadExecute)
             }
+            // Writable inside; what is written never reaches the host.
+            MountOp::ScratchOverlay { dst, .. } => (dst, FsAccess::ReadWrite),
         };
         rules.push(landlock_rule(path.clone(), access)?);
     }
