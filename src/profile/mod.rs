@@ -583,7 +583,7 @@ fn check_claude_keys(origin: &str, text: &str, file: &ProfileFile) -> Result<(),
             return Err(at(
                 name,
                 format!(
-                    "process.{key}: {name:?} would switch Claude Code's managed hooks off or point it at other managed settings; StepProof keeps it out of every run"
+                    "process.{key}: {name:?} would switch Claude Code's managed hooks off, point it at other managed settings, or name a script it runs before every command; StepProof keeps it out of every run"
                 ),
             ));
         }

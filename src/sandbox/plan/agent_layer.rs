@@ -19,6 +19,29 @@ pub const CONFIG_DIR: &str = "/run/claude-config";
 pub const MANAGED_DIR: &str = "/etc/claude-code";
 pub const MANAGED_FILE: &str = "managed-settings.json";
 pub const DROP_IN_DIR: &str = "managed-settings.d";
+/// Directories of the config directory whose scripts Claude Code's Bash tool sources before
+/// every command: the shell snapshot (`snapshot-*.sh`: functions, aliases, options) and the
+/// session environment scripts (`session-env/<session>/*-hook-N.sh`). A `git() { …; }` written
+/// there would turn every later allowed `git status` into anything, unseen by the hook. The
+/// supervisor makes them empty, and they are read-only inside: Claude Code then runs each
+/// command in a login shell instead, whose startup files are the host's or read-only stand-ins
+/// (see `LOGIN_FILES`).
+pub const SOURCED_DIRS: &[&str] = &["shell-snapshots", "session-env"];
+/// The startup files a non-interactive login shell reads from the home (bash, sh, zsh), which
+/// Claude Code's Bash tool runs when it has no snapshot: read-only stand-ins where the run's
+/// home is its own and writable (`home = "allowlist"`).
+pub const LOGIN_FILES: &[&str] = &[
+    ".profile",
+    ".bash_profile",
+    ".bash_login",
+    ".bash_logout",
+    ".zshenv",
+    ".zprofile",
+    ".zlogin",
+    ".zlogout",
+];
+/// What a login-file stand-in says to whoever reads it.
+pub const LOGIN_FILE_STAND_IN: &str = "# StepProof: read-only inside the sandbox. Claude Code's Bash tool runs every command in a\n# login shell here, which would run this file first: what the agent wrote here would run unseen.\n";
 /// What of the host's managed-settings directory is carried in: files up to this size, this
 /// many of them, this deep.
 const HOST_FILE_MAX_BYTES: u64 = 1 << 20;
@@ -161,7 +184,7 @@ pub fn command_defeats_hook(argv: &[std::ffi::OsString]) -> Option<String> {
             if let Some((name, _)) = text.split_once('=').filter(|_| !text.starts_with('-')) {
                 if defeats_hook(name) {
                     return Some(format!(
-                        "`env {name}=…` would switch Claude Code's managed hooks off or point it at other managed settings"
+                        "`env {name}=…` would switch Claude Code's managed hooks off, point it at other managed settings, or give it a script to run before every command"
                     ));
                 }
             } else if matches!(
@@ -238,7 +261,7 @@ pub fn plan_agent(
         workspace: workspace.to_path_buf(),
         home: home.to_path_buf(),
     };
-    let mounts = vec![
+    let mounts: Vec<MountOp> = [
         // The managed settings Claude Code reads are StepProof's and the host's sanitized
         // drop-ins, nothing else: nothing in a profile's view of /etc can change them.
         MountOp::Generated {
@@ -272,7 +295,13 @@ pub fn plan_agent(
             dst: CONFIG_DIR.into(),
             access: Access::ReadWrite,
         },
-    ];
+    ]
+    .into_iter()
+    // What Claude Code sources before every command, read-only (the supervisor made them).
+    .chain(SOURCED_DIRS.iter().map(|dir| MountOp::ReadOnlyInPlace {
+        path: Path::new(CONFIG_DIR).join(dir),
+    }))
+    .collect();
     let env = vec![
         ("CLAUDE_CONFIG_DIR".to_string(), CONFIG_DIR.to_string()),
         ("CLAUDE_CODE_TMPDIR".to_string(), "/tmp".to_string()),
@@ -471,6 +500,7 @@ mod tests {
                 "bash",
             ],
             &["env", "-u", "HOME", "claude", "--bare"],
+            &["env", "CLAUDE_ENV_FILE=/tmp/defs.sh", "claude"],
         ] {
             assert!(command_defeats_hook(&argv(words)).is_some(), "{words:?}");
         }

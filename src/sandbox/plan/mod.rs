@@ -1506,6 +1506,76 @@ mod tests {
         }
     }
 
+    /// What Claude Code's Bash tool sources before every command is not the agent's to write:
+    /// the snapshot and session-env directories of its config directory are read-only (bound
+    /// after it), and a private home has read-only stand-ins for the login shell's startup files
+    /// (with no snapshot, every command runs in a login shell). The host's home is read-only
+    /// anyway; without an agent there is nothing to stand in for.
+    #[test]
+    fn what_claude_code_sources_before_a_command_is_read_only() {
+        use crate::sandbox::plan::agent_layer::{CONFIG_DIR, LOGIN_FILES, SOURCED_DIRS};
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().canonicalize().unwrap();
+        let ws = home.join("w");
+        fs::create_dir_all(&ws).unwrap();
+        let ci = Profile::load(Some(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles/ci.toml"),
+        ))
+        .unwrap();
+        let position = |plan: &SandboxPlan, op: &MountOp| {
+            plan.mounts
+                .iter()
+                .position(|m| m == op)
+                .unwrap_or_else(|| panic!("no {op}"))
+        };
+        for uid in [1234, 0] {
+            let plan = build_plan(&ci, &facts(&home, &ws, uid)).unwrap();
+            let config = plan
+                .mounts
+                .iter()
+                .position(|m| matches!(m, MountOp::FromSupervisor { dst, .. } if dst == Path::new(CONFIG_DIR)))
+                .unwrap();
+            for name in SOURCED_DIRS {
+                let op = MountOp::ReadOnlyInPlace {
+                    path: Path::new(CONFIG_DIR).join(name),
+                };
+                assert!(position(&plan, &op) > config, "{name}");
+            }
+            let private = position(
+                &plan,
+                &MountOp::Tmpfs {
+                    dst: home.clone(),
+                    mode: 0o700,
+                    size_mib: Some(ci.filesystem.tmp_size_mib),
+                },
+            );
+            for name in LOGIN_FILES {
+                let at = plan
+                    .mounts
+                    .iter()
+                    .position(|m| matches!(m, MountOp::File { dst, .. } if *dst == home.join(name)))
+                    .unwrap_or_else(|| panic!("no stand-in for {name}"));
+                assert!(at > private, "{name}");
+            }
+        }
+        let login_stand_ins = |plan: &SandboxPlan| {
+            plan.mounts
+                .iter()
+                .any(|m| matches!(m, MountOp::File { dst, .. } if dst.starts_with(&home)))
+        };
+        let default = Profile::builtin_default().unwrap();
+        assert!(!login_stand_ins(
+            &build_plan(&default, &facts(&home, &ws, 1234)).unwrap()
+        ));
+        let mut no_hook = ci.clone();
+        no_hook.hook = None;
+        let plan = build_plan(&no_hook, &facts(&home, &ws, 1234)).unwrap();
+        assert!(!login_stand_ins(&plan));
+        assert!(!plan.mounts.iter().any(
+            |m| matches!(m, MountOp::ReadOnlyInPlace { path } if path.starts_with(CONFIG_DIR))
+        ));
+    }
+
     /// `strict`: the workspace is the lower layer of an overlay on a private tmpfs (as root,
     /// through the idmapped bind), with the same Landlock right as a writable one; the policy
     /// hash covers the setting, and a profile that leaves it out keeps its hash.
