@@ -88,9 +88,46 @@ pub struct AgentPlan {
     pub state: AgentState,
 }
 
+/// Variables that decide what Claude Code's Bash tool runs before or instead of each command:
+/// the shell (`SHELL`, `CLAUDE_CODE_SHELL`: any executable whose path says bash or zsh), a
+/// program every command is handed to (`CLAUDE_CODE_SHELL_PREFIX`), scripts sourced first
+/// (`BASH_ENV`, `ENV`, `CLAUDE_ENV_FILE`) and where `git` is found (`PATH`). A settings file's
+/// `env` sets them for every later command — a project's `.claude/settings.json` from the
+/// checkout at start (tested on 2.1.328: its `BASH_ENV` turned an allowed `git status` into its
+/// own function), or one the agent writes. Managed settings' `env` stands above every other
+/// source, so StepProof's pins them to what the command was started with (empty: unset).
+pub const PINNED_ENV: &[&str] = &[
+    "PATH",
+    "SHELL",
+    "CLAUDE_CODE_SHELL",
+    "CLAUDE_CODE_SHELL_PREFIX",
+    "BASH_ENV",
+    "ENV",
+    "CLAUDE_ENV_FILE",
+];
+
+/// [`PINNED_ENV`] with the values of the command's environment (empty where it has none).
+pub fn pinned_env(env: &[(String, String)]) -> Vec<(String, String)> {
+    PINNED_ENV
+        .iter()
+        .map(|name| {
+            let value = env
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default();
+            (name.to_string(), value)
+        })
+        .collect()
+}
+
 /// Claude Code's managed settings: only managed hooks, every event StepProof handles, each in
-/// exec form with an explicit timeout; the gates with `onFailure: block`.
-pub fn managed_settings(extra: &serde_json::Map<String, serde_json::Value>) -> serde_json::Value {
+/// exec form with an explicit timeout; the gates with `onFailure: block`; `pinned` in `env`
+/// (see [`PINNED_ENV`]).
+pub fn managed_settings(
+    extra: &serde_json::Map<String, serde_json::Value>,
+    pinned: &[(String, String)],
+) -> serde_json::Value {
     let mut hooks = serde_json::Map::new();
     for (event, matcher, blocks) in EVENTS {
         let mut entry = serde_json::json!({
@@ -114,6 +151,19 @@ pub fn managed_settings(extra: &serde_json::Map<String, serde_json::Value>) -> s
     crate::profile::claude_settings::remove_owned_keys(&mut settings);
     settings.insert("allowManagedHooksOnly".into(), true.into());
     settings.insert("hooks".into(), serde_json::Value::Object(hooks));
+    if !pinned.is_empty() {
+        let env = settings
+            .entry("env")
+            .or_insert_with(|| serde_json::Value::Object(serde_json::Map::new()));
+        if !env.is_object() {
+            *env = serde_json::Value::Object(serde_json::Map::new());
+        }
+        if let Some(env) = env.as_object_mut() {
+            for (name, value) in pinned {
+                env.insert(name.clone(), value.clone().into());
+            }
+        }
+    }
     serde_json::Value::Object(settings)
 }
 
@@ -134,6 +184,11 @@ pub fn managed_settings_problems(settings: &serde_json::Value, is_drop_in: bool)
     let mut problems: Vec<String> = owned
         .into_iter()
         .filter(|key| !matches!(key.as_str(), "hooks" | "allowManagedHooksOnly"))
+        // StepProof's own pin of a variable to nothing (see `PINNED_ENV`).
+        .filter(|key| {
+            !key.strip_prefix("env.")
+                .is_some_and(|name| PINNED_ENV.contains(&name) && settings["env"][name] == "")
+        })
         .map(|key| format!("sets {key}, which StepProof owns"))
         .collect();
     if settings["allowManagedHooksOnly"] != true {
@@ -232,11 +287,13 @@ pub fn compiled_policy(
         .map_err(|reason| PlanError::HookPolicy { reason })
 }
 
+/// `env` is the command's environment as planned (before the agent's own variables).
 pub fn plan_agent(
     profile: &Profile,
     facts: &HostFacts,
     home: &Path,
     workspace: &Path,
+    env: &[(String, String)],
 ) -> Result<Option<AgentPlan>, PlanError> {
     if profile.hook.is_none() {
         return Ok(None);
@@ -247,9 +304,11 @@ pub fn plan_agent(
         .ok_or(PlanError::HookBinaryMissing)?;
     let policy = compiled_policy(profile, home, workspace)?;
     tracing::debug!(bytes = policy.len(), "plan: hook policy compiled");
-    let settings =
-        serde_json::to_string_pretty(&managed_settings(&profile.claude.managed_settings))
-            .expect("JSON values serialize");
+    let settings = serde_json::to_string_pretty(&managed_settings(
+        &profile.claude.managed_settings,
+        &pinned_env(env),
+    ))
+    .expect("JSON values serialize");
     let host = read_host_managed(&facts.claude_managed_dir);
     let mut managed_files = vec![(PathBuf::from(MANAGED_FILE), settings)];
     managed_files.extend(host.files);
@@ -446,7 +505,20 @@ mod tests {
             serde_json::json!({ "deny": ["Bash(rm -rf *)"] }),
         );
         extra.insert("hooks".into(), serde_json::json!({}));
-        let settings = managed_settings(&extra);
+        let settings = managed_settings(
+            &extra,
+            &pinned_env(&[("PATH".into(), "/usr/bin:/bin".into())]),
+        );
+        assert_eq!(settings["env"]["PATH"], "/usr/bin:/bin");
+        assert_eq!(settings["env"]["BASH_ENV"], "");
+        assert_eq!(settings["env"]["CLAUDE_ENV_FILE"], "");
+        // StepProof's own empty pin is no problem; a script named there is.
+        let mut named = settings.clone();
+        named["env"]["CLAUDE_ENV_FILE"] = "/tmp/defs.sh".into();
+        assert_eq!(
+            managed_settings_problems(&named, false),
+            ["sets env.CLAUDE_ENV_FILE, which StepProof owns"]
+        );
         assert_eq!(settings["permissions"]["deny"][0], "Bash(rm -rf *)");
         assert_eq!(settings["allowManagedHooksOnly"], true);
         for (event, _, blocks) in EVENTS {

@@ -558,7 +558,13 @@ fn plan_with<S: IsolationStrategy>(
 
     // The agent inside: the hook where the agent cannot remove it, and its own state.
     let agent = if S::PLANS_AGENT {
-        agent_layer::plan_agent(profile, facts, &home, &workspace)?
+        agent_layer::plan_agent(
+            profile,
+            facts,
+            &home,
+            &workspace,
+            &build_environment(profile, facts, &identity, &home).0,
+        )?
     } else {
         None
     };
