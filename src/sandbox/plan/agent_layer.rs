@@ -91,13 +91,16 @@ pub struct AgentPlan {
 /// Variables that decide what Claude Code's Bash tool runs before or instead of each command:
 /// the shell (`SHELL`, `CLAUDE_CODE_SHELL`: any executable whose path says bash or zsh), a
 /// program every command is handed to (`CLAUDE_CODE_SHELL_PREFIX`), scripts sourced first
-/// (`BASH_ENV`, `ENV`, `CLAUDE_ENV_FILE`) and where `git` is found (`PATH`). A settings file's
+/// (`BASH_ENV`, `ENV`, `CLAUDE_ENV_FILE`, and the login shell's startup files, found through
+/// `HOME` and `ZDOTDIR`) and where `git` is found (`PATH`). A settings file's
 /// `env` sets them for every later command — a project's `.claude/settings.json` from the
 /// checkout at start (tested on 2.1.328: its `BASH_ENV` turned an allowed `git status` into its
 /// own function), or one the agent writes. Managed settings' `env` stands above every other
 /// source, so StepProof's pins them to what the command was started with (empty: unset).
 pub const PINNED_ENV: &[&str] = &[
     "PATH",
+    "HOME",
+    "ZDOTDIR",
     "SHELL",
     "CLAUDE_CODE_SHELL",
     "CLAUDE_CODE_SHELL_PREFIX",
@@ -119,6 +122,56 @@ pub fn pinned_env(env: &[(String, String)]) -> Vec<(String, String)> {
             (name.to_string(), value)
         })
         .collect()
+}
+
+/// The prefix of the variables bash imports as functions (`BASH_FUNC_git%%='() { …; }'`
+/// defines `git` in every bash started with it).
+const BASH_FUNCTION_PREFIX: &str = "BASH_FUNC_";
+/// The project settings files Claude Code reads from a directory it starts in.
+const PROJECT_SETTINGS: &[&str] = &[".claude/settings.json", ".claude/settings.local.json"];
+const PROJECT_SETTINGS_MAX_BYTES: u64 = 1 << 20;
+
+/// The exported bash functions (`BASH_FUNC_…` names) that the project settings Claude Code will
+/// read at start set in their `env` — the workspace's and those of the directories from it down
+/// to the current one: pinned to nothing in the managed settings, so no bash imports them (a
+/// function's name cannot be listed ahead; tested on 2.1.328: `BASH_FUNC_git%%` in a project's
+/// `env` redefined `git`). Settings written during the run are never reloaded (the ConfigChange
+/// gate). A file that is not a regular one, too large or not JSON names nothing here.
+pub fn project_bash_functions(workspace: &Path, cwd: &Path) -> Vec<String> {
+    let mut dirs = vec![workspace.to_path_buf()];
+    if let Ok(rel) = cwd.strip_prefix(workspace) {
+        let mut dir = workspace.to_path_buf();
+        for part in rel.components() {
+            dir.push(part);
+            dirs.push(dir.clone());
+        }
+    }
+    let mut names = std::collections::BTreeSet::new();
+    for dir in dirs {
+        for rel in PROJECT_SETTINGS {
+            let path = dir.join(rel);
+            let readable = std::fs::metadata(&path)
+                .is_ok_and(|m| m.is_file() && m.len() <= PROJECT_SETTINGS_MAX_BYTES);
+            let Some(settings) = readable
+                .then(|| std::fs::read(&path).ok())
+                .flatten()
+                .and_then(|bytes| serde_json::from_slice::<serde_json::Value>(&bytes).ok())
+            else {
+                continue;
+            };
+            if let Some(env) = settings.get("env").and_then(|e| e.as_object()) {
+                names.extend(
+                    env.keys()
+                        .filter(|name| {
+                            name.get(..BASH_FUNCTION_PREFIX.len())
+                                .is_some_and(|head| head.eq_ignore_ascii_case(BASH_FUNCTION_PREFIX))
+                        })
+                        .cloned(),
+                );
+            }
+        }
+    }
+    names.into_iter().collect()
 }
 
 /// Claude Code's managed settings: only managed hooks, every event StepProof handles, each in
@@ -304,11 +357,17 @@ pub fn plan_agent(
         .ok_or(PlanError::HookBinaryMissing)?;
     let policy = compiled_policy(profile, home, workspace)?;
     tracing::debug!(bytes = policy.len(), "plan: hook policy compiled");
-    let settings = serde_json::to_string_pretty(&managed_settings(
-        &profile.claude.managed_settings,
-        &pinned_env(env),
-    ))
-    .expect("JSON values serialize");
+    // What runs around each command is the launch's: the fixed variables, and the exported
+    // functions the project's own settings would bring.
+    let mut pinned = pinned_env(env);
+    pinned.extend(
+        project_bash_functions(workspace, &facts.cwd)
+            .into_iter()
+            .map(|name| (name, String::new())),
+    );
+    let settings =
+        serde_json::to_string_pretty(&managed_settings(&profile.claude.managed_settings, &pinned))
+            .expect("JSON values serialize");
     let host = read_host_managed(&facts.claude_managed_dir);
     let mut managed_files = vec![(PathBuf::from(MANAGED_FILE), settings)];
     managed_files.extend(host.files);
@@ -556,6 +615,41 @@ mod tests {
             managed_settings_problems(&serde_json::json!({"model": "x"}), true),
             Vec::<String>::new()
         );
+    }
+
+    /// The exported bash functions a project's settings would bring, from the workspace down
+    /// to the current directory; what cannot be read as JSON names nothing.
+    #[test]
+    fn exported_functions_of_project_settings_are_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path();
+        let sub = ws.join("crates/a");
+        std::fs::create_dir_all(ws.join(".claude")).unwrap();
+        std::fs::create_dir_all(sub.join(".claude")).unwrap();
+        std::fs::create_dir_all(ws.join("crates/.claude")).unwrap();
+        std::fs::write(
+            ws.join(".claude/settings.json"),
+            r#"{"env": {"BASH_FUNC_git%%": "() { id; }", "RUST_LOG": "debug"}}"#,
+        )
+        .unwrap();
+        std::fs::write(
+            sub.join(".claude/settings.local.json"),
+            r#"{"env": {"bash_func_ls%%": "() { id; }"}}"#,
+        )
+        .unwrap();
+        std::fs::write(ws.join("crates/.claude/settings.json"), "{ not json").unwrap();
+        assert_eq!(
+            project_bash_functions(ws, &sub),
+            ["BASH_FUNC_git%%", "bash_func_ls%%"]
+        );
+        assert_eq!(project_bash_functions(ws, ws), ["BASH_FUNC_git%%"]);
+        assert!(project_bash_functions(&ws.join("absent"), ws).is_empty());
+        let settings = managed_settings(
+            &serde_json::Map::new(),
+            &[("BASH_FUNC_git%%".into(), String::new())],
+        );
+        assert_eq!(settings["env"]["BASH_FUNC_git%%"], "");
+        assert!(managed_settings_problems(&settings, false).is_empty());
     }
 
     #[test]
