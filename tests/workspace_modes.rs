@@ -3,6 +3,8 @@
 //! it reaches the checkout or outlives the run; `read-only` refuses every write at the kernel.
 //! As root (the lower layer idmapped) and as the test user.
 
+#[path = "support/e2e.rs"]
+mod e2e;
 mod support;
 
 use std::collections::BTreeMap;
@@ -215,4 +217,56 @@ fn explain_shows_the_workspace_overlay() {
         "{stdout}"
     );
     assert!(stdout.contains("rw   overlay   "), "{stdout}");
+}
+
+/// The hook's answer is not what keeps "no writes" on `strict`: `sort -o` is inspection to its
+/// rules, and with the real Claude Code (2.1.328) the write it makes succeeds inside, is read
+/// back by the next command, and never reaches the checkout.
+fn strict_hook_allowed_write_stays_in_the_overlay(w: &World) {
+    use e2e::*;
+    use serde_json::json;
+    fs::write(w.workspace.join("names.txt"), "b\na\n").unwrap();
+    chown_tree(&w.workspace, w.owner);
+    let before = tree(&w.workspace);
+    let mock = Mock::start(
+        w,
+        json!([
+            bash("sort -o names.txt names.txt"),
+            bash("cat names.txt"),
+            text("fin")
+        ]),
+    );
+    let path = profile(w, &mock, true, "");
+    let text = fs::read_to_string(&path)
+        .unwrap()
+        .replace("extends = \"ci\"", "extends = \"strict\"");
+    fs::write(&path, text).unwrap();
+    let run = run_claude(w, &path, &[]);
+    assert!(run.status.success(), "{}", run.describe());
+    run.expect_decision(&call_id(None, 0), "allow", "strict-inspect");
+    assert!(!mock.expect_result(&call_id(None, 0)).is_error);
+    let read = mock.expect_result(&call_id(None, 1));
+    assert!(read.text.contains("a\nb"), "{read:?}");
+    assert_eq!(tree(&w.workspace), before, "the checkout changed");
+    assert_eq!(run.status_file["status"], "exited", "{}", run.status_file);
+}
+
+mod strict_hook_allowed_write_stays_in_the_overlay {
+    use super::*;
+    #[test]
+    fn as_root() {
+        if e2e::claude_available()
+            && let Some(w) = World::new(Who::Root)
+        {
+            strict_hook_allowed_write_stays_in_the_overlay(&w)
+        }
+    }
+    #[test]
+    fn as_user() {
+        if e2e::claude_available()
+            && let Some(w) = World::new(Who::User)
+        {
+            strict_hook_allowed_write_stays_in_the_overlay(&w)
+        }
+    }
 }
