@@ -200,6 +200,24 @@ both!(read_only_workspace_refuses_writes, |w: &World| {
     assert!(!w.workspace.join("new.txt").exists());
 });
 
+// `stepproof doctor` tries the overlay the way the launch lays it (a tmpfs upper layer in a
+// user namespace): this kernel can.
+both!(doctor_tries_the_workspace_overlay, |w: &World| {
+    let mut doctor = w.as_owner(&w.run_binary().with_file_name("stepproof"));
+    doctor.arg("doctor");
+    w.clean_env(&mut doctor);
+    let out = doctor.output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.contains("workspace overlay"))
+        .unwrap_or_else(|| panic!("no overlay line in doctor: {}", describe(&out)));
+    assert!(
+        line.starts_with("ok") && line.contains("works in a user namespace"),
+        "{line}"
+    );
+});
+
 // `stepproof explain` says how the workspace is seen, and the overlay is in the mount list.
 #[test]
 fn explain_shows_the_workspace_overlay() {
