@@ -218,6 +218,70 @@ both!(doctor_tries_the_workspace_overlay, |w: &World| {
     );
 });
 
+// Where the kernel cannot lay the overlay — here a workspace that is already two overlays deep,
+// beyond overlayfs' stacking limit — the launch stops with 125 and says why; nothing of the
+// command runs, and the workspace is never made writable instead. As the test user (a root
+// invocation stops earlier: overlayfs takes no idmapped mount); the stack is built as root in a
+// private mount namespace of the test's own.
+#[test]
+fn a_workspace_the_kernel_cannot_overlay_stops_the_launch() {
+    if !is_root() {
+        return skip_or_fail("stacking overlays for the test needs root");
+    }
+    let Some(w) = World::new(Who::User) else {
+        return;
+    };
+    let layers = w.base.join("layers");
+    for dir in ["l1", "u1", "w1", "m1", "u2", "w2"] {
+        fs::create_dir_all(layers.join(dir)).unwrap();
+    }
+    fs::write(layers.join("l1/file"), "original\n").unwrap();
+    chown_tree(&layers, w.owner);
+    let l = |d: &str| layers.join(d).display().to_string();
+    let script = format!(
+        "set -e; mount -t overlay overlay -o lowerdir={},upperdir={},workdir={} {}; \
+         mount -t overlay overlay -o lowerdir={},upperdir={},workdir={} \"$WS\"; \
+         cd \"$WS\"; exec \"$@\"",
+        l("l1"),
+        l("u1"),
+        l("w1"),
+        l("m1"),
+        l("m1"),
+        l("u2"),
+        l("w2"),
+    );
+    let inner = w.command(
+        &["--profile", strict().to_str().unwrap()],
+        &["/bin/sh", "-c", "echo ran > ran; echo changed > file"],
+    );
+    let mut cmd = std::process::Command::new("unshare");
+    cmd.args(["--mount", "--propagation", "private", "--", "/bin/sh", "-c"])
+        .arg(&script)
+        .arg("sh")
+        .arg(inner.get_program())
+        .args(inner.get_args());
+    w.clean_env(&mut cmd).env("WS", &w.workspace);
+    let out = cmd.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{}", describe(&out));
+    assert!(
+        stderr.contains("mounting the workspace's overlay") && stderr.contains("read-only"),
+        "{}",
+        describe(&out)
+    );
+    assert_eq!(
+        fs::read_to_string(layers.join("l1/file")).unwrap(),
+        "original\n"
+    );
+    for upper in ["u1", "u2"] {
+        assert_eq!(
+            fs::read_dir(layers.join(upper)).unwrap().count(),
+            0,
+            "{upper}"
+        );
+    }
+}
+
 // `stepproof explain` says how the workspace is seen, and the overlay is in the mount list.
 #[test]
 fn explain_shows_the_workspace_overlay() {

@@ -246,7 +246,7 @@ fn scratch_overlay(dst: &Path, size_mib: u64, index: usize) -> Result<(), MountE
         step: format!("mounting the workspace's overlay ({options}) at"),
         path: target.clone(),
         source: e.into(),
-        hint: " (filesystem.workspace = \"overlay\" needs overlayfs in a user namespace with a tmpfs upper layer: Linux 6.6 or later; use \"read-only\" on this host)",
+        hint: " (filesystem.workspace = \"overlay\" needs overlayfs in a user namespace with a tmpfs upper layer, Linux 6.6 or later, over a workspace overlayfs can stack on: not one already two overlays deep; `stepproof doctor` tries it; use \"read-only\" here)",
     })
 }
 
