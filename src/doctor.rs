@@ -25,6 +25,61 @@ fn can_clone(flags: libc::c_int) -> Result<(), std::io::Error> {
     }
 }
 
+/// Whether overlayfs lays a tmpfs upper layer over a directory inside a new user namespace, as
+/// `workspace = "overlay"` (`strict`) does: a child maps itself to its own uid, mounts a tmpfs
+/// in a private mount namespace, and writes and removes a file through the overlay (a copy-up
+/// and a whiteout). Reports the errno of the step that failed.
+fn overlay_in_user_namespace() -> Result<(), std::io::Error> {
+    let (uid, gid) = (nix::unistd::getuid(), nix::unistd::getgid());
+    let child = sys::clone_with_namespaces(
+        libc::CLONE_NEWUSER | libc::CLONE_NEWNS,
+        ParentOnlyFds::none(),
+        move || match write_through_overlay(uid.as_raw(), gid.as_raw()) {
+            Ok(()) => 0,
+            Err(e) => e.raw_os_error().unwrap_or(libc::EIO).clamp(1, 255),
+        },
+    )?;
+    match waitpid(Pid::from_raw(child), None) {
+        Ok(WaitStatus::Exited(_, 0)) => Ok(()),
+        Ok(WaitStatus::Exited(_, errno)) => Err(std::io::Error::from_raw_os_error(errno)),
+        other => Err(std::io::Error::other(format!(
+            "probe child ended with {other:?}"
+        ))),
+    }
+}
+
+/// The child's part of [`overlay_in_user_namespace`].
+fn write_through_overlay(uid: u32, gid: u32) -> Result<(), std::io::Error> {
+    use nix::mount::{MsFlags, mount};
+    use std::fs;
+    fs::write("/proc/self/setgroups", "deny")?;
+    fs::write("/proc/self/uid_map", format!("0 {uid} 1"))?;
+    fs::write("/proc/self/gid_map", format!("0 {gid} 1"))?;
+    let none = None::<&str>;
+    mount(none, "/", none, MsFlags::MS_REC | MsFlags::MS_PRIVATE, none)?;
+    mount(
+        Some("tmpfs"),
+        "/tmp",
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some("size=1m"),
+    )?;
+    for dir in ["lower", "upper", "work", "merged"] {
+        fs::create_dir(std::path::Path::new("/tmp").join(dir))?;
+    }
+    fs::write("/tmp/lower/file", "lower")?;
+    mount(
+        Some("overlay"),
+        "/tmp/merged",
+        Some("overlay"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some("lowerdir=/tmp/lower,upperdir=/tmp/upper,workdir=/tmp/work,userxattr"),
+    )?;
+    fs::write("/tmp/merged/file", "upper")?;
+    fs::remove_file("/tmp/merged/file")?;
+    Ok(())
+}
+
 fn read_sysctl(path: &str) -> Option<String> {
     std::fs::read_to_string(path)
         .ok()
@@ -181,6 +236,18 @@ pub fn run_checks() -> Vec<Check> {
             detail: format!("{value}: {place}"),
         });
     }
+    let overlay = overlay_in_user_namespace();
+    checks.push(Check {
+        feature: "workspace overlay (filesystem.workspace = \"overlay\", strict)",
+        available: overlay.is_ok(),
+        required_by_default: false,
+        detail: match overlay {
+            Ok(()) => "overlayfs with a tmpfs upper layer works in a user namespace".into(),
+            Err(e) => format!(
+                "overlayfs with a tmpfs upper layer does not work in a user namespace here ({e}); needs Linux 6.6 or later: a profile with workspace = \"overlay\" stops with exit 125, use \"read-only\""
+            ),
+        },
+    });
     checks.push(Check {
         feature: "idmapped mounts",
         available: idmap_ok,

@@ -1,7 +1,7 @@
 //! `stepproof explain` (and `stepproof-run --explain`): the effective policy, as text a reviewer
 //! reads in order or as JSON.
 
-use crate::profile::{NetworkMode, Profile};
+use crate::profile::{NetworkMode, Profile, WorkspaceMode};
 use crate::sandbox::plan::SandboxPlan;
 use crate::sandbox::report::namespaces;
 use crate::supervisor::launch::describe_identity;
@@ -56,8 +56,14 @@ pub fn explain_text(profile: &Profile, plan: &SandboxPlan) -> String {
         }
     }
     line(format!(
-        "workspace: {} (read-write)",
-        plan.workspace.display()
+        "workspace: {} ({})",
+        plan.workspace.display(),
+        match plan.workspace_mode {
+            WorkspaceMode::Writable => "read-write",
+            WorkspaceMode::ReadOnly => "read-only",
+            WorkspaceMode::Overlay =>
+                "overlay: writable inside, every write thrown away after the run; nothing reaches the checkout",
+        }
     ));
     line(format!("home: {}", plan.home.display()));
     line(format!("cwd: {}", plan.cwd.display()));

@@ -303,3 +303,38 @@ fn a_git_replaced_during_the_run_is_moved_by_the_sweep() {
     );
     assert!(stderr.contains(".git cannot be pinned"), "{text}");
 }
+
+/// `workspace = "overlay"` (strict) cannot be laid without a mount namespace: the launch is
+/// refused (125) before anything runs, unless the profile accepts a read-only workspace
+/// instead, which it then gets — never a writable one.
+#[test]
+fn an_overlay_workspace_is_refused_or_read_only() {
+    let Some(w) = world() else { return };
+    let profile = degraded_profile(&w, "workspace = \"overlay\"\n");
+    let out = run_without_userns(&w, &profile, &["/bin/sh", "-c", "touch ran"]);
+    assert_eq!(out.status.code(), Some(125), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("needs a mount namespace"),
+        "{}",
+        describe(&out)
+    );
+    assert!(!w.workspace.join("ran").exists());
+
+    let profile = write_profile(
+        &w,
+        "read-only.toml",
+        "extends = \"default\"\n[degraded]\nallow = true\naccept_removable_hook = true\nread_only_workspace = true\n[network]\nmode = \"none\"\n[filesystem]\nworkspace = \"overlay\"\n",
+    );
+    let (probes, stderr) = probe_without_userns(
+        &w,
+        &profile,
+        &[
+            ("read", "open('README').read()"),
+            ("write", "open('made', 'w').write('x')"),
+        ],
+    );
+    assert_eq!(probes.expect_ok("read"), "OK 'project\\n'");
+    probes.expect_err("write", "EACCES");
+    assert!(!w.workspace.join("made").exists());
+    assert!(stderr.contains("lost: workspace = \"overlay\""), "{stderr}");
+}

@@ -20,15 +20,18 @@ pub const OWNED_KEYS: &[&str] = &[
     "parentSettingsBehavior",
 ];
 
-/// Variables that switch managed hooks off (`CLAUDE_CODE_SIMPLE` is what `--bare` sets) or point
-/// Claude Code at other managed settings. Never passed from the caller, never set by a profile
-/// or by a settings file's `env`.
+/// Variables that switch managed hooks off (`CLAUDE_CODE_SIMPLE` is what `--bare` sets), point
+/// Claude Code at other managed settings, or name a script its Bash tool sources before every
+/// command (`CLAUDE_ENV_FILE`: a function defined there turns an allowed `git status` into
+/// anything, unseen by the hook). Never passed from the caller, never set by a profile or by a
+/// settings file's `env`.
 pub const HOOK_DEFEATING_ENV: &[&str] = &[
     "CLAUDE_CODE_SIMPLE",
     "CLAUDE_CODE_MANAGED_SETTINGS_PATH",
     "CLAUDE_CODE_REMOTE_SETTINGS_PATH",
     "CLAUDE_CODE_MOCK_REMOTE_SETTINGS",
     "CLAUDE_CONFIG_DIR",
+    "CLAUDE_ENV_FILE",
 ];
 
 /// Whether `name` is one of [`HOOK_DEFEATING_ENV`] (Claude Code upper-cases settings' `env`

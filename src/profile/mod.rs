@@ -107,6 +107,11 @@ pub struct Degraded {
     /// and the profile runs without its hook (a loss the launch and `explain` print).
     #[serde(default)]
     pub accept_removable_hook: bool,
+    /// A profile whose workspace is `overlay` is refused in that mode unless this is true
+    /// (Landlock cannot lay an overlay): the workspace is then read-only instead, never
+    /// writable (left out of the policy hash when false).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub read_only_workspace: bool,
 }
 
 /// One profile file as written: every field optional so that `extends` can tell "unset" from
@@ -186,6 +191,7 @@ struct FilesystemFile {
     hide_other_projects: Option<bool>,
     mask_home_sockets: Option<bool>,
     tmp_size_mib: Option<u64>,
+    workspace: Option<WorkspaceMode>,
 }
 
 /// How much of the home the sandbox shows.
@@ -198,6 +204,36 @@ pub enum HomeMode {
     /// Only `home_allow`, read-only, on a private empty home that the run may write (its
     /// caches are the run's own, never the host's).
     Allowlist,
+}
+
+/// How the run sees the workspace.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WorkspaceMode {
+    /// Read-write: what the run writes is in the checkout afterwards.
+    #[default]
+    Writable,
+    /// Through an overlay whose upper layer is a private tmpfs of the run (`tmp_size_mib`):
+    /// the run can write, build and test, and all of it is thrown away when the run ends —
+    /// nothing reaches the checkout. Needs a mount namespace.
+    Overlay,
+    /// Read-only.
+    ReadOnly,
+}
+
+impl WorkspaceMode {
+    pub fn is_writable(&self) -> bool {
+        *self == WorkspaceMode::Writable
+    }
+
+    /// The profile's word for it.
+    pub fn name(self) -> &'static str {
+        match self {
+            WorkspaceMode::Writable => "writable",
+            WorkspaceMode::Overlay => "overlay",
+            WorkspaceMode::ReadOnly => "read-only",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -291,6 +327,10 @@ pub struct Filesystem {
     pub hide_other_projects: bool,
     pub mask_home_sockets: bool,
     pub tmp_size_mib: u64,
+    /// How the run sees the workspace (left out of the policy hash when it is the default, so
+    /// that profiles that do not set it keep their hash).
+    #[serde(skip_serializing_if = "WorkspaceMode::is_writable")]
+    pub workspace: WorkspaceMode,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -555,7 +595,7 @@ fn check_claude_keys(origin: &str, text: &str, file: &ProfileFile) -> Result<(),
             return Err(at(
                 name,
                 format!(
-                    "process.{key}: {name:?} would switch Claude Code's managed hooks off or point it at other managed settings; StepProof keeps it out of every run"
+                    "process.{key}: {name:?} would switch Claude Code's managed hooks off, point it at other managed settings, or name a script it runs before every command; StepProof keeps it out of every run"
                 ),
             ));
         }
@@ -722,6 +762,7 @@ fn merge(base: ProfileFile, child: ProfileFile) -> ProfileFile {
                 .filesystem
                 .tmp_size_mib
                 .or(base.filesystem.tmp_size_mib),
+            workspace: child.filesystem.workspace.or(base.filesystem.workspace),
         },
         process: ProcessFile {
             env: append_unique(base.process.env, child.process.env),
@@ -886,6 +927,7 @@ fn resolve(file: ProfileFile, origins: Vec<String>) -> Result<Profile, String> {
             hide_other_projects: fs.hide_other_projects.unwrap_or(true),
             mask_home_sockets: fs.mask_home_sockets.unwrap_or(true),
             tmp_size_mib,
+            workspace: fs.workspace.unwrap_or_default(),
         },
         process: Process {
             env: file.process.env,

@@ -199,6 +199,57 @@ fn tmpfs(target: &Path, options: &str, flags: MsFlags) -> Result<(), MountError>
     .map_err(nix_err("mounting tmpfs at", target))
 }
 
+/// An overlay over `dst` as the view shows it (the lower layer, made read-only first), with
+/// its upper layer on a private tmpfs in the staging root: once the staging root is detached,
+/// only the overlay holds that tmpfs, and it ends with the sandbox's mount namespace. The layers
+/// are reached through short staging paths of ours, so no workspace name (a comma, a colon)
+/// ever enters the option string.
+fn scratch_overlay(dst: &Path, size_mib: u64, index: usize) -> Result<(), MountError> {
+    let target = inside(dst);
+    restrict(&target, true, true)?;
+    let lower = PathBuf::from(format!("/scratch-lower-{index}"));
+    bind(&target, &lower, "binding the overlay's lower layer")?;
+    restrict(&lower, true, true)?;
+    let scratch = PathBuf::from(format!("/scratch-{index}"));
+    tmpfs(
+        &scratch,
+        &format!("mode=700,size={size_mib}m"),
+        MsFlags::empty(),
+    )?;
+    let (upper, work) = (scratch.join("upper"), scratch.join("work"));
+    for dir in [&upper, &work] {
+        fs::create_dir(dir).map_err(err("creating", dir))?;
+    }
+    // The overlay's root takes the upper directory's mode: the workspace's own.
+    let mode = fs::metadata(&lower)
+        .map_err(err("reading the mode of", dst))?
+        .permissions()
+        .mode();
+    fs::set_permissions(&upper, fs::Permissions::from_mode(mode & 0o7777))
+        .map_err(err("chmod", &upper))?;
+    // userxattr: overlayfs in a user namespace keeps its whiteouts and opaque directories in
+    // `user.overlay.*` (the trusted namespace needs the host's CAP_SYS_ADMIN).
+    let options = format!(
+        "lowerdir={},upperdir={},workdir={},userxattr",
+        lower.display(),
+        upper.display(),
+        work.display()
+    );
+    mount(
+        Some("overlay"),
+        &target,
+        Some("overlay"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some(options.as_str()),
+    )
+    .map_err(|e| MountError {
+        step: format!("mounting the workspace's overlay ({options}) at"),
+        path: target.clone(),
+        source: e.into(),
+        hint: " (filesystem.workspace = \"overlay\" needs overlayfs in a user namespace with a tmpfs upper layer, Linux 6.6 or later, over a workspace overlayfs can stack on: not one already two overlays deep; `stepproof doctor` tries it; use \"read-only\" here)",
+    })
+}
+
 fn apply(
     op: &MountOp,
     index: usize,
@@ -341,6 +392,7 @@ fn apply(
             restrict(&target, *access == Access::ReadOnly, true)
         }
         MountOp::SealReadOnly { dst } => restrict(&inside(dst), true, true),
+        MountOp::ScratchOverlay { dst, size_mib } => scratch_overlay(dst, *size_mib, index),
         MountOp::Generated { dst, files } => {
             let target = inside(dst);
             let bytes: usize = files.iter().map(|(_, c)| c.len()).sum();

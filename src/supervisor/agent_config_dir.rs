@@ -88,6 +88,15 @@ pub fn prepare(plan: &SandboxPlan, state: &AgentState) -> Result<UnixListener, A
     if let Ok(bytes) = fs::read(&credentials) {
         write_private(&state.config_dir.join(CREDENTIALS), &bytes)?;
     }
+    // Empty, and read-only inside (the plan binds them so): nothing in them runs before a
+    // command.
+    for dir in crate::sandbox::plan::agent_layer::SOURCED_DIRS {
+        let path = state.config_dir.join(dir);
+        fs::DirBuilder::new()
+            .mode(0o755)
+            .create(&path)
+            .map_err(fail("creating", &path))?;
+    }
     chown_tree(&state.config_dir, uid, gid)?;
 
     let _ = fs::remove_file(&state.hook_socket);

@@ -19,6 +19,29 @@ pub const CONFIG_DIR: &str = "/run/claude-config";
 pub const MANAGED_DIR: &str = "/etc/claude-code";
 pub const MANAGED_FILE: &str = "managed-settings.json";
 pub const DROP_IN_DIR: &str = "managed-settings.d";
+/// Directories of the config directory whose scripts Claude Code's Bash tool sources before
+/// every command: the shell snapshot (`snapshot-*.sh`: functions, aliases, options) and the
+/// session environment scripts (`session-env/<session>/*-hook-N.sh`). A `git() { …; }` written
+/// there would turn every later allowed `git status` into anything, unseen by the hook. The
+/// supervisor makes them empty, and they are read-only inside: Claude Code then runs each
+/// command in a login shell instead, whose startup files are the host's or read-only stand-ins
+/// (see `LOGIN_FILES`).
+pub const SOURCED_DIRS: &[&str] = &["shell-snapshots", "session-env"];
+/// The startup files a non-interactive login shell reads from the home (bash, sh, zsh), which
+/// Claude Code's Bash tool runs when it has no snapshot: read-only stand-ins where the run's
+/// home is its own and writable (`home = "allowlist"`).
+pub const LOGIN_FILES: &[&str] = &[
+    ".profile",
+    ".bash_profile",
+    ".bash_login",
+    ".bash_logout",
+    ".zshenv",
+    ".zprofile",
+    ".zlogin",
+    ".zlogout",
+];
+/// What a login-file stand-in says to whoever reads it.
+pub const LOGIN_FILE_STAND_IN: &str = "# StepProof: read-only inside the sandbox. Claude Code's Bash tool runs every command in a\n# login shell here, which would run this file first: what the agent wrote here would run unseen.\n";
 /// What of the host's managed-settings directory is carried in: files up to this size, this
 /// many of them, this deep.
 const HOST_FILE_MAX_BYTES: u64 = 1 << 20;
@@ -65,9 +88,99 @@ pub struct AgentPlan {
     pub state: AgentState,
 }
 
+/// Variables that decide what Claude Code's Bash tool runs before or instead of each command:
+/// the shell (`SHELL`, `CLAUDE_CODE_SHELL`: any executable whose path says bash or zsh), a
+/// program every command is handed to (`CLAUDE_CODE_SHELL_PREFIX`), scripts sourced first
+/// (`BASH_ENV`, `ENV`, `CLAUDE_ENV_FILE`, and the login shell's startup files, found through
+/// `HOME` and `ZDOTDIR`) and where `git` is found (`PATH`). A settings file's
+/// `env` sets them for every later command — a project's `.claude/settings.json` from the
+/// checkout at start (tested on 2.1.328: its `BASH_ENV` turned an allowed `git status` into its
+/// own function), or one the agent writes. Managed settings' `env` stands above every other
+/// source, so StepProof's pins them to what the command was started with (empty: unset).
+pub const PINNED_ENV: &[&str] = &[
+    "PATH",
+    "HOME",
+    "ZDOTDIR",
+    "SHELL",
+    "CLAUDE_CODE_SHELL",
+    "CLAUDE_CODE_SHELL_PREFIX",
+    "BASH_ENV",
+    "ENV",
+    "CLAUDE_ENV_FILE",
+];
+
+/// [`PINNED_ENV`] with the values of the command's environment (empty where it has none).
+pub fn pinned_env(env: &[(String, String)]) -> Vec<(String, String)> {
+    PINNED_ENV
+        .iter()
+        .map(|name| {
+            let value = env
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_default();
+            (name.to_string(), value)
+        })
+        .collect()
+}
+
+/// The prefix of the variables bash imports as functions (`BASH_FUNC_git%%='() { …; }'`
+/// defines `git` in every bash started with it).
+const BASH_FUNCTION_PREFIX: &str = "BASH_FUNC_";
+/// The project settings files Claude Code reads from a directory it starts in.
+const PROJECT_SETTINGS: &[&str] = &[".claude/settings.json", ".claude/settings.local.json"];
+const PROJECT_SETTINGS_MAX_BYTES: u64 = 1 << 20;
+
+/// The exported bash functions (`BASH_FUNC_…` names) that the project settings Claude Code will
+/// read at start set in their `env` — the workspace's and those of the directories from it down
+/// to the current one: pinned to nothing in the managed settings, so no bash imports them (a
+/// function's name cannot be listed ahead; tested on 2.1.328: `BASH_FUNC_git%%` in a project's
+/// `env` redefined `git`). Settings written during the run are never reloaded (the ConfigChange
+/// gate). A file that is not a regular one, too large or not JSON names nothing here.
+pub fn project_bash_functions(workspace: &Path, cwd: &Path) -> Vec<String> {
+    let mut dirs = vec![workspace.to_path_buf()];
+    if let Ok(rel) = cwd.strip_prefix(workspace) {
+        let mut dir = workspace.to_path_buf();
+        for part in rel.components() {
+            dir.push(part);
+            dirs.push(dir.clone());
+        }
+    }
+    let mut names = std::collections::BTreeSet::new();
+    for dir in dirs {
+        for rel in PROJECT_SETTINGS {
+            let path = dir.join(rel);
+            let readable = std::fs::metadata(&path)
+                .is_ok_and(|m| m.is_file() && m.len() <= PROJECT_SETTINGS_MAX_BYTES);
+            let Some(settings) = readable
+                .then(|| std::fs::read(&path).ok())
+                .flatten()
+                .and_then(|bytes| serde_json::from_slice::<serde_json::Value>(&bytes).ok())
+            else {
+                continue;
+            };
+            if let Some(env) = settings.get("env").and_then(|e| e.as_object()) {
+                names.extend(
+                    env.keys()
+                        .filter(|name| {
+                            name.get(..BASH_FUNCTION_PREFIX.len())
+                                .is_some_and(|head| head.eq_ignore_ascii_case(BASH_FUNCTION_PREFIX))
+                        })
+                        .cloned(),
+                );
+            }
+        }
+    }
+    names.into_iter().collect()
+}
+
 /// Claude Code's managed settings: only managed hooks, every event StepProof handles, each in
-/// exec form with an explicit timeout; the gates with `onFailure: block`.
-pub fn managed_settings(extra: &serde_json::Map<String, serde_json::Value>) -> serde_json::Value {
+/// exec form with an explicit timeout; the gates with `onFailure: block`; `pinned` in `env`
+/// (see [`PINNED_ENV`]).
+pub fn managed_settings(
+    extra: &serde_json::Map<String, serde_json::Value>,
+    pinned: &[(String, String)],
+) -> serde_json::Value {
     let mut hooks = serde_json::Map::new();
     for (event, matcher, blocks) in EVENTS {
         let mut entry = serde_json::json!({
@@ -91,6 +204,19 @@ pub fn managed_settings(extra: &serde_json::Map<String, serde_json::Value>) -> s
     crate::profile::claude_settings::remove_owned_keys(&mut settings);
     settings.insert("allowManagedHooksOnly".into(), true.into());
     settings.insert("hooks".into(), serde_json::Value::Object(hooks));
+    if !pinned.is_empty() {
+        let env = settings
+            .entry("env")
+            .or_insert_with(|| serde_json::Value::Object(serde_json::Map::new()));
+        if !env.is_object() {
+            *env = serde_json::Value::Object(serde_json::Map::new());
+        }
+        if let Some(env) = env.as_object_mut() {
+            for (name, value) in pinned {
+                env.insert(name.clone(), value.clone().into());
+            }
+        }
+    }
     serde_json::Value::Object(settings)
 }
 
@@ -111,6 +237,11 @@ pub fn managed_settings_problems(settings: &serde_json::Value, is_drop_in: bool)
     let mut problems: Vec<String> = owned
         .into_iter()
         .filter(|key| !matches!(key.as_str(), "hooks" | "allowManagedHooksOnly"))
+        // StepProof's own pin of a variable to nothing (see `PINNED_ENV`).
+        .filter(|key| {
+            !key.strip_prefix("env.")
+                .is_some_and(|name| PINNED_ENV.contains(&name) && settings["env"][name] == "")
+        })
         .map(|key| format!("sets {key}, which StepProof owns"))
         .collect();
     if settings["allowManagedHooksOnly"] != true {
@@ -161,7 +292,7 @@ pub fn command_defeats_hook(argv: &[std::ffi::OsString]) -> Option<String> {
             if let Some((name, _)) = text.split_once('=').filter(|_| !text.starts_with('-')) {
                 if defeats_hook(name) {
                     return Some(format!(
-                        "`env {name}=…` would switch Claude Code's managed hooks off or point it at other managed settings"
+                        "`env {name}=…` would switch Claude Code's managed hooks off, point it at other managed settings, or give it a script to run before every command"
                     ));
                 }
             } else if matches!(
@@ -209,11 +340,13 @@ pub fn compiled_policy(
         .map_err(|reason| PlanError::HookPolicy { reason })
 }
 
+/// `env` is the command's environment as planned (before the agent's own variables).
 pub fn plan_agent(
     profile: &Profile,
     facts: &HostFacts,
     home: &Path,
     workspace: &Path,
+    env: &[(String, String)],
 ) -> Result<Option<AgentPlan>, PlanError> {
     if profile.hook.is_none() {
         return Ok(None);
@@ -224,8 +357,16 @@ pub fn plan_agent(
         .ok_or(PlanError::HookBinaryMissing)?;
     let policy = compiled_policy(profile, home, workspace)?;
     tracing::debug!(bytes = policy.len(), "plan: hook policy compiled");
+    // What runs around each command is the launch's: the fixed variables, and the exported
+    // functions the project's own settings would bring.
+    let mut pinned = pinned_env(env);
+    pinned.extend(
+        project_bash_functions(workspace, &facts.cwd)
+            .into_iter()
+            .map(|name| (name, String::new())),
+    );
     let settings =
-        serde_json::to_string_pretty(&managed_settings(&profile.claude.managed_settings))
+        serde_json::to_string_pretty(&managed_settings(&profile.claude.managed_settings, &pinned))
             .expect("JSON values serialize");
     let host = read_host_managed(&facts.claude_managed_dir);
     let mut managed_files = vec![(PathBuf::from(MANAGED_FILE), settings)];
@@ -238,7 +379,7 @@ pub fn plan_agent(
         workspace: workspace.to_path_buf(),
         home: home.to_path_buf(),
     };
-    let mounts = vec![
+    let mounts: Vec<MountOp> = [
         // The managed settings Claude Code reads are StepProof's and the host's sanitized
         // drop-ins, nothing else: nothing in a profile's view of /etc can change them.
         MountOp::Generated {
@@ -272,7 +413,13 @@ pub fn plan_agent(
             dst: CONFIG_DIR.into(),
             access: Access::ReadWrite,
         },
-    ];
+    ]
+    .into_iter()
+    // What Claude Code sources before every command, read-only (the supervisor made them).
+    .chain(SOURCED_DIRS.iter().map(|dir| MountOp::ReadOnlyInPlace {
+        path: Path::new(CONFIG_DIR).join(dir),
+    }))
+    .collect();
     let env = vec![
         ("CLAUDE_CONFIG_DIR".to_string(), CONFIG_DIR.to_string()),
         ("CLAUDE_CODE_TMPDIR".to_string(), "/tmp".to_string()),
@@ -417,7 +564,20 @@ mod tests {
             serde_json::json!({ "deny": ["Bash(rm -rf *)"] }),
         );
         extra.insert("hooks".into(), serde_json::json!({}));
-        let settings = managed_settings(&extra);
+        let settings = managed_settings(
+            &extra,
+            &pinned_env(&[("PATH".into(), "/usr/bin:/bin".into())]),
+        );
+        assert_eq!(settings["env"]["PATH"], "/usr/bin:/bin");
+        assert_eq!(settings["env"]["BASH_ENV"], "");
+        assert_eq!(settings["env"]["CLAUDE_ENV_FILE"], "");
+        // StepProof's own empty pin is no problem; a script named there is.
+        let mut named = settings.clone();
+        named["env"]["CLAUDE_ENV_FILE"] = "/tmp/defs.sh".into();
+        assert_eq!(
+            managed_settings_problems(&named, false),
+            ["sets env.CLAUDE_ENV_FILE, which StepProof owns"]
+        );
         assert_eq!(settings["permissions"]["deny"][0], "Bash(rm -rf *)");
         assert_eq!(settings["allowManagedHooksOnly"], true);
         for (event, _, blocks) in EVENTS {
@@ -457,6 +617,41 @@ mod tests {
         );
     }
 
+    /// The exported bash functions a project's settings would bring, from the workspace down
+    /// to the current directory; what cannot be read as JSON names nothing.
+    #[test]
+    fn exported_functions_of_project_settings_are_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path();
+        let sub = ws.join("crates/a");
+        std::fs::create_dir_all(ws.join(".claude")).unwrap();
+        std::fs::create_dir_all(sub.join(".claude")).unwrap();
+        std::fs::create_dir_all(ws.join("crates/.claude")).unwrap();
+        std::fs::write(
+            ws.join(".claude/settings.json"),
+            r#"{"env": {"BASH_FUNC_git%%": "() { id; }", "RUST_LOG": "debug"}}"#,
+        )
+        .unwrap();
+        std::fs::write(
+            sub.join(".claude/settings.local.json"),
+            r#"{"env": {"bash_func_ls%%": "() { id; }"}}"#,
+        )
+        .unwrap();
+        std::fs::write(ws.join("crates/.claude/settings.json"), "{ not json").unwrap();
+        assert_eq!(
+            project_bash_functions(ws, &sub),
+            ["BASH_FUNC_git%%", "bash_func_ls%%"]
+        );
+        assert_eq!(project_bash_functions(ws, ws), ["BASH_FUNC_git%%"]);
+        assert!(project_bash_functions(&ws.join("absent"), ws).is_empty());
+        let settings = managed_settings(
+            &serde_json::Map::new(),
+            &[("BASH_FUNC_git%%".into(), String::new())],
+        );
+        assert_eq!(settings["env"]["BASH_FUNC_git%%"], "");
+        assert!(managed_settings_problems(&settings, false).is_empty());
+    }
+
     #[test]
     fn command_lines_that_switch_the_hook_off_are_named() {
         let argv =
@@ -471,6 +666,7 @@ mod tests {
                 "bash",
             ],
             &["env", "-u", "HOME", "claude", "--bare"],
+            &["env", "CLAUDE_ENV_FILE=/tmp/defs.sh", "claude"],
         ] {
             assert!(command_defeats_hook(&argv(words)).is_some(), "{words:?}");
         }

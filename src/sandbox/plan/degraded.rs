@@ -6,7 +6,7 @@
 //! entry; TCP is confined by Landlock port rules (there is no network namespace); and every
 //! loss against the namespace sandbox is written down in the plan, the report and `explain`.
 
-use crate::profile::{NetworkMode, Profile};
+use crate::profile::{NetworkMode, Profile, WorkspaceMode};
 use crate::sandbox::plan::agent_layer::AgentPlan;
 use crate::sandbox::plan::landlock::{FsAccess, LandlockRule, TcpPolicy, grant_except, list_dir};
 use crate::sandbox::plan::secrets::{Listings, hide_target};
@@ -48,6 +48,11 @@ impl IsolationStrategy for LandlockView {
         }
         if profile.network.gateway.is_some() {
             return Err(PlanError::GatewayNeedsNamespaces);
+        }
+        if profile.filesystem.workspace == WorkspaceMode::Overlay
+            && !profile.degraded.read_only_workspace
+        {
+            return Err(PlanError::OverlayNeedsNamespaces);
         }
         Ok(())
     }
@@ -147,6 +152,27 @@ impl IsolationStrategy for LandlockView {
         };
         self.grants.push((path.to_path_buf(), access));
         Ok(())
+    }
+
+    /// No overlay without a mount namespace: a workspace that asks for one is read-only here
+    /// (only where `[degraded] read_only_workspace = true`; [`Self::refuse`] stops the rest).
+    fn workspace(&mut self, scope: &Scope<'_>) -> Result<WorkspaceMode, PlanError> {
+        let path = scope.workspace;
+        match scope.profile.filesystem.workspace {
+            WorkspaceMode::Writable => {
+                self.show(path, Access::ReadWrite)?;
+                Ok(WorkspaceMode::Writable)
+            }
+            WorkspaceMode::ReadOnly => {
+                self.show(path, Access::ReadOnly)?;
+                Ok(WorkspaceMode::ReadOnly)
+            }
+            WorkspaceMode::Overlay => {
+                self.losses.push("workspace = \"overlay\": no overlay without a mount namespace; the workspace is read-only instead (accepted by [degraded] read_only_workspace = true): builds and tests that write in it fail".to_string());
+                self.show(path, Access::ReadOnly)?;
+                Ok(WorkspaceMode::ReadOnly)
+            }
+        }
     }
 
     /// Every directory shown so far, granted around what must not be seen. A hidden `.env`
@@ -292,10 +318,12 @@ fn scratch_dir(facts: &HostFacts) -> PathBuf {
 
 #[cfg(test)]
 mod tests {
-    use crate::profile::{HomeMode, PathSpec};
+    use crate::profile::{HomeMode, PathSpec, WorkspaceMode};
     use crate::sandbox::plan::landlock::{FsAccess, LandlockRule};
     use crate::sandbox::plan::tests::{degraded_profile, facts};
-    use crate::sandbox::plan::{HideReason, MountOp, SandboxPlan, build_degraded_plan, build_plan};
+    use crate::sandbox::plan::{
+        HideReason, MountOp, PlanError, SandboxPlan, build_degraded_plan, build_plan,
+    };
     use std::fs;
     use std::path::{Path, PathBuf};
 
@@ -423,6 +451,38 @@ mod tests {
         assert_eq!(
             degraded.writable_host_paths(),
             [ws.clone(), degraded.scratch_dir.clone().unwrap()]
+        );
+    }
+
+    /// No overlay without a mount namespace: refused, unless the profile accepts a read-only
+    /// workspace instead — never a writable one.
+    #[test]
+    fn an_overlay_workspace_is_refused_or_read_only() {
+        let (_dir, home, ws) = home_with_project();
+        let host = facts(&home, &ws, 1234);
+        let mut profile = degraded_profile();
+        profile.filesystem.workspace = WorkspaceMode::Overlay;
+        assert!(matches!(
+            build_degraded_plan(&profile, &host),
+            Err(PlanError::OverlayNeedsNamespaces)
+        ));
+        profile.degraded.read_only_workspace = true;
+        let plan = build_degraded_plan(&profile, &host).unwrap();
+        assert_eq!(plan.workspace_mode, WorkspaceMode::ReadOnly);
+        assert!(
+            !plan
+                .landlock
+                .rules
+                .iter()
+                .any(|r| r.path.starts_with(&ws) && r.access == FsAccess::ReadWrite),
+            "{:?}",
+            plan.landlock.rules
+        );
+        assert!(plan.landlock.rules.iter().any(|r| r.path == ws));
+        assert!(
+            has_loss(&plan, "workspace = \"overlay\""),
+            "{:?}",
+            plan.losses
         );
     }
 

@@ -16,7 +16,7 @@ pub mod namespaces;
 pub mod protected;
 pub mod secrets;
 
-use crate::profile::{HomeMode, Limits, NetworkMode, Profile};
+use crate::profile::{HomeMode, Limits, NetworkMode, Profile, WorkspaceMode};
 use crate::sandbox::plan::agent_layer::AgentPlan;
 use crate::sandbox::plan::env::build_environment;
 use crate::sandbox::plan::landlock::{FsAccess, LandlockPlan, LandlockRule, TcpPolicy};
@@ -176,6 +176,14 @@ pub enum MountOp {
         dst: PathBuf,
         access: Access,
     },
+    /// `dst`, as the view shows it just before (read-only), becomes the lower layer of an
+    /// overlay mounted over it whose upper layer is a private tmpfs of `size_mib`: the run can
+    /// write there, and all it wrote goes with the sandbox's mount namespace, nothing reaches
+    /// the host (`filesystem.workspace = "overlay"`).
+    ScratchOverlay {
+        dst: PathBuf,
+        size_mib: u64,
+    },
     /// Everything at and below `dst` becomes read-only (after it was populated).
     SealReadOnly {
         dst: PathBuf,
@@ -254,6 +262,9 @@ pub struct SandboxPlan {
     /// The credential gateway, with `ca_file` resolved.
     pub gateway: Option<crate::profile::GatewayConfig>,
     pub workspace: PathBuf,
+    /// How the run sees the workspace (an overlay the host's isolation cannot give is
+    /// read-only, where the profile accepts that).
+    pub workspace_mode: WorkspaceMode,
     pub home: PathBuf,
     pub cwd: PathBuf,
     pub mounts: Vec<MountOp>,
@@ -366,6 +377,12 @@ pub enum PlanError {
         "the credential gateway needs the sandbox's private /run: not available without namespaces"
     )]
     GatewayNeedsNamespaces,
+    /// Environment: without user namespaces, a profile whose workspace is an overlay and that
+    /// does not accept a read-only one instead.
+    #[error(
+        "filesystem.workspace = \"overlay\" needs a mount namespace, which this host refuses; the profile does not accept a read-only workspace instead ([degraded] read_only_workspace = true)"
+    )]
+    OverlayNeedsNamespaces,
     /// Environment: invoked as root without user namespaces, and the profile does not allow
     /// the command to run as uid 0.
     #[error(
@@ -411,6 +428,7 @@ impl PlanError {
             | PlanError::NoUserNamespaces
             | PlanError::HookNeedsNamespaces
             | PlanError::GatewayNeedsNamespaces
+            | PlanError::OverlayNeedsNamespaces
             | PlanError::RootWithoutUserNamespaces => false,
         }
     }
@@ -494,6 +512,9 @@ pub(crate) trait IsolationStrategy: Sized {
     fn private_home(&mut self, scope: &Scope<'_>);
     /// A host directory (the home, the workspace, the profile's extras), with `access`.
     fn show(&mut self, path: &Path, access: Access) -> Result<(), PlanError>;
+    /// The workspace, as `filesystem.workspace` asks (writable, read-only, or an overlay whose
+    /// writes are thrown away); returns how it is shown.
+    fn workspace(&mut self, scope: &Scope<'_>) -> Result<WorkspaceMode, PlanError>;
     /// What must not be seen, and why; called once, after everything is shown.
     fn hide(&mut self, hidden: BTreeMap<PathBuf, HideReason>) -> Result<(), PlanError>;
     /// The persistence paths, the repositories' `.git` and the profile's own files.
@@ -537,7 +558,13 @@ fn plan_with<S: IsolationStrategy>(
 
     // The agent inside: the hook where the agent cannot remove it, and its own state.
     let agent = if S::PLANS_AGENT {
-        agent_layer::plan_agent(profile, facts, &home, &workspace)?
+        agent_layer::plan_agent(
+            profile,
+            facts,
+            &home,
+            &workspace,
+            &build_environment(profile, facts, &identity, &home).0,
+        )?
     } else {
         None
     };
@@ -574,7 +601,7 @@ fn plan_with<S: IsolationStrategy>(
     } else if home_visible {
         view.show(&home, Access::ReadOnly)?;
     }
-    view.show(&workspace, Access::ReadWrite)?;
+    let workspace_mode = view.workspace(&scope)?;
     for spec in &profile.filesystem.writable {
         view.show(
             &existing(resolve(spec), "filesystem.writable")?,
@@ -687,6 +714,7 @@ fn plan_with<S: IsolationStrategy>(
             g
         }),
         workspace,
+        workspace_mode,
         home,
         cwd,
         mounts: realized.mounts,
@@ -1213,6 +1241,11 @@ impl std::fmt::Display for MountOp {
                 src.display()
             ),
             MountOp::SealReadOnly { dst } => write!(f, "ro   seal      {}", dst.display()),
+            MountOp::ScratchOverlay { dst, size_mib } => write!(
+                f,
+                "rw   overlay   {} (writes go to a private tmpfs of {size_mib} MiB, thrown away after the run)",
+                dst.display()
+            ),
             MountOp::Overlay { dst, files, .. } => write!(
                 f,
                 "ro   overlay   {} (+ {})",
@@ -1477,6 +1510,162 @@ mod tests {
                     .is_empty()
             );
         }
+    }
+
+    /// What Claude Code's Bash tool sources before every command is not the agent's to write:
+    /// the snapshot and session-env directories of its config directory are read-only (bound
+    /// after it), and a private home has read-only stand-ins for the login shell's startup files
+    /// (with no snapshot, every command runs in a login shell). The host's home is read-only
+    /// anyway; without an agent there is nothing to stand in for.
+    #[test]
+    fn what_claude_code_sources_before_a_command_is_read_only() {
+        use crate::sandbox::plan::agent_layer::{CONFIG_DIR, LOGIN_FILES, SOURCED_DIRS};
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().canonicalize().unwrap();
+        let ws = home.join("w");
+        fs::create_dir_all(&ws).unwrap();
+        let ci = Profile::load(Some(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles/ci.toml"),
+        ))
+        .unwrap();
+        let position = |plan: &SandboxPlan, op: &MountOp| {
+            plan.mounts
+                .iter()
+                .position(|m| m == op)
+                .unwrap_or_else(|| panic!("no {op}"))
+        };
+        for uid in [1234, 0] {
+            let plan = build_plan(&ci, &facts(&home, &ws, uid)).unwrap();
+            let config = plan
+                .mounts
+                .iter()
+                .position(|m| matches!(m, MountOp::FromSupervisor { dst, .. } if dst == Path::new(CONFIG_DIR)))
+                .unwrap();
+            for name in SOURCED_DIRS {
+                let op = MountOp::ReadOnlyInPlace {
+                    path: Path::new(CONFIG_DIR).join(name),
+                };
+                assert!(position(&plan, &op) > config, "{name}");
+            }
+            let private = position(
+                &plan,
+                &MountOp::Tmpfs {
+                    dst: home.clone(),
+                    mode: 0o700,
+                    size_mib: Some(ci.filesystem.tmp_size_mib),
+                },
+            );
+            for name in LOGIN_FILES {
+                let at = plan
+                    .mounts
+                    .iter()
+                    .position(|m| matches!(m, MountOp::File { dst, .. } if *dst == home.join(name)))
+                    .unwrap_or_else(|| panic!("no stand-in for {name}"));
+                assert!(at > private, "{name}");
+            }
+        }
+        let login_stand_ins = |plan: &SandboxPlan| {
+            plan.mounts
+                .iter()
+                .any(|m| matches!(m, MountOp::File { dst, .. } if dst.starts_with(&home)))
+        };
+        let default = Profile::builtin_default().unwrap();
+        assert!(!login_stand_ins(
+            &build_plan(&default, &facts(&home, &ws, 1234)).unwrap()
+        ));
+        let mut no_hook = ci.clone();
+        no_hook.hook = None;
+        let plan = build_plan(&no_hook, &facts(&home, &ws, 1234)).unwrap();
+        assert!(!login_stand_ins(&plan));
+        assert!(!plan.mounts.iter().any(
+            |m| matches!(m, MountOp::ReadOnlyInPlace { path } if path.starts_with(CONFIG_DIR))
+        ));
+    }
+
+    /// `strict`: the workspace is the lower layer of an overlay on a private tmpfs (as root,
+    /// through the idmapped bind), with the same Landlock right as a writable one; the policy
+    /// hash covers the setting, and a profile that leaves it out keeps its hash.
+    #[test]
+    fn strict_sees_the_workspace_through_a_scratch_overlay() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().canonicalize().unwrap();
+        let ws = home.join("w");
+        fs::create_dir_all(&ws).unwrap();
+        let strict = Profile::load(Some(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles/strict.toml"),
+        ))
+        .unwrap();
+        assert_eq!(strict.filesystem.workspace, WorkspaceMode::Overlay);
+        for (uid, lower) in [
+            (
+                1000,
+                MountOp::Bind {
+                    src: ws.clone(),
+                    dst: ws.clone(),
+                    access: Access::ReadOnly,
+                },
+            ),
+            (
+                0,
+                MountOp::IdmappedBind {
+                    src: ws.clone(),
+                    dst: ws.clone(),
+                    access: Access::ReadOnly,
+                },
+            ),
+        ] {
+            let plan = build_plan(&strict, &facts(&home, &ws, uid)).unwrap();
+            assert_eq!(plan.workspace_mode, WorkspaceMode::Overlay);
+            let at = plan
+                .mounts
+                .iter()
+                .position(|m| *m == lower)
+                .expect("the lower bind");
+            assert_eq!(
+                plan.mounts[at + 1],
+                MountOp::ScratchOverlay {
+                    dst: ws.clone(),
+                    size_mib: strict.filesystem.tmp_size_mib
+                }
+            );
+            assert!(!plan.mounts.iter().any(|m| matches!(m,
+                MountOp::Bind { dst, access: Access::ReadWrite, .. }
+                | MountOp::IdmappedBind { dst, access: Access::ReadWrite, .. } if *dst == ws)));
+            assert!(
+                plan.landlock
+                    .rules
+                    .iter()
+                    .any(|r| r.path == ws && r.access == FsAccess::ReadWrite)
+            );
+        }
+
+        let mut read_only = strict.clone();
+        read_only.filesystem.workspace = WorkspaceMode::ReadOnly;
+        let plan = build_plan(&read_only, &facts(&home, &ws, 1000)).unwrap();
+        assert!(
+            !plan
+                .mounts
+                .iter()
+                .any(|m| matches!(m, MountOp::ScratchOverlay { .. }))
+        );
+        assert!(
+            !plan
+                .landlock
+                .rules
+                .iter()
+                .any(|r| r.path == ws && r.access == FsAccess::ReadWrite)
+        );
+        assert_ne!(read_only.policy_hash(), strict.policy_hash());
+
+        let default = Profile::builtin_default().unwrap();
+        let mut explicit = default.clone();
+        explicit.filesystem.workspace = WorkspaceMode::Writable;
+        assert_eq!(explicit.policy_hash(), default.policy_hash());
+        assert!(
+            !serde_json::to_string(&default)
+                .unwrap()
+                .contains("\"workspace\"")
+        );
     }
 
     #[test]

@@ -2,8 +2,8 @@
 //! Landlock mirroring it at mount granularity. What is hidden is covered by an empty stand-in,
 //! what is protected is bound read-only onto itself, and the rebuilt root ends read-only.
 
-use crate::profile::Profile;
-use crate::sandbox::plan::agent_layer::AgentPlan;
+use crate::profile::{Profile, WorkspaceMode};
+use crate::sandbox::plan::agent_layer::{AgentPlan, LOGIN_FILE_STAND_IN, LOGIN_FILES};
 use crate::sandbox::plan::landlock::{FsAccess, LandlockRule};
 use crate::sandbox::plan::secrets::Listings;
 use crate::sandbox::plan::{
@@ -27,6 +27,9 @@ pub(crate) struct MountView {
     /// goes through an idmapped mount: root's files there appear as the sandbox user's, and the
     /// init, already that user, needs no access to root's private directories to mount them.
     idmapped: bool,
+    /// Claude Code runs inside: a private home gets read-only stand-ins for the login shell's
+    /// startup files (its Bash tool runs commands in a login shell).
+    login_stand_ins: bool,
 }
 
 impl IsolationStrategy for MountView {
@@ -53,6 +56,7 @@ impl IsolationStrategy for MountView {
             etc_files,
             agent_mounts: agent.map(|a| a.mounts.clone()).unwrap_or_default(),
             idmapped: scope.identity.mode == IdentityMode::RootRemapped,
+            login_stand_ins: agent.is_some(),
         }
     }
 
@@ -127,13 +131,24 @@ impl IsolationStrategy for MountView {
         Ok(())
     }
 
-    /// An empty tmpfs over the home; what the profile lists is bound into it next.
+    /// An empty tmpfs over the home; what the profile lists is bound into it next. With Claude
+    /// Code inside, the login shell's startup files are read-only stand-ins: its Bash tool runs
+    /// every command in a login shell (it has no snapshot: see `agent_layer::SOURCED_DIRS`), and
+    /// a file the agent wrote there would run first, unseen by the hook.
     fn private_home(&mut self, scope: &Scope<'_>) {
         self.mounts.push(MountOp::Tmpfs {
             dst: scope.home.to_path_buf(),
             mode: 0o700,
             size_mib: Some(scope.profile.filesystem.tmp_size_mib),
         });
+        if self.login_stand_ins {
+            for name in LOGIN_FILES {
+                self.mounts.push(MountOp::File {
+                    dst: scope.home.join(name),
+                    contents: LOGIN_FILE_STAND_IN.to_string(),
+                });
+            }
+        }
     }
 
     fn show(&mut self, path: &Path, access: Access) -> Result<(), PlanError> {
@@ -144,6 +159,25 @@ impl IsolationStrategy for MountView {
             MountOp::Bind { src, dst, access }
         });
         Ok(())
+    }
+
+    /// Writable, read-only, or read-only beneath an overlay whose upper layer is a private
+    /// tmpfs: writes succeed and stay in the sandbox's mount namespace, which ends with the run.
+    fn workspace(&mut self, scope: &Scope<'_>) -> Result<WorkspaceMode, PlanError> {
+        let path = scope.workspace;
+        let mode = scope.profile.filesystem.workspace;
+        match mode {
+            WorkspaceMode::Writable => self.show(path, Access::ReadWrite)?,
+            WorkspaceMode::ReadOnly => self.show(path, Access::ReadOnly)?,
+            WorkspaceMode::Overlay => {
+                self.show(path, Access::ReadOnly)?;
+                self.mounts.push(MountOp::ScratchOverlay {
+                    dst: path.to_path_buf(),
+                    size_mib: scope.profile.filesystem.tmp_size_mib,
+                });
+            }
+        }
+        Ok(mode)
     }
 
     /// An empty, mode 000 stand-in over each path, bound after what shows it.
@@ -262,6 +296,8 @@ fn landlock_rules(mounts: &[MountOp]) -> Result<Vec<LandlockRule>, PlanError> {
             MountOp::Overlay { dst, .. } | MountOp::Generated { dst, .. } => {
                 (dst, FsAccess::ReadExecute)
             }
+            // Writable inside; what is written never reaches the host.
+            MountOp::ScratchOverlay { dst, .. } => (dst, FsAccess::ReadWrite),
         };
         rules.push(landlock_rule(path.clone(), access)?);
     }
