@@ -14,6 +14,12 @@ use brush_parser::word::{self, ParameterExpr, WordPiece, WordPieceWithSource};
 
 use crate::pattern::Arg;
 
+mod git;
+mod options;
+mod tools;
+mod variables;
+mod wrappers;
+
 /// One thing a command line would do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Effect {
@@ -85,6 +91,15 @@ const MAX_PAREN_DEPTH: usize = 10;
 const MAX_BRACKET_DEPTH: usize = 3;
 /// Deepest nesting of compound constructs the parser is given (see `nesting_depth`).
 const MAX_NESTING: usize = 48;
+
+/// bash's `read [-ers] [-a ARRAY] [-d DELIM] [-i TEXT] [-n N] [-N N] [-p PROMPT] [-t T]
+/// [-u FD] [NAME…]`.
+const READ: options::Grammar = options::Grammar {
+    short: "ersa:d:i:n:N:p:t:u:",
+    long: "",
+    abbreviations: false,
+    stop_at_operand: false,
+};
 
 const SHELLS: &[&str] = &[
     "sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "posh", "yash",
@@ -330,8 +345,21 @@ impl Walker<'_> {
             ast::CompoundCommand::BraceGroup(g) => self.compound_list(&g.list),
             ast::CompoundCommand::Subshell(s) => self.compound_list(&s.list),
             ast::CompoundCommand::ForClause(f) => {
+                // `for PAGER in …` assigns each value in turn (`for x;` the arguments).
+                let watched = variables::runs_programs(&f.variable_name);
+                if watched && f.values.is_none() {
+                    self.program_variable(&f.variable_name, &Arg::Dynamic);
+                }
                 for w in f.values.iter().flatten() {
-                    self.word(&w.value);
+                    let value = self.word(&w.value);
+                    if watched {
+                        let value = if has_unquoted_expansion_chars(&w.value) {
+                            Arg::Dynamic
+                        } else {
+                            value
+                        };
+                        self.program_variable(&f.variable_name, &value);
+                    }
                 }
                 self.compound_list(&f.body.list);
             }
@@ -382,6 +410,8 @@ impl Walker<'_> {
         let mut assigns = Vec::new();
         let mut words: Vec<Arg> = Vec::new();
         let mut name: Option<Option<String>> = None;
+        // Assignments after the name (`export X=…`): the value as the walk saw it.
+        let mut declared: Vec<(String, Arg)> = Vec::new();
         let mut items: Vec<&ast::CommandPrefixOrSuffixItem> = Vec::new();
         if let Some(prefix) = &simple.prefix {
             items.extend(prefix.0.iter());
@@ -407,13 +437,15 @@ impl Walker<'_> {
                     words.push(arg);
                 }
                 ast::CommandPrefixOrSuffixItem::AssignmentWord(assignment, w) => {
-                    self.assignment(assignment);
+                    let value = self.assignment(assignment);
+                    let (ast::AssignmentName::VariableName(n)
+                    | ast::AssignmentName::ArrayElementName(n, _)) = &assignment.name;
                     if name.is_some() {
                         // After the name (`export X=1`, `declare X=1`) it is an argument too.
                         words.push(self.word(&w.value));
+                        declared.push((n.clone(), value));
                     } else {
-                        let (ast::AssignmentName::VariableName(n)
-                        | ast::AssignmentName::ArrayElementName(n, _)) = &assignment.name;
+                        self.program_variable(n, &value);
                         assigns.push(n.clone());
                     }
                 }
@@ -436,7 +468,14 @@ impl Walker<'_> {
                 self.assigns_only(assigns);
             }
             Some(None) => self.unknown("the command name is computed at run time"),
-            Some(Some(name)) => self.invocation(name, words, assigns, stdin),
+            Some(Some(name)) => {
+                if is_declaration(&name) {
+                    for (variable, value) in &declared {
+                        self.program_variable(variable, value);
+                    }
+                }
+                self.invocation(name, words, assigns, stdin)
+            }
         }
         if let Some(own) = self.effects.get_mut(self.simple_start..) {
             own.rotate_left(words_end - self.simple_start);
@@ -453,13 +492,16 @@ impl Walker<'_> {
         self.depth -= 1;
     }
 
-    fn assignment(&mut self, assignment: &ast::Assignment) {
+    /// Walks an assignment's words; returns its value when it is a static scalar.
+    fn assignment(&mut self, assignment: &ast::Assignment) -> Arg {
         if let ast::AssignmentName::ArrayElementName(_, index) = &assignment.name {
             self.word(index);
         }
         match &assignment.value {
+            ast::AssignmentValue::Scalar(w) if !assignment.append => self.word(&w.value),
             ast::AssignmentValue::Scalar(w) => {
                 self.word(&w.value);
+                Arg::Dynamic
             }
             ast::AssignmentValue::Array(items) => {
                 for (k, v) in items {
@@ -468,6 +510,7 @@ impl Walker<'_> {
                     }
                     self.word(&v.value);
                 }
+                Arg::Dynamic
             }
         }
     }
@@ -744,72 +787,7 @@ impl Walker<'_> {
                 .collect()
         };
         match name.as_str() {
-            "env" => self.unwrap_env(args, assigns, stdin),
-            "command" | "builtin" => {
-                // `command -v x` only looks a name up; it is checked as `command` itself.
-                let rest = skip_options(&args, &[]);
-                if args[..rest].iter().any(
-                    |a| matches!(a, Arg::Static(s) if s.starts_with('-') && s.contains(['v', 'V'])),
-                ) {
-                    return self.exec(name, args, assigns);
-                }
-                self.unwrap_rest(name, args, rest, assigns, stdin);
-            }
-            "exec" => {
-                let rest = skip_options(&args, &["-a"]);
-                self.unwrap_rest(name, args, rest, assigns, stdin);
-            }
-            "nohup" | "setsid" => {
-                let rest = skip_options(&args, &[]);
-                self.unwrap_rest(name, args, rest, assigns, stdin);
-            }
-            "nice" => {
-                let rest = skip_options(&args, &["-n", "--adjustment"]);
-                self.unwrap_rest(name, args, rest, assigns, stdin);
-            }
-            "stdbuf" => {
-                let rest = skip_options(&args, &["-i", "-o", "-e"]);
-                self.unwrap_rest(name, args, rest, assigns, stdin);
-            }
-            "ionice" => {
-                let rest = skip_options(&args, &["-c", "-n", "-p", "-P", "-u"]);
-                self.unwrap_rest(name, args, rest, assigns, stdin);
-            }
-            "time" => {
-                let rest = skip_options(&args, &["-f", "--format", "-o", "--output"]);
-                if let Some(out) = option_value(&args[..rest], &["-o", "--output"]) {
-                    self.file(out, true);
-                }
-                self.unwrap_rest(name, args, rest, assigns, stdin);
-            }
-            "timeout" => {
-                let rest = skip_options(&args, &["-s", "--signal", "-k", "--kill-after"]);
-                // The first operand is the duration.
-                let rest = if rest < args.len() { rest + 1 } else { rest };
-                self.unwrap_rest(name, args, rest, assigns, stdin);
-            }
-            "xargs" => self.unwrap_xargs(args, assigns),
-            "busybox" => {
-                if args.is_empty() {
-                    self.exec(name, args, assigns);
-                } else {
-                    // The applet is the command; through the depth-limited dispatch, since
-                    // `busybox busybox …` can repeat.
-                    self.dispatch_args(args, assigns, stdin);
-                }
-            }
-            "sudo" | "doas" | "run0" | "pkexec" => {
-                // Checked as itself (denied by default) and for what it would run.
-                let rest = skip_options(
-                    &args,
-                    &["-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-U", "-T"],
-                );
-                self.exec(name.clone(), args.clone(), assigns.clone());
-                if rest < args.len() {
-                    self.dispatch_args(args[rest..].to_vec(), Vec::new(), stdin);
-                }
-            }
-            "find" => self.unwrap_find(name, args, assigns),
+            n if wrappers::is_wrapper(n) => self.wrapper(name, args, assigns, stdin),
             "eval" => {
                 self.assigns_only(assigns);
                 match statics().into_iter().collect::<Option<Vec<_>>>() {
@@ -826,17 +804,37 @@ impl Walker<'_> {
                     _ => {}
                 }
             }
-            "watch" => {
-                let rest = skip_options(&args, &["-n", "--interval", "-d", "-q"]);
-                match statics()[rest..]
-                    .iter()
-                    .copied()
-                    .collect::<Option<Vec<_>>>()
-                {
-                    Some(parts) if !parts.is_empty() => self.script(&parts.join(" ")),
-                    Some(_) => self.exec(name, args, assigns),
-                    None => self.unknown("watch of a command computed at run time"),
+            "read" | "printf" | "getopts" => {
+                // Names these builtins assign a value read at run time to.
+                let parsed = READ.parse(&args);
+                let names: Vec<&str> = match name.as_str() {
+                    "read" => parsed
+                        .operands()
+                        .into_iter()
+                        .chain(parsed.values(&["a"]).flatten())
+                        .filter_map(|a| match a {
+                            Arg::Static(s) => Some(s.as_str()),
+                            Arg::Dynamic => None,
+                        })
+                        .collect(),
+                    "printf" => match (args.first(), args.get(1)) {
+                        (Some(Arg::Static(v)), Some(Arg::Static(n))) if v == "-v" => vec![n],
+                        _ => Vec::new(),
+                    },
+                    _ => match args.get(1) {
+                        Some(Arg::Static(n)) => vec![n.as_str()],
+                        _ => Vec::new(),
+                    },
+                };
+                let watched: Vec<String> = names
+                    .into_iter()
+                    .filter(|n| variables::runs_programs(n))
+                    .map(str::to_string)
+                    .collect();
+                for variable in watched {
+                    self.program_variable(&variable, &Arg::Dynamic);
                 }
+                self.exec(name, args, assigns);
             }
             "cd" | "pushd" | "popd" => {
                 self.change_directory(&args);
@@ -863,7 +861,7 @@ impl Walker<'_> {
                 self.exec(name.clone(), args.clone(), assigns);
                 self.unknown(format!("`{name}` runs a script this hook cannot parse"));
             }
-            _ => self.exec(name, args, assigns),
+            _ => self.tool(name, args, assigns),
         }
     }
 
@@ -935,157 +933,6 @@ impl Walker<'_> {
                 self.depth -= 1;
             }
             _ => self.unknown("the command name is computed at run time"),
-        }
-    }
-
-    fn unwrap_env(&mut self, args: Vec<Arg>, mut assigns: Vec<String>, stdin: Stdin) {
-        let mut i = 0;
-        while i < args.len() {
-            match &args[i] {
-                Arg::Static(s) if s == "--" => {
-                    i += 1;
-                    break;
-                }
-                Arg::Static(s)
-                    if s == "-S"
-                        || s.starts_with("--split-string")
-                        || (s.starts_with("-S") && s.len() > 2) =>
-                {
-                    // `env -S 'cmd args'` splits a string into a command line.
-                    let text = if s == "-S" {
-                        args.get(i + 1).cloned()
-                    } else {
-                        let v = s
-                            .strip_prefix("--split-string=")
-                            .or_else(|| s.strip_prefix("-S"));
-                        v.map(|v| Arg::Static(v.to_string()))
-                    };
-                    let tail_index = if s == "-S" { i + 2 } else { i + 1 };
-                    match text {
-                        Some(Arg::Static(t)) => {
-                            let tail = args[tail_index.min(args.len())..].to_vec();
-                            if tail.iter().any(|a| matches!(a, Arg::Dynamic)) {
-                                self.unknown("env -S with arguments computed at run time");
-                                return;
-                            }
-                            let mut line = t;
-                            for a in tail {
-                                if let Arg::Static(a) = a {
-                                    line.push(' ');
-                                    line.push_str(&shell_quote(&a));
-                                }
-                            }
-                            self.script(&assignment_prefix(&assigns, &line));
-                        }
-                        _ => self.unknown("env -S of text computed at run time"),
-                    }
-                    return;
-                }
-                Arg::Static(s) if s == "-u" || s == "-C" || s == "--unset" || s == "--chdir" => {
-                    i += 2
-                }
-                Arg::Static(s) if s.starts_with('-') && s.len() > 1 => i += 1,
-                Arg::Static(s) if is_assignment(s) => {
-                    assigns.push(s.split('=').next().unwrap_or_default().to_string());
-                    i += 1;
-                }
-                _ => break,
-            }
-        }
-        if i >= args.len() {
-            self.exec("env".into(), args, assigns);
-        } else {
-            self.dispatch_args(args[i..].to_vec(), assigns, stdin);
-        }
-    }
-
-    fn unwrap_xargs(&mut self, args: Vec<Arg>, assigns: Vec<String>) {
-        let with_value = [
-            "-a",
-            "--arg-file",
-            "-d",
-            "--delimiter",
-            "-E",
-            "-e",
-            "--eof",
-            "-I",
-            "-i",
-            "--replace",
-            "-L",
-            "-l",
-            "--max-lines",
-            "-n",
-            "--max-args",
-            "-P",
-            "--max-procs",
-            "-s",
-            "--max-chars",
-            "--process-slot-var",
-        ];
-        let rest = skip_options(&args, &with_value);
-        if let Some(file) = option_value(&args[..rest], &["-a", "--arg-file"]) {
-            self.file(file, false);
-        }
-        let mut command: Vec<Arg> = if rest < args.len() {
-            args[rest..].to_vec()
-        } else {
-            vec![Arg::Static("echo".into())]
-        };
-        // xargs appends what it reads from stdin: arguments unknown before running.
-        command.push(Arg::Dynamic);
-        self.dispatch_args(command, assigns, Stdin::Unseen);
-    }
-
-    fn unwrap_find(&mut self, name: String, args: Vec<Arg>, assigns: Vec<String>) {
-        let mut own = Vec::new();
-        let mut nested = Vec::new();
-        let mut writes = Vec::new();
-        let mut i = 0;
-        while i < args.len() {
-            match &args[i] {
-                Arg::Static(s) if matches!(s.as_str(), "-exec" | "-execdir" | "-ok" | "-okdir") => {
-                    own.push(args[i].clone());
-                    let start = i + 1;
-                    let mut end = start;
-                    while end < args.len()
-                        && !matches!(&args[end], Arg::Static(t) if t == ";" || t == "+")
-                    {
-                        end += 1;
-                    }
-                    let sub: Vec<Arg> = args[start..end]
-                        .iter()
-                        .map(|a| match a {
-                            Arg::Static(s) if s.contains("{}") => Arg::Dynamic,
-                            other => other.clone(),
-                        })
-                        .collect();
-                    nested.push(sub);
-                    i = end + 1;
-                }
-                Arg::Static(s)
-                    if matches!(s.as_str(), "-fprint" | "-fprint0" | "-fls" | "-fprintf") =>
-                {
-                    own.push(args[i].clone());
-                    let target = match args.get(i + 1) {
-                        Some(Arg::Static(p)) => Some(p.clone()),
-                        _ => None,
-                    };
-                    writes.push(target);
-                    i += 2;
-                }
-                other => {
-                    own.push(other.clone());
-                    i += 1;
-                }
-            }
-        }
-        // find itself first, so that a message names it rather than what it runs.
-        self.exec(name, own, assigns);
-        for sub in nested {
-            self.dispatch_args(sub, Vec::new(), Stdin::Inherited);
-        }
-        for target in writes {
-            self.file(target, true);
         }
     }
 
@@ -1242,6 +1089,14 @@ fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
+/// The builtins whose `NAME=value` arguments are assignments.
+fn is_declaration(name: &str) -> bool {
+    matches!(
+        basename(name),
+        "export" | "declare" | "typeset" | "local" | "readonly"
+    )
+}
+
 fn is_assignment(s: &str) -> bool {
     match s.split_once('=') {
         Some((name, _)) => {
@@ -1269,27 +1124,6 @@ fn skip_options(args: &[Arg], with_value: &[&str]) -> usize {
     }
     // An option missing its value at the end must not point past the arguments.
     i.min(args.len())
-}
-
-/// The value given to one of `names` among `args`: `Some(None)` when computed.
-fn option_value(args: &[Arg], names: &[&str]) -> Option<Option<String>> {
-    let mut iter = args.iter();
-    while let Some(a) = iter.next() {
-        if let Arg::Static(s) = a {
-            if names.contains(&s.as_str()) {
-                return Some(match iter.next() {
-                    Some(Arg::Static(v)) => Some(v.clone()),
-                    _ => None,
-                });
-            }
-            for name in names.iter().filter(|n| n.starts_with("--")) {
-                if let Some(v) = s.strip_prefix(&format!("{name}=")) {
-                    return Some(Some(v.to_string()));
-                }
-            }
-        }
-    }
-    None
 }
 
 fn is_fd_word(s: &str) -> bool {
