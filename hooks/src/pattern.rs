@@ -5,15 +5,17 @@
 use serde::{Deserialize, Serialize};
 use std::path::{Component, Path};
 
-/// True when `s` holds a wildcard character, i.e. needs `wildcard` rather than `==`.
+/// True when `s` holds a wildcard character (or an escape), i.e. needs `wildcard` rather
+/// than `==`.
 pub fn has_wildcard(s: &str) -> bool {
-    s.contains(['*', '?'])
+    s.contains(['*', '?', '\\'])
 }
 
-/// Matches `text` against `pattern` where `*` is any run of characters (also none) and `?`
-/// exactly one. Linear-time two-pointer algorithm over bytes, stepping whole UTF-8
-/// characters: no backtracking blow-up on hostile input and no allocation (it runs for every
-/// tool rule at every call).
+/// Matches `text` against `pattern` where `*` is any run of characters (also none), `?`
+/// exactly one, and a backslash makes the next character literal (`/\*` is the two
+/// characters `/*`, a glob written to the root). Linear-time two-pointer algorithm over
+/// bytes, stepping whole UTF-8 characters: no backtracking blow-up on hostile input and no
+/// allocation (it runs for every tool rule at every call).
 pub fn wildcard(pattern: &str, text: &str) -> bool {
     if !has_wildcard(pattern) {
         return pattern == text;
@@ -25,10 +27,18 @@ pub fn wildcard(pattern: &str, text: &str) -> bool {
     while ti < t.len() {
         let tl = char_len(t, ti);
         let pl = char_len(p, pi);
+        let escaped = pi + 1 < p.len() && p[pi] == b'\\';
         if pi < p.len() && p[pi] == b'?' {
             pi += 1;
             ti += tl;
-        } else if pi < p.len() && p[pi] != b'*' && p.get(pi..pi + pl) == t.get(ti..ti + tl) {
+        } else if escaped && p.get(pi + 1..pi + 1 + char_len(p, pi + 1)) == t.get(ti..ti + tl) {
+            pi += 1 + char_len(p, pi + 1);
+            ti += tl;
+        } else if pi < p.len()
+            && p[pi] != b'*'
+            && !escaped
+            && p.get(pi..pi + pl) == t.get(ti..ti + tl)
+        {
             pi += pl;
             ti += tl;
         } else if pi < p.len() && p[pi] == b'*' {
@@ -250,6 +260,11 @@ mod tests {
         assert!(wildcard("*ü", "xxü"));
         assert!(!wildcard("a?", "aéb"));
         assert!(wildcard("é*", "é"));
+        assert!(wildcard("/\\*", "/*"));
+        assert!(!wildcard("/\\*", "/tmp"));
+        assert!(wildcard("*\\?x*", "a?xb"));
+        assert!(!wildcard("\\?", "a"));
+        assert!(wildcard("a\\", "a\\"));
     }
 
     #[test]

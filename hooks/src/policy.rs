@@ -680,6 +680,12 @@ impl CompiledPolicy {
                 Effect::Exec(inv) => self.judge_invocation(inv, judgement),
                 Effect::Read(p) => self.judge_path(p, cwd, Access::Read, judgement),
                 Effect::Write(p) => self.judge_path(p, cwd, Access::Write, judgement),
+                Effect::ComputedWrite(what) => judgement.add(Finding {
+                    decision: self.default,
+                    rule: Source::Default,
+                    subject: what.clone(),
+                    detail: Some("writing to a path computed at run time in".into()),
+                }),
                 Effect::Unknown(why) => judgement.add(Finding {
                     decision: self.unknown,
                     rule: Source::Unknown,

@@ -31,6 +31,10 @@ pub enum Effect {
     Write(String),
     /// Something that cannot be known statically; the text says what, for the model.
     Unknown(String),
+    /// A file written or removed whose path is computed at run time (`rm "$f"`): the command
+    /// is known, where it writes is not, so the profile's default decides. The text names
+    /// the command.
+    ComputedWrite(String),
 }
 
 /// A simple command after normalisation.
@@ -178,6 +182,11 @@ impl Walker<'_> {
 
     fn unknown(&mut self, why: impl Into<String>) {
         self.push(Effect::Unknown(why.into()));
+    }
+
+    /// A write or removal at a path computed at run time, by the command `shown`.
+    fn computed_write(&mut self, shown: &str) {
+        self.push(Effect::ComputedWrite(shown.to_string()));
     }
 
     /// Parses and walks a whole script (the tool's command, a `-c` string, a here-document).
@@ -1126,6 +1135,54 @@ fn skip_options(args: &[Arg], with_value: &[&str]) -> usize {
     i.min(args.len())
 }
 
+/// An operand of a removal (`rm`, `find -delete`) as the rules see it: the root written `/`
+/// however it is spelt (`//`, `/.`, `/usr/..`), a glob in the root's first level written
+/// `/*` (`/*`, `/.*`, `/[a-z]*`, `/{bin,usr}`), a computed operand written `…` (where it
+/// writes is a `ComputedWrite`; it is not taken for the root), anything else as it is.
+fn removal_operand(arg: &Arg) -> Arg {
+    let Arg::Static(path) = arg else {
+        return Arg::Static("…".into());
+    };
+    if !path.starts_with('/') {
+        return arg.clone();
+    }
+    let normalized = crate::pattern::normalize(std::path::Path::new(path)).unwrap_or_default();
+    if normalized == "/" {
+        return Arg::Static("/".into());
+    }
+    let first = normalized
+        .trim_start_matches('/')
+        .split('/')
+        .next()
+        .unwrap_or_default();
+    if first.contains(['*', '?', '[']) || (first.contains('{') && first.contains('}')) {
+        return Arg::Static("/*".into());
+    }
+    arg.clone()
+}
+
+/// `name arg…` for a message, computed words as `…`.
+fn render_words(name: &str, args: &[Arg]) -> String {
+    let mut text = name.to_string();
+    for arg in args {
+        text.push(' ');
+        match arg {
+            Arg::Static(s) => text.push_str(s),
+            Arg::Dynamic => text.push('…'),
+        }
+        if text.len() > 80 {
+            let mut cut = 77;
+            while !text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            text.truncate(cut);
+            text.push('…');
+            break;
+        }
+    }
+    text
+}
+
 fn is_fd_word(s: &str) -> bool {
     s == "-" || (!s.is_empty() && s.chars().all(|c| c.is_ascii_digit()))
 }
@@ -1245,6 +1302,7 @@ mod tests {
                 Effect::Read(p) => format!("<{p}"),
                 Effect::Write(p) => format!(">{p}"),
                 Effect::Unknown(_) => "?".into(),
+                Effect::ComputedWrite(_) => ">?".into(),
             })
             .collect()
     }

@@ -365,6 +365,7 @@ impl Walker<'_> {
                     if matches!(s.as_str(), "-fprint" | "-fprint0" | "-fls" | "-fprintf") =>
                 {
                     own.push(args[i].clone());
+                    own.extend(args.get(i + 1).cloned());
                     let target = match args.get(i + 1) {
                         Some(Arg::Static(p)) => Some(p.clone()),
                         _ => None,
@@ -378,8 +379,47 @@ impl Walker<'_> {
                 }
             }
         }
+        // `-delete` removes what it finds under the starting points (`.` when none), which
+        // are the arguments before the first option or expression (`-H`, `-L`, `-P`, `-D x`,
+        // `-O3` come before them).
+        let deletes = own
+            .iter()
+            .any(|a| matches!(a, Arg::Static(s) if s == "-delete"));
+        let mut starts = Vec::new();
+        let mut j = 0;
+        while let Some(arg) = own.get(j) {
+            match arg {
+                Arg::Static(s) if s == "-D" => j += 2,
+                Arg::Static(s)
+                    if matches!(s.as_str(), "-H" | "-L" | "-P") || s.starts_with("-O") =>
+                {
+                    j += 1
+                }
+                Arg::Static(s) if s.starts_with('-') || s == "(" || s == "!" => break,
+                other => {
+                    starts.push(other.clone());
+                    if deletes {
+                        // Written as removals are (`/` and `/*` for the root).
+                        own[j] = super::removal_operand(other);
+                    }
+                    j += 1;
+                }
+            }
+        }
+        if starts.is_empty() {
+            starts.push(Arg::Static(".".into()));
+        }
+        let shown = super::render_words(&name, &own);
         // find itself first, so that a message names it rather than what it runs.
         self.exec(name, own, assigns);
+        if deletes {
+            for start in starts {
+                match start {
+                    Arg::Static(path) => self.file(Some(path), true),
+                    Arg::Dynamic => self.computed_write(&shown),
+                }
+            }
+        }
         for sub in nested {
             self.dispatch_args(sub, Vec::new(), Stdin::Inherited);
         }
