@@ -20,6 +20,16 @@ pub fn wildcard(pattern: &str, text: &str) -> bool {
     if !has_wildcard(pattern) {
         return pattern == text;
     }
+    wildcard_walk(pattern, text, false)
+}
+
+/// Whether some text that starts with `prefix` can match `pattern`.
+fn wildcard_starts(pattern: &str, prefix: &str) -> bool {
+    wildcard_walk(pattern, prefix, true)
+}
+
+/// `wildcard`'s loop; `prefix_only`: the text is only the start of what is matched.
+fn wildcard_walk(pattern: &str, text: &str, prefix_only: bool) -> bool {
     let (p, t) = (pattern.as_bytes(), text.as_bytes());
     let char_len = |bytes: &[u8], at: usize| text_char_len(bytes.get(at).copied());
     let (mut pi, mut ti) = (0, 0);
@@ -53,7 +63,7 @@ pub fn wildcard(pattern: &str, text: &str) -> bool {
             return false;
         }
     }
-    p[pi..].iter().all(|&c| c == b'*')
+    prefix_only || p[pi..].iter().all(|&c| c == b'*')
 }
 
 /// Length of the UTF-8 character starting with `first` (1 past the end).
@@ -150,6 +160,61 @@ pub enum Arg {
     Static(String),
     /// Computed at run time (`$x`, `$(…)`, brace expansion): could be anything.
     Dynamic,
+    /// Computed at run time around static text: `--output="$f"` starts with `--output=`,
+    /// `"$dir/.env"` ends with `/.env`. What is not static could be anything.
+    Partial {
+        /// The static text before the first computed part.
+        prefix: String,
+        /// The static text after the last computed part.
+        suffix: String,
+    },
+}
+
+impl Arg {
+    /// The text when known before running.
+    pub fn as_static(&self) -> Option<&str> {
+        match self {
+            Arg::Static(s) => Some(s),
+            Arg::Dynamic | Arg::Partial { .. } => None,
+        }
+    }
+
+    /// Whether the word is computed at run time (wholly or in part).
+    pub fn is_computed(&self) -> bool {
+        !matches!(self, Arg::Static(_))
+    }
+
+    /// The static text a computed word starts with (empty when wholly computed).
+    pub fn static_prefix(&self) -> &str {
+        match self {
+            Arg::Static(s) => s,
+            Arg::Partial { prefix, .. } => prefix,
+            Arg::Dynamic => "",
+        }
+    }
+
+    /// The static text a computed word ends with (empty when wholly computed).
+    pub fn static_suffix(&self) -> &str {
+        match self {
+            Arg::Static(s) => s,
+            Arg::Partial { suffix, .. } => suffix,
+            Arg::Dynamic => "",
+        }
+    }
+}
+
+/// Whether a word starting with `prefix` and ending with `suffix` (anything between) could
+/// match `pattern`: both ends are checked, each on its own (an over-estimate).
+fn could_match(pattern: &str, prefix: &str, suffix: &str) -> bool {
+    if !wildcard_starts(pattern, prefix) {
+        return false;
+    }
+    if pattern.contains('\\') || suffix.is_empty() {
+        return true;
+    }
+    let reversed: String = pattern.chars().rev().collect();
+    let suffix: String = suffix.chars().rev().collect();
+    wildcard_starts(&reversed, &suffix)
 }
 
 /// A compiled command pattern (`git diff *`), indexed by its command name elsewhere.
@@ -194,6 +259,11 @@ fn match_args(pattern: &[&str], args: &[Arg], pessimistic: bool) -> bool {
             }
             Some((Arg::Dynamic, args_rest)) => {
                 pessimistic && match_args(rest, args_rest, pessimistic)
+            }
+            Some((Arg::Partial { prefix, suffix }, args_rest)) => {
+                pessimistic
+                    && could_match(word, prefix, suffix)
+                    && match_args(rest, args_rest, pessimistic)
             }
             None => false,
         },
@@ -299,6 +369,35 @@ mod tests {
         dynamic.push(Arg::Dynamic);
         assert!(p.matches(&dynamic, true));
         assert!(!p.matches(&dynamic, false));
+        let partial = |prefix: &str, suffix: &str| {
+            let mut args = s(&["push", "origin"]);
+            args.push(Arg::Partial {
+                prefix: prefix.into(),
+                suffix: suffix.into(),
+            });
+            args
+        };
+        assert!(p.matches(&partial("--force", ""), true));
+        assert!(p.matches(&partial("--", "lease"), true));
+        assert!(!p.matches(&partial("main", ""), true));
+        // Only the ends are known: `--force/main` ends with `/main` too.
+        assert!(p.matches(&partial("", "/main"), true));
+        let env = CommandPattern::new(0, &["*", "*.env"]);
+        assert!(env.matches(
+            &[Arg::Partial {
+                prefix: String::new(),
+                suffix: "/.env".into()
+            }],
+            true
+        ));
+        assert!(!env.matches(
+            &[Arg::Partial {
+                prefix: "src/".into(),
+                suffix: ".rs".into()
+            }],
+            true
+        ));
+        assert!(!p.matches(&partial("--force", ""), false));
         let exact = CommandPattern::new(0, &["status"]);
         assert!(exact.matches(&s(&["status"]), false));
         assert!(!exact.matches(&s(&["status", "-s"]), false));

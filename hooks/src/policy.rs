@@ -876,6 +876,11 @@ fn render_invocation(inv: &Invocation) -> String {
         match arg {
             Arg::Static(s) => text.push_str(s),
             Arg::Dynamic => text.push('…'),
+            Arg::Partial { prefix, suffix } => {
+                text.push_str(prefix);
+                text.push('…');
+                text.push_str(suffix);
+            }
         }
         if text.len() > 80 {
             break;

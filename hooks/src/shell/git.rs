@@ -478,7 +478,7 @@ impl Walker<'_> {
         while i < args.len() {
             let text = match &args[i] {
                 Arg::Static(s) => s.clone(),
-                Arg::Dynamic => {
+                Arg::Dynamic | Arg::Partial { .. } => {
                     self.exec("git".into(), args, assigns);
                     return self.unknown(
                         "a git argument computed at run time stands where git reads its options or subcommand",
@@ -653,7 +653,7 @@ impl Walker<'_> {
             self.git_runs(&after.subcommand, parsed);
         }
         if let Some(args) = &after.output_args {
-            self.git_output(args, after.directory.as_ref());
+            self.git_output(&after.subcommand, args, after.directory.as_ref());
         }
     }
 
@@ -674,7 +674,7 @@ impl Walker<'_> {
                 // `grep -O` alone opens the default pager, like any pager git starts.
                 None => {}
                 Some(Arg::Static(command)) => self.script(&format!("{command} \"$@\"")),
-                Some(Arg::Dynamic) => self.unknown(format!(
+                Some(Arg::Dynamic | Arg::Partial { .. }) => self.unknown(format!(
                     "`git {subcommand}` runs a command computed at run time"
                 )),
             }
@@ -712,28 +712,27 @@ impl Walker<'_> {
     }
 
     /// `--output=FILE` (or `--output FILE`) of a diff-family command writes FILE.
-    fn git_output(&mut self, args: &[Arg], directory: Option<&Option<String>>) {
+    fn git_output(&mut self, subcommand: &str, args: &[Arg], directory: Option<&Option<String>>) {
         let mut i = 0;
         while i < args.len() {
             let path = match &args[i] {
                 Arg::Static(s) if s == "--" => break,
                 Arg::Static(s) if s == "--output" => {
                     i += 1;
-                    Some(args.get(i).cloned())
+                    args.get(i).cloned()
                 }
                 Arg::Static(s) => s
                     .strip_prefix("--output=")
-                    .map(|p| Some(Arg::Static(p.to_string()))),
-                Arg::Dynamic => None,
+                    .map(|p| Arg::Static(p.to_string())),
+                computed if computed.static_prefix().starts_with("--output=") => Some(Arg::Dynamic),
+                _ => None,
             };
-            if let Some(path) = path {
-                let path = match (path, directory) {
-                    (Some(Arg::Static(p)), _) if p.starts_with('/') => Some(p),
-                    (Some(Arg::Static(p)), None) => Some(p),
-                    (Some(Arg::Static(p)), Some(Some(dir))) => Some(join(dir, &p)),
-                    _ => None,
-                };
-                self.file(path, true);
+            match (path, directory) {
+                (Some(Arg::Static(p)), _) if p.starts_with('/') => self.file(Some(p), true),
+                (Some(Arg::Static(p)), None) => self.file(Some(p), true),
+                (Some(Arg::Static(p)), Some(Some(dir))) => self.file(Some(join(dir, &p)), true),
+                (None, _) => {}
+                _ => self.computed_write(&format!("git {subcommand} --output=…")),
             }
             i += 1;
         }
@@ -744,7 +743,7 @@ impl Walker<'_> {
         let kind = classify_config(key);
         let text = match &value {
             Arg::Static(t) => Some(t.as_str()),
-            Arg::Dynamic => None,
+            Arg::Dynamic | Arg::Partial { .. } => None,
         };
         match (kind, text) {
             (ConfigKey::Harmless, _) => {}

@@ -582,7 +582,7 @@ impl Walker<'_> {
                 let is_stdin = matches!(fd, None | Some(0));
                 let text = match self.word(&w.value) {
                     Arg::Static(s) => Stdin::Static(s),
-                    Arg::Dynamic => Stdin::Unseen,
+                    Arg::Dynamic | Arg::Partial { .. } => Stdin::Unseen,
                 };
                 is_stdin.then_some(text)
             }
@@ -649,7 +649,7 @@ impl Walker<'_> {
     fn static_word(&mut self, text: &str) -> Option<String> {
         match self.word(text) {
             Arg::Static(s) => Some(s),
-            Arg::Dynamic => None,
+            Arg::Dynamic | Arg::Partial { .. } => None,
         }
     }
 
@@ -661,11 +661,49 @@ impl Walker<'_> {
         match guarded(|| word::parse(text, &parser_options()).ok()) {
             Some(pieces) => match self.pieces(&pieces, false) {
                 Some(s) => Arg::Static(s),
-                None => Arg::Dynamic,
+                None => self.partial(&pieces),
             },
             None => {
                 self.unknown("a word does not parse");
                 Arg::Dynamic
+            }
+        }
+    }
+
+    /// A computed word with the static text around its computed parts (`Arg::Partial`), or
+    /// `Arg::Dynamic` when there is none.
+    fn partial(&self, pieces: &[WordPieceWithSource]) -> Arg {
+        let mut atoms = Vec::new();
+        self.atoms(pieces, false, &mut atoms);
+        let prefix: String = atoms.iter().map_while(|a| a.as_deref()).collect();
+        let mut suffix: Vec<&str> = atoms.iter().rev().map_while(|a| a.as_deref()).collect();
+        suffix.reverse();
+        let suffix = suffix.concat();
+        if prefix.is_empty() && suffix.is_empty() {
+            Arg::Dynamic
+        } else {
+            Arg::Partial { prefix, suffix }
+        }
+    }
+
+    /// A word's pieces as static texts and computed parts (`None`), quotes looked into.
+    fn atoms(
+        &self,
+        pieces: &[WordPieceWithSource],
+        in_double_quotes: bool,
+        out: &mut Vec<Option<String>>,
+    ) {
+        for piece in pieces {
+            match &piece.piece {
+                WordPiece::Text(t) | WordPiece::SingleQuotedText(t) => out.push(Some(t.clone())),
+                WordPiece::AnsiCQuotedText(t) => out.push(decode_ansi_c(t)),
+                WordPiece::DoubleQuotedSequence(inner)
+                | WordPiece::GettextDoubleQuotedSequence(inner) => self.atoms(inner, true, out),
+                WordPiece::TildeExpansion(word::TildeExpr::Home) => {
+                    out.push(Some(self.home.to_string()))
+                }
+                WordPiece::EscapeSequence(e) => out.push(Some(unescape(e, in_double_quotes))),
+                _ => out.push(None),
             }
         }
     }
@@ -791,7 +829,7 @@ impl Walker<'_> {
             args.iter()
                 .map(|a| match a {
                     Arg::Static(s) => Some(s.as_str()),
-                    Arg::Dynamic => None,
+                    Arg::Dynamic | Arg::Partial { .. } => None,
                 })
                 .collect()
         };
@@ -809,7 +847,9 @@ impl Walker<'_> {
                 let rest = skip_options(&args, &[]);
                 match args.get(rest) {
                     Some(Arg::Static(action)) if args.len() > rest + 1 => self.script(action),
-                    Some(Arg::Dynamic) => self.unknown("a trap action computed at run time"),
+                    Some(Arg::Dynamic | Arg::Partial { .. }) => {
+                        self.unknown("a trap action computed at run time")
+                    }
                     _ => {}
                 }
             }
@@ -823,7 +863,7 @@ impl Walker<'_> {
                         .chain(parsed.values(&["a"]).flatten())
                         .filter_map(|a| match a {
                             Arg::Static(s) => Some(s.as_str()),
-                            Arg::Dynamic => None,
+                            Arg::Dynamic | Arg::Partial { .. } => None,
                         })
                         .collect(),
                     "printf" => match (args.first(), args.get(1)) {
@@ -979,7 +1019,7 @@ impl Walker<'_> {
         if command_mode {
             match args.get(i) {
                 Some(Arg::Static(text)) => self.script(&assignment_prefix(&assigns, text)),
-                Some(Arg::Dynamic) => {
+                Some(Arg::Dynamic | Arg::Partial { .. }) => {
                     self.unknown(format!("`{name} -c` of text computed at run time"))
                 }
                 None => self.unknown(format!("`{name} -c` without a command")),
@@ -1141,7 +1181,7 @@ fn skip_options(args: &[Arg], with_value: &[&str]) -> usize {
 /// writes is a `ComputedWrite`; it is not taken for the root), anything else as it is.
 fn removal_operand(arg: &Arg) -> Arg {
     let Arg::Static(path) = arg else {
-        return Arg::Static("…".into());
+        return Arg::Static(format!("{}…{}", arg.static_prefix(), arg.static_suffix()));
     };
     if !path.starts_with('/') {
         return arg.clone();
@@ -1169,6 +1209,11 @@ fn render_words(name: &str, args: &[Arg]) -> String {
         match arg {
             Arg::Static(s) => text.push_str(s),
             Arg::Dynamic => text.push('…'),
+            Arg::Partial { prefix, suffix } => {
+                text.push_str(prefix);
+                text.push('…');
+                text.push_str(suffix);
+            }
         }
         if text.len() > 80 {
             let mut cut = 77;

@@ -121,13 +121,70 @@ impl Grammar {
         while i < args.len() {
             let text = match &args[i] {
                 Arg::Static(s) => s.as_str(),
-                Arg::Dynamic => {
+                computed => {
+                    let (prefix, suffix) = (computed.static_prefix(), computed.static_suffix());
+                    if !prefix.is_empty() && !prefix.starts_with('-') {
+                        // An operand, whatever the computed part holds (`"src/$f"`).
+                        if self.stop_at_operand {
+                            parsed.rest = i;
+                            return parsed;
+                        }
+                        parsed.items.push(Item::Operand(computed.clone()));
+                        i += 1;
+                        continue;
+                    }
+                    if let Some((written, value)) =
+                        prefix.strip_prefix("--").and_then(|l| l.split_once('='))
+                    {
+                        // `--name="$x"`: the option is known, its value computed.
+                        let name = match self.long_option(written) {
+                            Ok((name, _)) => Name::Long(name),
+                            Err(_) => Name::UnknownLong(written.to_string()),
+                        };
+                        parsed.items.push(Item::Opt {
+                            name,
+                            value: Some(computed_arg(value, suffix)),
+                            optional: false,
+                        });
+                        i += 1;
+                        continue;
+                    }
+                    if prefix.len() > 1 && !prefix.starts_with("--") {
+                        // `-o"$x"`: the letters before the computed part are options.
+                        i += 1;
+                        let cluster: Vec<char> = prefix[1..].chars().collect();
+                        let mut valued = false;
+                        for (j, &c) in cluster.iter().enumerate() {
+                            let takes = self.short_takes(c).unwrap_or(Takes::Nothing);
+                            if takes == Takes::Nothing {
+                                parsed.items.push(Item::Opt {
+                                    name: Name::Short(c),
+                                    value: None,
+                                    optional: false,
+                                });
+                                continue;
+                            }
+                            let attached: String = cluster[j + 1..].iter().collect();
+                            parsed.items.push(Item::Opt {
+                                name: Name::Short(c),
+                                value: Some(computed_arg(&attached, suffix)),
+                                optional: takes == Takes::Optional,
+                            });
+                            valued = true;
+                            break;
+                        }
+                        if !valued {
+                            // More letters may follow at run time.
+                            parsed.computed_option = true;
+                        }
+                        continue;
+                    }
                     if self.stop_at_operand {
                         parsed.rest = i;
                         return parsed;
                     }
                     parsed.computed_option = true;
-                    parsed.items.push(Item::Operand(Arg::Dynamic));
+                    parsed.items.push(Item::Operand(computed.clone()));
                     i += 1;
                     continue;
                 }
@@ -227,6 +284,18 @@ impl Grammar {
     }
 }
 
+/// A value that is computed, with the static text around it.
+fn computed_arg(prefix: &str, suffix: &str) -> Arg {
+    if prefix.is_empty() && suffix.is_empty() {
+        Arg::Dynamic
+    } else {
+        Arg::Partial {
+            prefix: prefix.to_string(),
+            suffix: suffix.to_string(),
+        }
+    }
+}
+
 impl Name {
     /// Whether this is the option written `name` (one letter: the short option; otherwise
     /// the long one, without `--`).
@@ -294,11 +363,17 @@ impl Parsed {
                         (Some(Arg::Static(v)), "--") => {
                             out.push(Arg::Static(format!("--{name}={v}")))
                         }
-                        (Some(Arg::Dynamic), "--") => out.push(Arg::Dynamic),
+                        (Some(v), "--") => out.push(computed_arg(
+                            &format!("--{name}={}", v.static_prefix()),
+                            v.static_suffix(),
+                        )),
                         (Some(Arg::Static(v)), _) if *optional => {
                             out.push(Arg::Static(format!("-{name}{v}")))
                         }
-                        (Some(Arg::Dynamic), _) if *optional => out.push(Arg::Dynamic),
+                        (Some(v), _) if *optional => out.push(computed_arg(
+                            &format!("-{name}{}", v.static_prefix()),
+                            v.static_suffix(),
+                        )),
                         (Some(v), _) => {
                             out.push(Arg::Static(format!("-{name}")));
                             out.push(v.clone());
@@ -327,7 +402,7 @@ mod tests {
             .into_iter()
             .map(|a| match a {
                 Arg::Static(s) => s,
-                Arg::Dynamic => "…".into(),
+                Arg::Dynamic | Arg::Partial { .. } => "…".into(),
             })
             .collect()
     }

@@ -1,6 +1,7 @@
 //! What known tools do with their arguments beyond being themselves: the programs their
-//! options start (`rg --pre`, `make --eval`, `cmake -E`, `uv run`), each judged as itself.
-//! Option tables follow each tool's manual and `--help`.
+//! options start (`rg --pre`, `make --eval`, `cmake -E`, `uv run`), each judged as itself, and
+//! the files they write (`sort -o`, `uniq IN OUT`, `tee`, `cp`, `mv`, …), each judged as a
+//! write. Option tables follow each tool's manual and `--help` (GNU coreutils 9).
 
 use super::options::{Grammar, Item, Name};
 use super::{Stdin, Walker};
@@ -85,6 +86,74 @@ const UV_TOOL_RUN: Grammar = Grammar {
     stop_at_operand: true,
 };
 
+const SORT: Grammar = Grammar {
+    short: "bcCdfghik:mMno:rRsS:t:T:uVz",
+    long: "ignore-leading-blanks dictionary-order ignore-case general-numeric-sort \
+        ignore-nonprinting month-sort human-numeric-sort numeric-sort random-sort \
+        random-source= reverse sort= version-sort batch-size= check? compress-program= debug \
+        files0-from= key= merge output= stable buffer-size= field-separator= \
+        temporary-directory= parallel= unique zero-terminated help version",
+    abbreviations: true,
+    stop_at_operand: false,
+};
+
+const UNIQ: Grammar = Grammar {
+    short: "cdDf:is:uw:z",
+    long: "count repeated all-repeated? skip-fields= group? ignore-case skip-chars= unique \
+        zero-terminated check-chars= help version",
+    abbreviations: true,
+    stop_at_operand: false,
+};
+
+const TEE: Grammar = Grammar {
+    short: "aip",
+    long: "append ignore-interrupts output-error? help version",
+    abbreviations: true,
+    stop_at_operand: false,
+};
+
+const CP: Grammar = Grammar {
+    short: "abdfHilLnPprRsS:t:TuvxZ",
+    long: "archive attributes-only backup? copy-contents force interactive link dereference \
+        no-clobber no-dereference preserve? no-preserve= parents recursive reflink? \
+        remove-destination sparse= strip-trailing-slashes symbolic-link suffix= \
+        target-directory= no-target-directory update? verbose one-file-system context? \
+        keep-directory-symlink debug help version",
+    abbreviations: true,
+    stop_at_operand: false,
+};
+
+const MV: Grammar = Grammar {
+    short: "bfinS:t:TuvZ",
+    long: "backup? force interactive no-clobber no-copy strip-trailing-slashes suffix= \
+        target-directory= no-target-directory update? verbose context exchange debug help \
+        version",
+    abbreviations: true,
+    stop_at_operand: false,
+};
+
+const LN: Grammar = Grammar {
+    short: "bdFfiLnPrsS:t:Tv",
+    long: "backup? directory force interactive logical no-dereference physical relative \
+        symbolic suffix= target-directory= no-target-directory verbose help version",
+    abbreviations: true,
+    stop_at_operand: false,
+};
+
+const MKDIR: Grammar = Grammar {
+    short: "m:pvZ",
+    long: "mode= parents verbose context? help version",
+    abbreviations: true,
+    stop_at_operand: false,
+};
+
+const TOUCH: Grammar = Grammar {
+    short: "acd:fhmr:t:",
+    long: "no-create date= no-dereference reference= time= help version",
+    abbreviations: true,
+    stop_at_operand: false,
+};
+
 impl Walker<'_> {
     /// Judges a command that is not a wrapper or a shell: known tools are looked into, the
     /// rest is checked as itself.
@@ -96,6 +165,9 @@ impl Walker<'_> {
             "cmake" => self.cmake(name, args, assigns),
             "uv" => self.uv(name, args, assigns),
             "uvx" => self.uv_tool_run(name, args, assigns),
+            "sort" | "uniq" | "tee" | "cp" | "mv" | "ln" | "mkdir" | "touch" | "chmod" => {
+                self.writer(name, args, assigns)
+            }
             _ => self.exec(name, args, assigns),
         }
     }
@@ -123,7 +195,9 @@ impl Walker<'_> {
                     Stdin::Unseen,
                 );
             }
-            Some(Arg::Dynamic) => self.unknown("`rg --pre` of a program computed at run time"),
+            Some(Arg::Dynamic | Arg::Partial { .. }) => {
+                self.unknown("`rg --pre` of a program computed at run time")
+            }
             _ => {}
         }
         for program in parsed.values(&["hostname-bin"]) {
@@ -225,7 +299,9 @@ impl Walker<'_> {
                 }
                 _ => self.exec(name, args, assigns),
             },
-            Some(Arg::Dynamic) => self.unknown("uv's subcommand is computed at run time"),
+            Some(Arg::Dynamic | Arg::Partial { .. }) => {
+                self.unknown("uv's subcommand is computed at run time")
+            }
             _ => self.exec(name, args, assigns),
         }
     }
@@ -277,8 +353,114 @@ impl Walker<'_> {
                     line = python(line, &["python"]);
                 }
             }
-            Some(Arg::Dynamic) => {}
+            Some(Arg::Dynamic | Arg::Partial { .. }) => {}
         }
         self.dispatch_args(line, assigns, Stdin::Inherited);
+    }
+
+    /// Commands that write the files their options or operands name: each file is judged
+    /// as a write (a computed one by the profile's default, except for `mkdir`, `touch` and
+    /// `chmod`, which lose no data).
+    fn writer(&mut self, name: String, args: Vec<Arg>, assigns: Vec<String>) {
+        let grammar = match name.as_str() {
+            "sort" => &SORT,
+            "uniq" => &UNIQ,
+            "tee" => &TEE,
+            "cp" => &CP,
+            "mv" => &MV,
+            "ln" => &LN,
+            "mkdir" => &MKDIR,
+            "touch" => &TOUCH,
+            _ => return self.chmod(name, args, assigns),
+        };
+        let parsed = grammar.parse(&args);
+        let operands = parsed.operands();
+        let target_dir: Vec<Option<&Arg>> = parsed.values(&["t", "target-directory"]).collect();
+        let mut writes: Vec<Arg> = Vec::new();
+        let mut reads: Vec<Arg> = Vec::new();
+        match name.as_str() {
+            "sort" => {
+                writes.extend(parsed.values(&["o", "output"]).flatten().cloned());
+                // Temporary files go there (and are removed).
+                writes.extend(
+                    parsed
+                        .values(&["T", "temporary-directory"])
+                        .flatten()
+                        .cloned(),
+                );
+                reads.extend(
+                    parsed
+                        .values(&["files0-from", "random-source"])
+                        .flatten()
+                        .cloned(),
+                );
+            }
+            "uniq" => writes.extend(operands.get(1).map(|a| (*a).clone())),
+            "tee" | "mkdir" | "touch" => writes.extend(operands.iter().map(|a| (*a).clone())),
+            "mv" => {
+                // The sources are removed and the target written.
+                writes.extend(operands.iter().map(|a| (*a).clone()));
+                writes.extend(target_dir.iter().flatten().map(|a| (*a).clone()));
+            }
+            _ => {
+                // cp, ln: the target is `-t DIR`, or the last of several operands; `ln TARGET`
+                // alone links into the current directory under the target's name.
+                if let Some(dir) = target_dir.last() {
+                    writes.extend(dir.cloned());
+                } else if operands.len() >= 2 {
+                    writes.extend(operands.last().map(|a| (*a).clone()));
+                } else if name == "ln"
+                    && let Some(Arg::Static(only)) = operands.first()
+                {
+                    writes.push(Arg::Static(super::basename(only).to_string()));
+                }
+            }
+        }
+        let computed_is_asked = !matches!(name.as_str(), "mkdir" | "touch");
+        let shown = super::render_words(&name, &args);
+        self.exec(name, args, assigns);
+        for path in writes {
+            match path {
+                Arg::Static(p) if p == "-" => {}
+                Arg::Static(p) => self.file(Some(p), true),
+                Arg::Dynamic | Arg::Partial { .. } if computed_is_asked => {
+                    self.computed_write(&shown)
+                }
+                Arg::Dynamic | Arg::Partial { .. } => {}
+            }
+        }
+        for path in reads {
+            if let Arg::Static(p) = path {
+                self.file(Some(p), false);
+            }
+        }
+    }
+
+    /// `chmod MODE FILE…` (a mode may look like an option: `-w`, `-x`) or
+    /// `chmod --reference=RFILE FILE…`: the files are written.
+    fn chmod(&mut self, name: String, args: Vec<Arg>, assigns: Vec<String>) {
+        let mut files = Vec::new();
+        let mut mode_seen = args
+            .iter()
+            .any(|a| matches!(a, Arg::Static(s) if s.starts_with("--ref")));
+        let mut after_dashes = false;
+        for arg in &args {
+            match arg {
+                Arg::Static(s) if s == "--" && !after_dashes => after_dashes = true,
+                Arg::Static(s) if !after_dashes && s.starts_with("--") => {}
+                Arg::Static(s)
+                    if !after_dashes
+                        && s.starts_with('-')
+                        && s[1..].chars().all(|c| "cfvR".contains(c)) => {}
+                _ if !mode_seen => mode_seen = true,
+                other => files.push(other.clone()),
+            }
+        }
+        self.exec(name, args, assigns);
+        for file in files {
+            if let Arg::Static(p) = file {
+                self.file(Some(p), true);
+            }
+        }
     }
 }

@@ -135,7 +135,7 @@ impl Walker<'_> {
         };
         let text = match value {
             Arg::Static(text) => text.trim(),
-            Arg::Dynamic => {
+            Arg::Dynamic | Arg::Partial { .. } => {
                 self.unknown(format!(
                     "`{name}` makes tools run a program, and its value is computed at run time"
                 ));

@@ -229,7 +229,7 @@ impl Walker<'_> {
             match split {
                 Some(Arg::Static(text)) => {
                     let tail = &args[i..];
-                    if tail.iter().any(|a| matches!(a, Arg::Dynamic)) {
+                    if tail.iter().any(|a| a.is_computed()) {
                         self.unknown("env -S with arguments computed at run time");
                         return;
                     }
@@ -281,7 +281,7 @@ impl Walker<'_> {
                     ..
                 } => Some(match value {
                     Some(Arg::Static(r)) => Some(r.clone()),
-                    Some(Arg::Dynamic) => None,
+                    Some(Arg::Dynamic | Arg::Partial { .. }) => None,
                     None => Some("{}".to_string()),
                 }),
                 _ => None,
@@ -326,7 +326,7 @@ impl Walker<'_> {
             .iter()
             .map(|a| match a {
                 Arg::Static(s) => Some(s.as_str()),
-                Arg::Dynamic => None,
+                Arg::Dynamic | Arg::Partial { .. } => None,
             })
             .collect();
         match statics {
@@ -416,7 +416,7 @@ impl Walker<'_> {
             for start in starts {
                 match start {
                     Arg::Static(path) => self.file(Some(path), true),
-                    Arg::Dynamic => self.computed_write(&shown),
+                    Arg::Dynamic | Arg::Partial { .. } => self.computed_write(&shown),
                 }
             }
         }
