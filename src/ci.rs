@@ -62,7 +62,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 
 /// What the job page shows, gathered from the audit log (the supervisor's records are trusted;
 /// denials are what the hook reported from inside).
-#[derive(Debug, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct Summary {
     pub profile: String,
     pub policy_hash: String,

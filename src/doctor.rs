@@ -139,7 +139,7 @@ pub fn run_checks() -> Vec<Check> {
     let host = crate::supervisor::cgroup::CgroupHost::discover(std::path::Path::new("/proc"));
     // Cgroups left by supervisors that were killed (a later run with limits removes them too).
     for stale in crate::supervisor::cgroup::remove_stale(&host) {
-        eprintln!("removed a stale cgroup: {}", stale.display());
+        crate::say!("removed a stale cgroup: {}", stale.display());
     }
     let request = crate::sandbox::rlimits::Limits::default().cgroup(true);
     let limits = crate::supervisor::cgroup::CgroupLimits {

@@ -11,7 +11,9 @@ pub enum ExitCode {
     RunbookAbandoned = 116,
     /// Reserved: a runbook step's evidence did not hold when the supervisor checked it.
     EvidenceFailed = 117,
-    /// Reserved: a record of the run could not be written to the audit log.
+    /// A record of the run could not be written to the audit log: the start record (the
+    /// command never ran), or a later one (the log ends at its last complete record; the status
+    /// is `audit-incomplete` and keeps how the command ended).
     AuditIncomplete = 118,
     /// Reserved: the persistence sweep could not look at everything the run could write.
     SweepIncomplete = 119,

@@ -162,15 +162,19 @@ pub fn explain_text(profile: &Profile, plan: &SandboxPlan) -> String {
     out
 }
 
-/// `stepproof explain --json`.
-pub fn explain_json(profile: &Profile, plan: &SandboxPlan) -> serde_json::Value {
-    serde_json::json!({
+/// `stepproof explain --json`. Fails only where JSON cannot hold the plan: a path that is not
+/// UTF-8 (the text form shows it).
+pub fn explain_json(
+    profile: &Profile,
+    plan: &SandboxPlan,
+) -> Result<serde_json::Value, serde_json::Error> {
+    Ok(serde_json::json!({
         "profile": profile.name,
         "origins": profile.origins,
         "policy_hash": plan.policy_hash,
-        "requested": profile,
+        "requested": serde_json::to_value(profile)?,
         "namespaces": namespaces(plan),
-        "plan": plan,
+        "plan": serde_json::to_value(plan)?,
         "seccomp": crate::sandbox::seccomp::describe(plan.seccomp),
-    })
+    }))
 }

@@ -21,6 +21,16 @@ pub enum HostError {
     },
 }
 
+impl HostError {
+    /// The profile or the flags are to fix (do not retry), rather than this host.
+    pub fn is_configuration(&self) -> bool {
+        match self {
+            HostError::Profile(_) | HostError::Io { .. } => true,
+            HostError::Plan(e) => e.is_configuration(),
+        }
+    }
+}
+
 fn canonical(path: &Path, what: &'static str) -> Result<PathBuf, HostError> {
     path.canonicalize().map_err(|source| HostError::Io {
         what,

@@ -2,6 +2,9 @@
 
 /// Quiet by default; `-v` for info, `-vv` for debug, or `STEPPROOF_LOG` for anything finer.
 pub fn init_logging(verbosity: u8) {
+    use std::io::IsTerminal;
+    // Colours only for a person at a terminal, never into a CI log or a file.
+    let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     use tracing_subscriber::EnvFilter;
     use tracing_subscriber::filter::LevelFilter;
     // Only STEPPROOF_LOG needs the directive parser; a plain level is cheaper to set up, and
@@ -10,6 +13,7 @@ pub fn init_logging(verbosity: u8) {
         let _ = tracing_subscriber::fmt()
             .with_env_filter(EnvFilter::new(directives))
             .with_writer(std::io::stderr)
+            .with_ansi(ansi)
             // Timestamps show where launch time goes.
             .with_timer(tracing_subscriber::fmt::time::uptime())
             .try_init();
@@ -23,6 +27,7 @@ pub fn init_logging(verbosity: u8) {
     let _ = tracing_subscriber::fmt()
         .with_max_level(level)
         .with_writer(std::io::stderr)
+        .with_ansi(ansi)
         .without_time()
         .try_init();
 }

@@ -269,7 +269,7 @@ pub fn probe_all(agent: bool, private_home: Option<Option<&std::path::Path>>) ->
         // A secret file that does not exist cannot leak: that read "escapes" nothing.
         let leaked = r.escaped && !(r.name.starts_with("read:") && r.errno == Some(libc::ENOENT));
         escaped |= leaked;
-        println!("{}", serde_json::to_string(r).unwrap_or_default());
+        crate::out!("{}", serde_json::to_string(r).unwrap_or_default());
     }
     i32::from(escaped)
 }

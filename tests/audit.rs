@@ -186,10 +186,13 @@ fn an_inserted_line_is_named() {
 #[test]
 fn a_truncated_tail_shows_only_against_the_head() {
     let cut = |l: &mut Vec<String>| l.truncate(5);
-    // Cut at a line boundary, the rest is a valid chain: without the head it looks intact.
+    // Cut at a line boundary, the rest is a valid chain, but its run has no end.
     let (code, out) = damaged(cut, false);
-    assert_eq!(code, 0, "{out}");
-    assert!(out.starts_with("intact: 5 records"), "{out}");
+    assert_eq!(code, 3, "{out}");
+    assert!(
+        out.starts_with("incomplete: the chain is intact (5 records"),
+        "{out}"
+    );
     let (code, out) = damaged(cut, true);
     assert_eq!(code, 1, "{out}");
     assert!(
@@ -198,8 +201,266 @@ fn a_truncated_tail_shows_only_against_the_head() {
     );
     assert!(out.contains("records were removed from the end"), "{out}");
     // Everything removed.
-    let (code, _) = damaged(|l| l.clear(), true);
+    let (code, out) = damaged(|l| l.clear(), true);
     assert_eq!(code, 1);
+    assert!(out.starts_with("chain: BROKEN: the log is empty"), "{out}");
+}
+
+/// `stepproof audit ARGS…`: exit code, stdout and stderr.
+fn audit_full(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(STEPPROOF)
+        .arg("audit")
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn an_empty_file_or_one_that_is_not_a_log_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let p = path.to_str().unwrap();
+    for (content, message) in [
+        ("", "empty: no records to verify"),
+        (
+            "hello\nworld\n",
+            "not a StepProof audit log: line 1 is not a record: not JSON",
+        ),
+        (
+            "{\"name\": \"a profile?\"}\n",
+            "not a StepProof audit log: line 1 is not a record: no numeric `seq`",
+        ),
+    ] {
+        fs::write(&path, content).unwrap();
+        for command in ["verify", "show"] {
+            let (code, out, err) = audit_full(&[command, p]);
+            assert_eq!(code, 2, "{command} {content:?}: {out}{err}");
+            assert_eq!(out, "", "{command} {content:?}");
+            assert!(
+                err.contains(&format!("stepproof audit: {p}: {message}")),
+                "{command} {content:?}: {err}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_log_cut_before_run_end_is_incomplete() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, _) = sample_log(dir.path());
+    let p = path.to_str().unwrap();
+    let mut l = lines(&path);
+    l.pop();
+    write_lines(&path, &l);
+    let (code, out) = verify(&path, None);
+    assert_eq!(code, 3, "{out}");
+    assert!(
+        out.starts_with("incomplete: the chain is intact (6 records, head "),
+        "{out}"
+    );
+    assert!(
+        out.contains("the run that starts at line 1 has no run-end record"),
+        "{out}"
+    );
+    let (code, out) = audit(&["verify", p, "--json"]);
+    assert_eq!(code, 3);
+    let report: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["status"], "incomplete");
+    assert_eq!(report["intact"], true);
+    assert_eq!(report["runs_without_end"], json!([1]));
+    let (code, out) = audit(&["show", p]);
+    assert_eq!(code, 3, "{out}");
+    assert!(
+        out.contains("INCOMPLETE: the run that starts at line 1 has no run-end record"),
+        "{out}"
+    );
+}
+
+/// Opens a log again after its last writer went. A process another test spawns in the
+/// meantime holds a copy of every descriptor of this one between its fork and its exec, and
+/// with it the log's lock: waits that out.
+fn reopen(path: &Path) -> AuditSink {
+    let start = Instant::now();
+    loop {
+        match AuditSink::open(path) {
+            Ok(sink) => return sink,
+            Err(e) if e.source.kind() == std::io::ErrorKind::WouldBlock => {
+                assert!(start.elapsed() < Duration::from_secs(10), "{e}");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
+/// `verify` once no process holds the log's lock any more (see [`reopen`]).
+fn verify_unlocked(path: &Path) -> (i32, String) {
+    drop(reopen(path));
+    verify(path, None)
+}
+
+/// Appends a run to the log at `path` (through the sink, as `stepproof-run` does); `end`
+/// says whether it gets its `run-end`. Returns the head.
+fn append_run(path: &Path, end: bool) -> String {
+    let sink = reopen(path);
+    sink.record("supervisor", "run-start", &json!({ "argv": ["true"] }));
+    sink.record("supervisor", "network", &json!({ "host": "example.com" }));
+    if end {
+        sink.record("supervisor", "run-end", &json!({ "outcome": {} }));
+    }
+    sink.head_hash()
+}
+
+#[test]
+fn each_run_in_a_log_is_checked_for_its_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    append_run(&path, true);
+    let first_head = append_run(&path, true);
+    let (code, out) = verify(&path, None);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.starts_with("intact: 6 records"), "{out}");
+    // Cut between the two runs: only the head shows it.
+    let mut l = lines(&path);
+    l.truncate(3);
+    write_lines(&path, &l);
+    assert_eq!(verify(&path, None).0, 0);
+    assert_eq!(verify(&path, Some(&first_head)).0, 1);
+
+    // A run that crashed before its end, then one that ended: still incomplete.
+    let path = dir.path().join("crashed.jsonl");
+    append_run(&path, false);
+    let head = append_run(&path, true);
+    let (code, out) = verify(&path, Some(&head));
+    assert_eq!(code, 3, "{out}");
+    assert!(
+        out.contains("(5 records, head ") && out.contains("matches --head"),
+        "{out}"
+    );
+    assert!(
+        out.contains("the run that starts at line 1 has no run-end record"),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_run_still_being_written_is_in_progress() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    append_run(&path, true);
+    let sink = reopen(&path);
+    sink.record(
+        "supervisor",
+        "run-start",
+        &json!({ "argv": ["sleep", "1"] }),
+    );
+    let (code, out) = verify(&path, None);
+    assert_eq!(code, 4, "{out}");
+    assert!(
+        out.starts_with("in progress: the chain is intact so far (4 records, head "),
+        "{out}"
+    );
+    assert!(
+        out.contains("the run that starts at line 4 has no run-end record yet"),
+        "{out}"
+    );
+    let (code, out) = audit(&["show", path.to_str().unwrap()]);
+    assert_eq!(code, 4, "{out}");
+    assert!(
+        out.contains("IN PROGRESS: the run that starts at line 4"),
+        "{out}"
+    );
+    // The writer is not disturbed: it goes on, and its end completes the log.
+    sink.record("supervisor", "run-end", &json!({ "outcome": {} }));
+    let head = sink.head_hash();
+    assert_eq!(verify(&path, Some(&head)).0, 0);
+    // A writer that went away without its end: incomplete.
+    sink.record("supervisor", "run-start", &json!({ "argv": ["true"] }));
+    drop(sink);
+    let (code, out) = verify_unlocked(&path);
+    assert_eq!(code, 3, "{out}");
+    assert!(out.contains("line 6 has no run-end record:"), "{out}");
+}
+
+/// Set in the child of [`records_that_could_not_be_written_leave_a_verifiable_log`]: the log
+/// to write under a file size limit.
+const FSIZE_CHILD: &str = "STEPPROOF_TEST_FSIZE_CHILD";
+
+/// A write that fails half way (here: the file size limit, as a full disk would) must not
+/// leave half a record in the log: the head the run prints still verifies, and the log says
+/// how many records were not written.
+#[test]
+fn records_that_could_not_be_written_leave_a_verifiable_log() {
+    if let Ok(log) = std::env::var(FSIZE_CHILD) {
+        let log = PathBuf::from(log);
+        let sink = AuditSink::open(&log).unwrap();
+        sink.record("supervisor", "run-start", &json!({ "argv": ["true"] }));
+        // Larger than the limit: part of it is written, then the write fails.
+        sink.record(
+            "supervisor",
+            "sweep",
+            &json!({ "pad": "x".repeat(100 << 10) }),
+        );
+        sink.record("supervisor", "limits", &json!({ "acted": [] }));
+        sink.record("supervisor", "run-end", &json!({ "outcome": {} }));
+        fs::write(log.with_extension("head"), sink.head_hash()).unwrap();
+        return;
+    }
+    let Some(prlimit) = tool(&["/usr/bin/prlimit", "/bin/prlimit"]) else {
+        skip_or_fail("prlimit is not installed: no file size limit for the writer");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("audit.jsonl");
+    // SIGXFSZ ignored (kept across exec): the write fails with EFBIG instead of killing.
+    let out = Command::new("sh")
+        .args(["-c", "trap '' XFSZ; exec \"$@\"", "sh"])
+        .arg(prlimit)
+        .arg("--fsize=65536")
+        .arg("--")
+        .arg(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "records_that_could_not_be_written_leave_a_verifiable_log",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(FSIZE_CHILD, &log)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let head = fs::read_to_string(log.with_extension("head")).unwrap();
+    let (code, text) = verify(&log, Some(&head));
+    assert_eq!(code, 0, "{text}");
+    let records = records(&log);
+    let kinds: Vec<&str> = records
+        .iter()
+        .map(|r| r["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["run-start", "records-not-written", "limits", "run-end"]
+    );
+    assert_eq!(records[1]["source"], "supervisor");
+    assert_eq!(records[1]["not_written"], 1);
+    assert!(
+        records[1]["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("File too large"),
+        "{}",
+        records[1]
+    );
 }
 
 #[test]

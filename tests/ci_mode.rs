@@ -136,6 +136,9 @@ both!(
         let summary = out_dir.join("summary.md");
         let summary_json = out_dir.join("summary.json");
         let step_summary = out_dir.join("step-summary.md");
+        // A summary from an earlier run is replaced, not appended to.
+        fs::write(&summary, "EARLIER RUN\n").unwrap();
+        chown_tree(&summary, w.owner);
         let args = [
             "--ci",
             "--fail-on-deny",
@@ -176,6 +179,9 @@ both!(
             "{md}"
         );
         assert!(md.contains("127.0.0.2"), "{md}");
+        // The header says how the run ended for the caller, after --fail-on-deny.
+        assert!(md.contains("**denied** (exit 122)"), "{md}");
+        assert!(!md.contains("EARLIER RUN"), "{md}");
         assert_eq!(
             fs::read_to_string(&step_summary).unwrap(),
             md,

@@ -29,6 +29,41 @@ fn run_without_userns(w: &World, profile: &str, args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// Python probes (as [`World::probe`]) run in the degraded mode under `profile`; the probes'
+/// lines and the launch's stderr.
+fn probe_without_userns(w: &World, profile: &str, checks: &[(&str, &str)]) -> (Probes, String) {
+    let mut code = String::from(
+        "import os, errno, socket\ndef t(n, f):\n    try:\n        r = f()\n        print(n, 'OK', repr(r))\n    except OSError as e:\n        print(n, 'ERR', errno.errorcode.get(e.errno, e.errno))\n",
+    );
+    for (name, expr) in checks {
+        code.push_str(&format!("t({name:?}, lambda: {expr})\n"));
+    }
+    let out = run_without_userns(w, profile, &["/usr/bin/python3", "-c", &code]);
+    assert!(out.status.success(), "{}", describe(&out));
+    (
+        Probes(String::from_utf8_lossy(&out.stdout).into_owned()),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The degraded mode of the default profile without its hook, with more `[filesystem]` keys.
+fn degraded_profile(w: &World, filesystem: &str) -> String {
+    write_profile(
+        w,
+        "degraded.toml",
+        &format!(
+            "extends = \"default\"\n[degraded]\nallow = true\naccept_removable_hook = true\n[network]\nmode = \"none\"\n[filesystem]\n{filesystem}"
+        ),
+    )
+}
+
+/// Writes `contents` at `path` (and the directories above it), owned by the world's owner.
+fn plant(w: &World, path: &std::path::Path, contents: &str) {
+    fs::create_dir_all(path.parent().unwrap()).unwrap();
+    fs::write(path, contents).unwrap();
+    chown_tree(&w.home, w.owner);
+}
+
 fn write_profile(w: &World, name: &str, text: &str) -> String {
     let path = w.base.join(name);
     fs::write(&path, text).unwrap();
@@ -79,6 +114,9 @@ fn landlock_alone_hides_secrets_and_reports_what_is_lost() {
         stderr.contains("persistence paths inside the workspace cannot be made read-only"),
         "{stderr}"
     );
+    // The default profile has a hook, accepted as lost here: said, not silently dropped.
+    assert!(stderr.contains("lost: no hook:"), "{stderr}");
+    assert!(stderr.contains("lost: named unix sockets"), "{stderr}");
     let report: serde_json::Value =
         serde_json::from_str(&fs::read_to_string(w.base.join("report.json")).unwrap()).unwrap();
     assert_eq!(report["isolation"], "landlock-seccomp-only", "{report}");
@@ -149,4 +187,119 @@ fn a_refused_network_namespace_stops_the_launch() {
         "{stderr}"
     );
     assert!(!marker.exists(), "the command ran: {}", describe(&out));
+}
+
+#[test]
+fn an_allowlisted_home_shows_only_what_it_lists() {
+    let Some(w) = world() else { return };
+    plant(&w, &w.home.join(".local/bin/tool"), "tool\n");
+    plant(&w, &w.home.join("notes/todo.txt"), SECRET);
+    let profile = degraded_profile(
+        &w,
+        "home = \"allowlist\"\nhome_allow = [\"~/.local/bin\"]\n",
+    );
+    let h = |p: &str| format!("{:?}", w.home.join(p).display().to_string());
+    let (probes, stderr) = probe_without_userns(
+        &w,
+        &profile,
+        &[
+            ("tool", &format!("open({}).read()", h(".local/bin/tool"))),
+            ("rc", &format!("open({}).read()", h(".bashrc"))),
+            ("notes", &format!("open({}).read()", h("notes/todo.txt"))),
+            ("list_home", &format!("os.listdir({})", h(""))),
+            ("ws_write", "open('made', 'w').write('x')"),
+        ],
+    );
+    assert_eq!(probes.expect_ok("tool"), "OK 'tool\\n'");
+    for name in ["rc", "notes", "list_home"] {
+        probes.expect_err(name, "EACCES");
+    }
+    probes.expect_ok("ws_write");
+    assert!(!probes.0.contains(SECRET));
+    assert!(stderr.contains("lost: home = \"allowlist\""), "{stderr}");
+}
+
+#[test]
+fn names_that_look_like_secrets_and_env_files_are_hidden() {
+    let Some(w) = world() else { return };
+    plant(&w, &w.home.join(".config/deploy-token"), SECRET);
+    for env in [".env", "app/.env.local"] {
+        plant(&w, &w.workspace.join(env), SECRET);
+    }
+    plant(&w, &w.workspace.join(".env.example"), "KEY=\n");
+    plant(&w, &w.workspace.join("lib/lib.rs"), "\n");
+    // A link beside the hidden `.env` gives no more than its target has.
+    std::os::unix::fs::symlink(w.home.join(".bashrc"), w.workspace.join("rc-link")).unwrap();
+    chown_tree(&w.home, w.owner);
+    let profile = degraded_profile(&w, "hide_env_files = true\n");
+    let (probes, stderr) = probe_without_userns(
+        &w,
+        &profile,
+        &[
+            (
+                "token",
+                &format!(
+                    "open({:?}).read()",
+                    w.home.join(".config/deploy-token").display().to_string()
+                ),
+            ),
+            ("env", "open('.env').read()"),
+            ("env_local", "open('app/.env.local').read()"),
+            ("example", "open('.env.example').read()"),
+            ("lib_write", "open('lib/made', 'w').write('x')"),
+            ("top_create", "open('made', 'w').write('x')"),
+            ("rc_read", "open('rc-link').read()"),
+            ("rc_write", "open('rc-link', 'a').write('x')"),
+        ],
+    );
+    // What the split costs: nothing can be created beside a hidden `.env` (the loss says so).
+    for name in ["token", "env", "env_local", "top_create", "rc_write"] {
+        probes.expect_err(name, "EACCES");
+    }
+    assert_eq!(probes.expect_ok("rc_read"), "OK '# home rc\\n'");
+    probes.expect_ok("example");
+    probes.expect_ok("lib_write");
+    assert!(!probes.0.contains(SECRET));
+    // The workspace's top is granted entry by entry around `.env`: said at launch.
+    let top = format!(
+        "lost: {} (read-write): granted entry by entry",
+        w.workspace.display()
+    );
+    assert!(stderr.contains(&top), "{stderr}");
+}
+
+#[test]
+fn a_git_replaced_during_the_run_is_moved_by_the_sweep() {
+    // Nothing pins `.git` without a mount namespace: the sweep is the guard. A gitfile naming
+    // what looks like a submodule's git directory is ordinary only where `.git` was one.
+    let Some(w) = world() else { return };
+    let profile = degraded_profile(&w, "");
+    let out = run_without_userns(
+        &w,
+        &profile,
+        &[
+            "/bin/sh",
+            "-c",
+            "mkdir -p x/.git/modules/m && mv .git moved-git && printf 'gitdir: x/.git/modules/m\\n' > .git && echo swapped",
+        ],
+    );
+    let text = describe(&out);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("swapped"),
+        "{text}"
+    );
+    assert_eq!(out.status.code(), Some(123), "{text}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let git = w.workspace.join(".git").display().to_string();
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.contains(&format!("redirect {git} ")) && l.contains("quarantined to")),
+        "the gitfile is not reported: {text}"
+    );
+    assert!(
+        !w.workspace.join(".git").exists(),
+        "the gitfile stayed: {text}"
+    );
+    assert!(stderr.contains(".git cannot be pinned"), "{text}");
 }

@@ -17,6 +17,7 @@ const ROOT_LAYERS: &[(&str, usize)] = &[
     ("explain", 0),
     ("host", 0),
     ("logging", 0),
+    ("run", 0),
     ("ci", 0),
     ("doctor", 0),
     ("selftest", 0),
@@ -36,6 +37,8 @@ const ROOT_LAYERS: &[(&str, usize)] = &[
     ("sandbox::sys", 6),
     // StepProof's exit codes: read by every layer, reading none.
     ("exit", 6),
+    // Files named on the command line, opened without waiting and read with a cap.
+    ("regular_file", 6),
 ];
 
 /// The hook crate's layers, top first.

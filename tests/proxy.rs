@@ -197,6 +197,11 @@ fn loopback_behind_an_allowed_name_is_refused_unless_its_address_is_allowed() {
         "{body}"
     );
     assert!(body.contains("allow_addresses"), "{body}");
+    // Where the user looks: the host's loopback is not the sandbox's, and how to reach it.
+    assert!(
+        body.contains("that is the host's loopback") && body.contains("NO_PROXY"),
+        "{body}"
+    );
     let r = p.record();
     assert!(!r.allowed);
     assert_eq!(r.resolved, Some(format!("127.0.0.1:{}", origin.port())));

@@ -1,9 +1,11 @@
 //! The chain itself: how a record becomes a line, what a line's hash is, and the check that
 //! walks a log line by line (the format is described in the module above).
 
-use serde::Serialize;
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
+use std::fmt;
 use std::io::{self, BufRead};
 
 /// `prev` of the first record.
@@ -11,6 +13,14 @@ pub const GENESIS: &str = "00000000000000000000000000000000000000000000000000000
 
 /// The envelope keys, in the order they are written; a body cannot override them.
 pub const ENVELOPE_KEYS: [&str; 5] = ["seq", "prev", "ts_ms", "source", "kind"];
+
+/// The longest line (without its `\n`) the writer puts in a log and a reader takes from one:
+/// a record from inside is at most [`MAX_LINE`](crate::audit::receiver::MAX_LINE) (64 KiB)
+/// before its envelope; the supervisor's largest (`run-start` with the command line, `sweep`
+/// with its findings) are kilobytes in practice, but not bounded by anything else, so the
+/// writer replaces a longer one with its size and hash ([`oversized_body`]). A reader holds
+/// one line at a time, so verifying a log of any size needs no more memory than this.
+pub const MAX_RECORD_LINE: usize = 16 << 20;
 
 /// Lowercase hex SHA-256 of one line's bytes (without its trailing newline).
 pub fn line_hash(line: &[u8]) -> String {
@@ -46,6 +56,19 @@ pub fn body_object(value: Value) -> Map<String, Value> {
     }
 }
 
+/// What the writer records instead of a body whose line would be longer than
+/// [`MAX_RECORD_LINE`]: the size and hash of the line that was not written.
+pub fn oversized_body(line: &[u8]) -> Map<String, Value> {
+    Map::from_iter([(
+        "record_too_long".to_string(),
+        serde_json::json!({
+            "bytes": line.len(),
+            "sha256": line_hash(line),
+            "max_bytes": MAX_RECORD_LINE,
+        }),
+    )])
+}
+
 /// One record as the bytes of its line, without the trailing newline.
 pub fn format_line(
     seq: u64,
@@ -70,14 +93,33 @@ pub fn format_line(
 /// The first line where the chain breaks, and what is wrong with it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Broken {
-    /// 1-based line number.
+    /// 1-based line number (0: the log is empty but should end at a head).
     pub line: u64,
     pub problem: String,
+    /// The line is not a record StepProof writes at all (on line 1: the file is not a log).
+    #[serde(skip)]
+    pub not_a_record: bool,
+}
+
+/// The verdict on a log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Status {
+    /// The chain holds and every run in it has its `run-end`.
+    Intact,
+    /// The chain holds, but a run has no `run-end`: it was killed or crashed, or the log was
+    /// cut after it.
+    Incomplete,
+    /// As `Incomplete`, but only the last run lacks its end and a writer still holds the log.
+    InProgress,
+    Broken,
 }
 
 /// What [`verify`] found.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ChainReport {
+    pub status: Status,
+    /// The chain holds (whether or not every run has its end).
     pub intact: bool,
     /// Records before the first broken line (all of them when intact).
     pub records: u64,
@@ -87,6 +129,55 @@ pub struct ChainReport {
     pub expected_head: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub broken: Option<Broken>,
+    /// `run-start` records (from the supervisor) in the intact part.
+    pub runs: u64,
+    /// The line of each run's `run-start` whose run has no `run-end` before the next run's
+    /// start or the end of the log.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub runs_without_end: Vec<u64>,
+    /// The last of `runs_without_end` is the log's last run (a writer may still be at it).
+    #[serde(skip)]
+    last_run_open: bool,
+}
+
+impl ChainReport {
+    /// A writer holds the log: a last run without its end is being written, not cut short.
+    pub fn writer_is_live(&mut self) {
+        if self.status == Status::Incomplete
+            && self.last_run_open
+            && self.runs_without_end.len() == 1
+        {
+            self.status = Status::InProgress;
+        }
+    }
+
+    /// Why the log is not a StepProof audit log at all, when it is not: empty (and no head
+    /// says records were expected), or its first line is not one of our records.
+    pub fn not_a_log(&self) -> Option<String> {
+        if self.records > 0 {
+            return None;
+        }
+        match &self.broken {
+            None => Some("empty: no records to verify".to_string()),
+            Some(b) if b.line == 1 && b.not_a_record => Some(format!(
+                "not a StepProof audit log: line 1 is {}",
+                b.problem
+            )),
+            Some(_) => None,
+        }
+    }
+}
+
+/// One line of a log as read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogLine<'a> {
+    /// A line that ended in `\n` (not included).
+    Terminated(&'a [u8]),
+    /// The last bytes of the input, without a `\n`.
+    CutShort(&'a [u8]),
+    /// Longer than [`MAX_RECORD_LINE`]: not kept (and skipped up to its `\n` if reading goes
+    /// on).
+    TooLong,
 }
 
 /// Walks a log line by line; stops looking at the first broken line.
@@ -94,6 +185,11 @@ pub struct ChainChecker {
     records: u64,
     head: String,
     broken: Option<Broken>,
+    runs: u64,
+    /// The `run-start` line of the run that has not ended yet.
+    open_run: Option<u64>,
+    /// `run-start` lines of runs followed by another run's start before their end.
+    unfinished: Vec<u64>,
 }
 
 impl Default for ChainChecker {
@@ -102,84 +198,109 @@ impl Default for ChainChecker {
             records: 0,
             head: GENESIS.to_string(),
             broken: None,
+            runs: 0,
+            open_run: None,
+            unfinished: Vec::new(),
         }
     }
 }
 
+/// A line that is not a record (as opposed to a record out of place).
+fn not_a_record(problem: impl Into<String>) -> (String, bool) {
+    (format!("not a record: {}", problem.into()), true)
+}
+
 impl ChainChecker {
-    /// Feeds the next line (without its `\n`; `terminated` says whether it had one). Returns
-    /// the problem when this line is the first broken one.
-    pub fn push(&mut self, line: &[u8], terminated: bool) -> Option<&Broken> {
+    /// Feeds the next line. Returns the problem when this line is the first broken one.
+    pub fn push(&mut self, line: LogLine<'_>) -> Option<&Broken> {
         if self.broken.is_some() {
             return None;
         }
         let number = self.records + 1;
-        match self.check(number, line, terminated) {
-            Ok(()) => {
+        let checked = match line {
+            LogLine::Terminated(bytes) => self.check(number, bytes).map(|e| (e, bytes)),
+            LogLine::CutShort(bytes) => Err(cut_short(bytes)),
+            LogLine::TooLong => Err(not_a_record(format!(
+                "longer than {} (the longest line StepProof writes)",
+                crate::regular_file::size_words(MAX_RECORD_LINE as u64)
+            ))),
+        };
+        match checked {
+            Ok((envelope, bytes)) => {
                 self.records = number;
-                self.head = line_hash(line);
+                self.head = line_hash(bytes);
+                if envelope.source == "supervisor" {
+                    match envelope.kind.as_str() {
+                        "run-start" => {
+                            self.runs += 1;
+                            if let Some(open) = self.open_run.replace(number) {
+                                self.unfinished.push(open);
+                            }
+                        }
+                        "run-end" => self.open_run = None,
+                        _ => {}
+                    }
+                }
                 None
             }
-            Err(problem) => {
+            Err((problem, not_a_record)) => {
                 self.broken = Some(Broken {
                     line: number,
                     problem,
+                    not_a_record,
                 });
                 self.broken.as_ref()
             }
         }
     }
 
-    fn check(&self, number: u64, line: &[u8], terminated: bool) -> Result<(), String> {
-        if !terminated {
-            return Err(
-                "cut short: no newline at its end (an interrupted write, or the file was cut \
-                 in the middle of a record)"
-                    .to_string(),
-            );
-        }
-        let record: Map<String, Value> = match serde_json::from_slice::<Value>(line) {
-            Ok(Value::Object(map)) => map,
-            Ok(_) => return Err("not a record: JSON, but not an object".to_string()),
-            Err(e) => return Err(format!("not a record: not JSON ({e})")),
-        };
+    fn check(&self, number: u64, line: &[u8]) -> Result<Checked, (String, bool)> {
+        let fields = read_envelope(line)?;
         let expected_seq = number - 1;
-        let Some(seq) = record.get("seq").and_then(Value::as_u64) else {
-            return Err("not a record: no numeric `seq`".to_string());
+        let Some(Field::Count(seq)) = fields.seq else {
+            return Err(not_a_record("no numeric `seq`"));
+        };
+        let Some(Field::Text(prev)) = fields.prev else {
+            return Err(not_a_record("no `prev` hash"));
+        };
+        let (Some(Field::Text(source)), Some(Field::Text(kind))) = (fields.source, fields.kind)
+        else {
+            return Err(not_a_record("no `source` or `kind`"));
         };
         if seq > expected_seq {
-            return Err(format!(
-                "seq is {seq}, expected {expected_seq}: records are missing before this line \
-                 (removed, or lines moved)"
+            return Err((
+                format!(
+                    "seq is {seq}, expected {expected_seq}: records are missing before this \
+                     line (removed, or lines moved)"
+                ),
+                false,
             ));
         }
         if seq < expected_seq {
-            return Err(format!(
-                "seq is {seq}, expected {expected_seq}: a line was inserted, repeated or moved \
-                 here"
+            return Err((
+                format!(
+                    "seq is {seq}, expected {expected_seq}: a line was inserted, repeated or \
+                     moved here"
+                ),
+                false,
             ));
         }
-        let Some(prev) = record.get("prev").and_then(Value::as_str) else {
-            return Err("not a record: no `prev` hash".to_string());
-        };
         if prev != self.head {
-            return Err(if number == 1 {
-                format!("`prev` is {prev}, not the genesis hash: the log does not start here")
-            } else {
-                format!(
-                    "`prev` does not match the hash of line {}: line {} was changed, or this \
-                     line does not belong after it",
-                    number - 1,
-                    number - 1
-                )
-            });
+            return Err((
+                if number == 1 {
+                    format!("`prev` is {prev}, not the genesis hash: the log does not start here")
+                } else {
+                    format!(
+                        "`prev` does not match the hash of line {}: line {} was changed, or \
+                         this line does not belong after it",
+                        number - 1,
+                        number - 1
+                    )
+                },
+                false,
+            ));
         }
-        for key in ["source", "kind"] {
-            if !record.get(key).is_some_and(Value::is_string) {
-                return Err(format!("not a record: no `{key}`"));
-            }
-        }
-        Ok(())
+        Ok(Checked { source, kind })
     }
 
     /// The verdict; with `expected_head`, an intact chain must also end at that hash.
@@ -190,54 +311,200 @@ impl ChainChecker {
             && let Some(expected) = &expected_head
             && *expected != self.head
         {
-            broken = Some(Broken {
-                line: self.records,
-                problem: format!(
+            let problem = if self.records == 0 {
+                format!(
+                    "the log is empty, not ending at the expected head {expected}: every record \
+                     was removed, or the head is another log's"
+                )
+            } else {
+                format!(
                     "the chain ends at {} after {} records, not at the expected head {expected}: \
                      records were removed from the end, the last line was changed, or records \
                      were added after the head was taken",
                     self.head, self.records
-                ),
+                )
+            };
+            broken = Some(Broken {
+                line: self.records,
+                problem,
+                not_a_record: false,
             });
         }
+        let mut runs_without_end = self.unfinished;
+        runs_without_end.extend(self.open_run);
+        let status = if broken.is_some() {
+            Status::Broken
+        } else if runs_without_end.is_empty() {
+            Status::Intact
+        } else {
+            Status::Incomplete
+        };
         ChainReport {
+            status,
             intact: broken.is_none(),
             records: self.records,
             head: self.head,
             expected_head,
             broken,
+            runs: self.runs,
+            runs_without_end,
+            last_run_open: self.open_run.is_some(),
         }
     }
 }
 
+/// The last line of the input has no `\n`: a record torn by an interrupted write (or a file cut
+/// in the middle of one), unless it is not even the start of a JSON object.
+fn cut_short(line: &[u8]) -> (String, bool) {
+    let starts_an_object = line.trim_ascii_start().first() == Some(&b'{')
+        && match serde_json::from_slice::<IgnoredAny>(line) {
+            Ok(_) => true,
+            Err(e) => e.is_eof(),
+        };
+    if !starts_an_object {
+        return not_a_record("not JSON, and no newline at its end");
+    }
+    (
+        "cut short: no newline at its end (an interrupted write, or the file was cut in the \
+         middle of a record)"
+            .to_string(),
+        false,
+    )
+}
+
+/// What the check keeps of a record's envelope.
+struct Checked {
+    source: String,
+    kind: String,
+}
+
+/// The envelope fields of one line, which must be a JSON object; the rest of the object is
+/// checked as JSON but not kept.
+#[derive(Deserialize)]
+struct EnvelopeFields {
+    seq: Option<Field>,
+    prev: Option<Field>,
+    source: Option<Field>,
+    kind: Option<Field>,
+}
+
+fn read_envelope(line: &[u8]) -> Result<EnvelopeFields, (String, bool)> {
+    // serde would take an array for a struct, field by field.
+    if line.trim_ascii_start().first() != Some(&b'{') {
+        return Err(match serde_json::from_slice::<IgnoredAny>(line) {
+            Ok(_) => not_a_record("JSON, but not an object"),
+            Err(e) => not_a_record(format!("not JSON ({e})")),
+        });
+    }
+    serde_json::from_slice::<EnvelopeFields>(line).map_err(|e| match e.classify() {
+        serde_json::error::Category::Data => not_a_record(format!("{e}")),
+        _ => not_a_record(format!("not JSON ({e})")),
+    })
+}
+
+/// An envelope field as the check needs it: a non-negative integer, a string, or anything else
+/// (not kept, so a huge array in its place costs nothing).
+enum Field {
+    Count(u64),
+    Text(String),
+    Other,
+}
+
+impl<'de> Deserialize<'de> for Field {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Field, D::Error> {
+        struct FieldVisitor;
+        impl<'de> Visitor<'de> for FieldVisitor {
+            type Value = Field;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Field, E> {
+                Ok(Field::Other)
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Field, E> {
+                Ok(u64::try_from(v).map_or(Field::Other, Field::Count))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Field, E> {
+                Ok(Field::Count(v))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Field, E> {
+                Ok(Field::Other)
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Field, E> {
+                Ok(Field::Text(v.to_string()))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Field, E> {
+                Ok(Field::Other)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Field, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Field::Other)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Field, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Field::Other)
+            }
+        }
+        deserializer.deserialize_any(FieldVisitor)
+    }
+}
+
 /// Checks a whole log: every line parses, `seq` counts from 0, every `prev` is the hash of the
-/// line before; with `expected_head`, the last line hashes to it.
+/// line before, every run has its end; with `expected_head`, the last line hashes to it. Reads
+/// one line at a time and stops at the first broken one.
 pub fn verify<R: BufRead>(reader: R, expected_head: Option<&str>) -> io::Result<ChainReport> {
     let mut checker = ChainChecker::default();
-    for_each_line(reader, |line, terminated| {
-        checker.push(line, terminated).is_none()
-    })?;
+    for_each_line(reader, |line| checker.push(line).is_none())?;
     Ok(checker.finish(expected_head))
 }
 
-/// Calls `f` with each line (without `\n`) and whether it was terminated, until `f` returns
-/// false or the input ends.
+/// Calls `f` with each line until `f` returns false or the input ends. A line longer than
+/// [`MAX_RECORD_LINE`] is reported as [`LogLine::TooLong`] as soon as that is known, and the
+/// rest of it is only read (and dropped) if `f` wants more: memory stays at one line.
 pub fn for_each_line<R: BufRead>(
     mut reader: R,
-    mut f: impl FnMut(&[u8], bool) -> bool,
+    mut f: impl FnMut(LogLine<'_>) -> bool,
 ) -> io::Result<()> {
     let mut buf = Vec::new();
+    // Inside a line already reported as too long: dropping bytes up to its `\n`.
+    let mut skipping = false;
     loop {
-        buf.clear();
-        if reader.read_until(b'\n', &mut buf)? == 0 {
+        let available = match reader.fill_buf() {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if available.is_empty() {
+            if !skipping && !buf.is_empty() {
+                f(LogLine::CutShort(&buf));
+            }
             return Ok(());
         }
-        let terminated = buf.last() == Some(&b'\n');
-        if terminated {
-            buf.pop();
+        let newline = available.iter().position(|&b| b == b'\n');
+        let used = newline.map_or(available.len(), |i| i + 1);
+        if skipping {
+            reader.consume(used);
+            skipping = newline.is_none();
+            continue;
         }
-        if !f(&buf, terminated) {
-            return Ok(());
+        let chunk = &available[..newline.unwrap_or(available.len())];
+        if buf.len() + chunk.len() > MAX_RECORD_LINE {
+            reader.consume(used);
+            buf.clear();
+            if !f(LogLine::TooLong) {
+                return Ok(());
+            }
+            skipping = newline.is_none();
+            continue;
+        }
+        buf.extend_from_slice(chunk);
+        reader.consume(used);
+        if newline.is_some() {
+            let go_on = f(LogLine::Terminated(&buf));
+            buf.clear();
+            if !go_on {
+                return Ok(());
+            }
         }
     }
 }
@@ -245,27 +512,46 @@ pub fn for_each_line<R: BufRead>(
 /// The chain position after the last line of an existing log, so that a reopened log goes on
 /// where it ended: `(next seq, head hash)`. The last line must be a complete record.
 pub fn resume_point<R: BufRead>(reader: R) -> io::Result<(u64, String)> {
-    let mut last: Option<(Vec<u8>, bool)> = None;
-    for_each_line(reader, |line, terminated| {
-        last = Some((line.to_vec(), terminated));
+    enum Last {
+        Nothing,
+        Line(bool),
+        TooLong,
+    }
+    let mut last = Last::Nothing;
+    let mut bytes = Vec::new();
+    for_each_line(reader, |line| {
+        bytes.clear();
+        last = match line {
+            LogLine::Terminated(b) | LogLine::CutShort(b) => {
+                bytes.extend_from_slice(b);
+                Last::Line(matches!(line, LogLine::Terminated(_)))
+            }
+            LogLine::TooLong => Last::TooLong,
+        };
         true
     })?;
-    let Some((line, terminated)) = last else {
-        return Ok((0, GENESIS.to_string()));
-    };
     let invalid = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_string());
-    if !terminated {
-        return Err(invalid(
-            "its last line is cut short; not appending to a torn log",
-        ));
+    match last {
+        Last::Nothing => return Ok((0, GENESIS.to_string())),
+        Last::Line(true) => {}
+        Last::Line(false) => {
+            return Err(invalid(
+                "its last line is cut short; not appending to a torn log",
+            ));
+        }
+        Last::TooLong => {
+            return Err(invalid(
+                "its last line is longer than any record; not a StepProof audit log",
+            ));
+        }
     }
-    let seq = serde_json::from_slice::<Value>(&line)
+    let seq = serde_json::from_slice::<Value>(&bytes)
         .ok()
         .and_then(|v| v.get("seq").and_then(Value::as_u64))
         .ok_or_else(|| {
             invalid("its last line is not a chained record; not a StepProof audit log")
         })?;
-    Ok((seq + 1, line_hash(&line)))
+    Ok((seq + 1, line_hash(&bytes)))
 }
 
 #[cfg(test)]
@@ -390,6 +676,141 @@ mod tests {
         let b = report.broken.unwrap();
         assert_eq!(b.line, 4);
         assert!(b.problem.contains("not at the expected head"), "{b:?}");
+    }
+
+    /// A log of runs: each `Some(n)` a run of `n` records between its start and end, `None`
+    /// a run cut after its start and one record.
+    fn runs(runs: &[Option<u64>]) -> Vec<u8> {
+        let mut lines: Vec<Vec<u8>> = Vec::new();
+        let mut prev = GENESIS.to_string();
+        let mut add = |source: &str, kind: &str| {
+            let seq = lines.len() as u64;
+            let line = format_line(seq, &prev, seq, source, kind, &Map::new());
+            prev = line_hash(&line);
+            lines.push(line);
+        };
+        for run in runs {
+            add("supervisor", "run-start");
+            for _ in 0..run.unwrap_or(1) {
+                add("supervisor", "network");
+            }
+            // Records from inside cannot end a run.
+            add("sandbox", "run-end");
+            if run.is_some() {
+                add("supervisor", "run-end");
+            }
+        }
+        file(&lines)
+    }
+
+    #[test]
+    fn every_run_needs_its_end() {
+        let report = check(&runs(&[Some(2), Some(0)]), None);
+        assert_eq!((report.status, report.runs), (Status::Intact, 2));
+        assert!(report.runs_without_end.is_empty());
+
+        // The last run cut short: incomplete, or in progress while a writer holds the log.
+        let mut report = check(&runs(&[Some(2), None]), None);
+        assert_eq!(report.status, Status::Incomplete);
+        assert!(report.intact);
+        assert_eq!(report.runs_without_end, vec![6]);
+        report.writer_is_live();
+        assert_eq!(report.status, Status::InProgress);
+
+        // An earlier run without its end stays incomplete whatever the last one does.
+        for last in [Some(1), None] {
+            let mut report = check(&runs(&[None, last]), None);
+            assert_eq!(report.status, Status::Incomplete);
+            assert_eq!(report.runs_without_end[0], 1);
+            report.writer_is_live();
+            assert_eq!(report.status, Status::Incomplete);
+        }
+
+        // Broken wins.
+        let mut bytes = runs(&[None]);
+        bytes.truncate(bytes.len() - 3);
+        assert_eq!(check(&bytes, None).status, Status::Broken);
+    }
+
+    #[test]
+    fn an_empty_file_or_one_that_is_not_a_log_is_named() {
+        assert_eq!(
+            check(b"", None).not_a_log().as_deref(),
+            Some("empty: no records to verify")
+        );
+        // With a head, an empty log lost all its records.
+        let report = check(b"", Some(&"ab".repeat(32)));
+        assert_eq!(report.status, Status::Broken);
+        assert!(report.not_a_log().is_none());
+
+        for (text, problem) in [
+            (&b"hello\n"[..], "not a record: not JSON"),
+            (b"hello", "not a record: not JSON, and no newline"),
+            (b"[1, 2]\n", "not a record: JSON, but not an object"),
+            (b"{\"a\": 1}\n", "not a record: no numeric `seq`"),
+            (
+                b"{\"seq\": 0, \"prev\": []}\n",
+                "not a record: no `prev` hash",
+            ),
+            (
+                b"{\"seq\": 0, \"seq\": 0}\n",
+                "not a record: duplicate field `seq`",
+            ),
+        ] {
+            let why = check(text, None).not_a_log().unwrap();
+            assert!(
+                why.starts_with(&format!("not a StepProof audit log: line 1 is {problem}")),
+                "{why}"
+            );
+        }
+        // The start of a record torn by an interrupted write is a log, broken.
+        let torn = &runs(&[Some(1)])[..30];
+        let report = check(torn, None);
+        assert!(report.not_a_log().is_none());
+        assert!(report.broken.unwrap().problem.contains("cut short"));
+        // A record out of place on line 1 is ours: the head of the log was cut off.
+        let lines = chain(3);
+        let report = check(&file(&lines[1..]), None);
+        assert!(report.not_a_log().is_none());
+        assert_eq!(report.status, Status::Broken);
+    }
+
+    #[test]
+    fn a_line_longer_than_any_record_is_not_read_into_memory() {
+        // Never ends: the check must stop at the cap, not read on.
+        let endless = io::BufReader::new(io::repeat(b'{'));
+        let report = verify(endless, None).unwrap();
+        assert_eq!(report.status, Status::Broken);
+        let why = report.not_a_log().unwrap();
+        assert!(why.contains("longer than 16 MiB"), "{why}");
+
+        // Other readers go on after it.
+        let mut bytes = vec![b'x'; MAX_RECORD_LINE + 1];
+        bytes.extend_from_slice(b"\nnext\nlast");
+        let mut seen = Vec::new();
+        for_each_line(bytes.as_slice(), |line| {
+            seen.push(match line {
+                LogLine::Terminated(b) => format!("line {}", String::from_utf8_lossy(b)),
+                LogLine::CutShort(b) => format!("cut {}", String::from_utf8_lossy(b)),
+                LogLine::TooLong => "too long".to_string(),
+            });
+            true
+        })
+        .unwrap();
+        assert_eq!(seen, ["too long", "line next", "cut last"]);
+        // Exactly at the cap is still a line.
+        let mut bytes = vec![b'x'; MAX_RECORD_LINE];
+        bytes.push(b'\n');
+        let mut lengths = Vec::new();
+        for_each_line(bytes.as_slice(), |line| {
+            lengths.push(match line {
+                LogLine::Terminated(b) => b.len(),
+                _ => 0,
+            });
+            true
+        })
+        .unwrap();
+        assert_eq!(lengths, [MAX_RECORD_LINE]);
     }
 
     #[test]

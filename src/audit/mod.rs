@@ -23,11 +23,16 @@
 //! The *head* is the hash of the last line (or `GENESIS` for an empty log). Each line commits to
 //! everything before it, so editing, removing, inserting or reordering lines breaks the chain
 //! at the first line after the change. Removing lines from the *end* leaves a shorter chain that
-//! is intact in itself: only the head hash that `stepproof-run` prints at the end of the run
-//! (and writes into the summary) detects that, with `stepproof audit verify FILE --head HASH`.
-//! Likewise an edit of the last line shows only against the head. The chain has no key: it
-//! shows tampering with a log whose head is known, it does not stop someone from writing a whole
-//! new consistent log.
+//! is intact in itself: a run then lacks its `run-end` (the log is *incomplete*, as it is when a
+//! run was killed), but a cut between two runs shows only against the head hash that
+//! `stepproof-run` prints at the end of the run (and writes into the summary), with
+//! `stepproof audit verify FILE --head HASH`. Likewise an edit of the last line shows only
+//! against the head. The chain has no key: it shows tampering with a log whose head is known, it
+//! does not stop someone from writing a whole new consistent log.
+//!
+//! Several runs may append to one log: each starts with a `run-start` and ends with a `run-end`
+//! record, both from the supervisor. No line is longer than
+//! [`MAX_RECORD_LINE`](chain::MAX_RECORD_LINE), so a reader needs one line of memory.
 
 /// StepProof's own state under the home (run directories, audit logs, quarantine).
 pub const STATE_DIR: &str = ".local/state/stepproof";
@@ -37,6 +42,7 @@ pub mod command;
 pub mod receiver;
 pub mod show;
 pub mod sink;
+pub mod text;
 
 pub use chain::{GENESIS, line_hash};
 pub use command::{AuditCommand, run_command};

@@ -2,7 +2,7 @@
 //! made for its kind, and the chain's verdict at the end. Everything printed from a record is
 //! escaped: records reported from inside the sandbox must not drive the reader's terminal.
 
-use crate::audit::chain::{ChainChecker, ChainReport, for_each_line};
+use crate::audit::chain::{self, ChainChecker, ChainReport, LogLine, Status, for_each_line};
 use serde::Serialize;
 use serde_json::{Map, Value};
 use std::fmt::Write as _;
@@ -35,16 +35,33 @@ pub struct Timeline {
 }
 
 /// Reads a whole log; lines that are not records are kept (as `kind: "?"`) so that a damaged
-/// log still shows.
+/// log still shows. Reading stops when the first line is not a record (the file is not a log)
+/// and at a line longer than any record (what follows it is not worth reading through).
 pub fn read_timeline<R: BufRead>(reader: R) -> io::Result<Timeline> {
     let mut checker = ChainChecker::default();
     let mut records = Vec::new();
     let mut number = 0;
-    for_each_line(reader, |line, terminated| {
+    for_each_line(reader, |line| {
         number += 1;
-        checker.push(line, terminated);
-        records.push(entry(number, line));
-        true
+        let not_a_log = checker
+            .push(line)
+            .is_some_and(|b| b.line == 1 && b.not_a_record);
+        match line {
+            LogLine::Terminated(bytes) | LogLine::CutShort(bytes) => {
+                records.push(entry(number, bytes));
+                !not_a_log
+            }
+            LogLine::TooLong => {
+                records.push(not_a_record_entry(
+                    number,
+                    format!(
+                        "longer than {}; the rest of the file is not shown",
+                        crate::regular_file::size_words(chain::MAX_RECORD_LINE as u64)
+                    ),
+                ));
+                false
+            }
+        }
     })?;
     Ok(Timeline {
         chain: checker.finish(None),
@@ -52,21 +69,22 @@ pub fn read_timeline<R: BufRead>(reader: R) -> io::Result<Timeline> {
     })
 }
 
+fn not_a_record_entry(line: u64, what: String) -> Entry {
+    Entry {
+        line,
+        seq: None,
+        ts_ms: None,
+        time: None,
+        source: "?".into(),
+        kind: "?".into(),
+        summary: format!("not a record: {what}"),
+        record: None,
+    }
+}
+
 fn entry(line: u64, bytes: &[u8]) -> Entry {
     let Ok(Value::Object(record)) = serde_json::from_slice::<Value>(bytes) else {
-        return Entry {
-            line,
-            seq: None,
-            ts_ms: None,
-            time: None,
-            source: "?".into(),
-            kind: "?".into(),
-            summary: format!(
-                "not a record: {}",
-                clip(&printable(&String::from_utf8_lossy(bytes)))
-            ),
-            record: None,
-        };
+        return not_a_record_entry(line, clip(&printable(&String::from_utf8_lossy(bytes))));
     };
     let text = |key: &str| record.get(key).and_then(Value::as_str).unwrap_or("?");
     let ts_ms = record.get("ts_ms").and_then(Value::as_u64);
@@ -349,20 +367,54 @@ pub fn render_text(timeline: &Timeline) -> String {
     out
 }
 
-/// `chain: intact, …` or `chain: BROKEN at line …`.
+/// `chain: intact, …` (and whether a run lacks its end) or `chain: BROKEN at line …`.
 pub fn chain_verdict(report: &ChainReport) -> String {
-    match &report.broken {
-        None => format!(
-            "chain: intact, {} records, head {}\n",
-            report.records, report.head
-        ),
-        Some(b) => format!(
+    let intact = format!(
+        "chain: intact, {} records, head {}\n",
+        report.records, report.head
+    );
+    match (&report.broken, report.status) {
+        (Some(b), _) if b.line == 0 => format!("chain: BROKEN: {}\n", printable(&b.problem)),
+        (Some(b), _) => format!(
             "chain: BROKEN at line {}: {}\n       (the {} records before it are intact, head {})\n",
             b.line,
             printable(&b.problem),
             report.records,
             report.head
         ),
+        (None, Status::Incomplete) => {
+            format!("{intact}       INCOMPLETE: {}\n", runs_without_end(report))
+        }
+        (None, Status::InProgress) => {
+            format!("{intact}       IN PROGRESS: {}\n", runs_without_end(report))
+        }
+        (None, _) => intact,
+    }
+}
+
+/// Which runs have no `run-end`, and what that means.
+pub fn runs_without_end(report: &ChainReport) -> String {
+    let lines = &report.runs_without_end;
+    let which = match lines.as_slice() {
+        [one] => format!("the run that starts at line {one} has"),
+        more => format!(
+            "the runs that start at lines {} have",
+            more.iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    if report.status == Status::InProgress {
+        format!(
+            "{which} no run-end record yet, and another process holds the log's lock: it is \
+             still being written"
+        )
+    } else {
+        format!(
+            "{which} no run-end record: killed or crashed before its end, or the log was cut \
+             after it"
+        )
     }
 }
 

@@ -33,8 +33,17 @@ struct ChainWriter {
     /// Holds an exclusive `flock` for as long as the sink lives: two writers would fork the
     /// chain.
     file: File,
+    /// A regular file (not `/dev/stdout` or a pipe): a failed write can be taken back.
+    regular: bool,
     next_seq: u64,
     head: String,
+    /// Records whose write failed since the last one that was written, and the last error:
+    /// said in the log by the next record that can be written.
+    not_written: u64,
+    last_error: Option<String>,
+    /// The first record that could not be written (or the flush that failed), and why: the
+    /// run's outcome says the log is incomplete even when later records were written.
+    failed: Option<String>,
 }
 
 impl AuditSink {
@@ -91,7 +100,8 @@ impl AuditSink {
         clear_nonblocking(&file);
         // Only a regular file is locked and continued; anything else (`/dev/stdout`, a pipe)
         // cannot be read back and starts a chain of its own.
-        let (next_seq, head) = if file.metadata().map_err(fail)?.is_file() {
+        let regular = file.metadata().map_err(fail)?.is_file();
+        let (next_seq, head) = if regular {
             file.try_lock().map_err(|e| {
                 fail(match e {
                     fs::TryLockError::WouldBlock => io::Error::new(
@@ -109,8 +119,12 @@ impl AuditSink {
             path: path.to_path_buf(),
             state: Arc::new(Mutex::new(ChainWriter {
                 file,
+                regular,
                 next_seq,
                 head,
+                not_written: 0,
+                last_error: None,
+                failed: None,
             })),
         })
     }
@@ -146,24 +160,35 @@ impl AuditSink {
         }
     }
 
+    /// Why the log is incomplete: the first record that could not be written (or the flush
+    /// that failed; later records may have been written after a `records-not-written` one).
+    /// `None` while every record so far is on disk as far as the kernel said.
+    pub fn failure(&self) -> Option<String> {
+        self.lock().failed.clone()
+    }
+
     /// Appends one record whose body is already an object (envelope keys in it are renamed,
-    /// see [`chain::body_object`]) and returns its `seq`.
+    /// see [`chain::body_object`]) and returns its `seq`. After records could not be written,
+    /// a `records-not-written` record saying how many goes first.
     pub fn append(&self, source: &str, kind: &str, body: &Map<String, Value>) -> io::Result<u64> {
         let mut state = self.lock();
-        let ts_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or(0);
-        let seq = state.next_seq;
-        let mut line = chain::format_line(seq, &state.head, ts_ms, source, kind, body);
-        let hash = chain::line_hash(&line);
-        line.push(b'\n');
-        // One `write` for the whole line (regular files do not return short writes short of
-        // an error); the chain advances only when it succeeded.
-        (&state.file).write_all(&line)?;
-        state.next_seq = seq + 1;
-        state.head = hash;
-        Ok(seq)
+        if state.not_written > 0 {
+            let lost = Map::from_iter([
+                ("not_written".to_string(), Value::from(state.not_written)),
+                (
+                    "last_error".to_string(),
+                    Value::from(state.last_error.clone()),
+                ),
+            ]);
+            if let Err(e) = state.write_record("supervisor", "records-not-written", &lost) {
+                return Err(state.count_lost(e));
+            }
+            state.not_written = 0;
+            state.last_error = None;
+        }
+        state
+            .write_record(source, kind, body)
+            .map_err(|e| state.count_lost(e))
     }
 
     /// `(seq, hash)` of the last record, or `None` before the first.
@@ -188,13 +213,77 @@ impl AuditSink {
 
     /// Flushes the log to disk (at run end).
     pub fn sync(&self) {
-        let state = self.lock();
+        let mut state = self.lock();
         match state.file.sync_all() {
             // Not a regular file (/dev/null, a pipe): nothing to flush.
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
-            Err(e) => tracing::warn!(path = %self.path.display(), "syncing the audit log: {e}"),
+            Err(e) => {
+                tracing::warn!(path = %self.path.display(), "syncing the audit log: {e}");
+                if state.failed.is_none() {
+                    state.failed = Some(format!("flushing to disk: {e}"));
+                }
+            }
             Ok(()) => {}
         }
+    }
+}
+
+impl ChainWriter {
+    /// Writes one record and advances the chain, or leaves both file and chain as they were.
+    fn write_record(
+        &mut self,
+        source: &str,
+        kind: &str,
+        body: &Map<String, Value>,
+    ) -> io::Result<u64> {
+        let ts_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        let seq = self.next_seq;
+        let mut line = chain::format_line(seq, &self.head, ts_ms, source, kind, body);
+        if line.len() > chain::MAX_RECORD_LINE {
+            // Longer than a reader takes: its size and hash stand for it.
+            tracing::warn!(
+                kind,
+                bytes = line.len(),
+                "audit record longer than {} bytes: only its size and hash are written",
+                chain::MAX_RECORD_LINE
+            );
+            let stand_in = chain::oversized_body(&line);
+            line = chain::format_line(seq, &self.head, ts_ms, source, kind, &stand_in);
+        }
+        let hash = chain::line_hash(&line);
+        line.push(b'\n');
+        let end = if self.regular {
+            Some(self.file.metadata()?.len())
+        } else {
+            None
+        };
+        // One `write` for the whole line (regular files do not return short writes short of
+        // an error); the chain advances only when it succeeded.
+        if let Err(e) = (&self.file).write_all(&line) {
+            // A short write (disk full, a file size limit) left part of the line: cut it off,
+            // so the next record starts a line of its own and the chain stays verifiable.
+            if let Some(end) = end
+                && let Err(cut) = self.file.set_len(end)
+            {
+                tracing::warn!("removing a partly written audit record: {cut}");
+            }
+            return Err(e);
+        }
+        self.next_seq = seq + 1;
+        self.head = hash;
+        Ok(seq)
+    }
+
+    fn count_lost(&mut self, e: io::Error) -> io::Error {
+        self.not_written += 1;
+        self.last_error = Some(e.to_string());
+        if self.failed.is_none() {
+            self.failed = Some(format!("record {}: {e}", self.next_seq));
+        }
+        e
     }
 }
 
@@ -251,6 +340,29 @@ mod tests {
         assert!(report.intact, "{report:?}");
         assert_eq!(report.records, 3);
         assert!(text.contains(r#""body_seq":99"#));
+    }
+
+    #[test]
+    fn a_record_longer_than_a_reader_takes_is_written_as_its_size_and_hash() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let sink = AuditSink::open(&path).unwrap();
+        let huge = "x".repeat(chain::MAX_RECORD_LINE);
+        sink.record(
+            "supervisor",
+            "sweep",
+            &serde_json::json!({ "findings": [huge] }),
+        );
+        sink.record("supervisor", "run-end", &());
+        let text = fs::read_to_string(&path).unwrap();
+        assert!(text.len() < 1024, "{} bytes written", text.len());
+        let first: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+        assert_eq!(first["kind"], "sweep");
+        let stand_in = &first["record_too_long"];
+        assert!(stand_in["bytes"].as_u64().unwrap() > chain::MAX_RECORD_LINE as u64);
+        assert_eq!(stand_in["sha256"].as_str().unwrap().len(), 64);
+        let report = verify(text.as_bytes(), Some(&sink.head_hash())).unwrap();
+        assert!(report.intact, "{report:?}");
     }
 
     #[test]

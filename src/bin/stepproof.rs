@@ -2,6 +2,7 @@
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
+use stepproof::exit::ExitCode;
 use stepproof::{audit, doctor, explain, host, logging, probes};
 
 /// StepProof: inspect what a profile enforces and what this machine supports.
@@ -135,7 +136,7 @@ fn main() {
             let mut cmd = match run {
                 Ok(path) => std::process::Command::new(path),
                 Err(e) => {
-                    eprintln!("stepproof: {e}");
+                    stepproof::say!("stepproof: {e}");
                     std::process::exit(stepproof::exit::ExitCode::HostFailure.code());
                 }
             };
@@ -154,7 +155,7 @@ fn main() {
                     let results =
                         stepproof::selftest::parse_results(&String::from_utf8_lossy(&out.stdout));
                     for r in &results {
-                        println!(
+                        stepproof::out!(
                             "{:<8} {:<28} {}",
                             if r.escaped { "ESCAPED" } else { "held" },
                             r.name,
@@ -163,13 +164,13 @@ fn main() {
                     }
                     let escaped = results.iter().filter(|r| r.escaped).count();
                     if results.is_empty() {
-                        eprintln!(
+                        stepproof::say!(
                             "stepproof: the self-test did not run: {}",
                             String::from_utf8_lossy(&out.stderr).trim()
                         );
                         125
                     } else {
-                        println!(
+                        stepproof::out!(
                             "{} probes, {escaped} escaped: the sandbox {}",
                             results.len(),
                             if escaped == 0 { "held" } else { "DID NOT HOLD" }
@@ -178,7 +179,7 @@ fn main() {
                     }
                 }
                 Err(e) => {
-                    eprintln!("stepproof: running stepproof-run: {e}");
+                    stepproof::say!("stepproof: running stepproof-run: {e}");
                     125
                 }
             }
@@ -186,12 +187,12 @@ fn main() {
         Command::Probe { spec } => {
             if spec == "list" {
                 for name in probes::all_probes().chain(probes::control_probes().iter().copied()) {
-                    println!("{name}");
+                    stepproof::out!("{name}");
                 }
                 0
             } else {
                 let outcome = probes::run_probe(&spec);
-                println!("{}", serde_json::to_string(&outcome).unwrap_or_default());
+                stepproof::out!("{}", serde_json::to_string(&outcome).unwrap_or_default());
                 0
             }
         }
@@ -206,7 +207,7 @@ fn main() {
                 probes::LayerSet::Full
             };
             let error = probes::exec_under_layers(set, &workspace, &command);
-            eprintln!("stepproof __layers: {error}");
+            stepproof::say!("stepproof __layers: {error}");
             125
         }
         Command::Explain {
@@ -214,21 +215,32 @@ fn main() {
             workspace,
             json,
         } => match host::load_plan(profile.as_deref(), workspace.as_deref()) {
-            Ok((profile, plan)) => {
-                if json {
-                    println!(
+            Ok((profile, plan)) if json => match explain::explain_json(&profile, &plan) {
+                Ok(value) => {
+                    stepproof::out!(
                         "{}",
-                        serde_json::to_string_pretty(&explain::explain_json(&profile, &plan))
-                            .unwrap_or_default()
+                        serde_json::to_string_pretty(&value).unwrap_or_default()
                     );
-                } else {
-                    print!("{}", explain::explain_text(&profile, &plan));
+                    0
                 }
+                Err(e) => {
+                    stepproof::say!(
+                        "stepproof: explain --json: {e} (JSON holds only UTF-8; `stepproof explain` without --json shows the plan)"
+                    );
+                    ExitCode::Refused.code()
+                }
+            },
+            Ok((profile, plan)) => {
+                stepproof::out_part!("{}", explain::explain_text(&profile, &plan));
                 0
             }
             Err(e) => {
-                eprintln!("stepproof: {e}");
-                125
+                stepproof::say!("stepproof: {e}");
+                if e.is_configuration() {
+                    ExitCode::Refused.code()
+                } else {
+                    ExitCode::HostFailure.code()
+                }
             }
         },
         Command::Policy { profile, workspace } => {
@@ -244,8 +256,9 @@ fn main() {
                     0
                 }
                 Err(e) => {
-                    eprintln!("stepproof: {e}");
-                    125
+                    // A profile that does not load or compile: the profile's to fix.
+                    stepproof::say!("stepproof: {e}");
+                    ExitCode::Refused.code()
                 }
             }
         }
@@ -259,7 +272,7 @@ fn main() {
             let policy = match compiled_policy(profile.as_deref(), workspace.as_deref()) {
                 Ok(policy) => policy,
                 Err(e) => {
-                    eprintln!("stepproof: {e}");
+                    stepproof::say!("stepproof: {e}");
                     std::process::exit(stepproof::exit::ExitCode::Refused.code());
                 }
             };
@@ -271,17 +284,17 @@ fn main() {
                 (None, Some(tool), Some(input)) => match serde_json::from_str(&input) {
                     Ok(value) => (tool, value),
                     Err(e) => {
-                        eprintln!("stepproof: --input is not JSON: {e}");
+                        stepproof::say!("stepproof: --input is not JSON: {e}");
                         std::process::exit(stepproof::exit::ExitCode::Refused.code());
                     }
                 },
                 _ => {
-                    eprintln!("stepproof: give --bash COMMAND, or --tool NAME --input JSON");
+                    stepproof::say!("stepproof: give --bash COMMAND, or --tool NAME --input JSON");
                     std::process::exit(stepproof::exit::ExitCode::Refused.code());
                 }
             };
             let verdict = stepproof_hook::check_tool(&policy, &name, &input);
-            println!("{}", stepproof_hook::render_check(&verdict));
+            stepproof::out!("{}", stepproof_hook::render_check(&verdict));
             match verdict.decision {
                 stepproof_hook::Decision::Allow => 0,
                 stepproof_hook::Decision::Ask => 1,
@@ -294,7 +307,7 @@ fn main() {
             if json {
                 let value =
                     serde_json::json!({ "checks": checks, "default_profile_enforceable": ok });
-                println!(
+                stepproof::out!(
                     "{}",
                     serde_json::to_string_pretty(&value).unwrap_or_default()
                 );
@@ -307,9 +320,9 @@ fn main() {
                     } else {
                         "warn"
                     };
-                    println!("{mark} {:<40} {}", c.feature, c.detail);
+                    stepproof::out!("{mark} {:<40} {}", c.feature, c.detail);
                 }
-                println!(
+                stepproof::out!(
                     "default profile: {}",
                     if ok {
                         "can be enforced here"

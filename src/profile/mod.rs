@@ -103,7 +103,8 @@ pub struct Degraded {
     #[serde(default)]
     pub allow: bool,
     /// A profile with a hook is refused in that mode unless this is true: without a mount
-    /// namespace the hook's managed settings cannot be made unremovable.
+    /// namespace the hook's managed settings cannot be made unremovable, so none is installed
+    /// and the profile runs without its hook (a loss the launch and `explain` print).
     #[serde(default)]
     pub accept_removable_hook: bool,
 }
@@ -424,10 +425,19 @@ fn builtin_source(name: &str) -> Option<Source> {
     Some((format!("<built-in {name}>"), text.to_string(), None, json))
 }
 
+/// The largest profile file read (each file of an `extends` chain): far more than any profile
+/// needs, small enough that `--profile /dev/zero` or a huge file ends in an error, not in the
+/// out-of-memory killer.
+pub const MAX_PROFILE_BYTES: u64 = 4 << 20;
+
+/// A profile file's text: a regular file (a FIFO is refused, not waited on) of at most
+/// [`MAX_PROFILE_BYTES`].
 fn file_source(path: &Path) -> Result<Source, ProfileError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ProfileError::Read {
-        path: path.to_path_buf(),
-        source,
+    let text = crate::regular_file::read_to_string(path, MAX_PROFILE_BYTES).map_err(|source| {
+        ProfileError::Read {
+            path: path.to_path_buf(),
+            source,
+        }
     })?;
     let dir = path.parent().map(Path::to_path_buf);
     Ok((path.display().to_string(), text, dir, None))
@@ -881,6 +891,38 @@ mod tests {
                 .hidden
                 .contains(&PathSpec::parse("~/.ssh").unwrap())
         );
+    }
+
+    #[test]
+    fn a_profile_is_a_regular_file_of_bounded_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo.toml");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let err = Profile::load(Some(&fifo)).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            format!(
+                "reading profile {}: is not a regular file (a FIFO)",
+                fifo.display()
+            )
+        );
+        // The same for a file named by `extends`.
+        let child = dir.path().join("child.toml");
+        std::fs::write(&child, "name = \"c\"\nextends = \"fifo.toml\"\n").unwrap();
+        let err = Profile::load(Some(&child)).unwrap_err().to_string();
+        assert!(
+            err.contains("fifo.toml: is not a regular file (a FIFO)"),
+            "{err}"
+        );
+
+        let big = dir.path().join("big.toml");
+        let mut text = "name = \"big\"\n".to_string();
+        while text.len() as u64 <= MAX_PROFILE_BYTES {
+            text.push_str("# a comment to make the file larger than any profile needs\n");
+        }
+        std::fs::write(&big, &text).unwrap();
+        let err = Profile::load(Some(&big)).unwrap_err().to_string();
+        assert!(err.ends_with("is larger than 4 MiB: not read"), "{err}");
     }
 
     #[test]

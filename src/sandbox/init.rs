@@ -4,13 +4,14 @@
 
 use crate::exit::ExitCode;
 use crate::sandbox::caps;
+use crate::sandbox::channels::InitEnds;
 use crate::sandbox::events::InitEvent;
 use crate::sandbox::mounts::{self, IdmappedTrees};
 use crate::sandbox::plan::env::GATEWAY_SOCKET;
 use crate::sandbox::plan::{IdentityMode, Isolation, SandboxPlan};
 use crate::sandbox::report::CommandEnforcement;
 use crate::sandbox::sys;
-use crate::sandbox::terminal::{TerminalRequest, open_terminal_inside};
+use crate::sandbox::terminal::open_terminal_inside;
 use crate::sandbox::{landlock, rlimits, seccomp};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{Signal, kill};
@@ -29,25 +30,11 @@ pub struct InitArgs<'a> {
     pub plan: &'a SandboxPlan,
     pub argv: Vec<CString>,
     pub envp: Vec<CString>,
-    /// Where `InitEvent`s go.
-    pub status: OwnedFd,
-    /// Its write end stays with the supervisor: hang-up means the supervisor is gone.
-    pub lifeline: OwnedFd,
-    /// Interactive runs: the terminal to create inside for the command.
-    pub terminal: Option<TerminalRequest>,
-    /// `allowlist` networks: where to send the proxy's listening socket, made inside the
-    /// sandbox's network namespace and served by the supervisor from outside.
-    pub proxy_channel: Option<OwnedFd>,
-    /// The credential gateway: where to send the unix socket made on the sandbox's /run.
-    pub gateway_channel: Option<OwnedFd>,
-    /// Where the sandbox's network namespace arrives (made by the seed's network maker).
-    pub netns: Option<OwnedFd>,
+    /// The init's ends of the channels to the supervisor.
+    pub channels: InitEnds,
     pub idmapped: IdmappedTrees,
     /// Descriptors of host paths the plan binds (`FromSupervisor`), in order.
     pub handed: crate::sandbox::mounts::SupervisorPaths,
-    /// The supervisor sends the compiled seccomp filters here (encoded) while the init builds
-    /// the view; installed last before execve.
-    pub seccomp: OwnedFd,
     /// The signals the supervisor blocked; the init takes them through a signalfd.
     pub signals: SigSet,
 }
@@ -84,13 +71,13 @@ fn report(status: &mut File, event: &InitEvent) {
 /// The init's whole life. Returns its exit code (the supervisor reads the real outcome from the
 /// status pipe).
 pub fn run_init(args: InitArgs<'_>) -> i32 {
-    let mut status = File::from(args.status);
+    let mut status = File::from(args.channels.status);
     if let Err(e) = enter_sandbox(
         args.plan,
         args.idmapped,
         args.handed,
-        args.netns,
-        args.proxy_channel,
+        args.channels.network_namespace,
+        args.channels.proxy,
     ) {
         report(
             &mut status,
@@ -115,7 +102,7 @@ pub fn run_init(args: InitArgs<'_>) -> i32 {
             return ExitCode::HostFailure.code();
         }
     };
-    if let Some(channel) = args.gateway_channel
+    if let Some(channel) = args.channels.gateway
         && let Err(e) = listen_for_gateway(&channel)
     {
         report(
@@ -137,7 +124,7 @@ pub fn run_init(args: InitArgs<'_>) -> i32 {
         );
         return ExitCode::HostFailure.code();
     }
-    let tty = match args.terminal.map(open_terminal_inside).transpose() {
+    let tty = match args.channels.terminal.map(open_terminal_inside).transpose() {
         Ok(tty) => tty,
         Err(e) => {
             report(
@@ -150,7 +137,7 @@ pub fn run_init(args: InitArgs<'_>) -> i32 {
         }
     };
     let mut encoded = Vec::new();
-    let filters = File::from(args.seccomp)
+    let filters = File::from(args.channels.seccomp)
         .read_to_end(&mut encoded)
         .ok()
         .and_then(|_| seccomp::decode_filters(&encoded));
@@ -194,7 +181,7 @@ pub fn run_init(args: InitArgs<'_>) -> i32 {
         args.plan.isolation,
         command,
         &signals,
-        &args.lifeline,
+        &args.channels.lifeline,
         &mut status,
     );
     0

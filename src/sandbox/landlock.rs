@@ -459,7 +459,14 @@ mod tests {
     fn strict_refuses_below_abi_6_with_hint() {
         let err = build_ruleset(&plan(vec![], Assurance::Strict), 5, &dir).unwrap_err();
         let msg = err.to_string();
-        assert!(msg.contains("Landlock ABI 6 needs Linux 6.12; run `stepproof doctor`"));
+        assert!(
+            msg.contains("Landlock ABI 6 needs Linux 6.12 or later"),
+            "{msg}"
+        );
+        assert!(
+            !msg.contains("best-effort"),
+            "a weaker setting is not the fix: {msg}"
+        );
         assert!(build_ruleset(&plan(vec![], Assurance::Strict), 6, &dir).is_ok());
     }
 

@@ -2,6 +2,7 @@
 //! mounts, identity, Landlock, seccomp, limits.
 
 pub mod caps;
+pub mod channels;
 pub mod events;
 pub mod fdpass;
 pub mod init;

@@ -1491,7 +1491,7 @@ mod tests {
         let p = plan(&host, &limits(), NAME);
         fs::set_permissions(&own, fs::Permissions::from_mode(0o755)).unwrap();
         if nix::unistd::geteuid().is_root() {
-            eprintln!("skipped: root may write a 0555 directory, so access(W_OK) succeeds");
+            crate::say!("skipped: root may write a 0555 directory, so access(W_OK) succeeds");
             return;
         }
         let reasons = p.unavailable();
@@ -1940,7 +1940,7 @@ mod tests {
         let p = plan(&host, &limits(), NAME);
         fs::set_permissions(&own, fs::Permissions::from_mode(0o755)).unwrap();
         if nix::unistd::geteuid().is_root() {
-            eprintln!("skipped: root may write a 0555 directory, so access(W_OK) succeeds");
+            crate::say!("skipped: root may write a 0555 directory, so access(W_OK) succeeds");
             return;
         }
         assert_eq!(p.unavailable().len(), 3);
@@ -2050,7 +2050,7 @@ mod tests {
             // CI runs as root on a host like this one: there a skip is a failure.
             let ci = std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false");
             assert!(!ci, "required in CI but unavailable: {reason}");
-            eprintln!("skipped: {reason}");
+            crate::say!("skipped: {reason}");
         };
         if !nix::unistd::geteuid().is_root() {
             return skip("creating cgroups on this host needs root");

@@ -269,7 +269,7 @@ impl Handler for GatewayHandler {
             host: self.upstream.host.clone(),
             port: self.upstream.port,
             rule: body.trim_end().to_owned(),
-            error: Some(format!("{why:?}")),
+            error: Some(why.to_string()),
             ..ConnectionRecord::default()
         });
     }

@@ -11,5 +11,6 @@ pub mod profile_check;
 pub mod proposed;
 pub mod proxy;
 pub mod pty;
+pub mod relay;
 pub mod sweep;
 pub mod watch;

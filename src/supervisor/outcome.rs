@@ -63,6 +63,13 @@ pub enum Outcome {
         command: Box<Outcome>,
         denials: usize,
     },
+    /// A record of the run could not be written to the audit log (118): the log ends at its
+    /// last complete record; how the run itself ended is kept.
+    AuditIncomplete {
+        exit_code: i32,
+        command: Box<Outcome>,
+        message: String,
+    },
     /// The command finished, but the persistence sweep found created or changed persistence
     /// paths (moved to quarantine): 123, whatever the command's own code was.
     Tampering {
@@ -89,6 +96,7 @@ impl Outcome {
             | Outcome::NotExecutable { exit_code, .. }
             | Outcome::StepproofError { exit_code, .. }
             | Outcome::Refused { exit_code, .. }
+            | Outcome::AuditIncomplete { exit_code, .. }
             | Outcome::Tampering { exit_code, .. }
             | Outcome::TimedOut { exit_code, .. }
             | Outcome::Denied { exit_code, .. } => *exit_code,

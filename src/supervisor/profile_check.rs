@@ -2,16 +2,13 @@
 //! hold what was read at launch. They were read-only and pinned inside, so a difference means
 //! the floor did not hold (or a degraded host could not pin them): tampering either way.
 
-use crate::profile::Profile;
+use crate::profile::{MAX_PROFILE_BYTES, Profile};
 use crate::supervisor::sweep::Finding;
 use sha2::{Digest, Sha256};
 use std::fs::OpenOptions;
 use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
-
-/// Larger than any profile; reading stops there.
-const MAX_PROFILE_BYTES: u64 = 4 << 20;
 
 /// The profile files under `writable_roots` whose content is not what was read at launch.
 pub fn changed_profile_files(profile: &Profile, writable_roots: &[PathBuf]) -> Vec<Finding> {
@@ -29,7 +26,9 @@ pub fn changed_profile_files(profile: &Profile, writable_roots: &[PathBuf]) -> V
                         return Err(std::io::Error::other("no longer a regular file"));
                     }
                     let mut bytes = Vec::new();
-                    file.take(MAX_PROFILE_BYTES).read_to_end(&mut bytes)?;
+                    // One byte more than a profile may have: a file grown past the cap
+                    // hashes differently from the one read at launch.
+                    file.take(MAX_PROFILE_BYTES + 1).read_to_end(&mut bytes)?;
                     Ok(hex::encode(Sha256::digest(&bytes)))
                 });
             let (change, error) = match now {

@@ -149,7 +149,7 @@ impl Handler for ProxyHandler {
         );
         let _ = self.records.send(ConnectionRecord {
             rule: reason,
-            error: Some(format!("{why:?}")),
+            error: Some(why.to_string()),
             ..ConnectionRecord::default()
         });
     }
@@ -324,17 +324,24 @@ impl ProxyHandler {
             .iter()
             .map(|(addr, range)| format!("{} ({range})", addr.ip()))
             .collect();
+        let loopback = refused
+            .iter()
+            .any(|(_, range)| matches!(range, SpecialRange::Loopback));
         Err(refusal(
             403,
             "Forbidden",
             format!(
-                "StepProof: {} resolves to {}, which this profile does not allow (name the address in allow_addresses to allow it)",
+                "StepProof: {} resolves to {}, which this profile does not allow (name the address in allow_addresses to allow it){}",
                 target.host,
-                listed.join(", ")
+                listed.join(", "),
+                if loopback { LOOPBACK_HINT } else { "" }
             ),
         ))
     }
 }
+
+/// The sandbox's loopback is its own: a service on the host's is reached through this proxy.
+const LOOPBACK_HINT: &str = "; that is the host's loopback, which the sandbox reaches only through this proxy: allow the service (allow = [\"127.0.0.1:PORT\"], allow_addresses = [\"127.0.0.1\"]) and send its requests through the proxy (the sandbox's NO_PROXY keeps 127.0.0.1 and localhost on the sandbox's own loopback)";
 
 /// How the refused target is named in the 403: the host alone for its usual port.
 fn shown_host(target: &Target, head: &RequestHead) -> String {

@@ -76,6 +76,7 @@ pub struct Snapshot {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Finding {
+    #[serde(serialize_with = "crate::audit::text::serialize")]
     pub path: PathBuf,
     /// `created`, `changed` or `removed` (persistence paths); `symlink` (a link where a
     /// persistence path or one of its ancestors should be: the link was moved, never its
@@ -84,6 +85,7 @@ pub struct Finding {
     /// could not look at).
     pub change: &'static str,
     /// Where it was moved (created and changed paths, links).
+    #[serde(serialize_with = "crate::audit::text::serialize_opt")]
     pub quarantined_to: Option<PathBuf>,
     pub error: Option<String>,
     /// What was found and done, in words (a link's target, the mode before and after).
@@ -1251,12 +1253,9 @@ fn walk_root(
         f.error = Some(format!("walking {}: {e}", root.display()));
         f
     };
-    let fd = match beneath::open_root(root, DIR_LISTING) {
-        Ok(fd) => fd,
-        Err(e) if e.kind() == io::ErrorKind::NotFound && !is_workspace => return,
-        Err(e) => return walk.findings.push(unchecked(e)),
-    };
-    // The root itself, from its parent (the host's, never the sandbox's to change).
+    // The root itself, from its parent (the host's, never the sandbox's to change). A root
+    // that is a file (Landlock grants a directory's entries one by one around a hidden path)
+    // has nothing below it.
     if let (Some(parent), Some(name)) = (root.parent(), root.file_name())
         && let Ok(parent) = beneath::open_root(parent, DIR_LOOKUP)
         && let Ok(st) = beneath::stat_at(parent.as_fd(), name)
@@ -1267,7 +1266,15 @@ fn walk_root(
         if after(st.ctime, launched) {
             check_privilege(parent.as_fd(), name, &st, root, walk);
         }
+        if !st.is_dir() && !st.is_symlink() {
+            return;
+        }
     }
+    let fd = match beneath::open_root(root, DIR_LISTING) {
+        Ok(fd) => fd,
+        Err(e) if e.kind() == io::ErrorKind::NotFound && !is_workspace => return,
+        Err(e) => return walk.findings.push(unchecked(e)),
+    };
     let entries = match beneath::list_dir(fd.as_fd()) {
         Ok(entries) => entries,
         Err(e) => return walk.findings.push(unchecked(e)),
@@ -1737,6 +1744,44 @@ mod tests {
     }
 
     #[test]
+    fn sweep_checks_a_writable_root_that_is_a_file() {
+        // Without namespaces Landlock grants a directory entry by entry around a hidden path,
+        // so a writable root can be a file: it is checked from its parent, not reported as a
+        // directory that could not be walked.
+        use crate::sandbox::plan::landlock::{FsAccess, LandlockRule};
+        let fx = Fixture::new();
+        let extra = fx.base().join("extra");
+        fs::create_dir_all(extra.join("sub")).unwrap();
+        fs::write(extra.join("file"), "x").unwrap();
+        fs::set_permissions(extra.join("file"), fs::Permissions::from_mode(0o4755)).unwrap();
+        let mut plan = fx.plan();
+        plan.isolation = crate::sandbox::plan::Isolation::LandlockSeccompOnly;
+        for path in [extra.join("file"), extra.join("sub")] {
+            plan.landlock.rules.push(LandlockRule {
+                path,
+                access: FsAccess::ReadWrite,
+            });
+        }
+        let walk = walk_writable(&plan, Duration::ZERO);
+        let changes: Vec<_> = walk
+            .findings
+            .iter()
+            .map(|f| (f.path.clone(), f.change))
+            .collect();
+        assert_eq!(
+            changes,
+            [(extra.join("file"), "setuid")],
+            "{:?}",
+            walk.findings
+        );
+        let mode = fs::metadata(extra.join("file"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o7777, 0o755);
+    }
+
+    #[test]
     fn sweep_a_fifo_or_a_huge_file_at_a_protected_name_does_not_stall() {
         let fx = Fixture::new();
         let ws = fx.ws.clone();
@@ -1877,7 +1922,7 @@ mod tests {
                 .findings;
             let swept = started.elapsed() - took;
             let walk = walk_writable(&plan, Duration::ZERO);
-            println!(
+            crate::out!(
                 "round {round}: {} entries walked; Snapshot::take {:.1} ms, sweep {:.1} ms, {} findings",
                 walk.entries,
                 took.as_secs_f64() * 1e3,

@@ -203,6 +203,24 @@ pub(super) fn compile(
         if pattern_text != entry {
             return Err(fail("leading or trailing white space".into()));
         }
+        // A URL where a host belongs: say what to write instead.
+        if let Some((scheme, rest)) = entry.split_once("://") {
+            let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+            let authority = authority.rsplit('@').next().unwrap_or_default();
+            return Err(fail(format!(
+                "an entry is a host name (with an optional port), not a URL: write `{authority}`{}",
+                if scheme.eq_ignore_ascii_case("http") && !authority.contains(':') {
+                    format!(" (plain HTTP is port 80: `{authority}:80`)")
+                } else {
+                    String::new()
+                }
+            )));
+        }
+        if entry.contains('/') {
+            return Err(fail(
+                "an entry is a host name (with an optional port), not a path: no `/`".into(),
+            ));
+        }
         let (pattern, port) = if let Some(suffix) = entry.strip_prefix("*.") {
             let (host, port) = parse_authority(suffix, Some(DEFAULT_ALLOW_PORT))
                 .map_err(|e| fail(e.to_string()))?;
@@ -428,6 +446,9 @@ mod tests {
     #[test]
     fn bad_entries_are_named() {
         let cases: &[(&str, &str)] = &[
+            ("https://example.com/x", "not a URL: write `example.com`"),
+            ("http://example.com", "`example.com:80`"),
+            ("example.com/api", "not a path"),
             ("*", "`*` is allowed only"),
             ("*example.com", "`*` is allowed only"),
             ("a.*.com", "`*` is allowed only"),

@@ -197,6 +197,14 @@ pub fn compiled_policy(
     let Some(config) = &profile.hook else {
         return Err(PlanError::NoHookSection);
     };
+    for (what, path) in [("workspace", workspace), ("home", home)] {
+        if path.to_str().is_none() {
+            return Err(PlanError::NotUtf8ForHook {
+                what,
+                path: path.to_path_buf(),
+            });
+        }
+    }
     crate::sandbox::plan::hook_policy::compile_json(profile, config, home, workspace)
         .map_err(|reason| PlanError::HookPolicy { reason })
 }

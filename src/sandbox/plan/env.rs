@@ -32,6 +32,24 @@ pub fn looks_secret(name: &str) -> bool {
     upper.starts_with("AWS_") || SECRET_MARKERS.iter().any(|m| upper.contains(m))
 }
 
+/// Variables that never reach the command, whoever sets them, each with the note the start
+/// record carries when one was set.
+pub const NEVER_PASSED: &[(&str, &str)] = &[(
+    "CLAUDE_CODE_SUBPROCESS_ENV_SCRUB",
+    "CLAUDE_CODE_SUBPROCESS_ENV_SCRUB was set: dropped, because Claude Code's own sandbox for Bash cannot start inside StepProof's (every Bash call would fail, and the files it leaves would be reported as tampering); StepProof's sandbox takes its place",
+)];
+
+/// The notes for the [`NEVER_PASSED`] variables the caller or the profile set.
+pub fn never_passed_notes(profile: &Profile, facts: &HostFacts) -> Vec<String> {
+    NEVER_PASSED
+        .iter()
+        .filter(|(name, _)| {
+            facts.env.iter().any(|(n, _)| n == name) || profile.process.set_env.contains_key(*name)
+        })
+        .map(|(_, note)| note.to_string())
+        .collect()
+}
+
 fn allowed(name: &str, allow: &[String]) -> bool {
     // Whatever the allow-list says: the loader's variables, and those that would take Claude
     // Code's managed hooks away, never pass.
@@ -103,7 +121,7 @@ pub fn build_environment(
     for (name, value) in &profile.process.set_env {
         set(name, value.clone());
     }
-    env.retain(|(n, _)| !n.starts_with("LD_"));
+    env.retain(|(n, _)| !n.starts_with("LD_") && !NEVER_PASSED.iter().any(|(v, _)| n == v));
     env.sort();
     dropped.sort();
     dropped.dedup();

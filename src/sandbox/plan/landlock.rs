@@ -95,7 +95,7 @@ pub struct LandlockPlan {
 pub enum LandlockError {
     #[error(
         "Landlock ABI {required} is required by assurance = \"strict\" but the kernel offers {found}; \
-         Landlock ABI 6 needs Linux 6.12; run `stepproof doctor` (or set assurance = \"best-effort\")"
+         Landlock ABI 6 needs Linux 6.12 or later: run the agent on a newer kernel; `stepproof doctor` shows what this one gives"
     )]
     AbiTooOld { found: i32, required: i32 },
     #[error("Landlock rule path {path:?} must be absolute")]
@@ -185,11 +185,15 @@ pub struct Expansion {
 
 /// For hosts without a mount namespace: Landlock cannot carve an exception out of a granted
 /// directory, so every directory on the way from `root` to a hidden path is granted entry by
-/// entry (its siblings), never as a whole. Entries whose symlink leads into or above a hidden
-/// path are left out. `hidden` paths should be absolute and resolved.
+/// entry (its siblings), never as a whole. A symlink among them gets no rule: Landlock does not
+/// check following a link, only what it leads to, so the link gives what its target's own place
+/// gives, as in a directory granted whole (a rule on it would grant its target, anywhere: a link
+/// in the workspace to `~/.bashrc` would make that writable). `hidden` paths should be absolute
+/// and resolved.
 ///
-/// What is lost is recorded: a directory granted entry by entry cannot be listed and entries
-/// created in it after start are not reachable.
+/// What is lost is recorded: a directory granted entry by entry cannot be listed, nothing can be
+/// created, removed or renamed directly in it, and entries created in it later are not
+/// reachable.
 pub fn grant_except(
     root: &Path,
     access: FsAccess,
@@ -230,9 +234,15 @@ fn expand(
         .filter(|h| h.starts_with(dir))
         .map(|h| h.display().to_string())
         .collect();
+    // Creating, removing and renaming are rights on the directory itself: gone with it.
+    let unwritable = if access.is_writable() {
+        ", nothing can be created, removed or renamed directly in it,"
+    } else {
+        ""
+    };
     out.losses.push(format!(
-        "{} ({}): granted entry by entry to keep {} out; the directory itself cannot be listed \
-         and entries created in it later are not reachable",
+        "{} ({}): granted entry by entry to keep {} out; the directory itself cannot be \
+         listed{unwritable} and entries created in it later are not reachable",
         dir.display(),
         access.label(),
         inside.join(", ")
@@ -245,15 +255,10 @@ fn expand(
         if hidden.iter().any(|h| entry.path.starts_with(h)) {
             continue;
         }
-        if entry.resolved != entry.path && touches_hidden(&entry.resolved, hidden) {
-            out.losses.push(format!(
-                "{}: a symlink to {}, which holds or is a hidden path; not granted",
-                entry.path.display(),
-                entry.resolved.display()
-            ));
-            continue;
+        if entry.resolved != entry.path {
+            continue; // a symlink: see above
         }
-        if entry.is_dir && entry.resolved == entry.path {
+        if entry.is_dir {
             expand(&entry.path, access, hidden, list_dir, out)?;
         } else {
             out.rules.push(LandlockRule {
@@ -330,12 +335,17 @@ mod tests {
         ];
         let x = grant_except(Path::new("/home/u"), FsAccess::ReadExecute, &hidden, &tree).unwrap();
         let paths: Vec<&str> = x.rules.iter().map(|r| r.path.to_str().unwrap()).collect();
+        // The link `keys` gets no rule: it reaches what its target's own place grants.
         assert_eq!(
             paths,
             ["/home/u/.bashrc", "/home/u/.config/git", "/home/u/src"]
         );
-        assert_eq!(x.losses.len(), 3, "{:?}", x.losses);
-        assert!(x.losses.iter().any(|l| l.contains("/home/u/keys")));
+        assert_eq!(x.losses.len(), 2, "{:?}", x.losses);
+        assert!(
+            x.losses
+                .iter()
+                .all(|l| l.contains("granted entry by entry"))
+        );
         // Nothing hidden beneath: one rule.
         let x = grant_except(Path::new("/opt"), FsAccess::ReadExecute, &hidden, &tree).unwrap();
         assert_eq!(x.rules.len(), 1);
@@ -350,10 +360,19 @@ mod tests {
         std::fs::write(root.join("a/ok"), "").unwrap();
         std::fs::write(root.join("b"), "").unwrap();
         std::os::unix::fs::symlink(root.join("a/secret"), root.join("link")).unwrap();
+        // A link out of the tree: a rule on it would grant read-write where it leads.
+        let outside = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(outside.path(), root.join("a/out")).unwrap();
         let hidden = vec![root.join("a/secret")];
         let x = grant_except(&root, FsAccess::ReadWrite, &hidden, &list_dir).unwrap();
         let paths: Vec<PathBuf> = x.rules.iter().map(|r| r.path.clone()).collect();
         assert_eq!(paths, [root.join("a/ok"), root.join("b")]);
-        assert!(x.losses.iter().any(|l| l.contains("link")));
+        assert!(
+            x.losses
+                .iter()
+                .any(|l| l.contains("nothing can be created, removed or renamed")),
+            "{:?}",
+            x.losses
+        );
     }
 }

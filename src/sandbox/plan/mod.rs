@@ -296,6 +296,13 @@ pub enum PlanError {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// Configuration: a profile with a hook needs the workspace and the home as UTF-8 paths
+    /// (the hook's input and policy are JSON); without a hook byte paths work.
+    #[error(
+        "the {what} {} is not UTF-8, and this profile's hook reads JSON, which holds only UTF-8 paths: rename it, or use a profile without a [hook] section",
+        crate::audit::text::path(path)
+    )]
+    NotUtf8ForHook { what: &'static str, path: PathBuf },
     /// Configuration: `--workspace` (or the current directory) cannot be the one directory the
     /// run writes.
     #[error("--workspace {path}: {reason}; choose a project directory")]
@@ -332,7 +339,7 @@ pub enum PlanError {
     /// Environment: invoked as root where idmapped mounts do not work, and the profile does not
     /// allow the root fallback; where they work (or run as a normal user) the profile runs.
     #[error(
-        "invoked as root, but idmapped mounts do not work for the workspace or home here, so the command cannot run as an unprivileged user that owns them; set process.allow_root_fallback = true to run as uid 0 without capabilities (never for an agent with the hook), or run stepproof-run as a normal user"
+        "invoked as root, but idmapped mounts do not work for the workspace or home here, so the command cannot run as an unprivileged user that owns them: run stepproof-run as the user who owns the workspace, or keep it on a file system that supports idmapped mounts (ext4, xfs, btrfs, tmpfs); `stepproof doctor` tells"
     )]
     RootWithoutIdmappedMounts,
     /// Environment: as above, with the fallback allowed but a hook in the profile (Claude Code
@@ -351,7 +358,7 @@ pub enum PlanError {
     /// Environment: without user namespaces, a profile with a hook that does not accept a
     /// removable one.
     #[error(
-        "without user namespaces the hook's managed settings cannot be mounted where the agent cannot change them; this profile has a hook, so it is refused unless [degraded] accept_removable_hook = true"
+        "without user namespaces the hook's managed settings cannot be mounted where the agent cannot change them; this profile has a hook, so it is refused unless [degraded] accept_removable_hook = true (it then runs without the hook)"
     )]
     HookNeedsNamespaces,
     /// Environment: without user namespaces, a profile with the credential gateway.
@@ -388,6 +395,7 @@ impl PlanError {
         use crate::sandbox::plan::landlock::LandlockError;
         match self {
             PlanError::WorkspaceRefused { .. }
+            | PlanError::NotUtf8ForHook { .. }
             | PlanError::NoHookSection
             | PlanError::HookPolicy { .. } => true,
             PlanError::LandlockRule { source, .. } | PlanError::LandlockGrant { source, .. } => {
@@ -459,14 +467,6 @@ pub(crate) trait IsolationStrategy: Sized {
     const HOSTNAME: &'static str;
     /// Whether the agent's layer (the hook's managed settings, the agent's state) is built.
     const PLANS_AGENT: bool;
-    /// Whether `filesystem.home = "allowlist"` is honoured.
-    const HONOURS_HOME_ALLOWLIST: bool;
-    /// Whether names in the home that look like secrets (`filesystem.hidden_names`) are hidden.
-    const HIDES_CREDENTIAL_NAMES: bool;
-    /// Whether the project's `.env` files (`filesystem.hide_env_files`) are hidden.
-    const HIDES_ENV_FILES: bool;
-    /// Whether the repositories found at launch go to the sweep.
-    const RECORDS_REPOSITORIES: bool;
 
     /// What this isolation cannot give the profile at all (by default, nothing).
     fn refuse(_profile: &Profile) -> Result<(), PlanError> {
@@ -480,8 +480,6 @@ pub(crate) trait IsolationStrategy: Sized {
     ) -> Result<Identity, PlanError> {
         choose_identity(profile, facts, notes)
     }
-    /// Whether the home's unix sockets are hidden.
-    fn masks_home_sockets(profile: &Profile, home_visible: bool, workspace_is_home: bool) -> bool;
     /// The empty view.
     fn start(scope: &Scope<'_>, agent: Option<&AgentPlan>) -> Self;
     /// A system directory (`filesystem.system`), read-only as the host has it.
@@ -565,8 +563,7 @@ fn plan_with<S: IsolationStrategy>(
     // one that shows only what the profile lists. Then the workspace, read-write, and the
     // profile's extras.
     let home_visible = home != Path::new("/") && home.is_dir() && home != workspace;
-    let allowlist =
-        S::HONOURS_HOME_ALLOWLIST && home_visible && profile.filesystem.home == HomeMode::Allowlist;
+    let allowlist = home_visible && profile.filesystem.home == HomeMode::Allowlist;
     let home_allowed: Vec<PathBuf> = if allowlist {
         profile.filesystem.home_allow.iter().map(&resolve).collect()
     } else {
@@ -621,7 +618,7 @@ fn plan_with<S: IsolationStrategy>(
         allowlist,
         allowed: &home_allowed,
     };
-    let (hidden, credential_names) = hidden_paths::<S>(
+    let (hidden, credential_names) = hidden_paths(
         &scope,
         &shown,
         &mut listings,
@@ -643,6 +640,9 @@ fn plan_with<S: IsolationStrategy>(
     tracing::debug!("plan: view");
 
     let (mut env, env_dropped) = build_environment(profile, facts, &identity, &home);
+    notes.extend(crate::sandbox::plan::env::never_passed_notes(
+        profile, facts,
+    ));
     if let Some(agent) = &agent {
         for (name, value) in &agent.env {
             env.retain(|(n, _)| n != name);
@@ -666,11 +666,7 @@ fn plan_with<S: IsolationStrategy>(
     Ok(SandboxPlan {
         agent: agent.map(|a| a.state),
         managed_settings_removed,
-        repositories: if S::RECORDS_REPOSITORIES {
-            repositories
-        } else {
-            Vec::new()
-        },
+        repositories,
         isolation: S::ISOLATION,
         losses: realized.losses,
         scratch_dir: realized.scratch_dir,
@@ -720,9 +716,9 @@ struct HomeShown<'a> {
 }
 
 /// What must not be seen, with why: the profile's catalogue of secrets, names that look like
-/// secrets, other projects, unix sockets, `.env` files — as far as the isolation `S` hides
-/// each. Also the names found, for `explain`.
-fn hidden_paths<S: IsolationStrategy>(
+/// secrets, other projects, unix sockets, `.env` files — the same for both isolations (each
+/// realizes it its own way, and says what it cannot). Also the names found, for `explain`.
+fn hidden_paths(
     scope: &Scope<'_>,
     home_shown: &HomeShown<'_>,
     listings: &mut Listings,
@@ -745,7 +741,7 @@ fn hidden_paths<S: IsolationStrategy>(
         hidden.entry(path).or_insert(HideReason::Secret);
     }
     tracing::debug!("plan: catalogue");
-    let credential_names = if S::HIDES_CREDENTIAL_NAMES && home_shown.visible {
+    let credential_names = if home_shown.visible {
         let mut keep = vec![workspace.to_path_buf()];
         keep.extend(
             profile
@@ -772,20 +768,31 @@ fn hidden_paths<S: IsolationStrategy>(
     }
     tracing::debug!("plan: credential names");
     if profile.filesystem.hide_other_projects {
+        // What the profile names itself (read_only, writable, home_allow) is no other project:
+        // a named path, or a directory holding one, stays.
+        let named: Vec<PathBuf> = profile
+            .filesystem
+            .read_only
+            .iter()
+            .chain(&profile.filesystem.writable)
+            .map(resolve)
+            .chain(home_shown.allowed.iter().cloned())
+            .collect();
         for path in other_projects(workspace, home, notes) {
+            if named.iter().any(|n| n.starts_with(&path)) {
+                continue;
+            }
             hidden.entry(path).or_insert(HideReason::OtherProject);
         }
     }
-    if S::masks_home_sockets(profile, home_shown.visible, workspace == home) {
+    if masks_home_sockets(profile, home_shown.visible, workspace == home) {
         let skip: Vec<PathBuf> = hidden.keys().cloned().collect();
         for path in home_sockets(home, &skip, notes) {
             hidden.entry(path).or_insert(HideReason::UnixSocket);
         }
     }
-    if S::HIDES_ENV_FILES {
-        for path in hidden_env_files(profile, workspace, repositories, env_files, notes) {
-            hidden.entry(path).or_insert(HideReason::EnvFile);
-        }
+    for path in hidden_env_files(profile, workspace, repositories, env_files, notes) {
+        hidden.entry(path).or_insert(HideReason::EnvFile);
     }
     // With an allow-listed home, only what is shown needs hiding.
     if home_shown.allowlist {
@@ -796,6 +803,36 @@ fn hidden_paths<S: IsolationStrategy>(
         });
     }
     (hidden, credential_names)
+}
+
+/// Whether the home's unix sockets are hidden, for both isolations: where the profile masks
+/// them and the home is shown beside the workspace; and wherever the workspace is the home
+/// (the run's writable view), whatever `mask_home_sockets` says.
+fn masks_home_sockets(profile: &Profile, home_visible: bool, workspace_is_home: bool) -> bool {
+    profile.filesystem.mask_home_sockets && home_visible || workspace_is_home
+}
+
+/// The persistence paths that exist now as what they name (not a link: the sweep judges a
+/// link, and nothing is bound onto one), known from the listings of their parents (most names
+/// are absent: one listing a directory, not a lookup a name). A repository's own config is
+/// left out: git writes it during the run, and the sweep judges what it gained.
+pub(crate) fn existing_protected<'p>(
+    protected_paths: &'p [PathBuf],
+    listings: &mut Listings,
+) -> Vec<&'p PathBuf> {
+    protected_paths
+        .iter()
+        .filter(|path| !crate::sandbox::plan::protected::is_git_config(path))
+        .filter(|path| {
+            let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+                return false;
+            };
+            listings
+                .names(parent)
+                .is_some_and(|names| names.contains(name))
+                && fs::symlink_metadata(path).is_ok_and(|m| !m.file_type().is_symlink())
+        })
+        .collect()
 }
 
 /// A checked Landlock rule; a path Landlock must not be given (a writable /proc, …) refuses the
@@ -914,7 +951,9 @@ pub(crate) fn check_workspace(
 impl SandboxPlan {
     /// Everything a run of this plan can write on the host, the workspace first: the view's
     /// read-write binds (writable extras), the agent's config directory, and, without a mount
-    /// namespace, what Landlock grants for writing (the per-run scratch directory included).
+    /// namespace, what Landlock grants for writing (the per-run scratch directory included):
+    /// beneath the workspace those are the entries of a directory granted entry by entry around
+    /// a hidden path, covered by the workspace itself; elsewhere one can be a file.
     pub fn writable_host_paths(&self) -> Vec<PathBuf> {
         let mut paths = vec![self.workspace.clone()];
         paths.extend(writable_binds(&self.mounts));
@@ -927,6 +966,7 @@ impl SandboxPlan {
                     .rules
                     .iter()
                     .filter(|r| r.access == FsAccess::ReadWrite)
+                    .filter(|r| r.path == self.workspace || !r.path.starts_with(&self.workspace))
                     .map(|r| r.path.clone()),
             );
         }
@@ -1202,7 +1242,7 @@ impl std::fmt::Display for MountOp {
 mod tests {
     use super::*;
 
-    fn facts(home: &Path, ws: &Path, uid: u32) -> HostFacts {
+    pub(super) fn facts(home: &Path, ws: &Path, uid: u32) -> HostFacts {
         HostFacts {
             uid,
             gid: uid,
@@ -1222,6 +1262,99 @@ mod tests {
             hook_binary: Some(PathBuf::from("/usr/bin/true")),
             claude_managed_dir: PathBuf::from("/nonexistent/claude-code"),
         }
+    }
+
+    /// Claude Code's own Bash sandbox cannot start inside ours: its switch never reaches the
+    /// command, and the start record's notes say why.
+    #[test]
+    fn the_subprocess_scrub_switch_is_dropped_with_a_note() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().canonicalize().unwrap();
+        let ws = home.join("src/proj");
+        fs::create_dir_all(&ws).unwrap();
+        let mut f = facts(&home, &ws, 1234);
+        f.env
+            .push(("CLAUDE_CODE_SUBPROCESS_ENV_SCRUB".into(), "1".into()));
+        // Even listed by name.
+        let file = dir.path().join("p.toml");
+        fs::write(
+            &file,
+            "extends = \"default\"\n[process]\nenv = [\"CLAUDE_CODE_SUBPROCESS_ENV_SCRUB\"]\n",
+        )
+        .unwrap();
+        let profile = Profile::load(Some(&file)).unwrap();
+        let plan = build_plan(&profile, &f).unwrap();
+        assert!(
+            !plan
+                .env
+                .iter()
+                .any(|(n, _)| n == "CLAUDE_CODE_SUBPROCESS_ENV_SCRUB"),
+            "{:?}",
+            plan.env
+        );
+        assert!(
+            plan.notes
+                .iter()
+                .any(|n| n.starts_with("CLAUDE_CODE_SUBPROCESS_ENV_SCRUB was set: dropped")),
+            "{:?}",
+            plan.notes
+        );
+    }
+
+    /// A directory beside the workspace's ancestors that the profile names (read_only,
+    /// writable, home_allow) is the profile's, not another project: it stays visible.
+    #[test]
+    fn named_paths_are_never_other_projects() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().canonicalize().unwrap();
+        let ws = home.join("src/proj");
+        for d in [
+            "src/proj",
+            "src/other",
+            "data/sets",
+            "miniconda3/bin",
+            "notes",
+        ] {
+            fs::create_dir_all(home.join(d)).unwrap();
+        }
+        let file = dir.path().join("p.toml");
+        fs::write(
+            &file,
+            "extends = \"default\"\n[filesystem]\nread_only = [\"~/data/sets\"]\n",
+        )
+        .unwrap();
+        let profile = Profile::load(Some(&file)).unwrap();
+        let plan = build_plan(&profile, &facts(&home, &ws, 1234)).unwrap();
+        let hidden = |p: &Path| {
+            plan.mounts.iter().any(|m| {
+                matches!(m, MountOp::HideDir { dst, reason: HideReason::OtherProject } if dst == p)
+            })
+        };
+        assert!(hidden(&home.join("src/other")));
+        assert!(hidden(&home.join("notes")));
+        assert!(
+            !hidden(&home.join("data")),
+            "a directory holding a named path"
+        );
+
+        // The ci profile's allow-listed home: its home_allow entries beside the workspace's
+        // ancestors are shown, not hidden as projects.
+        let ci = dir.path().join("ci.toml");
+        fs::write(
+            &ci,
+            "extends = \"ci\"\n[filesystem]\nhome_allow = [\"~/miniconda3\"]\n",
+        )
+        .unwrap();
+        let profile = Profile::load(Some(&ci)).unwrap();
+        let plan = build_plan(&profile, &facts(&home, &ws, 1234)).unwrap();
+        assert!(
+            !plan.mounts.iter().any(|m| matches!(
+                m,
+                MountOp::HideDir { dst, .. } if dst == &home.join("miniconda3")
+            )),
+            "{:#?}",
+            plan.mounts
+        );
     }
 
     #[test]
@@ -1378,7 +1511,7 @@ mod tests {
         assert!(plan.mounts.contains(&MountOp::ReadOnlyInPlace { path }));
     }
 
-    fn degraded_profile() -> Profile {
+    pub(super) fn degraded_profile() -> Profile {
         let mut profile = Profile::builtin_default().unwrap();
         profile.degraded.allow = true;
         profile.hook = None;
@@ -1435,6 +1568,9 @@ mod tests {
         let degraded = build_degraded_plan(&profile, &host).unwrap();
         assert_eq!(full.identity, degraded.identity);
         assert_eq!(full.protected_paths, degraded.protected_paths);
+        // The sweep judges the same repositories' `.git` after either.
+        assert_eq!(full.repositories, vec![ws.clone()]);
+        assert_eq!(full.repositories, degraded.repositories);
         assert_eq!(full.cwd, degraded.cwd);
         assert_eq!(full.env_dropped, degraded.env_dropped);
         assert_eq!(full.seccomp, degraded.seccomp);

@@ -8,8 +8,8 @@ use crate::sandbox::plan::landlock::{FsAccess, LandlockRule};
 use crate::sandbox::plan::secrets::Listings;
 use crate::sandbox::plan::{
     Access, DEVICE_NODES, HideReason, HostFacts, Identity, IdentityMode, Isolation,
-    IsolationStrategy, MountOp, PlanError, Realized, SANDBOX_USER_NAME, Scope, landlock_rule,
-    writable_binds,
+    IsolationStrategy, MountOp, PlanError, Realized, SANDBOX_USER_NAME, Scope, existing_protected,
+    landlock_rule, writable_binds,
 };
 use std::collections::BTreeMap;
 use std::fs;
@@ -33,15 +33,6 @@ impl IsolationStrategy for MountView {
     const ISOLATION: Isolation = Isolation::Namespaces;
     const HOSTNAME: &'static str = "stepproof";
     const PLANS_AGENT: bool = true;
-    const HONOURS_HOME_ALLOWLIST: bool = true;
-    const HIDES_CREDENTIAL_NAMES: bool = true;
-    const HIDES_ENV_FILES: bool = true;
-    const RECORDS_REPOSITORIES: bool = true;
-
-    /// The home's sockets where the home is shown; always where the workspace is the home.
-    fn masks_home_sockets(profile: &Profile, home_visible: bool, workspace_is_home: bool) -> bool {
-        profile.filesystem.mask_home_sockets && home_visible || workspace_is_home
-    }
 
     fn start(scope: &Scope<'_>, agent: Option<&AgentPlan>) -> Self {
         let mut etc_files = Vec::new();
@@ -197,21 +188,9 @@ impl IsolationStrategy for MountView {
             }
         }
         // Persistence paths: read-only where they exist; all of them recorded for the sweep.
-        // One listing per parent directory instead of a lookup per name: most names are absent.
-        for path in protected_paths {
-            if crate::sandbox::plan::protected::is_git_config(path) {
-                continue;
-            }
-            let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
-                continue;
-            };
-            let listed = listings
-                .names(parent)
-                .is_some_and(|names| names.contains(name));
-            if listed && fs::symlink_metadata(path).is_ok_and(|m| !m.file_type().is_symlink()) {
-                self.mounts
-                    .push(MountOp::ReadOnlyInPlace { path: path.clone() });
-            }
+        for path in existing_protected(protected_paths, listings) {
+            self.mounts
+                .push(MountOp::ReadOnlyInPlace { path: path.clone() });
         }
         // The profile that confines the run, where the run could write it: read-only and pinned.
         let profile_files = profile_file_mounts(scope.profile, scope.workspace, &self.mounts);

@@ -587,12 +587,53 @@ pub(crate) fn leaked_stack(size: usize) -> io::Result<usize> {
 }
 
 extern "C" fn hold_until_released(arg: *mut libc::c_void) -> libc::c_int {
-    let fd = arg as usize as libc::c_int;
+    let packed = arg as usize as u64;
+    let fd = (packed & 0xffff_ffff) as libc::c_int;
+    let parent = (packed >> 32) as libc::pid_t;
+    // It dies with its creator (a supervisor killed in its first milliseconds must not leave
+    // it behind), and keeps none of the creator's descriptors: not the audit log's (whose lock
+    // a rerun needs), not its own copy of the release pipe's write end (so the creator's death
+    // is end-of-file here).
+    // SAFETY: prctl with integer arguments.
+    unsafe {
+        libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        )
+    };
+    // SAFETY: getppid has no preconditions.
+    if parent != 0 && unsafe { libc::getppid() } != parent {
+        // SAFETY: as below.
+        unsafe { libc::_exit(0) }
+    }
+    if fd > 0 {
+        // SAFETY: close_range on this process's own descriptor table (CLONE_VM shares memory,
+        // not descriptors); nothing here uses the descriptors it closes.
+        unsafe { libc::syscall(libc::SYS_close_range, 0u32, (fd - 1) as u32, 0u32) };
+    }
+    // SAFETY: as above.
+    unsafe { libc::syscall(libc::SYS_close_range, (fd + 1) as u32, u32::MAX, 0u32) };
     let mut byte = 0u8;
     // SAFETY: reads one byte into a byte on this thread's own stack.
     unsafe { libc::read(fd, (&mut byte as *mut u8).cast(), 1) };
     // SAFETY: _exit touches no shared state (no destructors, no atexit handlers, no allocator).
     unsafe { libc::_exit(0) }
+}
+
+/// The holder's argument: the release descriptor, and on 64-bit targets this process's pid (the
+/// holder exits at once if its parent is already another).
+fn release_argument(fd: libc::c_int) -> *mut libc::c_void {
+    // SAFETY: getpid has no preconditions.
+    let me = unsafe { libc::getpid() } as u64;
+    let packed = if usize::BITS >= 64 {
+        (me << 32) | fd as u32 as u64
+    } else {
+        fd as u32 as u64
+    };
+    packed as usize as *mut libc::c_void
 }
 
 /// Starts a child that exists only to hold a new user namespace open while its creator writes
@@ -603,15 +644,15 @@ extern "C" fn hold_until_released(arg: *mut libc::c_void) -> libc::c_int {
 pub fn spawn_user_namespace_holder(release: &OwnedFd) -> io::Result<libc::pid_t> {
     let top = leaked_stack(64 * 1024)?;
     let flags = libc::CLONE_VM | libc::CLONE_NEWUSER | libc::SIGCHLD;
-    // SAFETY: `hold_until_released` only reads from the pipe and calls _exit; its stack is a
-    // mapping never unmapped; the argument is a plain descriptor number smuggled through the
-    // pointer.
+    // SAFETY: `hold_until_released` only calls prctl, getppid, close_range, read and _exit;
+    // its stack is a mapping never unmapped; the argument is plain integers smuggled through
+    // the pointer.
     let pid = unsafe {
         libc::clone(
             hold_until_released,
             top as *mut libc::c_void,
             flags,
-            release.as_raw_fd() as usize as *mut libc::c_void,
+            release_argument(release.as_raw_fd()),
         )
     };
     if pid < 0 {

@@ -111,6 +111,15 @@ pub enum Refused {
     ShuttingDown,
 }
 
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Refused::Full => "refused: every connection slot is busy",
+            Refused::ShuttingDown => "refused: the run is ending",
+        })
+    }
+}
+
 /// What a server does with each connection; `refuse` answers (and records) one turned away.
 pub trait Handler: Send + Sync + 'static {
     type Stream;

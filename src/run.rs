@@ -1,0 +1,714 @@
+//! A run of `stepproof-run` from the caller's side, after its arguments are parsed: the
+//! profile, the facts of this host, the self-test in CI, the audit log, the plan and what it
+//! refuses, the files the caller asked for, the run's cgroup, the start record, the launch
+//! (`supervisor::launch`), the limits that acted, the sweep, the end record and the summaries —
+//! in that order. The binary only parses its arguments and starts the namespace seed.
+
+use crate::audit::sink::{AuditSink, AuditSinkError};
+use crate::profile::Profile;
+use crate::sandbox::plan::PlanError;
+use crate::sandbox::report::AssuranceReport;
+use crate::supervisor::launch;
+use crate::supervisor::outcome::{Failure, Outcome};
+use crate::supervisor::output_files::{OutputFile, WriteMode, writable_root_of, writable_roots};
+use crate::supervisor::sweep::{EXIT_TAMPERING, Snapshot};
+use crate::{explain, host};
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+/// What the caller asked for: `stepproof-run`'s arguments.
+#[derive(Debug, Default)]
+pub struct Request {
+    /// Profile file (TOML); the built-in default when omitted.
+    pub profile: Option<PathBuf>,
+    /// The directory the command may write; the current directory when omitted.
+    pub workspace: Option<PathBuf>,
+    /// More output on stderr (-v: what is enforced, -vv: every step).
+    pub verbose: u8,
+    /// Write a JSON status (which side an exit code came from) to FILE.
+    pub status_file: Option<PathBuf>,
+    /// Write the assurance report (what was actually enforced) as JSON to FILE.
+    pub report: Option<PathBuf>,
+    /// The run's audit log (JSON Lines, written outside the sandbox); by default a new file under
+    /// ~/.local/state/stepproof/runs/.
+    pub audit_log: Option<PathBuf>,
+    /// Unattended run: no terminal needed, the self-test runs first and the launch is refused
+    /// if the sandbox is weaker than the profile requires; a job summary is written to
+    /// $GITHUB_STEP_SUMMARY when set.
+    pub ci: bool,
+    /// End the whole sandbox after DURATION (90s, 30m, 1h30m): SIGTERM, then SIGKILL 5 s later.
+    /// Exit 124.
+    pub timeout: Option<std::time::Duration>,
+    /// Write the markdown job summary to FILE.
+    pub summary: Option<PathBuf>,
+    /// Write the job summary as JSON to FILE.
+    pub summary_json: Option<PathBuf>,
+    /// Exit 122 when the command finished but the hook denied at least one call.
+    pub fail_on_deny: bool,
+    /// (Internal) Run the built-in escape probes inside this profile's sandbox instead of a
+    /// command; `stepproof selftest` uses it.
+    pub selftest: bool,
+    /// The command and its arguments.
+    pub command: Vec<OsString>,
+}
+
+/// The audit log: a failure to open the one asked for with `--audit-log` stops the run; the
+/// default one only warns (the run is not less protected without it).
+fn open_audit_log(
+    args: &Request,
+    home: &std::path::Path,
+) -> Result<Option<AuditSink>, AuditSinkError> {
+    let explicit = args.audit_log.is_some();
+    let path = args
+        .audit_log
+        .clone()
+        .unwrap_or_else(|| AuditSink::default_path(home));
+    match AuditSink::open(&path) {
+        Ok(sink) => {
+            if args.verbose > 0 {
+                crate::say!("audit log: {}", sink.path().display());
+            }
+            Ok(Some(sink))
+        }
+        Err(e) if explicit => Err(e),
+        Err(e) => {
+            tracing::warn!("{e}; running without an audit log");
+            Ok(None)
+        }
+    }
+}
+
+/// The files the caller asked for, opened before the sandbox starts (see
+/// [`crate::supervisor::output_files`]).
+#[derive(Default)]
+struct Outputs {
+    opened: bool,
+    /// Added to the status file's object (what the outcome alone does not say).
+    status_extra: serde_json::Map<String, serde_json::Value>,
+    status: Option<OutputFile>,
+    report: Option<OutputFile>,
+    summaries: Vec<OutputFile>,
+    summary_json: Option<OutputFile>,
+}
+
+impl Outputs {
+    fn open(args: &Request, roots: &[PathBuf]) -> Result<Outputs, String> {
+        let open = |what, path: &Option<PathBuf>, mode| {
+            path.as_deref()
+                .map(|p| OutputFile::open(what, p, roots, mode))
+                .transpose()
+                .map_err(|e| e.to_string())
+        };
+        let mut summaries: Vec<OutputFile> =
+            open("the summary", &args.summary, WriteMode::Replace)?
+                .into_iter()
+                .collect();
+        if args.ci
+            && let Some(path) = std::env::var_os("GITHUB_STEP_SUMMARY")
+        {
+            summaries.push(
+                OutputFile::open(
+                    "$GITHUB_STEP_SUMMARY",
+                    std::path::Path::new(&path),
+                    roots,
+                    WriteMode::Append,
+                )
+                .map_err(|e| e.to_string())?,
+            );
+        }
+        Ok(Outputs {
+            opened: true,
+            status_extra: serde_json::Map::new(),
+            status: open("the status file", &args.status_file, WriteMode::Replace)?,
+            report: open("the report", &args.report, WriteMode::Replace)?,
+            summaries,
+            summary_json: open("the JSON summary", &args.summary_json, WriteMode::Replace)?,
+        })
+    }
+
+    /// A launch that failed before the plan: nothing ran, so the workspace is the only
+    /// directory a run could have written (an earlier one).
+    fn open_late(args: &Request) -> Outputs {
+        let workspace = args
+            .workspace
+            .clone()
+            .or_else(|| std::env::current_dir().ok())
+            .and_then(|w| w.canonicalize().ok());
+        Outputs::open(args, &workspace.into_iter().collect::<Vec<_>>()).unwrap_or_else(|e| {
+            crate::say!("stepproof-run: {e}");
+            Outputs {
+                opened: true,
+                ..Outputs::default()
+            }
+        })
+    }
+}
+
+fn write_output(file: &mut Option<OutputFile>, bytes: &[u8]) {
+    if let Some(file) = file
+        && let Err(e) = file.write(bytes)
+    {
+        crate::say!("stepproof-run: writing {}: {e}", file.path().display());
+    }
+}
+
+/// Profile and facts, then the audit log (before the plan, so that its directory exists and is
+/// hidden like the rest of StepProof's state), then the plan and the run.
+fn carry_out(
+    args: &Request,
+    outputs: &mut Outputs,
+) -> Result<(Outcome, Option<AssuranceReport>), Failure> {
+    // A profile that does not load is the caller's to fix: refused.
+    let profile =
+        Profile::load(args.profile.as_deref()).map_err(|e| Failure::refused(e.to_string()))?;
+    tracing::debug!("profile loaded");
+    let facts = host::gather_facts(
+        args.workspace.as_deref(),
+        profile.process.allow_root_fallback,
+    )
+    .map_err(|e| {
+        // A workspace that does not exist or is not a directory: the flags' fault.
+        if e.is_configuration() {
+            Failure::refused(e.to_string())
+        } else {
+            Failure::host(e.to_string())
+        }
+    })?;
+    if args.ci {
+        // The sandbox this profile describes must hold before the agent gets it.
+        let escaped = run_selftest(args).map_err(Failure::host)?;
+        if !escaped.is_empty() {
+            return Err(Failure::host(format!(
+                "the self-test found the sandbox weaker than the profile requires ({}): refusing to start the command",
+                escaped.join(", ")
+            )));
+        }
+    }
+    if let Some(path) = &args.audit_log {
+        // The sandbox must neither read nor write its own record: resolved once, here, with the
+        // directories the run will be able to write (a directory that does not exist yet counts
+        // by its name; a link inside them is not followed).
+        let mut roots = vec![facts.workspace.clone()];
+        roots.extend(profile.filesystem.writable.iter().filter_map(|spec| {
+            spec.resolve(&facts.home, &facts.workspace)
+                .canonicalize()
+                .ok()
+        }));
+        let inside = writable_root_of(path, &roots)
+            .map_err(|e| Failure::refused(format!("--audit-log {}: {e}", path.display())))?;
+        if let Some(root) = inside {
+            return Err(Failure::refused(format!(
+                "--audit-log {}: inside {}, where the sandbox could read and write it; put it outside",
+                path.display(),
+                root.display()
+            )));
+        }
+    }
+    tracing::debug!("facts gathered");
+    let audit = open_audit_log(args, &facts.home).map_err(audit_failure)?;
+    tracing::debug!("audit log opened");
+    let mut plan = host::plan_for(&profile, &facts).map_err(plan_failure)?;
+    // What the plan names, made now (and removed when this goes, whatever happens next).
+    let scratch = launch::ScratchDir::create(&plan).map_err(|e| Failure::host(e.to_string()))?;
+    if plan.agent.is_some() {
+        // The hook is the profile's promise: a command line that would switch it off is
+        // refused, and a host whose managed settings try to is refused in CI and named always.
+        if let Some(why) = crate::sandbox::plan::agent_layer::command_defeats_hook(&args.command) {
+            return Err(Failure::refused(format!("refusing the command: {why}")));
+        }
+        if !plan.managed_settings_removed.is_empty() {
+            let list = plan.managed_settings_removed.join("\n  ");
+            if args.ci {
+                // The host's set-up, not the invocation: another host may run it.
+                return Err(Failure::host(format!(
+                    "the host's Claude Code managed settings set keys that would switch StepProof's hook off or replace it; refusing to start in CI (remove them from the host):\n  {list}"
+                )));
+            }
+            crate::say!(
+                "stepproof-run: WARNING: the host's Claude Code managed settings set keys StepProof owns; they are removed inside, the hook stays:\n  {list}"
+            );
+        }
+    }
+    // Before anything runs: whatever the sandbox plants at these names later is not followed.
+    *outputs = Outputs::open(args, &writable_roots(&plan))
+        .inspect_err(|_| outputs.opened = true)
+        .map_err(Failure::refused)?;
+    let command: Vec<OsString> = if args.selftest {
+        crate::selftest::install_probe_binary(&mut plan).map_err(Failure::host)?
+    } else {
+        args.command.clone()
+    };
+    for note in plan.notes.iter().filter(|n| n.starts_with("WARNING")) {
+        crate::say!("stepproof-run: {note}");
+    }
+    if !plan.losses.is_empty() {
+        crate::say!(
+            "stepproof-run: WARNING: running with Landlock + seccomp only (no user namespaces here):"
+        );
+        for loss in &plan.losses {
+            crate::say!("  lost: {loss}");
+        }
+    }
+    // The run's cgroup: a limit the profile requires that this host cannot enforce stops here.
+    let nonce = format!(
+        "{:x}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    );
+    let limits = crate::supervisor::cgroup::prepare(
+        &profile.process.limits.cgroup(args.ci),
+        profile.assurance == crate::sandbox::landlock::Assurance::Strict,
+        std::path::Path::new("/proc"),
+        &nonce,
+    )
+    .map_err(Failure::host)?;
+    for dropped in &limits.dropped {
+        tracing::info!("{dropped}");
+    }
+    if let Some(audit) = &audit {
+        let argv: Vec<String> = args
+            .command
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        audit.record(
+            "supervisor",
+            "run-start",
+            &serde_json::json!({
+                "argv": argv,
+                "profile": plan.profile,
+                "policy_hash": plan.policy_hash,
+                "stepproof_version": env!("CARGO_PKG_VERSION"),
+                "workspace": crate::audit::text::path(&plan.workspace),
+                "managed_settings_removed": plan.managed_settings_removed,
+                // Where the launch's bounded scans stopped, and what else the plan noted.
+                "notes": plan.notes,
+                // Where each limit of the run's cgroup is enforced, or why it is not.
+                "limits": limits.plan.entries,
+                "limit_lines": limits.plan.lines(),
+                "limits_dropped": limits.dropped,
+            }),
+        );
+        // No start record, no run: what would run could not be accounted for.
+        if let Some(why) = audit.failure() {
+            return Err(Failure {
+                code: crate::exit::ExitCode::AuditIncomplete,
+                message: format!(
+                    "the audit log {}: the start record could not be written ({why}); the command was not started",
+                    audit.path().display()
+                ),
+            });
+        }
+    }
+    if args.verbose > 0 {
+        crate::say_part!("{}", explain::explain_text(&profile, &plan));
+    }
+    tracing::debug!("plan built");
+    let snapshot = Snapshot::take(&plan);
+    tracing::debug!("snapshot taken");
+    let options = launch::RunOptions {
+        timeout: args.timeout,
+        inside_max_bytes: profile.audit.inside_max_mib << 20,
+        // Names that do not exist yet are watched while the run is on (moved at once).
+        watch: (!args.selftest)
+            .then(|| (snapshot.watch_targets(), facts.run_dir.join("quarantine"))),
+        cgroup: limits.cgroup.as_ref(),
+    };
+    let mut result = launch::run(&plan, &command, audit.as_ref(), &options);
+    tracing::debug!("sandbox gone");
+    if let Outcome::NotFound { message, .. } = &mut result.outcome
+        && let Some(hint) = command
+            .first()
+            .and_then(|c| outside_the_view(c, &facts.env, &plan))
+    {
+        message.push_str(&hint);
+    }
+    // What the limits did, in words, once nothing of the run is left; then the cgroup goes.
+    let mut acted = Vec::new();
+    if let Some(cgroup) = limits.cgroup {
+        acted = cgroup.events().sentences(&limits.plan.limits);
+        if let Err(e) = cgroup.remove(std::time::Duration::from_secs(5)) {
+            crate::say!("stepproof-run: removing the run's cgroup: {e}");
+        }
+    }
+    if let Some(sentence) = file_size_limit(&result.outcome, profile.process.limits.fsize_bytes()) {
+        acted.push(sentence);
+    }
+    if !acted.is_empty() {
+        for sentence in &acted {
+            crate::say!("stepproof-run: limit: {sentence}");
+        }
+        outputs
+            .status_extra
+            .insert("limits".into(), serde_json::json!(acted));
+        if let Some(audit) = &audit {
+            audit.record(
+                "supervisor",
+                "limits",
+                &serde_json::json!({ "acted": acted }),
+            );
+        }
+    }
+    let moved_during_run = std::mem::take(&mut result.moved_during_run);
+    if let Some(counts) = result.hook_records.filter(|c| c.over_cap > 0) {
+        outputs
+            .status_extra
+            .insert("inside_records_not_written".into(), counts.over_cap.into());
+        crate::say!(
+            "stepproof-run: {} records reported from inside were NOT written to the audit log: the run reached audit.inside_max_mib ({} MiB)",
+            counts.over_cap,
+            profile.audit.inside_max_mib
+        );
+    }
+    // The persistence sweep, only when the command ran.
+    if !matches!(
+        result.outcome,
+        Outcome::StepproofError { .. } | Outcome::Refused { .. }
+    ) && !args.selftest
+    {
+        tracing::debug!("sweep starts");
+        let sweep = snapshot.sweep(&profile, &plan, &facts.run_dir.join("quarantine"));
+        tracing::debug!("sweep done");
+        let mut findings = moved_during_run;
+        findings.extend(sweep.findings);
+        if !sweep.host_edits.is_empty() {
+            crate::say!(
+                "stepproof-run: kept changes made on the host during the run (read-only to the run): {}",
+                sweep
+                    .host_edits
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        findings.extend(crate::supervisor::profile_check::changed_profile_files(
+            &profile,
+            &writable_roots(&plan),
+        ));
+        // What the run wanted at protected names, as a patch the user may apply after review.
+        tracing::debug!("profile files checked");
+        let proposed =
+            crate::supervisor::proposed::write_patch(&plan.workspace, &findings, &facts.run_dir)
+                .unwrap_or_else(|e| {
+                    crate::say!("stepproof-run: writing the proposed changes: {e}");
+                    None
+                });
+        if let Some(patch) = &proposed {
+            outputs.status_extra.insert(
+                "proposed_changes".into(),
+                patch.display().to_string().into(),
+            );
+        }
+        if let Some(audit) = &audit {
+            audit.record(
+                "supervisor",
+                "sweep",
+                &serde_json::json!({
+                    "findings": findings,
+                    "host_edits": sweep
+                        .host_edits
+                        .iter()
+                        .map(|p| crate::audit::text::path(p))
+                        .collect::<Vec<_>>(),
+                    "proposed_changes": proposed.as_deref().map(crate::audit::text::path),
+                }),
+            );
+        }
+        if !findings.is_empty() {
+            crate::say!(
+                "stepproof-run: TAMPERING: the run left what the host would act on (persistence paths, links, setuid/setgid bits, its own profile):"
+            );
+            for f in &findings {
+                let detail = f
+                    .detail
+                    .as_deref()
+                    .map(|d| format!(" ({d})"))
+                    .unwrap_or_default();
+                match (&f.quarantined_to, &f.error) {
+                    (Some(q), _) => crate::say!(
+                        "  {} {}{detail} -> quarantined to {}",
+                        f.change,
+                        f.path.display(),
+                        q.display()
+                    ),
+                    (None, Some(e)) => crate::say!(
+                        "  {} {}{detail} (NOT quarantined: {e})",
+                        f.change,
+                        f.path.display()
+                    ),
+                    (None, None) => crate::say!("  {} {}{detail}", f.change, f.path.display()),
+                }
+            }
+            if let Some(patch) = &proposed {
+                crate::say!(
+                    "stepproof-run: what the run wrote there, as a patch to review and apply if you want it: {}",
+                    patch.display()
+                );
+            }
+            result.outcome = Outcome::Tampering {
+                exit_code: EXIT_TAMPERING,
+                command: Box::new(result.outcome),
+                findings,
+            };
+        }
+    }
+    tracing::debug!("run ended");
+    if let Some(audit) = &audit {
+        audit.record(
+            "supervisor",
+            "run-end",
+            &serde_json::json!({
+                "outcome": result.outcome,
+                "enforced": result.report,
+                "hook_receiver": result.hook_records,
+            }),
+        );
+        audit.sync();
+        match audit.failure() {
+            // The head hash makes a truncated log detectable: `stepproof audit verify --head`.
+            None => crate::say!(
+                "stepproof-run: audit log {} head {}",
+                audit.path().display(),
+                audit.head_hash()
+            ),
+            Some(why) => {
+                let last = audit
+                    .head()
+                    .map_or("no record".to_string(), |(seq, _)| format!("record {seq}"));
+                crate::say!(
+                    "stepproof-run: audit log {} INCOMPLETE: {why}; it ends at {last}, head {} (incomplete)",
+                    audit.path().display(),
+                    audit.head_hash()
+                );
+                outputs
+                    .status_extra
+                    .insert("audit_head".into(), audit.head_hash().into());
+                result.outcome = Outcome::AuditIncomplete {
+                    exit_code: crate::exit::ExitCode::AuditIncomplete.code(),
+                    command: Box::new(result.outcome),
+                    message: why,
+                };
+            }
+        }
+    }
+    drop(scratch);
+    let wants_summary =
+        args.ci || args.fail_on_deny || args.summary.is_some() || args.summary_json.is_some();
+    if let Some(audit) = audit.as_ref().filter(|_| wants_summary) {
+        let summary = crate::ci::Summary::from_audit_log(audit.path(), &audit.head_hash());
+        if args.fail_on_deny
+            && !summary.denials.is_empty()
+            && matches!(
+                result.outcome,
+                Outcome::Exited { .. } | Outcome::Signaled { .. }
+            )
+        {
+            result.outcome = Outcome::Denied {
+                exit_code: crate::supervisor::outcome::EXIT_DENIED,
+                denials: summary.denials.len(),
+                command: Box::new(result.outcome),
+            };
+        }
+        write_summaries(outputs, &summary, &result.outcome);
+    }
+    Ok((result.outcome, result.report))
+}
+
+/// A command that exists on the host but was not found inside: where it is, and that the
+/// sandbox does not show it (the view has the system directories, the workspace, the home
+/// read-only and what the profile adds, minus what it hides).
+fn outside_the_view(
+    command: &OsString,
+    env: &[(String, String)],
+    plan: &crate::sandbox::plan::SandboxPlan,
+) -> Option<String> {
+    use crate::sandbox::plan::MountOp;
+    let name = std::path::Path::new(command);
+    let on_host = if name.components().count() > 1 {
+        let name = plan.cwd.join(name.strip_prefix("./").unwrap_or(name));
+        name.is_file().then_some(name)
+    } else {
+        let path = env
+            .iter()
+            .find(|(k, _)| k == "PATH")
+            .map(|(_, v)| v.as_str())?;
+        std::env::split_paths(path)
+            .map(|dir| dir.join(name))
+            .find(|p| p.is_file())
+    }?;
+    let shown = plan.mounts.iter().any(|m| match m {
+        MountOp::Bind { dst, .. } | MountOp::IdmappedBind { dst, .. } => on_host.starts_with(dst),
+        _ => false,
+    });
+    let path = crate::audit::text::path(&on_host);
+    Some(if shown {
+        // In the view: what is missing is what it needs (its `#!` interpreter, a library).
+        format!(
+            " ({path} is in the sandbox's view; what it needs to start — the interpreter of its `#!` line, a shared library — may not be: `stepproof explain` lists the view)"
+        )
+    } else {
+        format!(
+            " ({path} exists on the host but not in the sandbox's view: add its directory to filesystem.read_only in the profile, unless the profile hides it on purpose; `stepproof explain` lists the view)"
+        )
+    })
+}
+
+/// The command died of SIGXFSZ: it wrote past `process.limits.fsize`. (A writer that ignores
+/// the signal gets EFBIG instead and says so itself.)
+fn file_size_limit(outcome: &Outcome, fsize: u64) -> Option<String> {
+    let signal = match outcome {
+        Outcome::Signaled { signal, .. } => *signal,
+        Outcome::TimedOut { command, .. } => match **command {
+            Outcome::Signaled { signal, .. } => signal,
+            _ => return None,
+        },
+        _ => return None,
+    };
+    (signal == libc::SIGXFSZ).then(|| {
+        format!(
+            "the command was killed by the file size limit ({}): it wrote a file larger than process.limits.fsize",
+            crate::supervisor::cgroup::describe_bytes(fsize)
+        )
+    })
+}
+
+/// The audit log asked for cannot be opened: refused when the path is the caller's to fix (a
+/// link, a directory, no such directory, no permission), a host failure when the disk or the
+/// system is (full, read-only, out of descriptors, another run holding the log's lock).
+fn audit_failure(e: AuditSinkError) -> Failure {
+    let transient = matches!(
+        e.source.raw_os_error(),
+        Some(
+            libc::ENOSPC
+                | libc::EDQUOT
+                | libc::EIO
+                | libc::EROFS
+                | libc::EAGAIN
+                | libc::EMFILE
+                | libc::ENFILE
+                | libc::ENOMEM
+        )
+    );
+    if transient {
+        Failure::host(e.to_string())
+    } else {
+        Failure::refused(e.to_string())
+    }
+}
+
+/// A plan that cannot be built: refused when the profile or the flags ask for what cannot be
+/// (the workspace, a conflict), a host failure when this host lacks something.
+fn plan_failure(e: PlanError) -> Failure {
+    if e.is_configuration() {
+        Failure::refused(e.to_string())
+    } else {
+        Failure::host(e.to_string())
+    }
+}
+
+/// Runs `stepproof-run --selftest` with the same profile and workspace; returns the probes that
+/// escaped (or an error if the self-test could not run).
+fn run_selftest(args: &Request) -> Result<Vec<String>, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("finding stepproof-run: {e}"))?;
+    let mut cmd = std::process::Command::new(exe);
+    if let Some(p) = &args.profile {
+        cmd.arg("--profile").arg(p);
+    }
+    if let Some(w) = &args.workspace {
+        cmd.arg("--workspace").arg(w);
+    }
+    let out = cmd
+        .arg("--selftest")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("running the self-test: {e}"))?;
+    let results = crate::selftest::parse_results(&String::from_utf8_lossy(&out.stdout));
+    if results.is_empty() {
+        return Err(format!(
+            "the self-test did not run: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(results
+        .into_iter()
+        .filter(|r| r.escaped)
+        .map(|r| r.name)
+        .collect())
+}
+
+fn write_summaries(outputs: &mut Outputs, summary: &crate::ci::Summary, outcome: &Outcome) {
+    // The header says how the run ended for the caller (122 after --fail-on-deny, 118 for an
+    // incomplete log), not only what the end record said.
+    let mut summary = summary.clone();
+    if let Some(status) = serde_json::to_value(outcome)
+        .ok()
+        .and_then(|v| v["status"].as_str().map(str::to_owned))
+    {
+        summary.status = status;
+    }
+    summary.exit_code = i64::from(outcome.exit_code());
+    let summary = &summary;
+    let mut markdown = summary.markdown();
+    markdown.push_str(&format!(
+        "\nStatus: `{}`\n",
+        serde_json::to_string(outcome).unwrap_or_default()
+    ));
+    for file in &mut outputs.summaries {
+        if let Err(e) = file.write(markdown.as_bytes()) {
+            crate::say!(
+                "stepproof-run: writing the summary {}: {e}",
+                file.path().display()
+            );
+        }
+    }
+    let json = serde_json::json!({ "summary": summary, "status": outcome });
+    write_output(
+        &mut outputs.summary_json,
+        (serde_json::to_string_pretty(&json).unwrap_or_default() + "\n").as_bytes(),
+    );
+}
+
+/// The whole run from the caller's side, after the arguments: the exit code to end with.
+pub fn run(args: &Request) -> i32 {
+    let mut outputs = Outputs::default();
+    let (outcome, report) = match carry_out(args, &mut outputs) {
+        Ok(done) => done,
+        Err(failure) => (Outcome::from_failure(failure), None),
+    };
+    if !outputs.opened {
+        outputs = Outputs::open_late(args);
+    }
+    if let Some(report) = &report {
+        let json = serde_json::to_string_pretty(report).unwrap_or_default();
+        if args.verbose > 0 {
+            crate::say!("enforced: {json}");
+        }
+        write_output(&mut outputs.report, (json + "\n").as_bytes());
+    }
+    match &outcome {
+        Outcome::StepproofError { message, .. } | Outcome::Refused { message, .. } => {
+            crate::say!("stepproof-run: {message}")
+        }
+        Outcome::NotFound { message, .. } | Outcome::NotExecutable { message, .. } => {
+            crate::say!(
+                "stepproof-run: {}: {message}",
+                args.command
+                    .first()
+                    .map(|c| c.to_string_lossy())
+                    .unwrap_or_default()
+            )
+        }
+        _ => {}
+    }
+    let mut status = serde_json::to_value(&outcome).unwrap_or_default();
+    if let Some(object) = status.as_object_mut() {
+        object.extend(std::mem::take(&mut outputs.status_extra));
+    }
+    let json = serde_json::to_string_pretty(&status).unwrap_or_default();
+    write_output(&mut outputs.status, (json + "\n").as_bytes());
+    launch::reap_children(std::time::Duration::from_secs(10));
+    tracing::debug!("exiting");
+    outcome.exit_code()
+}

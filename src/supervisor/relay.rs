@@ -1,0 +1,393 @@
+//! The supervisor's event loop for one run: it relays the terminal (keystrokes in, output out,
+//! window size), forwards signals and job control, enforces `--timeout`, reads the init's
+//! events, lets the watcher look every tick, and ends with the run's outcome. It never enters
+//! the sandbox.
+
+use crate::sandbox::report::CommandEnforcement;
+use crate::supervisor::outcome::{EXIT_TIMEOUT, InitEvent, Outcome};
+use crate::supervisor::pty::{RawTerminal, copy_window_size};
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::signal::{Signal, kill};
+use nix::sys::signalfd::SignalFd;
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::Pid;
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+/// The supervisor's event loop for one run.
+pub(crate) struct Relay<'t> {
+    child: Pid,
+    signal_fd: SignalFd,
+    status: File,
+    status_buf: Vec<u8>,
+    master: Option<OwnedFd>,
+    terminal: Option<RawTerminal<'t>>,
+    final_event: Option<InitEvent>,
+    init_exit: Option<WaitStatus>,
+    /// Keystrokes not yet accepted by the command's terminal.
+    pending_input: Vec<u8>,
+    enforcement: Option<CommandEnforcement>,
+    /// `--timeout`: when the whole sandbox must end.
+    deadline: Option<std::time::Instant>,
+    /// Set once the deadline passed: SIGTERM went out, SIGKILL follows at this instant.
+    kill_at: Option<std::time::Instant>,
+    timed_out: bool,
+    /// Closing it makes the init kill everything and exit (also without a pid namespace).
+    lifeline: Option<OwnedFd>,
+    /// The init reported that nothing else of the sandbox is left.
+    all_gone: bool,
+    /// Persistence names absent at launch, looked for every tick while the run is on.
+    watcher: Option<crate::supervisor::watch::Watcher>,
+}
+
+/// How long a command has between SIGTERM and SIGKILL when `--timeout` ends it.
+const TIMEOUT_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+impl<'t> Relay<'t> {
+    /// The loop for the init `child`: its events come on `status`, closing `lifeline` ends the
+    /// sandbox, `master` is the command's terminal (with the user's in raw mode), `timeout`
+    /// counts from now.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        child: Pid,
+        signal_fd: SignalFd,
+        status: File,
+        master: Option<OwnedFd>,
+        terminal: Option<RawTerminal<'t>>,
+        timeout: Option<std::time::Duration>,
+        lifeline: OwnedFd,
+        watcher: Option<crate::supervisor::watch::Watcher>,
+    ) -> Relay<'t> {
+        Relay {
+            child,
+            signal_fd,
+            status,
+            status_buf: Vec::new(),
+            master,
+            terminal,
+            final_event: None,
+            init_exit: None,
+            pending_input: Vec::new(),
+            enforcement: None,
+            deadline: timeout.map(|t| std::time::Instant::now() + t),
+            kill_at: None,
+            timed_out: false,
+            lifeline: Some(lifeline),
+            all_gone: false,
+            watcher,
+        }
+    }
+
+    /// Relays until the run is over: its outcome, what the command ran under, and what the
+    /// watcher moved to the quarantine.
+    pub(crate) fn run(
+        mut self,
+    ) -> (
+        Outcome,
+        Option<CommandEnforcement>,
+        Vec<crate::supervisor::sweep::Finding>,
+    ) {
+        let mut status_open = true;
+        let mut stdin_open = self.terminal.is_some();
+        if let Some(master) = &self.master {
+            let _ = nix::fcntl::fcntl(
+                master,
+                nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+            );
+        }
+        loop {
+            let master_open = self.master.is_some();
+            if self.init_exit.is_some() && !status_open && !master_open {
+                break;
+            }
+            // The command ended and the init has reaped everything else: the init's own exit
+            // (the namespaces' teardown) need not be waited for.
+            if self.all_gone && self.final_event.is_some() && !master_open {
+                break;
+            }
+            let stdin = io::stdin();
+            let mut fds = vec![PollFd::new(self.signal_fd.as_fd(), PollFlags::POLLIN)];
+            let status_idx = status_open.then(|| {
+                fds.push(PollFd::new(self.status.as_fd(), PollFlags::POLLIN));
+                fds.len() - 1
+            });
+            let stdin_idx = (stdin_open && self.pending_input.is_empty()).then(|| {
+                fds.push(PollFd::new(stdin.as_fd(), PollFlags::POLLIN));
+                fds.len() - 1
+            });
+            let master_idx = self.master.as_ref().map(|m| {
+                let mut events = PollFlags::POLLIN;
+                if !self.pending_input.is_empty() {
+                    events |= PollFlags::POLLOUT;
+                }
+                fds.push(PollFd::new(m.as_fd(), events));
+                fds.len() - 1
+            });
+            let next_look = self.watcher.as_ref().map(|w| w.next_look());
+            let next = match (self.next_timer(), next_look) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            let wait = next.map_or(PollTimeout::NONE, |left| {
+                PollTimeout::try_from(left.as_millis().min(60_000) as i32 + 1)
+                    .unwrap_or(PollTimeout::MAX)
+            });
+            match poll(&mut fds, wait) {
+                Ok(_) => {}
+                Err(nix::Error::EINTR) => continue,
+                Err(_) => break,
+            }
+            let ready = |i: Option<usize>| i.is_some_and(|i| fds[i].any().unwrap_or(false));
+            let (sig_ready, status_ready, stdin_ready, master_ready) = (
+                fds[0].any().unwrap_or(false),
+                ready(status_idx),
+                ready(stdin_idx),
+                ready(master_idx),
+            );
+            drop(fds);
+            self.check_timers();
+            if let Some(watcher) = self.watcher.as_mut() {
+                watcher.tick();
+            }
+            if sig_ready {
+                self.handle_signals();
+            }
+            if status_ready && !self.read_status() {
+                status_open = false;
+            }
+            if stdin_ready && !self.read_stdin() {
+                stdin_open = false;
+            }
+            if master_ready && !self.pump_master() {
+                self.master = None;
+            }
+        }
+        if let Some(term) = self.terminal.as_mut() {
+            term.restore();
+        }
+        let enforcement = self.enforcement.take();
+        let moved = self.watcher.take().map(|w| w.finish()).unwrap_or_default();
+        if self.timed_out {
+            let after = self.outcome();
+            return (
+                Outcome::TimedOut {
+                    exit_code: EXIT_TIMEOUT,
+                    command: Box::new(after),
+                },
+                enforcement,
+                moved,
+            );
+        }
+        (self.outcome(), enforcement, moved)
+    }
+
+    /// Time left until the next timer (deadline, then the SIGKILL after the grace period).
+    fn next_timer(&self) -> Option<std::time::Duration> {
+        let at = self
+            .kill_at
+            .or(if self.timed_out { None } else { self.deadline })?;
+        Some(at.saturating_duration_since(std::time::Instant::now()))
+    }
+
+    /// `--timeout`: SIGTERM to the command's group when the deadline passes, then after the
+    /// grace period the lifeline closes (the init kills everything) and the init gets SIGKILL.
+    fn check_timers(&mut self) {
+        let now = std::time::Instant::now();
+        if !self.timed_out && self.deadline.is_some_and(|d| now >= d) {
+            self.timed_out = true;
+            self.kill_at = Some(now + TIMEOUT_GRACE);
+            let _ = kill(self.child, Signal::SIGTERM);
+        } else if self.kill_at.is_some_and(|k| now >= k) {
+            self.kill_at = None;
+            drop(self.lifeline.take());
+            let _ = kill(self.child, Signal::SIGKILL);
+        }
+    }
+
+    fn handle_signals(&mut self) {
+        while let Ok(Some(info)) = self.signal_fd.read_signal() {
+            let Ok(signal) = Signal::try_from(info.ssi_signo as i32) else {
+                continue;
+            };
+            match signal {
+                Signal::SIGCHLD => {
+                    if let Ok(status) = waitpid(self.child, Some(WaitPidFlag::WNOHANG))
+                        && status != WaitStatus::StillAlive
+                    {
+                        self.init_exit = Some(status);
+                    }
+                }
+                Signal::SIGWINCH => {
+                    if let (Some(term), Some(master)) = (&self.terminal, &self.master) {
+                        copy_window_size(term.fd(), master);
+                    }
+                }
+                Signal::SIGCONT => self.resume(),
+                // Keyboard job control reaches us only without a pty; hand it to the command.
+                _ => {
+                    let _ = kill(self.child, signal);
+                }
+            }
+        }
+    }
+
+    /// Back from a stop (`fg`): terminal raw again, size refreshed, command continued.
+    fn resume(&mut self) {
+        if let Some(term) = self.terminal.as_mut() {
+            let _ = term.make_raw();
+            if let Some(master) = &self.master {
+                copy_window_size(term.fd(), master);
+            }
+        }
+        let _ = kill(self.child, Signal::SIGCONT);
+    }
+
+    /// The command stopped: give the user's shell its terminal back and stop as bare would.
+    fn suspend(&mut self) {
+        if let Some(term) = self.terminal.as_mut() {
+            term.restore();
+        }
+        let _ = kill(Pid::this(), Signal::SIGSTOP);
+    }
+
+    /// Returns false at end of file.
+    fn read_status(&mut self) -> bool {
+        let mut buf = [0u8; 4096];
+        let n = match self.status.read(&mut buf) {
+            Ok(0) => return false,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => return true,
+            Err(_) => return false,
+        };
+        self.status_buf.extend_from_slice(&buf[..n]);
+        while let Some(pos) = self.status_buf.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = self.status_buf.drain(..=pos).collect();
+            let Ok(event) = serde_json::from_slice::<InitEvent>(&line) else {
+                continue;
+            };
+            tracing::debug!(?event, "init");
+            match event {
+                InitEvent::Started { enforcement, .. } => self.enforcement = enforcement,
+                InitEvent::Stopped { .. } => self.suspend(),
+                InitEvent::AllGone => self.all_gone = true,
+                other => self.final_event = Some(other),
+            }
+        }
+        true
+    }
+
+    /// Returns false at end of file.
+    fn read_stdin(&mut self) -> bool {
+        let mut buf = [0u8; 4096];
+        match nix::unistd::read(io::stdin().as_fd(), &mut buf) {
+            Ok(0) => false,
+            Ok(n) => {
+                self.pending_input.extend_from_slice(&buf[..n]);
+                true
+            }
+            Err(nix::Error::EINTR) | Err(nix::Error::EAGAIN) => true,
+            Err(_) => false,
+        }
+    }
+
+    /// Moves output to stdout and pending keystrokes to the command. Returns false once the
+    /// command's side of the terminal is closed for good.
+    fn pump_master(&mut self) -> bool {
+        let Some(master) = &self.master else {
+            return false;
+        };
+        if !self.pending_input.is_empty() {
+            match nix::unistd::write(master, &self.pending_input) {
+                Ok(n) => {
+                    self.pending_input.drain(..n);
+                }
+                Err(nix::Error::EAGAIN) | Err(nix::Error::EINTR) => {}
+                Err(_) => self.pending_input.clear(),
+            }
+        }
+        let mut buf = [0u8; 16384];
+        match nix::unistd::read(master.as_fd(), &mut buf) {
+            Ok(0) => false,
+            Ok(n) => {
+                write_all_fd(io::stdout().as_fd(), &buf[..n]);
+                true
+            }
+            Err(nix::Error::EAGAIN) | Err(nix::Error::EINTR) => true,
+            // EIO: every holder of the command's terminal has closed it.
+            Err(_) => false,
+        }
+    }
+
+    fn outcome(self) -> Outcome {
+        match self.final_event {
+            Some(InitEvent::Exited { code }) => Outcome::Exited {
+                exit_code: code,
+                command_exit_code: code,
+            },
+            Some(InitEvent::Signaled { signal }) => Outcome::Signaled {
+                exit_code: 128 + signal,
+                signal,
+            },
+            Some(InitEvent::ExecFailed {
+                step,
+                errno,
+                message,
+            }) => Outcome::from_exec_failure(&step, errno, &message),
+            Some(InitEvent::SetupFailed { message }) => {
+                Outcome::failed(format!("building the sandbox: {message}"))
+            }
+            _ => Outcome::failed(format!(
+                "the sandbox init ended without reporting the command's status ({})",
+                describe_exit(self.init_exit)
+            )),
+        }
+    }
+}
+
+/// How the init ended, in words.
+fn describe_exit(status: Option<WaitStatus>) -> String {
+    match status {
+        Some(WaitStatus::Exited(_, code)) => format!("it exited with {code}"),
+        Some(WaitStatus::Signaled(_, signal, core)) => format!(
+            "it was killed by {}{}",
+            signal.as_str(),
+            if core { ", core dumped" } else { "" }
+        ),
+        Some(_) => "it stopped in an unexpected state".into(),
+        None => "its exit was not seen".into(),
+    }
+}
+
+fn write_all_fd(fd: BorrowedFd<'_>, mut data: &[u8]) {
+    while !data.is_empty() {
+        match nix::unistd::write(fd, data) {
+            Ok(n) => data = &data[n..],
+            Err(nix::Error::EINTR) => {}
+            Err(nix::Error::EAGAIN) => {
+                let mut fds = [PollFd::new(fd, PollFlags::POLLOUT)];
+                let _ = poll(&mut fds, PollTimeout::NONE);
+            }
+            Err(_) => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn how_the_init_ended_is_said_in_words() {
+        let pid = Pid::from_raw(1);
+        assert_eq!(
+            describe_exit(Some(WaitStatus::Signaled(pid, Signal::SIGKILL, false))),
+            "it was killed by SIGKILL"
+        );
+        assert_eq!(
+            describe_exit(Some(WaitStatus::Exited(pid, 3))),
+            "it exited with 3"
+        );
+        assert_eq!(describe_exit(None), "its exit was not seen");
+    }
+}
