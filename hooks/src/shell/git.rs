@@ -6,7 +6,7 @@
 //! `rebase --exec`, `grep -O`, `--upload-pack`) and the files it would write (`--output`) are
 //! effects of their own.
 
-use super::options::{Grammar, Parsed};
+use super::options::{Grammar, Name, Parsed};
 use super::{Stdin, Walker};
 use crate::pattern::{Arg, wildcard};
 
@@ -180,6 +180,14 @@ const DIFFTOOL: Grammar = Grammar {
     stop_at_operand: false,
 };
 
+const RM: Grammar = Grammar {
+    short: "nrfq",
+    long: "cached dry-run force quiet ignore-unmatch sparse pathspec-from-file= \
+        pathspec-file-nul",
+    abbreviations: true,
+    stop_at_operand: false,
+};
+
 /// The subcommand's grammar, when the hook knows it (others keep their arguments as given).
 fn grammar(subcommand: &str) -> Option<&'static Grammar> {
     Some(match subcommand {
@@ -200,6 +208,7 @@ fn grammar(subcommand: &str) -> Option<&'static Grammar> {
         "cherry-pick" | "revert" => &CHERRY_PICK,
         "archive" => &ARCHIVE,
         "difftool" => &DIFFTOOL,
+        "rm" => &RM,
         _ => return None,
     })
 }
@@ -618,7 +627,8 @@ impl Walker<'_> {
         }
         let canonical = match grammar(&subcommand) {
             Some(grammar) => {
-                let parsed = grammar.parse(&rest);
+                let mut parsed = grammar.parse(&rest);
+                spell_out(&subcommand, &mut parsed);
                 let canonical = parsed.canonical();
                 after.parsed = Some(parsed);
                 canonical
@@ -773,6 +783,65 @@ impl Walker<'_> {
                 "`git --config-env {key}=…` makes git run a program named in the environment"
             )),
         }
+    }
+}
+
+/// Writes out what a subcommand does that its spelling leaves implicit, so that rules can
+/// name it: the paths `git checkout` overwrites follow `--` (`git checkout REV FILE`, `git
+/// checkout src/x.rs`), `git restore` without `--staged` restores the working tree
+/// (`--worktree`), `git branch -d -f` is `-D`.
+fn spell_out(subcommand: &str, parsed: &mut Parsed) {
+    match subcommand {
+        "checkout" if !parsed.has(&["b", "B", "orphan", "detach"]) => {
+            let operands = parsed.operands();
+            let first_path = match operands.as_slice() {
+                [] => None,
+                [only] if looks_like_path(only) => Some(0),
+                [_] => None,
+                _ => Some(1),
+            };
+            if let Some(index) = first_path {
+                parsed.paths_from(index);
+            }
+        }
+        "restore" if !parsed.has(&["S", "staged", "W", "worktree"]) => {
+            parsed.imply(Name::Long("worktree"));
+        }
+        "branch" if parsed.has(&["d", "delete"]) && parsed.has(&["f", "force"]) => {
+            parsed.imply(Name::Short('D'));
+        }
+        _ => {}
+    }
+}
+
+/// Whether `git checkout WORD` names files rather than a branch: git decides by what exists,
+/// the hook by the spelling. `.`, `./…`, `../…`, absolute paths, globs, pathspec magic
+/// (`:/`, `:(…)`) and a last component with a file extension (`src/main.rs`, `README.md`;
+/// not `v1.2` or `release-1.0`) are paths; a plain name is taken for a branch.
+fn looks_like_path(word: &Arg) -> bool {
+    let Arg::Static(word) = word else {
+        // A computed word may name files: ask rather than allow.
+        return true;
+    };
+    if word == "."
+        || word == ".."
+        || word.starts_with("./")
+        || word.starts_with("../")
+        || word.starts_with('/')
+        || word.starts_with(':')
+        || word.contains(['*', '?', '['])
+    {
+        return true;
+    }
+    let last = word.rsplit('/').next().unwrap_or_default();
+    match last.rsplit_once('.') {
+        Some((stem, extension)) => {
+            !stem.is_empty()
+                && !extension.is_empty()
+                && extension.starts_with(|c: char| c.is_ascii_alphabetic())
+                && extension.chars().all(|c| c.is_ascii_alphanumeric())
+        }
+        None => false,
     }
 }
 

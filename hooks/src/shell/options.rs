@@ -340,6 +340,37 @@ impl Parsed {
             .collect()
     }
 
+    /// Marks the operands from the `index`-th on as paths, as `--` would (`git checkout REV
+    /// FILE` is `git checkout REV -- FILE`); nothing when `--` is already there.
+    pub fn paths_from(&mut self, index: usize) {
+        if self.items.contains(&Item::EndOfOptions) {
+            return;
+        }
+        let mut seen = 0;
+        for (at, item) in self.items.iter().enumerate() {
+            if matches!(item, Item::Operand(_)) {
+                if seen == index {
+                    self.items.insert(at, Item::EndOfOptions);
+                    return;
+                }
+                seen += 1;
+            }
+        }
+    }
+
+    /// Adds a switch the command implies (`git restore` without `--staged` restores the
+    /// working tree: `--worktree`).
+    pub fn imply(&mut self, name: Name) {
+        self.items.insert(
+            0,
+            Item::Opt {
+                name,
+                value: None,
+                optional: false,
+            },
+        );
+    }
+
     /// The arguments written out in one spelling: clusters split (`-rf` → `-r -f`), long
     /// options completed with their value after `=` (`--force-w` → `--force-with-lease`,
     /// `--output F` → `--output=F`), a short option's value as the next word (an optional one
