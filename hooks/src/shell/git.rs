@@ -721,20 +721,37 @@ impl Walker<'_> {
         }
     }
 
-    /// `--output=FILE` (or `--output FILE`) of a diff-family command writes FILE.
+    /// `--output=FILE` (or `--output FILE`) of a diff-family command writes FILE; so does
+    /// format-patch's `-o DIR`.
     fn git_output(&mut self, subcommand: &str, args: &[Arg], directory: Option<&Option<String>>) {
+        // format-patch also writes its patches into `-o DIR` / `--output-directory DIR`
+        // (git 2.47 accepts no abbreviation of it).
+        let patches = subcommand == "format-patch";
         let mut i = 0;
         while i < args.len() {
             let path = match &args[i] {
                 Arg::Static(s) if s == "--" => break,
-                Arg::Static(s) if s == "--output" => {
+                Arg::Static(s)
+                    if s == "--output" || (patches && (s == "-o" || s == "--output-directory")) =>
+                {
                     i += 1;
                     args.get(i).cloned()
                 }
-                Arg::Static(s) => s
-                    .strip_prefix("--output=")
-                    .map(|p| Arg::Static(p.to_string())),
-                computed if computed.static_prefix().starts_with("--output=") => Some(Arg::Dynamic),
+                Arg::Static(s) => {
+                    let directory_value = || {
+                        s.strip_prefix("--output-directory=")
+                            .or_else(|| s.strip_prefix("-o"))
+                    };
+                    s.strip_prefix("--output=")
+                        .or_else(|| patches.then(directory_value).flatten())
+                        .map(|p| Arg::Static(p.to_string()))
+                }
+                computed
+                    if computed.static_prefix().starts_with("--output=")
+                        || (patches && computed.static_prefix().starts_with("-o")) =>
+                {
+                    Some(Arg::Dynamic)
+                }
                 _ => None,
             };
             match (path, directory) {
@@ -742,7 +759,7 @@ impl Walker<'_> {
                 (Some(Arg::Static(p)), None) => self.file(Some(p), true),
                 (Some(Arg::Static(p)), Some(Some(dir))) => self.file(Some(join(dir, &p)), true),
                 (None, _) => {}
-                _ => self.computed_write(&format!("git {subcommand} --output=…")),
+                _ => self.computed_write(&super::render_words(&format!("git {subcommand}"), args)),
             }
             i += 1;
         }
