@@ -76,6 +76,36 @@ fn text_char_len(first: Option<u8>) -> usize {
     }
 }
 
+/// The file-rule path that stands for a project's `.env` files wherever they are (`.env`,
+/// `.env.local`, `.env.production`, …), templates excepted: one name test, not a glob, so
+/// that the exceptions are read the same way as StepProof's sandbox reads them when it
+/// hides such files (`hide_env_files`).
+pub const ENV_FILES: &str = "@env-files";
+
+/// Words that make a `.env.*` name a template meant to be committed (`.env.example`,
+/// `.env.local.sample`), in any letter case. The sandbox's list (src/sandbox/plan/secrets.rs).
+const ENV_TEMPLATES: &[&str] = &[
+    "example", "sample", "template", "tmpl", "tpl", "dist", "defaults", "default", "schema",
+    "skeleton", "stub", "spec",
+];
+
+/// Whether a file name is a `.env` file a project keeps (`.env`, `.env.local`), not a
+/// template (`.env.example`) nor another name (`.envrc`, `x.env`).
+pub fn is_env_file(name: &str) -> bool {
+    if name == ".env" {
+        return true;
+    }
+    match name.strip_prefix(".env.") {
+        Some(rest) => {
+            !rest.is_empty()
+                && !rest
+                    .split('.')
+                    .any(|part| ENV_TEMPLATES.iter().any(|t| part.eq_ignore_ascii_case(t)))
+        }
+        None => false,
+    }
+}
+
 /// An absolute path glob (already resolved against workspace and home). Kept as one string
 /// and split when matched: loading the policy, which happens at every call, then costs one
 /// string per glob.
@@ -99,6 +129,9 @@ impl PathGlob {
 
     /// Whether the absolute, normalised `path` matches.
     pub fn matches(&self, path: &str) -> bool {
+        if self.glob == ENV_FILES {
+            return is_env_file(path.rsplit('/').next().unwrap_or(path));
+        }
         let pattern: Vec<&str> = split_path(&self.glob).collect();
         let components: Vec<&str> = split_path(path).collect();
         match_components(&pattern, &components)
@@ -401,6 +434,37 @@ mod tests {
         let exact = CommandPattern::new(0, &["status"]);
         assert!(exact.matches(&s(&["status"]), false));
         assert!(!exact.matches(&s(&["status", "-s"]), false));
+    }
+
+    #[test]
+    fn env_files_but_not_templates() {
+        for yes in [
+            ".env",
+            ".env.local",
+            ".env.production",
+            ".env.development.local",
+        ] {
+            assert!(is_env_file(yes), "{yes}");
+        }
+        for no in [
+            ".env.example",
+            ".env.sample",
+            ".env.template",
+            ".env.local.example",
+            ".env.dist",
+            ".env.EXAMPLE",
+            ".envrc",
+            "env",
+            ".env.",
+            "x.env",
+        ] {
+            assert!(!is_env_file(no), "{no}");
+        }
+        let rule = PathGlob::new(0, ENV_FILES);
+        assert!(rule.matches("/work/project/.env"));
+        assert!(rule.matches("/tmp/app/.env.local"));
+        assert!(!rule.matches("/work/project/.env.example"));
+        assert!(!rule.matches("/work/project/.env/x"));
     }
 
     #[test]

@@ -284,8 +284,12 @@ pub fn compile(config: &HookConfig, context: &Context) -> Result<CompiledPolicy,
             return Err(empty(&rule.id, "path"));
         }
         for path in &rule.paths {
-            let resolved = resolve_glob(path, &workspace, &home)
-                .ok_or_else(|| bad(&rule.id, path, "may not contain `..` or `.` components"))?;
+            let resolved = if path == pattern::ENV_FILES {
+                path.clone()
+            } else {
+                resolve_glob(path, &workspace, &home)
+                    .ok_or_else(|| bad(&rule.id, path, "may not contain `..` or `.` components"))?
+            };
             let glob = PathGlob::new(index, &resolved);
             match rule.access {
                 Access::Read => compiler.policy.read.push(glob),

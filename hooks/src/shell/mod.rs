@@ -12,7 +12,7 @@ use std::collections::BTreeSet;
 use brush_parser::ast;
 use brush_parser::word::{self, ParameterExpr, WordPiece, WordPieceWithSource};
 
-use crate::pattern::Arg;
+use crate::pattern::{Arg, is_env_file};
 
 mod git;
 mod options;
@@ -891,6 +891,13 @@ impl Walker<'_> {
             }
             "source" | "." => {
                 self.assigns_only(assigns);
+                // `source .env` reads the secrets into the shell (and is judged so first).
+                let script = args.iter().find(|a| !a.static_prefix().starts_with('-'));
+                if let Some(Arg::Static(path)) = script
+                    && is_env_file(basename(path))
+                {
+                    self.file(Some(path.clone()), false);
+                }
                 self.unknown(format!("`{name}` runs a script file the hook cannot see"));
             }
             "export" | "declare" | "typeset" | "local" | "readonly" => {

@@ -6,6 +6,7 @@
 use super::options::{Grammar, Item, Name};
 use super::{Stdin, Walker};
 use crate::pattern::Arg;
+use crate::pattern::{is_env_file, wildcard};
 
 /// ripgrep 14 (crates/core/flags/defs.rs): the flags that take a value; ripgrep accepts
 /// `--flag value` and `--flag=value`, and no abbreviations.
@@ -158,6 +159,14 @@ impl Walker<'_> {
     /// Judges a command that is not a wrapper or a shell: known tools are looked into, the
     /// rest is checked as itself.
     pub(super) fn tool(&mut self, name: String, args: Vec<Arg>, assigns: Vec<String>) {
+        // First, so that a message names the secret rather than a rule about the tool.
+        for path in env_file_operands(&name, &args) {
+            self.file(Some(path), false);
+        }
+        self.tool_itself(name, args, assigns);
+    }
+
+    fn tool_itself(&mut self, name: String, args: Vec<Arg>, assigns: Vec<String>) {
         match name.as_str() {
             "git" => self.git(args, assigns),
             "rg" => self.ripgrep(name, args, assigns),
@@ -463,4 +472,173 @@ impl Walker<'_> {
             }
         }
     }
+}
+
+/// Commands that print, search, compare or copy the files they name: a project `.env` file
+/// named as their operand is judged as read (file rules with `@env-files`). Programs that load
+/// `.env` themselves and recursive searches are not seen (SECURITY.md).
+const READS_OPERANDS: &[&str] = &[
+    "cat",
+    "tac",
+    "nl",
+    "head",
+    "tail",
+    "less",
+    "more",
+    "most",
+    "bat",
+    "batcat",
+    "view",
+    "grep",
+    "egrep",
+    "fgrep",
+    "zgrep",
+    "rg",
+    "ag",
+    "ack",
+    "sed",
+    "awk",
+    "gawk",
+    "mawk",
+    "nawk",
+    "cut",
+    "sort",
+    "uniq",
+    "paste",
+    "join",
+    "comm",
+    "diff",
+    "cmp",
+    "xxd",
+    "od",
+    "hexdump",
+    "strings",
+    "base64",
+    "base32",
+    "basenc",
+    "jq",
+    "yq",
+    "column",
+    "fold",
+    "fmt",
+    "pr",
+    "expand",
+    "unexpand",
+    "iconv",
+    "cp",
+    "mv",
+    "ln",
+    "install",
+    "rsync",
+    "scp",
+    "tar",
+    "zip",
+    "gzip",
+    "bzip2",
+    "xz",
+    "zstd",
+    "md5sum",
+    "sha1sum",
+    "sha256sum",
+    "vi",
+    "vim",
+    "nvim",
+    "nano",
+    "emacs",
+    "code",
+    "dotenv",
+    "envsubst",
+];
+
+/// Of `READS_OPERANDS`, those whose first operand is a pattern or a script unless an option
+/// gives it (`grep PATTERN FILE`, `sed SCRIPT FILE`), with the options that do.
+const PATTERN_FIRST: &[(&str, &str, &[&str])] = &[
+    ("grep", "ef", &["regexp", "file"]),
+    ("egrep", "ef", &["regexp", "file"]),
+    ("fgrep", "ef", &["regexp", "file"]),
+    ("zgrep", "ef", &["regexp", "file"]),
+    ("rg", "ef", &["regexp", "file"]),
+    ("ag", "", &[]),
+    ("ack", "", &[]),
+    ("sed", "ef", &["expression", "file"]),
+    ("awk", "f", &["file", "source", "include", "exec"]),
+    ("gawk", "f", &["file", "source", "include", "exec"]),
+    ("mawk", "f", &["file"]),
+    ("nawk", "f", &["file"]),
+    ("jq", "", &["from-file"]),
+];
+
+/// The `.env` files `name` would read among its operands, as paths for `Walker::file`: a
+/// static operand or value (`--file=.env`) whose name is one, a glob that can reach one
+/// (`.env*`, `.e*`; written as the `.env` it reaches), a computed word whose static end names
+/// one (`"$DIR/.env"`). Options are not parsed: every word is looked at, except the first
+/// operand of a command that reads a pattern there.
+fn env_file_operands(name: &str, args: &[Arg]) -> Vec<String> {
+    if !READS_OPERANDS.contains(&name) {
+        return Vec::new();
+    }
+    let mut skip_pattern = match PATTERN_FIRST.iter().find(|(n, _, _)| *n == name) {
+        Some((_, letters, longs)) => !args.iter().any(|a| {
+            let text = a.static_prefix();
+            match text.strip_prefix("--") {
+                Some(long) => {
+                    let long = long.split('=').next().unwrap_or_default();
+                    !long.is_empty() && longs.iter().any(|l| l.starts_with(long))
+                }
+                None => text.starts_with('-') && text.chars().skip(1).any(|c| letters.contains(c)),
+            }
+        }),
+        None => false,
+    };
+    let mut found = Vec::new();
+    let mut options_end = false;
+    for arg in args {
+        let text = match arg {
+            Arg::Static(s) => s.clone(),
+            Arg::Partial { prefix, suffix } if suffix.contains('/') => format!("{prefix}…{suffix}"),
+            Arg::Partial { .. } | Arg::Dynamic => continue,
+        };
+        if !options_end && text == "--" {
+            options_end = true;
+            continue;
+        }
+        let candidate = if !options_end && text.starts_with('-') && text.len() > 1 {
+            match text.split_once('=') {
+                Some((_, value)) => value.to_string(),
+                None => continue,
+            }
+        } else if std::mem::take(&mut skip_pattern) {
+            continue;
+        } else {
+            text
+        };
+        if let Some(path) = env_file_path(&candidate) {
+            found.push(path);
+        }
+    }
+    found
+}
+
+/// `path` when its last component is a `.env` file or a glob that reaches one (then the path
+/// of the `.env` it reaches).
+fn env_file_path(path: &str) -> Option<String> {
+    let (dir, name) = match path.rsplit_once('/') {
+        Some((dir, name)) => (Some(dir), name),
+        None => (None, path),
+    };
+    let reached = if is_env_file(name) {
+        name
+    } else if name.contains(['*', '?', '[']) {
+        // A glob's `[…]` classes are not understood: taken as reaching the file (the
+        // conservative side for a deny rule).
+        [".env", ".env.local", ".env.production"]
+            .into_iter()
+            .find(|candidate| name.contains('[') || wildcard(name, candidate))?
+    } else {
+        return None;
+    };
+    Some(match dir {
+        Some(dir) => format!("{dir}/{reached}"),
+        None => reached.to_string(),
+    })
 }
