@@ -63,9 +63,6 @@ const NOT_YET: &[&str] = &[
     "awk '{ $3 = \"\"; print }' data",
     "awk 'length > 72' data",
     "awk '/foo/ { n++ } END { printf \"%d\\n\", n }' data",
-    "rm build.log",
-    "rm -f a.o b.o",
-    "rm src/old.rs",
 ];
 
 fn corpus() -> Vec<&'static str> {

@@ -1369,7 +1369,7 @@ mod tests {
             "$'\\x72m' x",
             "'r'\"m\" x",
         ] {
-            assert_eq!(names(spelling), ["rm"], "{spelling}");
+            assert_eq!(names(spelling), ["rm", ">x"], "{spelling}");
         }
     }
 
@@ -1397,7 +1397,10 @@ mod tests {
 
     #[test]
     fn peels_wrappers_and_shells() {
-        assert_eq!(names("env -i A=1 nice -n 5 nohup timeout 10 rm x"), ["rm"]);
+        assert_eq!(
+            names("env -i A=1 nice -n 5 nohup timeout 10 rm x"),
+            ["rm", ">x"]
+        );
         assert_eq!(names("sh -c 'a; b'"), ["a", "b"]);
         assert_eq!(names("bash -lc \"a | b\""), ["a", "b"]);
         assert_eq!(names("eval 'a && b'"), ["a", "b"]);
@@ -1405,12 +1408,18 @@ mod tests {
         assert_eq!(names("bash <<< 'a'"), ["a"]);
         assert_eq!(names("echo a | sh"), ["echo", "?"]);
         assert_eq!(names("sh x.sh"), ["?"]);
-        assert_eq!(names("find . -name x -exec rm {} \\;"), ["find", "rm"]);
-        assert_eq!(names("xargs -n1 rm"), ["rm"]);
-        assert_eq!(names("sudo -u root rm x"), ["sudo", "rm"]);
-        assert_eq!(names("command rm x; exec rm y"), ["rm", "rm"]);
-        assert_eq!(names("command -v rm; command rm -v x"), ["command", "rm"]);
-        assert_eq!(names("time rm x"), ["rm"]);
+        assert_eq!(
+            names("find . -name x -exec rm {} \\;"),
+            ["find", "rm", ">."]
+        );
+        assert_eq!(names("xargs -n1 rm"), ["rm", ">?"]);
+        assert_eq!(names("sudo -u root rm x"), ["sudo", "rm", ">x"]);
+        assert_eq!(names("command rm x; exec rm y"), ["rm", ">x", "rm", ">y"]);
+        assert_eq!(
+            names("command -v rm; command rm -v x"),
+            ["command", "rm", ">x"]
+        );
+        assert_eq!(names("time rm x"), ["rm", ">x"]);
         assert_eq!(names(&"busybox ".repeat(5000)), ["?"]);
         // Found by the fuzzer: brush-parser's tokenizer loops forever on this.
         assert_eq!(names("at $(<< <x${"), ["?"]);

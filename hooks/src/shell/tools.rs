@@ -155,6 +155,16 @@ const TOUCH: Grammar = Grammar {
     stop_at_operand: false,
 };
 
+/// GNU rm (coreutils 9): `--interactive[=WHEN]` and `--preserve-root[=all]` take an attached
+/// value only.
+const RM: Grammar = Grammar {
+    short: "dfiIrRv",
+    long: "force interactive? one-file-system no-preserve-root preserve-root? recursive dir \
+        verbose help version",
+    abbreviations: true,
+    stop_at_operand: false,
+};
+
 impl Walker<'_> {
     /// Judges a command that is not a wrapper or a shell: known tools are looked into, the
     /// rest is checked as itself.
@@ -174,6 +184,7 @@ impl Walker<'_> {
             "cmake" => self.cmake(name, args, assigns),
             "uv" => self.uv(name, args, assigns),
             "uvx" => self.uv_tool_run(name, args, assigns),
+            "rm" => self.remove(name, args, assigns),
             "sort" | "uniq" | "tee" | "cp" | "mv" | "ln" | "mkdir" | "touch" | "chmod" => {
                 self.writer(name, args, assigns)
             }
@@ -441,6 +452,28 @@ impl Walker<'_> {
         for path in reads {
             if let Arg::Static(p) = path {
                 self.file(Some(p), false);
+            }
+        }
+    }
+
+    /// `rm`: its options written out (`-rf` is `-r -f`) and its operands as removals are
+    /// (the root `/` however spelt, a glob in the root's first level `/*`), each operand judged
+    /// as a write (a computed one by the profile's default: where it removes is not known).
+    fn remove(&mut self, name: String, args: Vec<Arg>, assigns: Vec<String>) {
+        let mut parsed = RM.parse(&args);
+        let operands: Vec<Arg> = parsed.operands().into_iter().cloned().collect();
+        for item in &mut parsed.items {
+            if let Item::Operand(operand) = item {
+                *operand = super::removal_operand(operand);
+            }
+        }
+        let canonical = parsed.canonical();
+        let shown = super::render_words(&name, &canonical);
+        self.exec(name, canonical, assigns);
+        for operand in operands {
+            match operand {
+                Arg::Static(path) => self.file(Some(path), true),
+                Arg::Dynamic | Arg::Partial { .. } => self.computed_write(&shown),
             }
         }
     }

@@ -354,7 +354,8 @@ impl Walker<'_> {
                     let sub: Vec<Arg> = args[start..end]
                         .iter()
                         .map(|a| match a {
-                            Arg::Static(s) if s.contains("{}") => Arg::Dynamic,
+                            // `{}` alone is resolved below, once the starting points are known.
+                            Arg::Static(s) if s.contains("{}") && s != "{}" => Arg::Dynamic,
                             other => other.clone(),
                         })
                         .collect();
@@ -376,6 +377,21 @@ impl Walker<'_> {
                 other => {
                     own.push(other.clone());
                     i += 1;
+                }
+            }
+        }
+        // What `{}` stands for in -exec and -ok commands: a file under the starting points,
+        // written as the starting point itself when there is one (the write rules judge the
+        // tree it heads: `find build -exec rm {} +` removes inside `build`); otherwise computed.
+        let single_start = match find_starts(&own).as_slice() {
+            [Arg::Static(start)] => Some(Arg::Static(start.clone())),
+            [] => Some(Arg::Static(".".into())),
+            _ => None,
+        };
+        for sub in &mut nested {
+            for arg in sub.iter_mut() {
+                if matches!(arg, Arg::Static(s) if s == "{}") {
+                    *arg = single_start.clone().unwrap_or(Arg::Dynamic);
                 }
             }
         }
@@ -427,4 +443,25 @@ impl Walker<'_> {
             self.file(target, true);
         }
     }
+}
+
+/// find's starting points: the arguments before the first option or expression (`-H`, `-L`,
+/// `-P`, `-D x`, `-O3` come before them).
+fn find_starts(own: &[Arg]) -> Vec<Arg> {
+    let mut starts = Vec::new();
+    let mut j = 0;
+    while let Some(arg) = own.get(j) {
+        match arg {
+            Arg::Static(s) if s == "-D" => j += 2,
+            Arg::Static(s) if matches!(s.as_str(), "-H" | "-L" | "-P") || s.starts_with("-O") => {
+                j += 1
+            }
+            Arg::Static(s) if s.starts_with('-') || s == "(" || s == "!" => break,
+            other => {
+                starts.push(other.clone());
+                j += 1;
+            }
+        }
+    }
+    starts
 }
