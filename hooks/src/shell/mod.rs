@@ -14,8 +14,10 @@ use brush_parser::word::{self, ParameterExpr, WordPiece, WordPieceWithSource};
 
 use crate::pattern::{Arg, is_env_file};
 
+mod awk;
 mod git;
 mod options;
+mod sed;
 mod tools;
 mod variables;
 mod wrappers;

@@ -4,7 +4,7 @@
 //! write. Option tables follow each tool's manual and `--help` (GNU coreutils 9).
 
 use super::options::{Grammar, Item, Name};
-use super::{Stdin, Walker};
+use super::{Stdin, Walker, awk, sed};
 use crate::pattern::Arg;
 use crate::pattern::{is_env_file, wildcard};
 
@@ -165,6 +165,28 @@ const RM: Grammar = Grammar {
     stop_at_operand: false,
 };
 
+/// GNU sed 4.9: `-i[SUFFIX]` and `--in-place[=SUFFIX]` take an attached value only.
+const SED: Grammar = Grammar {
+    short: "nrsuzEbe:f:i::l:",
+    long: "quiet silent debug expression= file= follow-symlinks in-place? line-length= posix \
+        regexp-extended separate sandbox unbuffered null-data zero-terminated binary help \
+        version",
+    abbreviations: true,
+    stop_at_operand: false,
+};
+
+/// gawk 5 (and the POSIX options mawk and busybox share): `-d`, `-o`, `-p` write files
+/// (`awkvars.out`, the pretty-printed program, `awkprof.out` unless named).
+const AWK: Grammar = Grammar {
+    short: "F:v:f:e:E:i:l:bcCd::D::ghL::MnNo::O::p::PrsStVW:",
+    long: "field-separator= assign= file= source= exec= include= load= characters-as-bytes \
+        traditional copyright dump-variables? debug? gen-pot help lint? bignum use-lc-numeric \
+        no-optimize optimize non-decimal-data pretty-print? profile? posix re-interval sandbox \
+        lint-old version csv",
+    abbreviations: true,
+    stop_at_operand: false,
+};
+
 impl Walker<'_> {
     /// Judges a command that is not a wrapper or a shell: known tools are looked into, the
     /// rest is checked as itself.
@@ -185,6 +207,8 @@ impl Walker<'_> {
             "uv" => self.uv(name, args, assigns),
             "uvx" => self.uv_tool_run(name, args, assigns),
             "rm" => self.remove(name, args, assigns),
+            "sed" => self.sed(name, args, assigns),
+            "awk" | "gawk" | "mawk" | "nawk" => self.awk(name, args, assigns),
             "sort" | "uniq" | "tee" | "cp" | "mv" | "ln" | "mkdir" | "touch" | "chmod" => {
                 self.writer(name, args, assigns)
             }
@@ -475,6 +499,159 @@ impl Walker<'_> {
                 Arg::Static(path) => self.file(Some(path), true),
                 Arg::Dynamic | Arg::Partial { .. } => self.computed_write(&shown),
             }
+        }
+    }
+
+    /// sed: what its scripts do besides printing (`w`, `r`, `e`, `s///w`, `s///e`) and, with
+    /// `-i`, its files rewritten in place, each judged as such; sed itself is then a reader.
+    fn sed(&mut self, name: String, args: Vec<Arg>, assigns: Vec<String>) {
+        let parsed = SED.parse(&args);
+        let mut scripts: Vec<Arg> = parsed
+            .values(&["e", "expression"])
+            .map(|v| v.cloned().unwrap_or(Arg::Static(String::new())))
+            .collect();
+        let script_file = parsed.has(&["f", "file"]);
+        let mut files: Vec<Arg> = parsed.operands().into_iter().cloned().collect();
+        if scripts.is_empty() && !script_file && !files.is_empty() {
+            scripts.push(files.remove(0));
+        }
+        let in_place = parsed.has(&["i", "in-place"]);
+        let shown = super::render_words(&name, &args);
+        self.exec(name, parsed.canonical(), assigns);
+        if script_file {
+            self.unknown("`sed -f` runs a script file the hook cannot see");
+        }
+        if parsed.computed_option {
+            self.unknown(format!(
+                "a word computed at run time stands where sed reads options (it may be -i, -e or -f): `{shown}`"
+            ));
+        }
+        let mut effects = sed::SedEffects::default();
+        for script in &scripts {
+            match script {
+                Arg::Static(text) => {
+                    if sed::analyze(text, &mut effects).is_none() {
+                        self.unknown(format!("a sed script the hook cannot follow: `{text}`"));
+                    }
+                }
+                _ => self.unknown("a sed script computed at run time"),
+            }
+        }
+        self.text_tool_effects(
+            "sed",
+            effects.reads,
+            effects.writes,
+            effects.commands,
+            effects.runs_input.then(|| {
+                "sed's e command runs text from its input, which the hook cannot see".into()
+            }),
+        );
+        if in_place {
+            for file in files {
+                match file {
+                    Arg::Static(path) if path != "-" => self.file(Some(path), true),
+                    Arg::Static(_) => {}
+                    Arg::Dynamic | Arg::Partial { .. } => self.computed_write(&shown),
+                }
+            }
+        }
+    }
+
+    /// awk: what its program does besides printing (redirections, pipes, `system()`,
+    /// `getline < FILE`, gawk's `@load`) and the files `-d`, `-o`, `-p` write; awk itself is
+    /// then a reader.
+    fn awk(&mut self, name: String, args: Vec<Arg>, assigns: Vec<String>) {
+        let parsed = AWK.parse(&args);
+        let mut programs: Vec<Arg> = parsed
+            .values(&["e", "source"])
+            .map(|v| v.cloned().unwrap_or(Arg::Static(String::new())))
+            .collect();
+        let program_file = parsed.has(&["f", "file", "E", "exec", "i", "include", "l", "load"]);
+        let operands: Vec<Arg> = parsed.operands().into_iter().cloned().collect();
+        if programs.is_empty() && !program_file {
+            programs.extend(operands.first().cloned());
+        }
+        let mut writes: Vec<String> = Vec::new();
+        for (option, default) in [
+            (["d", "dump-variables"], "awkvars.out"),
+            (["o", "pretty-print"], "awkprof.out"),
+            (["p", "profile"], "awkprof.out"),
+        ] {
+            for value in parsed.values(&option) {
+                match value {
+                    None => writes.push(default.into()),
+                    Some(Arg::Static(file)) => writes.push(file.clone()),
+                    Some(_) => writes.push(String::new()),
+                }
+            }
+        }
+        let shown = super::render_words(&name, &args);
+        self.exec(name, parsed.canonical(), assigns);
+        if program_file {
+            self.unknown("`awk -f` (or -E, -i, -l) runs program files the hook cannot see");
+        }
+        if parsed.computed_option {
+            self.unknown(format!(
+                "a word computed at run time stands where awk reads options (it may be -f or -o): `{shown}`"
+            ));
+        }
+        let (mut reads, mut commands, mut unseen) = (Vec::new(), Vec::new(), Vec::new());
+        for program in &programs {
+            match program {
+                Arg::Static(text) => match awk::analyze(text) {
+                    Some(effects) => {
+                        reads.extend(effects.reads);
+                        writes.extend(effects.writes);
+                        commands.extend(effects.commands);
+                        unseen.extend(effects.unseen);
+                        if effects.computed_write {
+                            writes.push(String::new());
+                        }
+                    }
+                    None => unseen.push(format!("an awk program the hook cannot follow: `{text}`")),
+                },
+                _ => unseen.push("an awk program computed at run time".into()),
+            }
+        }
+        for why in unseen {
+            self.unknown(why);
+        }
+        if writes.iter().any(String::is_empty) {
+            self.computed_write(&shown);
+        }
+        writes.retain(|w| !w.is_empty());
+        self.text_tool_effects("awk", reads, writes, commands, None);
+    }
+
+    /// The files a sed or awk script reads and writes and the commands it runs, each judged as
+    /// itself (`/dev/stdout` and `/dev/stderr` are the output, not files).
+    fn text_tool_effects(
+        &mut self,
+        tool: &str,
+        reads: Vec<String>,
+        writes: Vec<String>,
+        commands: Vec<String>,
+        unseen: Option<String>,
+    ) {
+        for path in reads {
+            if path != "/dev/stdin" && path != "-" {
+                self.file(Some(path), false);
+            }
+        }
+        for path in writes {
+            if !matches!(path.as_str(), "/dev/stdout" | "/dev/stderr" | "-") {
+                self.file(Some(path), true);
+            }
+        }
+        for command in commands {
+            if command.trim().is_empty() {
+                self.unknown(format!("{tool} runs an empty command"));
+            } else {
+                self.script(&command);
+            }
+        }
+        if let Some(why) = unseen {
+            self.unknown(why);
         }
     }
 
