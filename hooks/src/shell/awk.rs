@@ -265,6 +265,18 @@ mod tests {
     }
 
     #[test]
+    fn no_prefix_of_a_program_panics() {
+        let program = "BEGIN{\"é\"|getline d;while((getline l<\"f\")>0)print l>\"o\"}\n$1~/a\\/[/]b/{print|&\"c\";system($0)}@load \"x\"#c\n{print($1>2)>>$2}";
+        let chars: Vec<char> = program.chars().collect();
+        for end in 0..=chars.len() {
+            for start in 0..end {
+                let text: String = chars[start..end].iter().collect();
+                let _ = analyze(&text);
+            }
+        }
+    }
+
+    #[test]
     fn writes_and_commands_are_found() {
         let e = analyze("{ print > \"/etc/x\" }").unwrap_or_default();
         assert_eq!(e.writes, ["/etc/x"]);

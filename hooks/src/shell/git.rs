@@ -8,7 +8,7 @@
 
 use super::options::{Grammar, Name, Parsed};
 use super::{Stdin, Walker};
-use crate::pattern::{Arg, wildcard};
+use crate::pattern::{Arg, is_env_file, wildcard};
 
 /// `git push` (git 2.47, `git push -h` and `--git-completion-helper-all`).
 const PUSH: Grammar = Grammar {
@@ -635,12 +635,17 @@ impl Walker<'_> {
             }
             None => rest.clone(),
         };
+        let env_files = shown_env_files(&subcommand, &rest, after.directory.as_ref());
         if DIFF_FAMILY.contains(&subcommand.as_str()) {
             after.output_args = Some(rest);
         }
         after.subcommand = subcommand.clone();
         let mut shown = vec![Arg::Static(subcommand)];
         shown.extend(canonical);
+        // The secret first, so that a message names it.
+        for path in env_files {
+            self.file(Some(path), false);
+        }
         self.exec("git".into(), shown, assigns);
         self.git_after(after);
     }
@@ -860,6 +865,34 @@ fn looks_like_path(word: &Arg) -> bool {
         }
         None => false,
     }
+}
+
+/// The `.env` files a printing subcommand names (`git show HEAD:.env`, `git log -p -- .env`,
+/// `git cat-file -p :app/.env.local`): their contents, as committed, would be printed.
+fn shown_env_files(
+    subcommand: &str,
+    args: &[Arg],
+    directory: Option<&Option<String>>,
+) -> Vec<String> {
+    if !matches!(
+        subcommand,
+        "show" | "cat-file" | "log" | "diff" | "blame" | "annotate" | "grep" | "whatchanged"
+    ) {
+        return Vec::new();
+    }
+    args.iter()
+        .filter_map(|arg| match arg {
+            Arg::Static(text) if !text.starts_with('-') => {
+                let path = text.rsplit_once(':').map_or(text.as_str(), |(_, p)| p);
+                let path = path.trim_start_matches('/');
+                is_env_file(super::basename(path)).then(|| match directory {
+                    Some(Some(dir)) => join(dir, path),
+                    _ => path.to_string(),
+                })
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 fn join(dir: &str, path: &str) -> String {

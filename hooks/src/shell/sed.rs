@@ -238,6 +238,19 @@ mod tests {
     }
 
     #[test]
+    fn no_prefix_of_a_script_panics() {
+        let scripts =
+            "s/é/ü/w f\n1,$!{/a\\/b/I,+3d};y/ab/cd/;:x;tx;e ls;r /x;a\\\ntext;\\,x,p;0~4W o";
+        let chars: Vec<char> = scripts.chars().collect();
+        for end in 0..=chars.len() {
+            for start in 0..end {
+                let script: String = chars[start..end].iter().collect();
+                let _ = effects(&script);
+            }
+        }
+    }
+
+    #[test]
     fn what_is_not_followed_is_none() {
         for script in ["s/a/b", "k", "w", "y/ab/", "s\na\nb\n"] {
             assert_eq!(effects(script), None, "{script}");
