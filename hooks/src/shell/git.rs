@@ -180,6 +180,16 @@ const DIFFTOOL: Grammar = Grammar {
     stop_at_operand: false,
 };
 
+/// `git worktree` and its subcommands' options together (add, list, lock, move, prune,
+/// remove, repair, unlock): the subcommand is the first operand.
+const WORKTREE: Grammar = Grammar {
+    short: "fb:B:dqnvz",
+    long: "force detach checkout lock reason= orphan track guess-remote quiet porcelain \
+        verbose expire= dry-run relative-paths no-checkout no-track no-guess-remote",
+    abbreviations: true,
+    stop_at_operand: false,
+};
+
 const RM: Grammar = Grammar {
     short: "nrfq",
     long: "cached dry-run force quiet ignore-unmatch sparse pathspec-from-file= \
@@ -209,6 +219,7 @@ fn grammar(subcommand: &str) -> Option<&'static Grammar> {
         "archive" => &ARCHIVE,
         "difftool" => &DIFFTOOL,
         "rm" => &RM,
+        "worktree" => &WORKTREE,
         _ => return None,
     })
 }
