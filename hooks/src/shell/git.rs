@@ -913,3 +913,37 @@ fn join(dir: &str, path: &str) -> String {
         format!("{}/{path}", dir.trim_end_matches('/'))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_checkout_operand_is_a_path_when_it_looks_like_one() {
+        for path in [
+            ".",
+            "..",
+            "./src",
+            "../x",
+            "/abs",
+            ":/top",
+            "*.rs",
+            "src/main.rs",
+            "README.md",
+        ] {
+            assert!(looks_like_path(&Arg::Static(path.into())), "{path}");
+        }
+        for branch in [
+            "main",
+            "feature/login",
+            "v1.2",
+            "release-1.0",
+            "HEAD~1",
+            "origin/main",
+            "-",
+        ] {
+            assert!(!looks_like_path(&Arg::Static(branch.into())), "{branch}");
+        }
+        assert!(looks_like_path(&Arg::Dynamic));
+    }
+}

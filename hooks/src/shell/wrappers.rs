@@ -383,8 +383,11 @@ impl Walker<'_> {
         // What `{}` stands for in -exec and -ok commands: a file under the starting points,
         // written as the starting point itself when there is one (the write rules judge the
         // tree it heads: `find build -exec rm {} +` removes inside `build`); otherwise computed.
-        let single_start = match find_starts(&own).as_slice() {
-            [Arg::Static(start)] => Some(Arg::Static(start.clone())),
+        let single_start = match find_start_positions(&own).as_slice() {
+            [j] => match &own[*j] {
+                Arg::Static(start) => Some(Arg::Static(start.clone())),
+                _ => None,
+            },
             [] => Some(Arg::Static(".".into())),
             _ => None,
         };
@@ -395,31 +398,16 @@ impl Walker<'_> {
                 }
             }
         }
-        // `-delete` removes what it finds under the starting points (`.` when none), which
-        // are the arguments before the first option or expression (`-H`, `-L`, `-P`, `-D x`,
-        // `-O3` come before them).
+        // `-delete` removes what it finds under the starting points (`.` when none).
         let deletes = own
             .iter()
             .any(|a| matches!(a, Arg::Static(s) if s == "-delete"));
-        let mut starts = Vec::new();
-        let mut j = 0;
-        while let Some(arg) = own.get(j) {
-            match arg {
-                Arg::Static(s) if s == "-D" => j += 2,
-                Arg::Static(s)
-                    if matches!(s.as_str(), "-H" | "-L" | "-P") || s.starts_with("-O") =>
-                {
-                    j += 1
-                }
-                Arg::Static(s) if s.starts_with('-') || s == "(" || s == "!" => break,
-                other => {
-                    starts.push(other.clone());
-                    if deletes {
-                        // Written as removals are (`/` and `/*` for the root).
-                        own[j] = super::removal_operand(other);
-                    }
-                    j += 1;
-                }
+        let positions = find_start_positions(&own);
+        let mut starts: Vec<Arg> = positions.iter().map(|&j| own[j].clone()).collect();
+        if deletes {
+            for &j in &positions {
+                // Written as removals are (`/` and `/*` for the root).
+                own[j] = super::removal_operand(&own[j]);
             }
         }
         if starts.is_empty() {
@@ -445,10 +433,10 @@ impl Walker<'_> {
     }
 }
 
-/// find's starting points: the arguments before the first option or expression (`-H`, `-L`,
-/// `-P`, `-D x`, `-O3` come before them).
-fn find_starts(own: &[Arg]) -> Vec<Arg> {
-    let mut starts = Vec::new();
+/// Where find's starting points are among its arguments: before the first option or
+/// expression (`-H`, `-L`, `-P`, `-D x`, `-O3` come before them).
+fn find_start_positions(own: &[Arg]) -> Vec<usize> {
+    let mut positions = Vec::new();
     let mut j = 0;
     while let Some(arg) = own.get(j) {
         match arg {
@@ -457,11 +445,11 @@ fn find_starts(own: &[Arg]) -> Vec<Arg> {
                 j += 1
             }
             Arg::Static(s) if s.starts_with('-') || s == "(" || s == "!" => break,
-            other => {
-                starts.push(other.clone());
+            _ => {
+                positions.push(j);
                 j += 1;
             }
         }
     }
-    starts
+    positions
 }
