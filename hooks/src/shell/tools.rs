@@ -187,6 +187,31 @@ const AWK: Grammar = Grammar {
     stop_at_operand: false,
 };
 
+/// `awk -W` names that change no input or output (mawk's and gawk's).
+const AWK_W_HARMLESS: &[&str] = &[
+    "version",
+    "help",
+    "usage",
+    "interactive",
+    "posix_space",
+    "posix",
+    "traditional",
+    "sandbox",
+    "copyright",
+    "csv",
+    "re-interval",
+    "characters-as-bytes",
+    "lint",
+    "lint-old",
+    "no-optimize",
+    "optimize",
+    "bignum",
+    "use-lc-numeric",
+    "non-decimal-data",
+    "random",
+    "sprintf",
+];
+
 impl Walker<'_> {
     /// Judges a command that is not a wrapper or a shell: known tools are looked into, the
     /// rest is checked as itself.
@@ -422,8 +447,11 @@ impl Walker<'_> {
         let target_dir: Vec<Option<&Arg>> = parsed.values(&["t", "target-directory"]).collect();
         let mut writes: Vec<Arg> = Vec::new();
         let mut reads: Vec<Arg> = Vec::new();
+        // `sort --compress-program=PROG` runs PROG (and `PROG -d`) on its temporary files.
+        let mut programs: Vec<Option<Arg>> = Vec::new();
         match name.as_str() {
             "sort" => {
+                programs.extend(parsed.values(&["compress-program"]).map(|v| v.cloned()));
                 writes.extend(parsed.values(&["o", "output"]).flatten().cloned());
                 // Temporary files go there (and are removed).
                 writes.extend(
@@ -476,6 +504,16 @@ impl Walker<'_> {
         for path in reads {
             if let Arg::Static(p) = path {
                 self.file(Some(p), false);
+            }
+        }
+        for program in programs {
+            match program {
+                Some(Arg::Static(program)) => self.dispatch_args(
+                    vec![Arg::Static(program), Arg::Dynamic],
+                    Vec::new(),
+                    Stdin::Unseen,
+                ),
+                _ => self.unknown("`sort --compress-program` of a program computed at run time"),
             }
         }
     }
@@ -566,7 +604,17 @@ impl Walker<'_> {
             .values(&["e", "source"])
             .map(|v| v.cloned().unwrap_or(Arg::Static(String::new())))
             .collect();
-        let program_file = parsed.has(&["f", "file", "E", "exec", "i", "include", "l", "load"]);
+        // `-W NAME[=VALUE]` spells gawk's long options (`-Wsource=…`, `-Wfile=…`) and mawk's own
+        // (`-W exec FILE`): only those that change no input or output are followed.
+        let w_other = parsed.values(&["W"]).any(|value| match value {
+            Some(Arg::Static(v)) => {
+                let name = v.split('=').next().unwrap_or_default();
+                !AWK_W_HARMLESS.contains(&name)
+            }
+            _ => true,
+        });
+        let program_file =
+            w_other || parsed.has(&["f", "file", "E", "exec", "i", "include", "l", "load"]);
         let operands: Vec<Arg> = parsed.operands().into_iter().cloned().collect();
         if programs.is_empty() && !program_file {
             programs.extend(operands.first().cloned());
@@ -588,7 +636,9 @@ impl Walker<'_> {
         let shown = super::render_words(&name, &args);
         self.exec(name, parsed.canonical(), assigns);
         if program_file {
-            self.unknown("`awk -f` (or -E, -i, -l) runs program files the hook cannot see");
+            self.unknown(
+                "`awk -f` (or -E, -i, -l, -W) runs program files or options the hook cannot see",
+            );
         }
         if parsed.computed_option {
             self.unknown(format!(
