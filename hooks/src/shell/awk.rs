@@ -222,6 +222,15 @@ pub(super) fn analyze(program: &str) -> Option<AwkEffects> {
         }
         i += 1;
     }
+    // gawk's special files `/inet/…`, `/inet4/…`, `/inet6/…` are network connections.
+    let is_network = |path: &String| path.starts_with("/inet");
+    if effects.reads.iter().chain(&effects.writes).any(is_network) {
+        effects.reads.retain(|p| !is_network(p));
+        effects.writes.retain(|p| !is_network(p));
+        effects
+            .unseen
+            .push("gawk's /inet special files open network connections".into());
+    }
     Some(effects)
 }
 
@@ -308,5 +317,7 @@ mod tests {
         let e = analyze("BEGIN { while ((getline l < \".env\") > 0) print l }").unwrap_or_default();
         assert_eq!(e.reads, [".env"]);
         assert_eq!(analyze("{ print \"x"), None);
+        let e = analyze("BEGIN { getline l < \"/inet/tcp/0/example.com/80\" }").unwrap_or_default();
+        assert_eq!((e.reads.len(), e.unseen.len()), (0, 1));
     }
 }
