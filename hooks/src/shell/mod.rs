@@ -445,7 +445,16 @@ impl Walker<'_> {
                 }
                 ast::CommandPrefixOrSuffixItem::Word(w) => {
                     let arg = self.word(&w.value);
-                    words.push(arg);
+                    // `{main,+main}` is several words: expanded when the word is plain text,
+                    // computed otherwise.
+                    if w.value.contains('{') && is_brace_expansion(&w.value) {
+                        match expand_braces(&w.value) {
+                            Some(expanded) => words.extend(expanded.into_iter().map(Arg::Static)),
+                            None => words.push(Arg::Dynamic),
+                        }
+                    } else {
+                        words.push(arg);
+                    }
                 }
                 ast::CommandPrefixOrSuffixItem::AssignmentWord(assignment, w) => {
                     let value = self.assignment(assignment);
@@ -673,10 +682,13 @@ impl Walker<'_> {
     }
 
     /// A computed word with the static text around its computed parts (`Arg::Partial`), or
-    /// `Arg::Dynamic` when there is none.
+    /// `Arg::Dynamic` when there is none, or when an unquoted expansion may split it into
+    /// several words (`x$Y` may be `x +main`: only the first word would start with `x`).
     fn partial(&self, pieces: &[WordPieceWithSource]) -> Arg {
         let mut atoms = Vec::new();
-        self.atoms(pieces, false, &mut atoms);
+        if !self.atoms(pieces, false, &mut atoms) {
+            return Arg::Dynamic;
+        }
         let prefix: String = atoms.iter().map_while(|a| a.as_deref()).collect();
         let mut suffix: Vec<&str> = atoms.iter().rev().map_while(|a| a.as_deref()).collect();
         suffix.reverse();
@@ -688,26 +700,38 @@ impl Walker<'_> {
         }
     }
 
-    /// A word's pieces as static texts and computed parts (`None`), quotes looked into.
+    /// A word's pieces as static texts and computed parts (`None`), quotes looked into;
+    /// `false` when a computed part stands outside double quotes (it may split the word).
     fn atoms(
         &self,
         pieces: &[WordPieceWithSource],
         in_double_quotes: bool,
         out: &mut Vec<Option<String>>,
-    ) {
+    ) -> bool {
+        let mut one_word = true;
         for piece in pieces {
             match &piece.piece {
                 WordPiece::Text(t) | WordPiece::SingleQuotedText(t) => out.push(Some(t.clone())),
                 WordPiece::AnsiCQuotedText(t) => out.push(decode_ansi_c(t)),
                 WordPiece::DoubleQuotedSequence(inner)
-                | WordPiece::GettextDoubleQuotedSequence(inner) => self.atoms(inner, true, out),
+                | WordPiece::GettextDoubleQuotedSequence(inner) => {
+                    one_word &= self.atoms(inner, true, out)
+                }
                 WordPiece::TildeExpansion(word::TildeExpr::Home) => {
                     out.push(Some(self.home.to_string()))
                 }
                 WordPiece::EscapeSequence(e) => out.push(Some(unescape(e, in_double_quotes))),
-                _ => out.push(None),
+                WordPiece::TildeExpansion(_) => out.push(None),
+                WordPiece::ParameterExpansion(_)
+                | WordPiece::CommandSubstitution(_)
+                | WordPiece::BackquotedCommandSubstitution(_)
+                | WordPiece::ArithmeticExpression(_) => {
+                    one_word &= in_double_quotes;
+                    out.push(None);
+                }
             }
         }
+        one_word
     }
 
     /// Concatenates word pieces; `None` as soon as one is computed at run time (but keeps
@@ -1199,6 +1223,10 @@ fn removal_operand(arg: &Arg) -> Arg {
     if normalized == "/" {
         return Arg::Static("/".into());
     }
+    // A system directory however spelt (`/usr/`, `/usr/../etc`), for the rules.
+    if !normalized.contains(['*', '?', '[', '{']) {
+        return Arg::Static(normalized);
+    }
     let first = normalized
         .trim_start_matches('/')
         .split('/')
@@ -1284,6 +1312,183 @@ fn has_unquoted_expansion_chars(text: &str) -> bool {
         }
         None => true,
     }
+}
+
+/// Whether a word holds an unquoted brace expansion (`{a,b}`, `{1..3}`, `x{,.bak}`), which
+/// makes it several words: a `{` and its `}` with a top-level comma or a `..` between them.
+fn is_brace_expansion(text: &str) -> bool {
+    let Some(pieces) = guarded(|| word::parse(text, &parser_options()).ok()) else {
+        return true;
+    };
+    let unquoted: Vec<char> = pieces
+        .iter()
+        .map(|p| match &p.piece {
+            WordPiece::Text(t) => t.as_str(),
+            // A quoted part cannot open or close a brace expansion, but may sit inside one.
+            _ => "x",
+        })
+        .collect::<String>()
+        .chars()
+        .collect();
+    let mut opens: Vec<(usize, bool)> = Vec::new();
+    let mut i = 0;
+    while let Some(&c) = unquoted.get(i) {
+        match c {
+            '{' => opens.push((i, false)),
+            ',' => {
+                if let Some(last) = opens.last_mut() {
+                    last.1 = true;
+                }
+            }
+            '}' => {
+                if let Some((start, comma)) = opens.pop() {
+                    let inner: String = unquoted[start + 1..i].iter().collect();
+                    if comma || (inner.contains("..") && !inner.contains('{')) {
+                        return true;
+                    }
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    false
+}
+
+/// Most words a brace expansion may produce before the hook calls the word computed.
+const MAX_BRACE_WORDS: usize = 256;
+
+/// The words an unquoted, plain brace expansion produces, in bash's order (`a{b,c}d` → `abd
+/// acd`, `x{1..3}` → `x1 x2 x3`, nested braces expanded in turn); `None` when the word is not
+/// plain text (quotes, `$`, backslashes) or expands to too many words.
+fn expand_braces(text: &str) -> Option<Vec<String>> {
+    if text.contains(['\'', '"', '$', '`', '\\']) {
+        return None;
+    }
+    let mut done = Vec::new();
+    let mut pending = vec![text.to_string()];
+    while let Some(word) = pending.pop() {
+        match brace_alternatives(&word)? {
+            Some(alternatives) => pending.extend(alternatives.into_iter().rev()),
+            None => done.push(word),
+        }
+        if done.len() + pending.len() > MAX_BRACE_WORDS {
+            return None;
+        }
+    }
+    Some(done)
+}
+
+/// The words the first (outermost, leftmost) brace expansion of `word` makes (`Some(None)`
+/// when it has none; `None` when it makes too many).
+fn brace_alternatives(word: &str) -> Option<Option<Vec<String>>> {
+    let chars: Vec<char> = word.chars().collect();
+    for start in (0..chars.len()).filter(|&i| chars[i] == '{') {
+        // The matching `}` and the top-level commas between.
+        let (mut depth, mut commas, mut end) = (0usize, Vec::new(), None);
+        for (i, &c) in chars.iter().enumerate().skip(start + 1) {
+            match c {
+                '{' => depth += 1,
+                '}' if depth == 0 => {
+                    end = Some(i);
+                    break;
+                }
+                '}' => depth -= 1,
+                ',' if depth == 0 => commas.push(i),
+                _ => {}
+            }
+        }
+        let Some(end) = end else { continue };
+        let prefix: String = chars[..start].iter().collect();
+        let suffix: String = chars[end + 1..].iter().collect();
+        let items: Vec<String> = if commas.is_empty() {
+            let inner: String = chars[start + 1..end].iter().collect();
+            match sequence(&inner) {
+                Ok(items) => items,
+                Err(Sequence::TooLong) => return None,
+                Err(Sequence::Not) => continue,
+            }
+        } else {
+            let mut bounds = vec![start];
+            bounds.extend(&commas);
+            bounds.push(end);
+            bounds
+                .windows(2)
+                .map(|w| chars[w[0] + 1..w[1]].iter().collect())
+                .collect()
+        };
+        return Some(Some(
+            items
+                .into_iter()
+                .map(|item| format!("{prefix}{item}{suffix}"))
+                .collect(),
+        ));
+    }
+    Some(None)
+}
+
+/// Why `{…}` makes no sequence.
+enum Sequence {
+    /// It is not one: the braces stay as they are.
+    Not,
+    /// It makes more words than the hook expands.
+    TooLong,
+}
+
+/// `1..5`, `5..1`, `a..e`, with an optional `..STEP`: the items bash makes.
+fn sequence(inner: &str) -> Result<Vec<String>, Sequence> {
+    let parts: Vec<&str> = inner.split("..").collect();
+    let step = |text: &str| {
+        text.parse::<i64>()
+            .ok()
+            .and_then(i64::checked_abs)
+            .map(|s| s.max(1))
+            .ok_or(Sequence::Not)
+    };
+    let (from, to, step) = match parts.as_slice() {
+        [from, to] => (*from, *to, 1i64),
+        [from, to, by] => (*from, *to, step(by)?),
+        _ => return Err(Sequence::Not),
+    };
+    let (numbers, from, to) = match (from.parse::<i64>(), to.parse::<i64>()) {
+        (Ok(a), Ok(b)) => (true, a, b),
+        _ => {
+            let (mut a, mut b) = (from.chars(), to.chars());
+            match (a.next(), a.next(), b.next(), b.next()) {
+                (Some(x), None, Some(y), None)
+                    if x.is_ascii_alphabetic() && y.is_ascii_alphabetic() =>
+                {
+                    (false, x as i64, y as i64)
+                }
+                _ => return Err(Sequence::Not),
+            }
+        }
+    };
+    if from.abs_diff(to) / step.unsigned_abs() > MAX_BRACE_WORDS as u64 {
+        return Err(Sequence::TooLong);
+    }
+    let mut items = Vec::new();
+    let mut at = from;
+    loop {
+        items.push(if numbers {
+            at.to_string()
+        } else {
+            u32::try_from(at)
+                .ok()
+                .and_then(char::from_u32)
+                .ok_or(Sequence::Not)?
+                .to_string()
+        });
+        if at == to {
+            break;
+        }
+        let next = if from < to { at + step } else { at - step };
+        if (from < to && next > to) || (from > to && next < to) {
+            break;
+        }
+        at = next;
+    }
+    Ok(items)
 }
 
 /// Backslash escapes as the shell removes them: outside quotes `\x` is `x`; inside double
@@ -1395,6 +1600,26 @@ mod tests {
         assert_eq!(names("x=$(a) y=${z:-$(b)}"), ["", "a", "b"]);
         assert_eq!(names("cat <<EOF\n$(a)\nEOF"), ["cat", "a"]);
         assert_eq!(names("echo $(( $(a) + 1 ))"), ["echo", "a"]);
+    }
+
+    #[test]
+    fn brace_expansions_are_the_words_bash_makes() {
+        let words = |text: &str| expand_braces(text).unwrap_or_default().join(" ");
+        assert_eq!(words("{main,+main}"), "main +main");
+        assert_eq!(words("x{a,b{c,:d}}"), "xa xbc xb:d");
+        assert_eq!(words("{a,b}{1,2}"), "a1 a2 b1 b2");
+        assert_eq!(words("f{,.bak}"), "f f.bak");
+        assert_eq!(words("{1..3}"), "1 2 3");
+        assert_eq!(words("{3..1}"), "3 2 1");
+        assert_eq!(words("{1..10..4}"), "1 5 9");
+        assert_eq!(words("{a..c}"), "a b c");
+        assert_eq!(words("{x}"), "{x}");
+        assert_eq!(expand_braces("{1..100000}"), None);
+        assert_eq!(expand_braces("'{a,b}'"), None);
+        assert!(is_brace_expansion("{a,b}") && is_brace_expansion("{1..2}"));
+        assert!(!is_brace_expansion("stash@{1}") && !is_brace_expansion("'{a,b}'"));
+        assert!(!is_brace_expansion("@{upstream}..HEAD"));
+        assert_eq!(names("git push origin {main,+main}"), ["git"]);
     }
 
     #[test]

@@ -1,12 +1,13 @@
 //! What known tools do with their arguments beyond being themselves: the programs their
-//! options start (`rg --pre`, `make --eval`, `cmake -E`, `uv run`), each judged as itself, and
-//! the files they write (`sort -o`, `uniq IN OUT`, `tee`, `cp`, `mv`, …), each judged as a
-//! write. Option tables follow each tool's manual and `--help` (GNU coreutils 9).
+//! options start (`rg --pre`, `make --eval`, `cmake -E`, `uv run`, `sort --compress-program`),
+//! each judged as itself; the files they write or remove (`sort -o`, `uniq IN OUT`, `tee`,
+//! `cp`, `mv`, `rm`, `sed -i`, sed's `w`, awk's `print > F`), each judged as a write; what sed
+//! and awk scripts run; and the project `.env` files a reader names, judged as read. Option
+//! tables follow each tool's manual and `--help` (GNU coreutils 9, GNU sed 4.9, gawk 5).
 
 use super::options::{Grammar, Item, Name};
 use super::{Stdin, Walker, awk, sed};
-use crate::pattern::Arg;
-use crate::pattern::{is_env_file, wildcard};
+use crate::pattern::{Arg, is_env_file, wildcard};
 
 /// ripgrep 14 (crates/core/flags/defs.rs): the flags that take a value; ripgrep accepts
 /// `--flag value` and `--flag=value`, and no abbreviations.
