@@ -177,7 +177,8 @@ const SED: Grammar = Grammar {
 };
 
 /// gawk 5 (and the POSIX options mawk and busybox share): `-d`, `-o`, `-p` write files
-/// (`awkvars.out`, the pretty-printed program, `awkprof.out` unless named).
+/// (`awkvars.out`, the pretty-printed program, `awkprof.out` unless named). Options end at
+/// the program text (checked with mawk: `awk '{print}' -f` reads a file named `-f`).
 const AWK: Grammar = Grammar {
     short: "F:v:f:e:E:i:l:bcCd::D::ghL::MnNo::O::p::PrsStVW:",
     long: "field-separator= assign= file= source= exec= include= load= characters-as-bytes \
@@ -185,7 +186,7 @@ const AWK: Grammar = Grammar {
         no-optimize optimize non-decimal-data pretty-print? profile? posix re-interval sandbox \
         lint-old version csv",
     abbreviations: true,
-    stop_at_operand: false,
+    stop_at_operand: true,
 };
 
 /// `awk -W` names that change no input or output (mawk's and gawk's).
@@ -616,7 +617,8 @@ impl Walker<'_> {
         });
         let program_file =
             w_other || parsed.has(&["f", "file", "E", "exec", "i", "include", "l", "load"]);
-        let operands: Vec<Arg> = parsed.operands().into_iter().cloned().collect();
+        // Options end at the program (or the first file): what follows is awk's ARGV.
+        let operands: Vec<Arg> = args.get(parsed.rest..).unwrap_or_default().to_vec();
         if programs.is_empty() && !program_file {
             programs.extend(operands.first().cloned());
         }
@@ -635,7 +637,9 @@ impl Walker<'_> {
             }
         }
         let shown = super::render_words(&name, &args);
-        self.exec(name, parsed.canonical(), assigns);
+        let mut canonical = parsed.canonical();
+        canonical.extend(operands);
+        self.exec(name, canonical, assigns);
         if program_file {
             self.unknown(
                 "`awk -f` (or -E, -i, -l, -W) runs program files or options the hook cannot see",
