@@ -563,7 +563,7 @@ impl Walker<'_> {
         }
         if parsed.computed_option {
             self.unknown(format!(
-                "a word computed at run time stands where sed reads options (it may be -i, -e or -f): `{shown}`"
+                "a word computed at run time stands where sed reads options (it may be -i, -e or -f): `{shown}`; put `--` before computed file names"
             ));
         }
         let mut effects = sed::SedEffects::default();
@@ -647,7 +647,7 @@ impl Walker<'_> {
         }
         if parsed.computed_option {
             self.unknown(format!(
-                "a word computed at run time stands where awk reads options (it may be -f or -o): `{shown}`"
+                "a word computed at run time stands where awk reads options (it may be -f or -o): `{shown}`; put `--` before the program"
             ));
         }
         let (mut reads, mut commands, mut unseen) = (Vec::new(), Vec::new(), Vec::new());
