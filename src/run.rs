@@ -39,6 +39,9 @@ pub struct Request {
     /// End the whole sandbox after DURATION (90s, 30m, 1h30m): SIGTERM, then SIGKILL 5 s later.
     /// Exit 124.
     pub timeout: Option<std::time::Duration>,
+    /// Run directories kept under ~/.local/state/stepproof/runs/ after this run (the newest;
+    /// `all` keeps every one).
+    pub keep_runs: crate::audit::runs::Keep,
     /// Write the markdown job summary to FILE.
     pub summary: Option<PathBuf>,
     /// Write the job summary as JSON to FILE.
@@ -89,6 +92,9 @@ struct Outputs {
     report: Option<OutputFile>,
     summaries: Vec<OutputFile>,
     summary_json: Option<OutputFile>,
+    /// The run's directory under the state dir, once the host's facts are known: the retention
+    /// rule is applied beside it when the run ends.
+    run_dir: Option<PathBuf>,
 }
 
 impl Outputs {
@@ -123,6 +129,7 @@ impl Outputs {
             report: open("the report", &args.report, WriteMode::Replace)?,
             summaries,
             summary_json: open("the JSON summary", &args.summary_json, WriteMode::Replace)?,
+            run_dir: None,
         })
     }
 
@@ -204,6 +211,7 @@ fn carry_out(
             )));
         }
     }
+    outputs.run_dir = Some(facts.run_dir.clone());
     tracing::debug!("facts gathered");
     let audit = open_audit_log(args, &facts.home).map_err(audit_failure)?;
     tracing::debug!("audit log opened");
@@ -230,9 +238,11 @@ fn carry_out(
         }
     }
     // Before anything runs: whatever the sandbox plants at these names later is not followed.
+    let run_dir = outputs.run_dir.clone();
     *outputs = Outputs::open(args, &writable_roots(&plan))
         .inspect_err(|_| outputs.opened = true)
         .map_err(Failure::refused)?;
+    outputs.run_dir = run_dir;
     let command: Vec<OsString> = if args.selftest {
         crate::selftest::install_probe_binary(&mut plan).map_err(Failure::host)?
     } else {
@@ -678,7 +688,9 @@ pub fn run(args: &Request) -> i32 {
         Err(failure) => (Outcome::from_failure(failure), None),
     };
     if !outputs.opened {
+        let run_dir = outputs.run_dir.take();
         outputs = Outputs::open_late(args);
+        outputs.run_dir = run_dir;
     }
     if let Some(report) = &report {
         let json = serde_json::to_string_pretty(report).unwrap_or_default();
@@ -708,6 +720,16 @@ pub fn run(args: &Request) -> i32 {
     }
     let json = serde_json::to_string_pretty(&status).unwrap_or_default();
     write_output(&mut outputs.status, (json + "\n").as_bytes());
+    if let Some(own) = &outputs.run_dir {
+        let (removed, failed) = crate::audit::runs::prune(own, args.keep_runs);
+        tracing::debug!(removed = removed.len(), "older run directories removed");
+        for (path, e) in failed {
+            crate::say!(
+                "stepproof-run: removing the old run directory {}: {e}",
+                path.display()
+            );
+        }
+    }
     launch::reap_children(std::time::Duration::from_secs(10));
     tracing::debug!("exiting");
     outcome.exit_code()

@@ -298,9 +298,22 @@ both!(killed_at_any_phase_leaves_nothing, |w: &World| {
             })
         })
     };
+    // As root the runs have a cgroup (a memory limit), so that a killed run's cgroup is left
+    // for the next run to remove; the test user's host cannot enforce one.
+    let mut profile_args: Vec<String> = Vec::new();
+    let with_cgroup = w.who == Who::Root && Path::new("/sys/fs/cgroup/memory").is_dir();
+    if with_cgroup {
+        let path = w.base.join("limited.toml");
+        fs::write(
+            &path,
+            "extends = \"default\"\n[process.limits]\nmemory = \"1G\"\n",
+        )
+        .unwrap();
+        profile_args = vec!["--profile".into(), path.to_str().unwrap().into()];
+    }
     // How many markers a whole run prints: the kills are spread over all of them.
     let mut whole = w.as_owner(w.run_binary());
-    whole.args(["--", "/bin/sleep", "0.05"]);
+    whole.args(&profile_args).args(["--", "/bin/sleep", "0.05"]);
     w.clean_env(&mut whole)
         .env("STEPPROOF_LOG", "debug")
         .env("NO_COLOR", "1");
@@ -312,6 +325,7 @@ both!(killed_at_any_phase_leaves_nothing, |w: &World| {
     for round in 0..250usize {
         let mut cmd = w.as_owner(Path::new("setsid"));
         cmd.arg(w.run_binary())
+            .args(&profile_args)
             .arg("--audit-log")
             .arg(&log)
             .args(["--", "/bin/sleep", "0.05"]);
@@ -357,10 +371,96 @@ both!(killed_at_any_phase_leaves_nothing, |w: &World| {
         starts >= 100,
         "only {starts} of 250 rounds wrote a start record"
     );
-    // The log's lock went with its holder: a run on it starts and ends.
+    // The log's lock went with its holder: a run on it starts and ends (and removes the
+    // cgroups the killed runs left).
+    let mut last: Vec<&str> = profile_args.iter().map(String::as_str).collect();
+    last.extend(["--audit-log", log.to_str().unwrap()]);
+    let out = w.command(&last, &["/bin/true"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    if with_cgroup {
+        let left = dead_runs_cgroups();
+        assert!(left.is_empty(), "cgroups of killed runs are left: {left:?}");
+    }
+});
+
+/// `stepproof-<pid>-*` cgroups, below this process's own cgroup in the v1 hierarchies, whose
+/// supervisor is gone.
+fn dead_runs_cgroups() -> Vec<std::path::PathBuf> {
+    let own = fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let mut found = Vec::new();
+    for line in own.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (Some(_), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next())
+        else {
+            continue;
+        };
+        if controllers.is_empty() || controllers.starts_with("name=") {
+            continue;
+        }
+        let dir = Path::new("/sys/fs/cgroup")
+            .join(controllers)
+            .join(path.trim_start_matches('/'));
+        for e in fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let pid = name
+                .strip_prefix("stepproof-")
+                .and_then(|rest| rest.split('-').next())
+                .and_then(|pid| pid.parse::<u32>().ok());
+            if let Some(pid) = pid
+                && !Path::new(&format!("/proc/{pid}")).exists()
+            {
+                found.push(e.path());
+            }
+        }
+    }
+    found
+}
+
+// Run directories are kept by a retention rule: the newest N (`--keep-runs`, or
+// STEPPROOF_KEEP_RUNS; default 100) stay, older ones go when a run ends; `all` keeps every one.
+// A bad value is refused before anything runs.
+both!(old_run_directories_are_removed, |w: &World| {
+    let runs = w.home.join(".local/state/stepproof/runs");
+    let dead = 4_194_305u32;
+    for secs in 1..=5u64 {
+        fs::create_dir_all(runs.join(format!("{secs}-{dead}/claude-config"))).unwrap();
+        fs::write(runs.join(format!("{secs}-{dead}/audit.jsonl")), "{}\n").unwrap();
+    }
+    chown_tree(&w.home, w.owner);
+    let names = || {
+        let mut n: Vec<String> = fs::read_dir(&runs)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        n.sort();
+        n
+    };
+    // `all`: nothing removed (5 old + this run's).
     let out = w
-        .command(&["--audit-log", log.to_str().unwrap()], &["/bin/true"])
+        .command(&["--keep-runs", "all"], &["/bin/true"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert_eq!(names().len(), 6, "{:?}", names());
+    // The environment's number: the newest 4 stay (this run's, the one before, 5-…, 4-…).
+    let out = w
+        .command(&[], &["/bin/true"])
+        .env("STEPPROOF_KEEP_RUNS", "4")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let left = names();
+    assert_eq!(left.len(), 4, "{left:?}");
+    assert!(left.contains(&format!("5-{dead}")) && left.contains(&format!("4-{dead}")));
+    assert!(!left.contains(&format!("1-{dead}")));
+    // The flag wins over the environment; a bad value is refused (120), nothing run.
+    let marker = w.workspace.join("ran");
+    let out = w
+        .command(&["--keep-runs", "0"], &["/bin/sh", "-c", "touch ran"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(120), "{}", describe(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("at least 1"));
+    assert!(!marker.exists());
 });

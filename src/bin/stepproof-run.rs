@@ -50,6 +50,16 @@ struct Args {
     /// Exit 124.
     #[arg(long, value_name = "DURATION", value_parser = stepproof::ci::parse_duration)]
     timeout: Option<std::time::Duration>,
+    /// Keep the newest N run directories under ~/.local/state/stepproof/runs/ (each holds a
+    /// run's audit log, its agent's configuration and its quarantine) and remove older ones
+    /// when this run ends; `all` removes none. Default 100.
+    #[arg(
+        long,
+        value_name = "N|all",
+        env = "STEPPROOF_KEEP_RUNS",
+        default_value = "100"
+    )]
+    keep_runs: stepproof::audit::runs::Keep,
     /// Write the markdown job summary to FILE.
     #[arg(long, value_name = "FILE")]
     summary: Option<PathBuf>,
@@ -100,6 +110,7 @@ fn main() {
         audit_log: args.audit_log,
         ci: args.ci,
         timeout: args.timeout,
+        keep_runs: args.keep_runs,
         summary: args.summary,
         summary_json: args.summary_json,
         fail_on_deny: args.fail_on_deny,

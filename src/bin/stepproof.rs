@@ -168,7 +168,7 @@ fn main() {
                             "stepproof: the self-test did not run: {}",
                             String::from_utf8_lossy(&out.stderr).trim()
                         );
-                        125
+                        ExitCode::HostFailure.code()
                     } else {
                         stepproof::out!(
                             "{} probes, {escaped} escaped: the sandbox {}",
@@ -180,7 +180,7 @@ fn main() {
                 }
                 Err(e) => {
                     stepproof::say!("stepproof: running stepproof-run: {e}");
-                    125
+                    ExitCode::HostFailure.code()
                 }
             }
         }
@@ -208,7 +208,7 @@ fn main() {
             };
             let error = probes::exec_under_layers(set, &workspace, &command);
             stepproof::say!("stepproof __layers: {error}");
-            125
+            ExitCode::HostFailure.code()
         }
         Command::Explain {
             profile,

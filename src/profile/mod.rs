@@ -338,12 +338,16 @@ impl Profile {
                 source
             }
         };
+        // Each layer's name and text, outermost first: a problem found in the merged result is
+        // placed at the line of the layer that set it.
+        let mut texts: Vec<(String, String)> = Vec::new();
         loop {
             let file = parse_file(&origin, &text, json)?;
             check_reserved_paths(&origin, &text, &file)?;
             check_claude_keys(&origin, &text, &file)?;
             let extends = file.extends.clone();
             layers.push((origin.clone(), file));
+            texts.push((origin.clone(), std::mem::take(&mut text)));
             let Some(parent) = extends else { break };
             if layers.len() > MAX_EXTENDS_DEPTH || layers.iter().any(|(o, _)| *o == parent) {
                 return Err(ProfileError::ExtendsLoop {
@@ -359,8 +363,16 @@ impl Profile {
                         None => PathBuf::from(&parent),
                     };
                     if !parent_path.exists() {
-                        return Err(ProfileError::Invalid {
+                        let (line, column) = texts
+                            .last()
+                            .and_then(|(_, t)| {
+                                locate_setting(t, &["extends"], None).map(|at| line_column(t, at))
+                            })
+                            .unwrap_or((1, 1));
+                        return Err(ProfileError::Syntax {
                             origin,
+                            line,
+                            column,
                             message: format!(
                                 "extends = {parent:?}: no built-in profile of that name ({}) and no file at {}",
                                 BUILTIN
@@ -386,8 +398,8 @@ impl Profile {
             origins.push(origin);
         }
         let origin = origins.last().cloned().unwrap_or_default();
-        let mut profile = resolve(merged, origins)
-            .map_err(|message| ProfileError::Invalid { origin, message })?;
+        let mut profile =
+            resolve(merged, origins).map_err(|message| place_problem(&texts, origin, message))?;
         profile.files = files;
         Ok(profile)
     }
@@ -576,6 +588,74 @@ fn parse_toml(origin: &str, text: &str) -> Result<ProfileFile, ProfileError> {
 }
 
 /// 1-based line and column of a byte offset.
+/// A problem with the merged profile, placed at the file and line that set the value: the
+/// message starts with the setting's dotted name (`network.proxy_port = 0 …`) and may quote the
+/// entry at fault (`` `…` `` or `"…"`); the outermost layer that sets it is named. When no layer
+/// spells it (a default), the profile's own name is given without a line.
+fn place_problem(texts: &[(String, String)], origin: String, message: String) -> ProfileError {
+    let key: String = message
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '.')
+        .collect();
+    let key = key.trim_end_matches('.');
+    let path: Vec<&str> = key.split('.').filter(|k| !k.is_empty()).collect();
+    let quoted = quoted_value(&message[key.len()..]);
+    for (layer, text) in texts {
+        if let Some(offset) = locate_setting(text, &path, quoted.as_deref()) {
+            let (line, column) = line_column(text, offset);
+            return ProfileError::Syntax {
+                origin: layer.clone(),
+                line,
+                column,
+                message,
+            };
+        }
+    }
+    ProfileError::Invalid { origin, message }
+}
+
+/// The first `` `…` `` or `"…"` in `text`.
+fn quoted_value(text: &str) -> Option<String> {
+    let start = text.find(['`', '"'])?;
+    let quote = text[start..].chars().next()?;
+    let rest = &text[start + 1..];
+    let end = rest.find(quote)?;
+    Some(rest[..end].to_string()).filter(|v| !v.is_empty())
+}
+
+/// Where `text` sets the setting `path` (its key; with `value`, the entry that spells it),
+/// as a byte offset; `None` when this text does not set it.
+fn locate_setting(text: &str, path: &[&str], value: Option<&str>) -> Option<usize> {
+    use toml::de::{DeTable, DeValue};
+    let document = DeTable::parse(text).ok()?;
+    let mut table = document.get_ref();
+    let mut found = None;
+    for (depth, name) in path.iter().enumerate() {
+        let (key, item) = table.iter().find(|(k, _)| k.get_ref().as_ref() == *name)?;
+        found = Some((key.span(), item.span()));
+        match item.get_ref() {
+            DeValue::Table(inner) if depth + 1 < path.len() => table = inner,
+            _ => break,
+        }
+    }
+    let (key_span, item_span) = found?;
+    if let Some(value) = value {
+        // The entry inside the value's text, else anywhere in the layer.
+        for spelled in [format!("\"{value}\""), format!("'{value}'")] {
+            let inside = text.get(item_span.clone()).and_then(|t| t.find(&spelled));
+            if let Some(at) = inside {
+                return Some(item_span.start + at);
+            }
+        }
+        for spelled in [format!("\"{value}\""), format!("'{value}'")] {
+            if let Some(at) = text.find(&spelled) {
+                return Some(at);
+            }
+        }
+    }
+    Some(key_span.start)
+}
+
 fn line_column(text: &str, offset: usize) -> (usize, usize) {
     let before = &text[..offset.min(text.len())];
     let line = before.matches('\n').count() + 1;
@@ -816,7 +896,7 @@ fn resolve(file: ProfileFile, origins: Vec<String>) -> Result<Profile, String> {
         },
         network: {
             let allow = AllowList::new(file.network.allow, file.network.allow_addresses)
-                .map_err(|e| format!("network: {e}"))?;
+                .map_err(|e| format!("network.{e}"))?;
             let proxy_port = file.network.proxy_port.unwrap_or(DEFAULT_PROXY_PORT);
             in_range("network.proxy_port", u64::from(proxy_port), 1, 65535)?;
             let mode = file.network.mode.unwrap_or_default();
@@ -873,6 +953,81 @@ mod tests {
         let path = dir.path().join("p.toml");
         std::fs::write(&path, text).unwrap();
         Profile::load(Some(&path))
+    }
+
+    /// Every problem found in the merged profile names the file and line that set the value,
+    /// in the layer of an `extends` chain where it is spelled.
+    #[test]
+    fn semantic_problems_name_file_and_line() {
+        for (text, line, needle) in [
+            ("[network]\nproxy_port = 0\n", 2, "network.proxy_port = 0"),
+            (
+                "# c\n\n[process]\nsandbox_uid = 0\n",
+                4,
+                "sandbox_uid must not be 0",
+            ),
+            (
+                "[process.limits]\nnproc = 10\nnofile = 99999999\n",
+                3,
+                "nofile",
+            ),
+            ("process.limits.pids = 0\n", 1, "pids"),
+            ("[filesystem]\ntmp_size_mib = 0\n", 2, "tmp_size_mib"),
+            (
+                "[filesystem]\nprotected = [\n  \"ok\",\n  \"../x\",\n]\n",
+                4,
+                "../x",
+            ),
+            (
+                "[filesystem]\nwritable = [\"/tmp\", \"/\"]\n",
+                2,
+                "filesystem.writable",
+            ),
+            ("[filesystem]\nhidden_names = [\"*\"]\n", 2, "hidden_names"),
+            ("[filesystem]\nhome_allow = [\"/usr\"]\n", 2, "home_allow"),
+            ("[process]\nenv = [\"A=B\"]\n", 2, "process.env"),
+            (
+                "[network]\nmode = \"allowlist\"\nallow = [\n \"a.example:443\",\n \"https://b.example\",\n]\n",
+                5,
+                "https://b.example",
+            ),
+            (
+                "[network]\nmode = \"host\"\n[network.gateway]\nupstream = \"api.anthropic.com\"\ncredential = \"env:K\"\n",
+                3,
+                "network.gateway",
+            ),
+        ] {
+            let e = load_text(text).unwrap_err();
+            let shown = e.to_string();
+            assert!(
+                matches!(e, ProfileError::Syntax { line: l, .. } if l == line)
+                    && shown.contains(needle)
+                    && shown.contains(&format!("p.toml:{line}:")),
+                "{text}: {shown}"
+            );
+        }
+        // Set in the file an `extends` names: that file and its line.
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("base.toml"),
+            "\n[network]\nproxy_port = 0\n",
+        )
+        .unwrap();
+        let child = dir.path().join("child.toml");
+        std::fs::write(&child, "extends = \"base.toml\"\n").unwrap();
+        let shown = Profile::load(Some(&child)).unwrap_err().to_string();
+        assert!(
+            shown.contains("base.toml:3:1: network.proxy_port = 0"),
+            "{shown}"
+        );
+        // Set again in the child: the child's line (the value that counts).
+        std::fs::write(
+            &child,
+            "extends = \"base.toml\"\n[network]\nproxy_port = 0\n",
+        )
+        .unwrap();
+        let shown = Profile::load(Some(&child)).unwrap_err().to_string();
+        assert!(shown.contains("child.toml:3:1:"), "{shown}");
     }
 
     #[test]

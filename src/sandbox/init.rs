@@ -330,7 +330,7 @@ impl ExecFailure {
 }
 
 /// The errno somewhere in an error's chain of sources (an `io::Error` or a `nix::Error`), or 0.
-fn errno_of(error: &(dyn std::error::Error + 'static)) -> i32 {
+pub(crate) fn errno_of(error: &(dyn std::error::Error + 'static)) -> i32 {
     let mut current = Some(error);
     while let Some(e) = current {
         if let Some(io) = e.downcast_ref::<std::io::Error>() {

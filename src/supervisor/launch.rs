@@ -82,17 +82,29 @@ fn nix_os(step: &'static str) -> impl FnOnce(nix::Error) -> LaunchError {
 }
 
 /// `e`, or the failure the init had already reported on `status` (its set-up broke, and the
-/// supervisor's step met the channel it closed on its way out). Reads only what is there: a
-/// live init that reported nothing leaves `e` as the cause.
+/// supervisor's step met the channel it closed on its way out). When `e` is such a follow-on (a
+/// broken pipe, a reset connection: the init's end is gone), the init's report may still be on
+/// its way: it is waited for until the init's end of `status` closes too, at most a second.
+/// Otherwise only what is there is read: a live init that reported nothing leaves `e` as the
+/// cause.
 fn first_cause(e: LaunchError, status: &OwnedFd) -> LaunchError {
+    let follow_on = matches!(
+        crate::sandbox::init::errno_of(&e),
+        libc::EPIPE | libc::ECONNRESET
+    );
+    let deadline = std::time::Instant::now()
+        + std::time::Duration::from_millis(if follow_on { 1000 } else { 0 });
     let mut pending = Vec::new();
     let mut buf = [0u8; 4096];
     let ready = |fd: &OwnedFd| {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let timeout =
+            nix::poll::PollTimeout::try_from(left).unwrap_or(nix::poll::PollTimeout::ZERO);
         let mut fds = [nix::poll::PollFd::new(
             fd.as_fd(),
             nix::poll::PollFlags::POLLIN,
         )];
-        matches!(nix::poll::poll(&mut fds, nix::poll::PollTimeout::ZERO), Ok(n) if n > 0)
+        matches!(nix::poll::poll(&mut fds, timeout), Ok(n) if n > 0)
     };
     while ready(status) {
         match nix::unistd::read(status, &mut buf) {

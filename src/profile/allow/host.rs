@@ -180,9 +180,9 @@ pub struct CompiledAllowList {
 /// A bad allow-list entry, named as written in the profile.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AllowListError {
-    #[error("network allow entry `{entry}`: {reason}")]
+    #[error("allow entry `{entry}`: {reason}")]
     Allow { entry: String, reason: String },
-    #[error("network allow_addresses entry `{entry}`: {reason}")]
+    #[error("allow_addresses entry `{entry}`: {reason}")]
     Address { entry: String, reason: String },
 }
 
@@ -463,7 +463,7 @@ mod tests {
         for (entry, want) in cases {
             let err = compile(&[entry.to_string()], &[]).unwrap_err().to_string();
             assert!(err.contains(want), "{entry}: {err}");
-            assert!(err.starts_with("network allow entry `"), "{err}");
+            assert!(err.starts_with("allow entry `"), "{err}");
         }
         let err = compile(&[], &["localhost".into()]).unwrap_err().to_string();
         assert!(err.contains("allow_addresses entry `localhost`"), "{err}");
