@@ -224,7 +224,8 @@ fn grammar(subcommand: &str) -> Option<&'static Grammar> {
     })
 }
 
-/// Subcommands whose diff options include `--output=<file>` (diff-options in git-diff(1)).
+/// Subcommands that take the diff and revision options' `--output=<file>` (diff-options in
+/// git-diff(1)); each checked with git 2.47 by writing a file.
 const DIFF_FAMILY: &[&str] = &[
     "diff",
     "log",
@@ -236,6 +237,11 @@ const DIFF_FAMILY: &[&str] = &[
     "diff-index",
     "diff-files",
     "stash",
+    "rev-list",
+    "shortlog",
+    "blame",
+    "annotate",
+    "reflog",
 ];
 
 /// Merge strategies built into git (git-merge(1) MERGE STRATEGIES); another name runs the
@@ -677,6 +683,22 @@ impl Walker<'_> {
                 ));
             }
             self.git_runs(&after.subcommand, parsed);
+        }
+        // `git archive -o FILE` (or `--output`, abbreviated too) writes the archive there.
+        if let (Some(parsed), "archive") = (&after.parsed, after.subcommand.as_str()) {
+            for value in parsed.values(&["o", "output"]) {
+                match value {
+                    Some(Arg::Static(path)) => {
+                        let path = match after.directory.as_ref() {
+                            Some(Some(dir)) => join(dir, path),
+                            _ => path.clone(),
+                        };
+                        self.file(Some(path), true);
+                    }
+                    Some(_) => self.computed_write("git archive --output=…"),
+                    None => {}
+                }
+            }
         }
         if let Some(args) = &after.output_args {
             self.git_output(&after.subcommand, args, after.directory.as_ref());
