@@ -226,6 +226,18 @@ impl Walker<'_> {
     }
 
     fn tool_itself(&mut self, name: String, args: Vec<Arg>, assigns: Vec<String>) {
+        let writes = reader_writes(&name, &args);
+        if !writes.is_empty() {
+            let shown = super::render_words(&name, &args);
+            self.exec(name, args, assigns);
+            for path in writes {
+                match path {
+                    Arg::Static(path) => self.file(Some(path), true),
+                    Arg::Dynamic | Arg::Partial { .. } => self.computed_write(&shown),
+                }
+            }
+            return;
+        }
         match name.as_str() {
             "git" => self.git(args, assigns),
             "rg" => self.ripgrep(name, args, assigns),
@@ -906,4 +918,76 @@ fn env_file_path(path: &str) -> Option<String> {
         Some(dir) => format!("{dir}/{reached}"),
         None => reached.to_string(),
     })
+}
+
+/// The files readers write through an option or operand: `xxd IN OUT`, `tree -o FILE`,
+/// `less -o FILE` / `--log-file=FILE` (`-O`, `--LOG-FILE` overwrite).
+fn reader_writes(name: &str, args: &[Arg]) -> Vec<Arg> {
+    let mut writes = Vec::new();
+    match name {
+        "xxd" => {
+            // xxd's options are words of their own; these take the next one as a value.
+            const VALUED: &[&str] = &[
+                "-c",
+                "-cols",
+                "-g",
+                "-groupsize",
+                "-l",
+                "-len",
+                "-o",
+                "-offset",
+                "-s",
+                "-seek",
+                "-n",
+                "-name",
+            ];
+            let mut operands = Vec::new();
+            let mut i = 0;
+            while let Some(arg) = args.get(i) {
+                match arg.as_static() {
+                    Some(text) if VALUED.contains(&text) => i += 1,
+                    Some(text) if text.starts_with('-') && text.len() > 1 => {}
+                    _ => operands.push(arg.clone()),
+                }
+                i += 1;
+            }
+            writes.extend(operands.into_iter().nth(1));
+        }
+        "tree" | "less" => {
+            let (short, long): (&[&str], &[&str]) = if name == "tree" {
+                (&["-o"], &[])
+            } else {
+                (&["-o", "-O"], &["--log-file", "--LOG-FILE"])
+            };
+            let mut i = 0;
+            while let Some(arg) = args.get(i) {
+                let text = arg.static_prefix();
+                if arg
+                    .as_static()
+                    .is_some_and(|t| short.contains(&t) || long.contains(&t))
+                {
+                    writes.extend(args.get(i + 1).cloned());
+                    i += 1;
+                } else if let Some((option, _)) = text.split_once('=')
+                    && long.contains(&option)
+                {
+                    writes.push(match arg {
+                        Arg::Static(t) => Arg::Static(t[option.len() + 1..].to_string()),
+                        _ => Arg::Dynamic,
+                    });
+                } else if let Some(attached) = short
+                    .iter()
+                    .find_map(|o| text.strip_prefix(o).filter(|rest| !rest.is_empty()))
+                {
+                    writes.push(match arg {
+                        Arg::Static(_) => Arg::Static(attached.to_string()),
+                        _ => Arg::Dynamic,
+                    });
+                }
+                i += 1;
+            }
+        }
+        _ => {}
+    }
+    writes
 }
