@@ -822,9 +822,6 @@ const READS_OPERANDS: &[&str] = &[
     "nvim",
     "nano",
     "emacs",
-    "code",
-    "dotenv",
-    "envsubst",
 ];
 
 /// Of `READS_OPERANDS`, those whose first operand is a pattern or a script unless an option
