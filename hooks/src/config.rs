@@ -116,7 +116,9 @@ pub struct FileRule {
     pub access: Access,
     /// Path globs: `*` within one path component, `**` any number of components, `?` one
     /// character. `/…` is absolute, `~/…` is under the home directory, anything else is
-    /// relative to the workspace. `dir/**` also matches `dir` itself.
+    /// relative to the workspace. `dir/**` also matches `dir` itself. `@env-files` is every
+    /// project `.env` file (`.env`, `.env.local`, …; not templates such as `.env.example`),
+    /// wherever it is.
     pub paths: Vec<String>,
 }
 

@@ -84,7 +84,7 @@ impl Needs {
                         }
                         Effect::Read(_) => needs.read = true,
                         Effect::Write(_) => needs.write = true,
-                        Effect::Unknown(_) => {}
+                        Effect::Unknown(_) | Effect::ComputedWrite(_) => {}
                     }
                 }
                 needs.commands = Some(names);

@@ -5,19 +5,31 @@
 use serde::{Deserialize, Serialize};
 use std::path::{Component, Path};
 
-/// True when `s` holds a wildcard character, i.e. needs `wildcard` rather than `==`.
+/// True when `s` holds a wildcard character (or an escape), i.e. needs `wildcard` rather
+/// than `==`.
 pub fn has_wildcard(s: &str) -> bool {
-    s.contains(['*', '?'])
+    s.contains(['*', '?', '\\'])
 }
 
-/// Matches `text` against `pattern` where `*` is any run of characters (also none) and `?`
-/// exactly one. Linear-time two-pointer algorithm over bytes, stepping whole UTF-8
-/// characters: no backtracking blow-up on hostile input and no allocation (it runs for every
-/// tool rule at every call).
+/// Matches `text` against `pattern` where `*` is any run of characters (also none), `?`
+/// exactly one, and a backslash makes the next character literal (`/\*` is the two
+/// characters `/*`, a glob written to the root). Linear-time two-pointer algorithm over
+/// bytes, stepping whole UTF-8 characters: no backtracking blow-up on hostile input and no
+/// allocation (it runs for every tool rule at every call).
 pub fn wildcard(pattern: &str, text: &str) -> bool {
     if !has_wildcard(pattern) {
         return pattern == text;
     }
+    wildcard_walk(pattern, text, false)
+}
+
+/// Whether some text that starts with `prefix` can match `pattern`.
+fn wildcard_starts(pattern: &str, prefix: &str) -> bool {
+    wildcard_walk(pattern, prefix, true)
+}
+
+/// `wildcard`'s loop; `prefix_only`: the text is only the start of what is matched.
+fn wildcard_walk(pattern: &str, text: &str, prefix_only: bool) -> bool {
     let (p, t) = (pattern.as_bytes(), text.as_bytes());
     let char_len = |bytes: &[u8], at: usize| text_char_len(bytes.get(at).copied());
     let (mut pi, mut ti) = (0, 0);
@@ -25,10 +37,18 @@ pub fn wildcard(pattern: &str, text: &str) -> bool {
     while ti < t.len() {
         let tl = char_len(t, ti);
         let pl = char_len(p, pi);
+        let escaped = pi + 1 < p.len() && p[pi] == b'\\';
         if pi < p.len() && p[pi] == b'?' {
             pi += 1;
             ti += tl;
-        } else if pi < p.len() && p[pi] != b'*' && p.get(pi..pi + pl) == t.get(ti..ti + tl) {
+        } else if escaped && p.get(pi + 1..pi + 1 + char_len(p, pi + 1)) == t.get(ti..ti + tl) {
+            pi += 1 + char_len(p, pi + 1);
+            ti += tl;
+        } else if pi < p.len()
+            && p[pi] != b'*'
+            && !escaped
+            && p.get(pi..pi + pl) == t.get(ti..ti + tl)
+        {
             pi += pl;
             ti += tl;
         } else if pi < p.len() && p[pi] == b'*' {
@@ -43,7 +63,7 @@ pub fn wildcard(pattern: &str, text: &str) -> bool {
             return false;
         }
     }
-    p[pi..].iter().all(|&c| c == b'*')
+    prefix_only || p[pi..].iter().all(|&c| c == b'*')
 }
 
 /// Length of the UTF-8 character starting with `first` (1 past the end).
@@ -53,6 +73,36 @@ fn text_char_len(first: Option<u8>) -> usize {
         Some(b) if b >= 0xE0 => 3,
         Some(b) if b >= 0xC0 => 2,
         _ => 1,
+    }
+}
+
+/// The file-rule path that stands for a project's `.env` files wherever they are (`.env`,
+/// `.env.local`, `.env.production`, …), templates excepted: one name test, not a glob, so
+/// that the exceptions are read the same way as StepProof's sandbox reads them when it
+/// hides such files (`hide_env_files`).
+pub const ENV_FILES: &str = "@env-files";
+
+/// Words that make a `.env.*` name a template meant to be committed (`.env.example`,
+/// `.env.local.sample`), in any letter case. The sandbox's list (src/sandbox/plan/secrets.rs).
+const ENV_TEMPLATES: &[&str] = &[
+    "example", "sample", "template", "tmpl", "tpl", "dist", "defaults", "default", "schema",
+    "skeleton", "stub", "spec",
+];
+
+/// Whether a file name is a `.env` file a project keeps (`.env`, `.env.local`), not a
+/// template (`.env.example`) nor another name (`.envrc`, `x.env`).
+pub fn is_env_file(name: &str) -> bool {
+    if name == ".env" {
+        return true;
+    }
+    match name.strip_prefix(".env.") {
+        Some(rest) => {
+            !rest.is_empty()
+                && !rest
+                    .split('.')
+                    .any(|part| ENV_TEMPLATES.iter().any(|t| part.eq_ignore_ascii_case(t)))
+        }
+        None => false,
     }
 }
 
@@ -79,6 +129,9 @@ impl PathGlob {
 
     /// Whether the absolute, normalised `path` matches.
     pub fn matches(&self, path: &str) -> bool {
+        if self.glob == ENV_FILES {
+            return is_env_file(path.rsplit('/').next().unwrap_or(path));
+        }
         let pattern: Vec<&str> = split_path(&self.glob).collect();
         let components: Vec<&str> = split_path(path).collect();
         match_components(&pattern, &components)
@@ -140,6 +193,61 @@ pub enum Arg {
     Static(String),
     /// Computed at run time (`$x`, `$(…)`, brace expansion): could be anything.
     Dynamic,
+    /// Computed at run time around static text: `--output="$f"` starts with `--output=`,
+    /// `"$dir/.env"` ends with `/.env`. What is not static could be anything.
+    Partial {
+        /// The static text before the first computed part.
+        prefix: String,
+        /// The static text after the last computed part.
+        suffix: String,
+    },
+}
+
+impl Arg {
+    /// The text when known before running.
+    pub fn as_static(&self) -> Option<&str> {
+        match self {
+            Arg::Static(s) => Some(s),
+            Arg::Dynamic | Arg::Partial { .. } => None,
+        }
+    }
+
+    /// Whether the word is computed at run time (wholly or in part).
+    pub fn is_computed(&self) -> bool {
+        !matches!(self, Arg::Static(_))
+    }
+
+    /// The static text a computed word starts with (empty when wholly computed).
+    pub fn static_prefix(&self) -> &str {
+        match self {
+            Arg::Static(s) => s,
+            Arg::Partial { prefix, .. } => prefix,
+            Arg::Dynamic => "",
+        }
+    }
+
+    /// The static text a computed word ends with (empty when wholly computed).
+    pub fn static_suffix(&self) -> &str {
+        match self {
+            Arg::Static(s) => s,
+            Arg::Partial { suffix, .. } => suffix,
+            Arg::Dynamic => "",
+        }
+    }
+}
+
+/// Whether a word starting with `prefix` and ending with `suffix` (anything between) could
+/// match `pattern`: both ends are checked, each on its own (an over-estimate).
+fn could_match(pattern: &str, prefix: &str, suffix: &str) -> bool {
+    if !wildcard_starts(pattern, prefix) {
+        return false;
+    }
+    if pattern.contains('\\') || suffix.is_empty() {
+        return true;
+    }
+    let reversed: String = pattern.chars().rev().collect();
+    let suffix: String = suffix.chars().rev().collect();
+    wildcard_starts(&reversed, &suffix)
 }
 
 /// A compiled command pattern (`git diff *`), indexed by its command name elsewhere.
@@ -184,6 +292,11 @@ fn match_args(pattern: &[&str], args: &[Arg], pessimistic: bool) -> bool {
             }
             Some((Arg::Dynamic, args_rest)) => {
                 pessimistic && match_args(rest, args_rest, pessimistic)
+            }
+            Some((Arg::Partial { prefix, suffix }, args_rest)) => {
+                pessimistic
+                    && could_match(word, prefix, suffix)
+                    && match_args(rest, args_rest, pessimistic)
             }
             None => false,
         },
@@ -250,6 +363,11 @@ mod tests {
         assert!(wildcard("*ü", "xxü"));
         assert!(!wildcard("a?", "aéb"));
         assert!(wildcard("é*", "é"));
+        assert!(wildcard("/\\*", "/*"));
+        assert!(!wildcard("/\\*", "/tmp"));
+        assert!(wildcard("*\\?x*", "a?xb"));
+        assert!(!wildcard("\\?", "a"));
+        assert!(wildcard("a\\", "a\\"));
     }
 
     #[test]
@@ -284,9 +402,69 @@ mod tests {
         dynamic.push(Arg::Dynamic);
         assert!(p.matches(&dynamic, true));
         assert!(!p.matches(&dynamic, false));
+        let partial = |prefix: &str, suffix: &str| {
+            let mut args = s(&["push", "origin"]);
+            args.push(Arg::Partial {
+                prefix: prefix.into(),
+                suffix: suffix.into(),
+            });
+            args
+        };
+        assert!(p.matches(&partial("--force", ""), true));
+        assert!(p.matches(&partial("--", "lease"), true));
+        assert!(!p.matches(&partial("main", ""), true));
+        // Only the ends are known: `--force/main` ends with `/main` too.
+        assert!(p.matches(&partial("", "/main"), true));
+        let env = CommandPattern::new(0, &["*", "*.env"]);
+        assert!(env.matches(
+            &[Arg::Partial {
+                prefix: String::new(),
+                suffix: "/.env".into()
+            }],
+            true
+        ));
+        assert!(!env.matches(
+            &[Arg::Partial {
+                prefix: "src/".into(),
+                suffix: ".rs".into()
+            }],
+            true
+        ));
+        assert!(!p.matches(&partial("--force", ""), false));
         let exact = CommandPattern::new(0, &["status"]);
         assert!(exact.matches(&s(&["status"]), false));
         assert!(!exact.matches(&s(&["status", "-s"]), false));
+    }
+
+    #[test]
+    fn env_files_but_not_templates() {
+        for yes in [
+            ".env",
+            ".env.local",
+            ".env.production",
+            ".env.development.local",
+        ] {
+            assert!(is_env_file(yes), "{yes}");
+        }
+        for no in [
+            ".env.example",
+            ".env.sample",
+            ".env.template",
+            ".env.local.example",
+            ".env.dist",
+            ".env.EXAMPLE",
+            ".envrc",
+            "env",
+            ".env.",
+            "x.env",
+        ] {
+            assert!(!is_env_file(no), "{no}");
+        }
+        let rule = PathGlob::new(0, ENV_FILES);
+        assert!(rule.matches("/work/project/.env"));
+        assert!(rule.matches("/tmp/app/.env.local"));
+        assert!(!rule.matches("/work/project/.env.example"));
+        assert!(!rule.matches("/work/project/.env/x"));
     }
 
     #[test]

@@ -284,8 +284,12 @@ pub fn compile(config: &HookConfig, context: &Context) -> Result<CompiledPolicy,
             return Err(empty(&rule.id, "path"));
         }
         for path in &rule.paths {
-            let resolved = resolve_glob(path, &workspace, &home)
-                .ok_or_else(|| bad(&rule.id, path, "may not contain `..` or `.` components"))?;
+            let resolved = if path == pattern::ENV_FILES {
+                path.clone()
+            } else {
+                resolve_glob(path, &workspace, &home)
+                    .ok_or_else(|| bad(&rule.id, path, "may not contain `..` or `.` components"))?
+            };
             let glob = PathGlob::new(index, &resolved);
             match rule.access {
                 Access::Read => compiler.policy.read.push(glob),
@@ -680,6 +684,12 @@ impl CompiledPolicy {
                 Effect::Exec(inv) => self.judge_invocation(inv, judgement),
                 Effect::Read(p) => self.judge_path(p, cwd, Access::Read, judgement),
                 Effect::Write(p) => self.judge_path(p, cwd, Access::Write, judgement),
+                Effect::ComputedWrite(what) => judgement.add(Finding {
+                    decision: self.default,
+                    rule: Source::Default,
+                    subject: what.clone(),
+                    detail: Some("writing to a path computed at run time in".into()),
+                }),
                 Effect::Unknown(why) => judgement.add(Finding {
                     decision: self.unknown,
                     rule: Source::Unknown,
@@ -870,6 +880,11 @@ fn render_invocation(inv: &Invocation) -> String {
         match arg {
             Arg::Static(s) => text.push_str(s),
             Arg::Dynamic => text.push('…'),
+            Arg::Partial { prefix, suffix } => {
+                text.push_str(prefix);
+                text.push('…');
+                text.push_str(suffix);
+            }
         }
         if text.len() > 80 {
             break;

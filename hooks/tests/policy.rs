@@ -230,3 +230,94 @@ fn deny_messages_say_what_is_allowed() {
         verdict.reason
     );
 }
+
+/// Every refusal the model can meet says what was refused, why, and what to do instead, in one
+/// sentence: a rule's reason is "why; what instead" (the message adds the command or path and
+/// the rule id), and the profile-wide decisions say what is allowed or how to write the
+/// command so that it can be checked.
+#[test]
+fn every_refusal_says_why_and_what_to_do_instead() {
+    for name in ["default", "ci", "strict"] {
+        let policy = common::builtin(name);
+        for rule in policy
+            .rules
+            .iter()
+            .filter(|r| r.decision != Decision::Allow)
+        {
+            let (why, instead) = rule.reason.split_once("; ").unwrap_or_default();
+            assert!(
+                !why.trim().is_empty() && instead.trim().len() > 10,
+                "[{name}] rule {} must read \"why; what to do instead\": {}",
+                rule.id,
+                rule.reason
+            );
+            assert!(
+                !rule.reason.contains('\n') && !rule.reason.trim_end().ends_with('.'),
+                "[{name}] rule {}: one sentence, the message adds the full stop",
+                rule.id
+            );
+        }
+    }
+    // The message names what was refused, the reason and the rule.
+    let default = common::builtin("default");
+    for (tool, input, subject, rule) in [
+        (
+            "Bash",
+            json!({"command": "git push -fu origin main"}),
+            "'git push -f -u origin main'",
+            "history-rewrite",
+        ),
+        (
+            "Bash",
+            json!({"command": "git reset --hard"}),
+            "'git reset --hard'",
+            "discard-changes",
+        ),
+        (
+            "Bash",
+            json!({"command": "cat .env"}),
+            "'/work/project/.env'",
+            "env-files",
+        ),
+        (
+            "Read",
+            json!({"file_path": "/work/project/.env"}),
+            "'/work/project/.env'",
+            "env-files",
+        ),
+        (
+            "Bash",
+            json!({"command": "rm -rf /"}),
+            "'rm -r -f /'",
+            "destructive-rm",
+        ),
+        (
+            "Bash",
+            json!({"command": "mysterytool --go"}),
+            "'mysterytool --go'",
+            "default",
+        ),
+        (
+            "Bash",
+            json!({"command": "$CMD x"}),
+            "computed at run time",
+            "unknown",
+        ),
+    ] {
+        let verdict = check_tool(&default, tool, &input);
+        assert_ne!(verdict.decision, Decision::Allow, "{input}");
+        assert_eq!(verdict.rule_id, rule, "{input}");
+        assert!(
+            verdict.reason.contains(subject),
+            "{input}: {}",
+            verdict.reason
+        );
+        assert!(
+            verdict.reason.contains("; ")
+                || verdict.reason.contains("Allowed here:")
+                || verdict.reason.contains("Write commands with literal names"),
+            "{input}: no alternative in {}",
+            verdict.reason
+        );
+    }
+}

@@ -19,6 +19,13 @@ const DENIED: &[(&str, &str)] = &[
     ("/usr/bin/sudo ls", "privilege"),
     ("\\sudo id", "privilege"),
     ("s''udo id", "privilege"),
+    ("git push -fu origin main", "history-rewrite"),
+    ("git push origin --del main", "history-rewrite"),
+    ("git push origin {main,+main}", "history-rewrite"),
+    ("cat .env", "env-files"),
+    ("grep KEY .env.local", "env-files"),
+    ("rm -rf /usr/", "destructive-rm"),
+    ("awk 'BEGIN { system(\"sudo id\") }'", "privilege"),
 ];
 
 const ALLOWED: &[&str] = &[
@@ -29,6 +36,9 @@ const ALLOWED: &[&str] = &[
     "grep -rn needle src",
     "/bin/ls src",
     "git commit -m 'a message'",
+    "git rev-list --count HEAD",
+    "awk '{print $1}' access.log",
+    "cat .env.example",
 ];
 
 /// Wrappers that take a simple command.

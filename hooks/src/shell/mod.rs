@@ -12,7 +12,15 @@ use std::collections::BTreeSet;
 use brush_parser::ast;
 use brush_parser::word::{self, ParameterExpr, WordPiece, WordPieceWithSource};
 
-use crate::pattern::Arg;
+use crate::pattern::{Arg, is_env_file};
+
+mod awk;
+mod git;
+mod options;
+mod sed;
+mod tools;
+mod variables;
+mod wrappers;
 
 /// One thing a command line would do.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,6 +33,10 @@ pub enum Effect {
     Write(String),
     /// Something that cannot be known statically; the text says what, for the model.
     Unknown(String),
+    /// A file written or removed whose path is computed at run time (`rm "$f"`): the command
+    /// is known, where it writes is not, so the profile's default decides. The text names
+    /// the command.
+    ComputedWrite(String),
 }
 
 /// A simple command after normalisation.
@@ -85,6 +97,15 @@ const MAX_PAREN_DEPTH: usize = 10;
 const MAX_BRACKET_DEPTH: usize = 3;
 /// Deepest nesting of compound constructs the parser is given (see `nesting_depth`).
 const MAX_NESTING: usize = 48;
+
+/// bash's `read [-ers] [-a ARRAY] [-d DELIM] [-i TEXT] [-n N] [-N N] [-p PROMPT] [-t T]
+/// [-u FD] [NAME…]`.
+const READ: options::Grammar = options::Grammar {
+    short: "ersa:d:i:n:N:p:t:u:",
+    long: "",
+    abbreviations: false,
+    stop_at_operand: false,
+};
 
 const SHELLS: &[&str] = &[
     "sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "posh", "yash",
@@ -163,6 +184,11 @@ impl Walker<'_> {
 
     fn unknown(&mut self, why: impl Into<String>) {
         self.push(Effect::Unknown(why.into()));
+    }
+
+    /// A write or removal at a path computed at run time, by the command `shown`.
+    fn computed_write(&mut self, shown: &str) {
+        self.push(Effect::ComputedWrite(shown.to_string()));
     }
 
     /// Parses and walks a whole script (the tool's command, a `-c` string, a here-document).
@@ -330,8 +356,21 @@ impl Walker<'_> {
             ast::CompoundCommand::BraceGroup(g) => self.compound_list(&g.list),
             ast::CompoundCommand::Subshell(s) => self.compound_list(&s.list),
             ast::CompoundCommand::ForClause(f) => {
+                // `for PAGER in …` assigns each value in turn (`for x;` the arguments).
+                let watched = variables::runs_programs(&f.variable_name);
+                if watched && f.values.is_none() {
+                    self.program_variable(&f.variable_name, &Arg::Dynamic);
+                }
                 for w in f.values.iter().flatten() {
-                    self.word(&w.value);
+                    let value = self.word(&w.value);
+                    if watched {
+                        let value = if has_unquoted_expansion_chars(&w.value) {
+                            Arg::Dynamic
+                        } else {
+                            value
+                        };
+                        self.program_variable(&f.variable_name, &value);
+                    }
                 }
                 self.compound_list(&f.body.list);
             }
@@ -382,6 +421,8 @@ impl Walker<'_> {
         let mut assigns = Vec::new();
         let mut words: Vec<Arg> = Vec::new();
         let mut name: Option<Option<String>> = None;
+        // Assignments after the name (`export X=…`): the value as the walk saw it.
+        let mut declared: Vec<(String, Arg)> = Vec::new();
         let mut items: Vec<&ast::CommandPrefixOrSuffixItem> = Vec::new();
         if let Some(prefix) = &simple.prefix {
             items.extend(prefix.0.iter());
@@ -404,16 +445,27 @@ impl Walker<'_> {
                 }
                 ast::CommandPrefixOrSuffixItem::Word(w) => {
                     let arg = self.word(&w.value);
-                    words.push(arg);
+                    // `{main,+main}` is several words: expanded when the word is plain text,
+                    // computed otherwise.
+                    if w.value.contains('{') && is_brace_expansion(&w.value) {
+                        match expand_braces(&w.value) {
+                            Some(expanded) => words.extend(expanded.into_iter().map(Arg::Static)),
+                            None => words.push(Arg::Dynamic),
+                        }
+                    } else {
+                        words.push(arg);
+                    }
                 }
                 ast::CommandPrefixOrSuffixItem::AssignmentWord(assignment, w) => {
-                    self.assignment(assignment);
+                    let value = self.assignment(assignment);
+                    let (ast::AssignmentName::VariableName(n)
+                    | ast::AssignmentName::ArrayElementName(n, _)) = &assignment.name;
                     if name.is_some() {
                         // After the name (`export X=1`, `declare X=1`) it is an argument too.
                         words.push(self.word(&w.value));
+                        declared.push((n.clone(), value));
                     } else {
-                        let (ast::AssignmentName::VariableName(n)
-                        | ast::AssignmentName::ArrayElementName(n, _)) = &assignment.name;
+                        self.program_variable(n, &value);
                         assigns.push(n.clone());
                     }
                 }
@@ -436,7 +488,14 @@ impl Walker<'_> {
                 self.assigns_only(assigns);
             }
             Some(None) => self.unknown("the command name is computed at run time"),
-            Some(Some(name)) => self.invocation(name, words, assigns, stdin),
+            Some(Some(name)) => {
+                if is_declaration(&name) {
+                    for (variable, value) in &declared {
+                        self.program_variable(variable, value);
+                    }
+                }
+                self.invocation(name, words, assigns, stdin)
+            }
         }
         if let Some(own) = self.effects.get_mut(self.simple_start..) {
             own.rotate_left(words_end - self.simple_start);
@@ -453,13 +512,16 @@ impl Walker<'_> {
         self.depth -= 1;
     }
 
-    fn assignment(&mut self, assignment: &ast::Assignment) {
+    /// Walks an assignment's words; returns its value when it is a static scalar.
+    fn assignment(&mut self, assignment: &ast::Assignment) -> Arg {
         if let ast::AssignmentName::ArrayElementName(_, index) = &assignment.name {
             self.word(index);
         }
         match &assignment.value {
+            ast::AssignmentValue::Scalar(w) if !assignment.append => self.word(&w.value),
             ast::AssignmentValue::Scalar(w) => {
                 self.word(&w.value);
+                Arg::Dynamic
             }
             ast::AssignmentValue::Array(items) => {
                 for (k, v) in items {
@@ -468,6 +530,7 @@ impl Walker<'_> {
                     }
                     self.word(&v.value);
                 }
+                Arg::Dynamic
             }
         }
     }
@@ -530,7 +593,7 @@ impl Walker<'_> {
                 let is_stdin = matches!(fd, None | Some(0));
                 let text = match self.word(&w.value) {
                     Arg::Static(s) => Stdin::Static(s),
-                    Arg::Dynamic => Stdin::Unseen,
+                    Arg::Dynamic | Arg::Partial { .. } => Stdin::Unseen,
                 };
                 is_stdin.then_some(text)
             }
@@ -597,7 +660,7 @@ impl Walker<'_> {
     fn static_word(&mut self, text: &str) -> Option<String> {
         match self.word(text) {
             Arg::Static(s) => Some(s),
-            Arg::Dynamic => None,
+            Arg::Dynamic | Arg::Partial { .. } => None,
         }
     }
 
@@ -609,13 +672,66 @@ impl Walker<'_> {
         match guarded(|| word::parse(text, &parser_options()).ok()) {
             Some(pieces) => match self.pieces(&pieces, false) {
                 Some(s) => Arg::Static(s),
-                None => Arg::Dynamic,
+                None => self.partial(&pieces),
             },
             None => {
                 self.unknown("a word does not parse");
                 Arg::Dynamic
             }
         }
+    }
+
+    /// A computed word with the static text around its computed parts (`Arg::Partial`), or
+    /// `Arg::Dynamic` when there is none, or when an unquoted expansion may split it into
+    /// several words (`x$Y` may be `x +main`: only the first word would start with `x`).
+    fn partial(&self, pieces: &[WordPieceWithSource]) -> Arg {
+        let mut atoms = Vec::new();
+        if !self.atoms(pieces, false, &mut atoms) {
+            return Arg::Dynamic;
+        }
+        let prefix: String = atoms.iter().map_while(|a| a.as_deref()).collect();
+        let mut suffix: Vec<&str> = atoms.iter().rev().map_while(|a| a.as_deref()).collect();
+        suffix.reverse();
+        let suffix = suffix.concat();
+        if prefix.is_empty() && suffix.is_empty() {
+            Arg::Dynamic
+        } else {
+            Arg::Partial { prefix, suffix }
+        }
+    }
+
+    /// A word's pieces as static texts and computed parts (`None`), quotes looked into;
+    /// `false` when a computed part stands outside double quotes (it may split the word).
+    fn atoms(
+        &self,
+        pieces: &[WordPieceWithSource],
+        in_double_quotes: bool,
+        out: &mut Vec<Option<String>>,
+    ) -> bool {
+        let mut one_word = true;
+        for piece in pieces {
+            match &piece.piece {
+                WordPiece::Text(t) | WordPiece::SingleQuotedText(t) => out.push(Some(t.clone())),
+                WordPiece::AnsiCQuotedText(t) => out.push(decode_ansi_c(t)),
+                WordPiece::DoubleQuotedSequence(inner)
+                | WordPiece::GettextDoubleQuotedSequence(inner) => {
+                    one_word &= self.atoms(inner, true, out)
+                }
+                WordPiece::TildeExpansion(word::TildeExpr::Home) => {
+                    out.push(Some(self.home.to_string()))
+                }
+                WordPiece::EscapeSequence(e) => out.push(Some(unescape(e, in_double_quotes))),
+                WordPiece::TildeExpansion(_) => out.push(None),
+                WordPiece::ParameterExpansion(_)
+                | WordPiece::CommandSubstitution(_)
+                | WordPiece::BackquotedCommandSubstitution(_)
+                | WordPiece::ArithmeticExpression(_) => {
+                    one_word &= in_double_quotes;
+                    out.push(None);
+                }
+            }
+        }
+        one_word
     }
 
     /// Concatenates word pieces; `None` as soon as one is computed at run time (but keeps
@@ -739,77 +855,12 @@ impl Walker<'_> {
             args.iter()
                 .map(|a| match a {
                     Arg::Static(s) => Some(s.as_str()),
-                    Arg::Dynamic => None,
+                    Arg::Dynamic | Arg::Partial { .. } => None,
                 })
                 .collect()
         };
         match name.as_str() {
-            "env" => self.unwrap_env(args, assigns, stdin),
-            "command" | "builtin" => {
-                // `command -v x` only looks a name up; it is checked as `command` itself.
-                let rest = skip_options(&args, &[]);
-                if args[..rest].iter().any(
-                    |a| matches!(a, Arg::Static(s) if s.starts_with('-') && s.contains(['v', 'V'])),
-                ) {
-                    return self.exec(name, args, assigns);
-                }
-                self.unwrap_rest(name, args, rest, assigns, stdin);
-            }
-            "exec" => {
-                let rest = skip_options(&args, &["-a"]);
-                self.unwrap_rest(name, args, rest, assigns, stdin);
-            }
-            "nohup" | "setsid" => {
-                let rest = skip_options(&args, &[]);
-                self.unwrap_rest(name, args, rest, assigns, stdin);
-            }
-            "nice" => {
-                let rest = skip_options(&args, &["-n", "--adjustment"]);
-                self.unwrap_rest(name, args, rest, assigns, stdin);
-            }
-            "stdbuf" => {
-                let rest = skip_options(&args, &["-i", "-o", "-e"]);
-                self.unwrap_rest(name, args, rest, assigns, stdin);
-            }
-            "ionice" => {
-                let rest = skip_options(&args, &["-c", "-n", "-p", "-P", "-u"]);
-                self.unwrap_rest(name, args, rest, assigns, stdin);
-            }
-            "time" => {
-                let rest = skip_options(&args, &["-f", "--format", "-o", "--output"]);
-                if let Some(out) = option_value(&args[..rest], &["-o", "--output"]) {
-                    self.file(out, true);
-                }
-                self.unwrap_rest(name, args, rest, assigns, stdin);
-            }
-            "timeout" => {
-                let rest = skip_options(&args, &["-s", "--signal", "-k", "--kill-after"]);
-                // The first operand is the duration.
-                let rest = if rest < args.len() { rest + 1 } else { rest };
-                self.unwrap_rest(name, args, rest, assigns, stdin);
-            }
-            "xargs" => self.unwrap_xargs(args, assigns),
-            "busybox" => {
-                if args.is_empty() {
-                    self.exec(name, args, assigns);
-                } else {
-                    // The applet is the command; through the depth-limited dispatch, since
-                    // `busybox busybox …` can repeat.
-                    self.dispatch_args(args, assigns, stdin);
-                }
-            }
-            "sudo" | "doas" | "run0" | "pkexec" => {
-                // Checked as itself (denied by default) and for what it would run.
-                let rest = skip_options(
-                    &args,
-                    &["-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-U", "-T"],
-                );
-                self.exec(name.clone(), args.clone(), assigns.clone());
-                if rest < args.len() {
-                    self.dispatch_args(args[rest..].to_vec(), Vec::new(), stdin);
-                }
-            }
-            "find" => self.unwrap_find(name, args, assigns),
+            n if wrappers::is_wrapper(n) => self.wrapper(name, args, assigns, stdin),
             "eval" => {
                 self.assigns_only(assigns);
                 match statics().into_iter().collect::<Option<Vec<_>>>() {
@@ -822,21 +873,43 @@ impl Walker<'_> {
                 let rest = skip_options(&args, &[]);
                 match args.get(rest) {
                     Some(Arg::Static(action)) if args.len() > rest + 1 => self.script(action),
-                    Some(Arg::Dynamic) => self.unknown("a trap action computed at run time"),
+                    Some(Arg::Dynamic | Arg::Partial { .. }) => {
+                        self.unknown("a trap action computed at run time")
+                    }
                     _ => {}
                 }
             }
-            "watch" => {
-                let rest = skip_options(&args, &["-n", "--interval", "-d", "-q"]);
-                match statics()[rest..]
-                    .iter()
-                    .copied()
-                    .collect::<Option<Vec<_>>>()
-                {
-                    Some(parts) if !parts.is_empty() => self.script(&parts.join(" ")),
-                    Some(_) => self.exec(name, args, assigns),
-                    None => self.unknown("watch of a command computed at run time"),
+            "read" | "printf" | "getopts" => {
+                // Names these builtins assign a value read at run time to.
+                let parsed = READ.parse(&args);
+                let names: Vec<&str> = match name.as_str() {
+                    "read" => parsed
+                        .operands()
+                        .into_iter()
+                        .chain(parsed.values(&["a"]).flatten())
+                        .filter_map(|a| match a {
+                            Arg::Static(s) => Some(s.as_str()),
+                            Arg::Dynamic | Arg::Partial { .. } => None,
+                        })
+                        .collect(),
+                    "printf" => match (args.first(), args.get(1)) {
+                        (Some(Arg::Static(v)), Some(Arg::Static(n))) if v == "-v" => vec![n],
+                        _ => Vec::new(),
+                    },
+                    _ => match args.get(1) {
+                        Some(Arg::Static(n)) => vec![n.as_str()],
+                        _ => Vec::new(),
+                    },
+                };
+                let watched: Vec<String> = names
+                    .into_iter()
+                    .filter(|n| variables::runs_programs(n))
+                    .map(str::to_string)
+                    .collect();
+                for variable in watched {
+                    self.program_variable(&variable, &Arg::Dynamic);
                 }
+                self.exec(name, args, assigns);
             }
             "cd" | "pushd" | "popd" => {
                 self.change_directory(&args);
@@ -844,6 +917,13 @@ impl Walker<'_> {
             }
             "source" | "." => {
                 self.assigns_only(assigns);
+                // `source .env` reads the secrets into the shell (and is judged so first).
+                let script = args.iter().find(|a| !a.static_prefix().starts_with('-'));
+                if let Some(Arg::Static(path)) = script
+                    && is_env_file(basename(path))
+                {
+                    self.file(Some(path.clone()), false);
+                }
                 self.unknown(format!("`{name}` runs a script file the hook cannot see"));
             }
             "export" | "declare" | "typeset" | "local" | "readonly" => {
@@ -863,7 +943,7 @@ impl Walker<'_> {
                 self.exec(name.clone(), args.clone(), assigns);
                 self.unknown(format!("`{name}` runs a script this hook cannot parse"));
             }
-            _ => self.exec(name, args, assigns),
+            _ => self.tool(name, args, assigns),
         }
     }
 
@@ -938,157 +1018,6 @@ impl Walker<'_> {
         }
     }
 
-    fn unwrap_env(&mut self, args: Vec<Arg>, mut assigns: Vec<String>, stdin: Stdin) {
-        let mut i = 0;
-        while i < args.len() {
-            match &args[i] {
-                Arg::Static(s) if s == "--" => {
-                    i += 1;
-                    break;
-                }
-                Arg::Static(s)
-                    if s == "-S"
-                        || s.starts_with("--split-string")
-                        || (s.starts_with("-S") && s.len() > 2) =>
-                {
-                    // `env -S 'cmd args'` splits a string into a command line.
-                    let text = if s == "-S" {
-                        args.get(i + 1).cloned()
-                    } else {
-                        let v = s
-                            .strip_prefix("--split-string=")
-                            .or_else(|| s.strip_prefix("-S"));
-                        v.map(|v| Arg::Static(v.to_string()))
-                    };
-                    let tail_index = if s == "-S" { i + 2 } else { i + 1 };
-                    match text {
-                        Some(Arg::Static(t)) => {
-                            let tail = args[tail_index.min(args.len())..].to_vec();
-                            if tail.iter().any(|a| matches!(a, Arg::Dynamic)) {
-                                self.unknown("env -S with arguments computed at run time");
-                                return;
-                            }
-                            let mut line = t;
-                            for a in tail {
-                                if let Arg::Static(a) = a {
-                                    line.push(' ');
-                                    line.push_str(&shell_quote(&a));
-                                }
-                            }
-                            self.script(&assignment_prefix(&assigns, &line));
-                        }
-                        _ => self.unknown("env -S of text computed at run time"),
-                    }
-                    return;
-                }
-                Arg::Static(s) if s == "-u" || s == "-C" || s == "--unset" || s == "--chdir" => {
-                    i += 2
-                }
-                Arg::Static(s) if s.starts_with('-') && s.len() > 1 => i += 1,
-                Arg::Static(s) if is_assignment(s) => {
-                    assigns.push(s.split('=').next().unwrap_or_default().to_string());
-                    i += 1;
-                }
-                _ => break,
-            }
-        }
-        if i >= args.len() {
-            self.exec("env".into(), args, assigns);
-        } else {
-            self.dispatch_args(args[i..].to_vec(), assigns, stdin);
-        }
-    }
-
-    fn unwrap_xargs(&mut self, args: Vec<Arg>, assigns: Vec<String>) {
-        let with_value = [
-            "-a",
-            "--arg-file",
-            "-d",
-            "--delimiter",
-            "-E",
-            "-e",
-            "--eof",
-            "-I",
-            "-i",
-            "--replace",
-            "-L",
-            "-l",
-            "--max-lines",
-            "-n",
-            "--max-args",
-            "-P",
-            "--max-procs",
-            "-s",
-            "--max-chars",
-            "--process-slot-var",
-        ];
-        let rest = skip_options(&args, &with_value);
-        if let Some(file) = option_value(&args[..rest], &["-a", "--arg-file"]) {
-            self.file(file, false);
-        }
-        let mut command: Vec<Arg> = if rest < args.len() {
-            args[rest..].to_vec()
-        } else {
-            vec![Arg::Static("echo".into())]
-        };
-        // xargs appends what it reads from stdin: arguments unknown before running.
-        command.push(Arg::Dynamic);
-        self.dispatch_args(command, assigns, Stdin::Unseen);
-    }
-
-    fn unwrap_find(&mut self, name: String, args: Vec<Arg>, assigns: Vec<String>) {
-        let mut own = Vec::new();
-        let mut nested = Vec::new();
-        let mut writes = Vec::new();
-        let mut i = 0;
-        while i < args.len() {
-            match &args[i] {
-                Arg::Static(s) if matches!(s.as_str(), "-exec" | "-execdir" | "-ok" | "-okdir") => {
-                    own.push(args[i].clone());
-                    let start = i + 1;
-                    let mut end = start;
-                    while end < args.len()
-                        && !matches!(&args[end], Arg::Static(t) if t == ";" || t == "+")
-                    {
-                        end += 1;
-                    }
-                    let sub: Vec<Arg> = args[start..end]
-                        .iter()
-                        .map(|a| match a {
-                            Arg::Static(s) if s.contains("{}") => Arg::Dynamic,
-                            other => other.clone(),
-                        })
-                        .collect();
-                    nested.push(sub);
-                    i = end + 1;
-                }
-                Arg::Static(s)
-                    if matches!(s.as_str(), "-fprint" | "-fprint0" | "-fls" | "-fprintf") =>
-                {
-                    own.push(args[i].clone());
-                    let target = match args.get(i + 1) {
-                        Some(Arg::Static(p)) => Some(p.clone()),
-                        _ => None,
-                    };
-                    writes.push(target);
-                    i += 2;
-                }
-                other => {
-                    own.push(other.clone());
-                    i += 1;
-                }
-            }
-        }
-        // find itself first, so that a message names it rather than what it runs.
-        self.exec(name, own, assigns);
-        for sub in nested {
-            self.dispatch_args(sub, Vec::new(), Stdin::Inherited);
-        }
-        for target in writes {
-            self.file(target, true);
-        }
-    }
-
     fn shell(&mut self, name: String, args: Vec<Arg>, assigns: Vec<String>, stdin: Stdin) {
         let mut command_mode = false;
         let mut i = 0;
@@ -1123,7 +1052,7 @@ impl Walker<'_> {
         if command_mode {
             match args.get(i) {
                 Some(Arg::Static(text)) => self.script(&assignment_prefix(&assigns, text)),
-                Some(Arg::Dynamic) => {
+                Some(Arg::Dynamic | Arg::Partial { .. }) => {
                     self.unknown(format!("`{name} -c` of text computed at run time"))
                 }
                 None => self.unknown(format!("`{name} -c` without a command")),
@@ -1242,6 +1171,14 @@ fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
+/// The builtins whose `NAME=value` arguments are assignments.
+fn is_declaration(name: &str) -> bool {
+    matches!(
+        basename(name),
+        "export" | "declare" | "typeset" | "local" | "readonly"
+    )
+}
+
 fn is_assignment(s: &str) -> bool {
     match s.split_once('=') {
         Some((name, _)) => {
@@ -1271,25 +1208,61 @@ fn skip_options(args: &[Arg], with_value: &[&str]) -> usize {
     i.min(args.len())
 }
 
-/// The value given to one of `names` among `args`: `Some(None)` when computed.
-fn option_value(args: &[Arg], names: &[&str]) -> Option<Option<String>> {
-    let mut iter = args.iter();
-    while let Some(a) = iter.next() {
-        if let Arg::Static(s) = a {
-            if names.contains(&s.as_str()) {
-                return Some(match iter.next() {
-                    Some(Arg::Static(v)) => Some(v.clone()),
-                    _ => None,
-                });
-            }
-            for name in names.iter().filter(|n| n.starts_with("--")) {
-                if let Some(v) = s.strip_prefix(&format!("{name}=")) {
-                    return Some(Some(v.to_string()));
-                }
+/// An operand of a removal (`rm`, `find -delete`) as the rules see it: the root written `/`
+/// however it is spelt (`//`, `/.`, `/usr/..`), a glob in the root's first level written
+/// `/*` (`/*`, `/.*`, `/[a-z]*`, `/{bin,usr}`), a computed operand written `…` (where it
+/// writes is a `ComputedWrite`; it is not taken for the root), anything else as it is.
+fn removal_operand(arg: &Arg) -> Arg {
+    let Arg::Static(path) = arg else {
+        return Arg::Static(format!("{}…{}", arg.static_prefix(), arg.static_suffix()));
+    };
+    if !path.starts_with('/') {
+        return arg.clone();
+    }
+    let normalized = crate::pattern::normalize(std::path::Path::new(path)).unwrap_or_default();
+    if normalized == "/" {
+        return Arg::Static("/".into());
+    }
+    // A system directory however spelt (`/usr/`, `/usr/../etc`), for the rules.
+    if !normalized.contains(['*', '?', '[', '{']) {
+        return Arg::Static(normalized);
+    }
+    let first = normalized
+        .trim_start_matches('/')
+        .split('/')
+        .next()
+        .unwrap_or_default();
+    if first.contains(['*', '?', '[']) || (first.contains('{') && first.contains('}')) {
+        return Arg::Static("/*".into());
+    }
+    arg.clone()
+}
+
+/// `name arg…` for a message, computed words as `…`.
+fn render_words(name: &str, args: &[Arg]) -> String {
+    let mut text = name.to_string();
+    for arg in args {
+        text.push(' ');
+        match arg {
+            Arg::Static(s) => text.push_str(s),
+            Arg::Dynamic => text.push('…'),
+            Arg::Partial { prefix, suffix } => {
+                text.push_str(prefix);
+                text.push('…');
+                text.push_str(suffix);
             }
         }
+        if text.len() > 80 {
+            let mut cut = 77;
+            while !text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            text.truncate(cut);
+            text.push('…');
+            break;
+        }
     }
-    None
+    text
 }
 
 fn is_fd_word(s: &str) -> bool {
@@ -1339,6 +1312,183 @@ fn has_unquoted_expansion_chars(text: &str) -> bool {
         }
         None => true,
     }
+}
+
+/// Whether a word holds an unquoted brace expansion (`{a,b}`, `{1..3}`, `x{,.bak}`), which
+/// makes it several words: a `{` and its `}` with a top-level comma or a `..` between them.
+fn is_brace_expansion(text: &str) -> bool {
+    let Some(pieces) = guarded(|| word::parse(text, &parser_options()).ok()) else {
+        return true;
+    };
+    let unquoted: Vec<char> = pieces
+        .iter()
+        .map(|p| match &p.piece {
+            WordPiece::Text(t) => t.as_str(),
+            // A quoted part cannot open or close a brace expansion, but may sit inside one.
+            _ => "x",
+        })
+        .collect::<String>()
+        .chars()
+        .collect();
+    let mut opens: Vec<(usize, bool)> = Vec::new();
+    let mut i = 0;
+    while let Some(&c) = unquoted.get(i) {
+        match c {
+            '{' => opens.push((i, false)),
+            ',' => {
+                if let Some(last) = opens.last_mut() {
+                    last.1 = true;
+                }
+            }
+            '}' => {
+                if let Some((start, comma)) = opens.pop() {
+                    let inner: String = unquoted[start + 1..i].iter().collect();
+                    if comma || (inner.contains("..") && !inner.contains('{')) {
+                        return true;
+                    }
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    false
+}
+
+/// Most words a brace expansion may produce before the hook calls the word computed.
+const MAX_BRACE_WORDS: usize = 256;
+
+/// The words an unquoted, plain brace expansion produces, in bash's order (`a{b,c}d` → `abd
+/// acd`, `x{1..3}` → `x1 x2 x3`, nested braces expanded in turn); `None` when the word is not
+/// plain text (quotes, `$`, backslashes) or expands to too many words.
+fn expand_braces(text: &str) -> Option<Vec<String>> {
+    if text.contains(['\'', '"', '$', '`', '\\']) {
+        return None;
+    }
+    let mut done = Vec::new();
+    let mut pending = vec![text.to_string()];
+    while let Some(word) = pending.pop() {
+        match brace_alternatives(&word)? {
+            Some(alternatives) => pending.extend(alternatives.into_iter().rev()),
+            None => done.push(word),
+        }
+        if done.len() + pending.len() > MAX_BRACE_WORDS {
+            return None;
+        }
+    }
+    Some(done)
+}
+
+/// The words the first (outermost, leftmost) brace expansion of `word` makes (`Some(None)`
+/// when it has none; `None` when it makes too many).
+fn brace_alternatives(word: &str) -> Option<Option<Vec<String>>> {
+    let chars: Vec<char> = word.chars().collect();
+    for start in (0..chars.len()).filter(|&i| chars[i] == '{') {
+        // The matching `}` and the top-level commas between.
+        let (mut depth, mut commas, mut end) = (0usize, Vec::new(), None);
+        for (i, &c) in chars.iter().enumerate().skip(start + 1) {
+            match c {
+                '{' => depth += 1,
+                '}' if depth == 0 => {
+                    end = Some(i);
+                    break;
+                }
+                '}' => depth -= 1,
+                ',' if depth == 0 => commas.push(i),
+                _ => {}
+            }
+        }
+        let Some(end) = end else { continue };
+        let prefix: String = chars[..start].iter().collect();
+        let suffix: String = chars[end + 1..].iter().collect();
+        let items: Vec<String> = if commas.is_empty() {
+            let inner: String = chars[start + 1..end].iter().collect();
+            match sequence(&inner) {
+                Ok(items) => items,
+                Err(Sequence::TooLong) => return None,
+                Err(Sequence::Not) => continue,
+            }
+        } else {
+            let mut bounds = vec![start];
+            bounds.extend(&commas);
+            bounds.push(end);
+            bounds
+                .windows(2)
+                .map(|w| chars[w[0] + 1..w[1]].iter().collect())
+                .collect()
+        };
+        return Some(Some(
+            items
+                .into_iter()
+                .map(|item| format!("{prefix}{item}{suffix}"))
+                .collect(),
+        ));
+    }
+    Some(None)
+}
+
+/// Why `{…}` makes no sequence.
+enum Sequence {
+    /// It is not one: the braces stay as they are.
+    Not,
+    /// It makes more words than the hook expands.
+    TooLong,
+}
+
+/// `1..5`, `5..1`, `a..e`, with an optional `..STEP`: the items bash makes.
+fn sequence(inner: &str) -> Result<Vec<String>, Sequence> {
+    let parts: Vec<&str> = inner.split("..").collect();
+    let step = |text: &str| {
+        text.parse::<i64>()
+            .ok()
+            .and_then(i64::checked_abs)
+            .map(|s| s.max(1))
+            .ok_or(Sequence::Not)
+    };
+    let (from, to, step) = match parts.as_slice() {
+        [from, to] => (*from, *to, 1i64),
+        [from, to, by] => (*from, *to, step(by)?),
+        _ => return Err(Sequence::Not),
+    };
+    let (numbers, from, to) = match (from.parse::<i64>(), to.parse::<i64>()) {
+        (Ok(a), Ok(b)) => (true, a, b),
+        _ => {
+            let (mut a, mut b) = (from.chars(), to.chars());
+            match (a.next(), a.next(), b.next(), b.next()) {
+                (Some(x), None, Some(y), None)
+                    if x.is_ascii_alphabetic() && y.is_ascii_alphabetic() =>
+                {
+                    (false, x as i64, y as i64)
+                }
+                _ => return Err(Sequence::Not),
+            }
+        }
+    };
+    if from.abs_diff(to) / step.unsigned_abs() > MAX_BRACE_WORDS as u64 {
+        return Err(Sequence::TooLong);
+    }
+    let mut items = Vec::new();
+    let mut at = from;
+    loop {
+        items.push(if numbers {
+            at.to_string()
+        } else {
+            u32::try_from(at)
+                .ok()
+                .and_then(char::from_u32)
+                .ok_or(Sequence::Not)?
+                .to_string()
+        });
+        if at == to {
+            break;
+        }
+        let next = if from < to { at + step } else { at - step };
+        if (from < to && next > to) || (from > to && next < to) {
+            break;
+        }
+        at = next;
+    }
+    Ok(items)
 }
 
 /// Backslash escapes as the shell removes them: outside quotes `\x` is `x`; inside double
@@ -1411,6 +1561,7 @@ mod tests {
                 Effect::Read(p) => format!("<{p}"),
                 Effect::Write(p) => format!(">{p}"),
                 Effect::Unknown(_) => "?".into(),
+                Effect::ComputedWrite(_) => ">?".into(),
             })
             .collect()
     }
@@ -1425,7 +1576,7 @@ mod tests {
             "$'\\x72m' x",
             "'r'\"m\" x",
         ] {
-            assert_eq!(names(spelling), ["rm"], "{spelling}");
+            assert_eq!(names(spelling), ["rm", ">x"], "{spelling}");
         }
     }
 
@@ -1452,8 +1603,31 @@ mod tests {
     }
 
     #[test]
+    fn brace_expansions_are_the_words_bash_makes() {
+        let words = |text: &str| expand_braces(text).unwrap_or_default().join(" ");
+        assert_eq!(words("{main,+main}"), "main +main");
+        assert_eq!(words("x{a,b{c,:d}}"), "xa xbc xb:d");
+        assert_eq!(words("{a,b}{1,2}"), "a1 a2 b1 b2");
+        assert_eq!(words("f{,.bak}"), "f f.bak");
+        assert_eq!(words("{1..3}"), "1 2 3");
+        assert_eq!(words("{3..1}"), "3 2 1");
+        assert_eq!(words("{1..10..4}"), "1 5 9");
+        assert_eq!(words("{a..c}"), "a b c");
+        assert_eq!(words("{x}"), "{x}");
+        assert_eq!(expand_braces("{1..100000}"), None);
+        assert_eq!(expand_braces("'{a,b}'"), None);
+        assert!(is_brace_expansion("{a,b}") && is_brace_expansion("{1..2}"));
+        assert!(!is_brace_expansion("stash@{1}") && !is_brace_expansion("'{a,b}'"));
+        assert!(!is_brace_expansion("@{upstream}..HEAD"));
+        assert_eq!(names("git push origin {main,+main}"), ["git"]);
+    }
+
+    #[test]
     fn peels_wrappers_and_shells() {
-        assert_eq!(names("env -i A=1 nice -n 5 nohup timeout 10 rm x"), ["rm"]);
+        assert_eq!(
+            names("env -i A=1 nice -n 5 nohup timeout 10 rm x"),
+            ["rm", ">x"]
+        );
         assert_eq!(names("sh -c 'a; b'"), ["a", "b"]);
         assert_eq!(names("bash -lc \"a | b\""), ["a", "b"]);
         assert_eq!(names("eval 'a && b'"), ["a", "b"]);
@@ -1461,12 +1635,18 @@ mod tests {
         assert_eq!(names("bash <<< 'a'"), ["a"]);
         assert_eq!(names("echo a | sh"), ["echo", "?"]);
         assert_eq!(names("sh x.sh"), ["?"]);
-        assert_eq!(names("find . -name x -exec rm {} \\;"), ["find", "rm"]);
-        assert_eq!(names("xargs -n1 rm"), ["rm"]);
-        assert_eq!(names("sudo -u root rm x"), ["sudo", "rm"]);
-        assert_eq!(names("command rm x; exec rm y"), ["rm", "rm"]);
-        assert_eq!(names("command -v rm; command rm -v x"), ["command", "rm"]);
-        assert_eq!(names("time rm x"), ["rm"]);
+        assert_eq!(
+            names("find . -name x -exec rm {} \\;"),
+            ["find", "rm", ">."]
+        );
+        assert_eq!(names("xargs -n1 rm"), ["rm", ">?"]);
+        assert_eq!(names("sudo -u root rm x"), ["sudo", "rm", ">x"]);
+        assert_eq!(names("command rm x; exec rm y"), ["rm", ">x", "rm", ">y"]);
+        assert_eq!(
+            names("command -v rm; command rm -v x"),
+            ["command", "rm", ">x"]
+        );
+        assert_eq!(names("time rm x"), ["rm", ">x"]);
         assert_eq!(names(&"busybox ".repeat(5000)), ["?"]);
         // Found by the fuzzer: brush-parser's tokenizer loops forever on this.
         assert_eq!(names("at $(<< <x${"), ["?"]);
