@@ -20,6 +20,7 @@ mod options;
 mod sed;
 mod tools;
 mod variables;
+pub use variables::program_variables;
 mod wrappers;
 
 /// One thing a command line would do.

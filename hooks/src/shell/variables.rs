@@ -27,6 +27,13 @@ enum Runs {
     NodeOptions,
 }
 
+/// The names of the variables whose value a tool runs or loads (see [`VARIABLES`]): the
+/// supervisor pins them in Claude Code's managed settings, so that no other settings file's
+/// `env` sets them for the commands the hook judged without them.
+pub fn program_variables() -> impl Iterator<Item = &'static str> {
+    VARIABLES.iter().map(|(name, _)| *name)
+}
+
 /// Variables whose value a tool runs or loads, from each tool's manual: git(1) ENVIRONMENT
 /// VARIABLES, git-var(1), less(1) INPUT PREPROCESSOR, bash(1) INVOCATION, ld.so(8), python(1),
 /// node(1), ssh(1) and ssh-askpass, sudo(8), man(1), rg(1) CONFIGURATION FILES.

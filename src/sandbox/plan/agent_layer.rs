@@ -109,10 +109,19 @@ pub const PINNED_ENV: &[&str] = &[
     "CLAUDE_ENV_FILE",
 ];
 
-/// [`PINNED_ENV`] with the values of the command's environment (empty where it has none).
+/// [`PINNED_ENV`], and every variable the hook knows to make a tool run or load a program
+/// (`GIT_PAGER`, `GIT_EXTERNAL_DIFF`, `LD_PRELOAD`, `NODE_OPTIONS`, `GIT_CONFIG_COUNT`, …: what
+/// the hook judges a command by assumes none of them was set behind its back), with the values
+/// of the command's environment (empty where it has none).
 pub fn pinned_env(env: &[(String, String)]) -> Vec<(String, String)> {
-    PINNED_ENV
-        .iter()
+    let mut names: Vec<&str> = PINNED_ENV.to_vec();
+    for name in stepproof_hook::shell::program_variables() {
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    names
+        .into_iter()
         .map(|name| {
             let value = env
                 .iter()
