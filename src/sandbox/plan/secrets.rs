@@ -185,12 +185,10 @@ pub(crate) fn credential_names(
 }
 
 /// A `.env` file as the project keeps it (`.env`, `.env.local`, `.env.production`, …), not a
-/// template meant to be committed (`.env.example`, `.env.sample`, `.env.template`, …).
+/// template meant to be committed (`.env.example`, `.env.sample`, `.env.template`, …): the
+/// hook's test (its `env-files` rule) on bytes, with the hook's list of template words.
 pub fn is_env_file(name: &OsStr) -> bool {
-    const TEMPLATES: &[&str] = &[
-        "example", "sample", "template", "tmpl", "tpl", "dist", "defaults", "default", "schema",
-        "skeleton", "stub", "spec",
-    ];
+    const TEMPLATES: &[&str] = stepproof_hook::pattern::ENV_TEMPLATES;
     let name = name.as_bytes();
     if name == b".env" {
         return true;
