@@ -2,7 +2,7 @@
 # Whole-process time of stepproof-hook against a trivial static stub (reads stdin, prints a
 # fixed answer), with compiled policies of 10, 200 and 2,000 (synthetic) rules and the built-in
 # default profile. Medians of interleaved runs (stub, hook-10, hook-200, hook-2000,
-# hook-default, stub, …), printed as ratios. Target: <= 1.5x the stub at 200 rules. The input
+# hook-default, stub, …), printed as ratios. Target: <= 1.3x the stub at 200 rules. The input
 # is a PreToolUse Bash call (`cargo test --workspace 2>&1 | tail -20`) that every policy allows.
 #
 # The hook is linked statically and not position-independent (glibc, `-C
