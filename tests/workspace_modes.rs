@@ -301,9 +301,10 @@ fn explain_shows_the_workspace_overlay() {
     assert!(stdout.contains("rw   overlay   "), "{stdout}");
 }
 
-/// The hook's answer is not what keeps "no writes" on `strict`: `sort -o` is inspection to its
-/// rules, and with the real Claude Code (2.1.328) the write it makes succeeds inside, is read
-/// back by the next command, and never reaches the checkout.
+/// The hook's answer is not what keeps "no writes" on `strict`: with a rule that lets the
+/// hook allow `sort -o` (the built-in strict judges it a write and denies it), the write it makes
+/// with the real Claude Code (2.1.328) succeeds inside, is read back by the next command, and
+/// never reaches the checkout.
 fn strict_hook_allowed_write_stays_in_the_overlay(w: &World) {
     use e2e::*;
     use serde_json::json;
@@ -318,7 +319,8 @@ fn strict_hook_allowed_write_stays_in_the_overlay(w: &World) {
             text("fin")
         ]),
     );
-    let path = profile(w, &mock, true, "");
+    let allow_write = "[[hook.files]]\nid = \"test-workspace-write\"\nreason = \"the test lets one write through to reach the overlay\"\ndecision = \"allow\"\naccess = \"write\"\npaths = [\"names.txt\"]\n";
+    let path = profile(w, &mock, true, allow_write);
     let text = fs::read_to_string(&path)
         .unwrap()
         .replace("extends = \"ci\"", "extends = \"strict\"");
