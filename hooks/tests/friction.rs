@@ -8,12 +8,7 @@ use serde_json::json;
 use stepproof_hook::{Decision, check_tool};
 
 /// Corpus entries the default profile does not allow yet. Only ever shorter.
-const NOT_YET: &[&str] = &[
-    // Inline code runs whatever it says, and unlike a script file it leaves nothing in the
-    // workspace to review: asked on default (README, "What the hook decides, by profile").
-    "node -e 'console.log(process.versions.node)'",
-    "python3 -c 'import sys; print(sys.version)'",
-];
+const NOT_YET: &[&str] = &[];
 
 fn corpus() -> Vec<&'static str> {
     include_str!("friction.txt")
