@@ -15,35 +15,6 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use support::*;
 
-/// A world with Claude Code installed, or None (skipped locally, failed in CI).
-fn world(who: Who) -> Option<World> {
-    if !claude_available() {
-        return None;
-    }
-    World::new(who)
-}
-
-/// `both!` for these tests: also needs `claude`.
-macro_rules! both_claude {
-    ($name:ident, $body:expr) => {
-        mod $name {
-            use super::*;
-            #[test]
-            fn as_root() {
-                if let Some(w) = world(Who::Root) {
-                    ($body)(&w)
-                }
-            }
-            #[test]
-            fn as_user() {
-                if let Some(w) = world(Who::User) {
-                    ($body)(&w)
-                }
-            }
-        }
-    };
-}
-
 const DENIED_CURL: &str = "curl -s -o fetched.html http://127.0.0.2:@PORT@/denied-probe";
 
 #[track_caller]

@@ -15,33 +15,6 @@ use serde_json::json;
 use std::fs;
 use support::*;
 
-fn world(who: Who) -> Option<World> {
-    if !claude_available() {
-        return None;
-    }
-    World::new(who)
-}
-
-macro_rules! both_claude {
-    ($name:ident, $body:expr) => {
-        mod $name {
-            use super::*;
-            #[test]
-            fn as_root() {
-                if let Some(w) = world(Who::Root) {
-                    ($body)(&w)
-                }
-            }
-            #[test]
-            fn as_user() {
-                if let Some(w) = world(Who::User) {
-                    ($body)(&w)
-                }
-            }
-        }
-    };
-}
-
 /// Redefines `git` wherever Claude Code would source it: every existing snapshot (appended),
 /// a new snapshot, a session environment script in every session's directory, the login files
 /// of the home, and the user settings' `env` (which Claude Code reloads live unless the

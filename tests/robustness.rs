@@ -263,15 +263,9 @@ both!(nothing_outlives_the_run, |w: &World| {
         let sid = child.id();
         let out = child.wait_with_output().unwrap();
         assert_eq!(out.status.code(), Some(0), "round {round}");
-        let left: Vec<String> = fs::read_dir("/proc")
-            .unwrap()
-            .flatten()
-            .filter_map(|e| fs::read_to_string(e.path().join("stat")).ok())
-            .filter(|stat| {
-                // pid (comm) state ppid pgrp session …; comm may hold spaces.
-                let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-                rest.split_whitespace().nth(3) == Some(&sid.to_string())
-            })
+        let left: Vec<Proc> = processes()
+            .into_iter()
+            .filter(|p| p.session == sid)
             .collect();
         assert!(left.is_empty(), "round {round}: left behind: {left:#?}");
     }
@@ -290,13 +284,9 @@ both!(killed_at_any_phase_leaves_nothing, |w: &World| {
     // A process of the run still alive. Zombies are not counted: orphaned by the kill, they
     // belong to pid 1, which reaps them on its own schedule (this machine's every 2 s or so).
     let session_alive = |sid: u32| {
-        fs::read_dir("/proc").unwrap().flatten().any(|e| {
-            fs::read_to_string(e.path().join("stat")).is_ok_and(|stat| {
-                let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-                let fields: Vec<&str> = rest.split_whitespace().collect();
-                fields.get(3) == Some(&sid.to_string().as_str()) && fields.first() != Some(&"Z")
-            })
-        })
+        processes()
+            .iter()
+            .any(|p| p.session == sid && p.state != "Z")
     };
     // As root the runs have a cgroup (a memory limit), so that a killed run's cgroup is left
     // for the next run to remove; the test user's host cannot enforce one.
@@ -541,27 +531,45 @@ both!(no_helper_zombies_during_the_run, |w: &World| {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let supervisor = child.id().to_string();
+    let supervisor = child.id();
     std::thread::sleep(std::time::Duration::from_millis(700));
-    let children: Vec<(String, String)> = fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| fs::read_to_string(e.path().join("stat")).ok())
-        .filter_map(|stat| {
-            let (name, rest) = stat.rsplit_once(')')?;
-            let fields: Vec<&str> = rest.split_whitespace().collect();
-            (fields.get(1) == Some(&supervisor.as_str())).then(|| {
-                (
-                    name.split_once('(').map_or("", |(_, n)| n).to_string(),
-                    fields[0].to_string(),
-                )
-            })
-        })
+    let children: Vec<Proc> = processes()
+        .into_iter()
+        .filter(|p| p.parent == supervisor)
         .collect();
     let out = child.wait().unwrap();
     assert!(out.success());
     assert!(
-        children.len() == 1 && children[0].0 == "stepproof-init" && children[0].1 != "Z",
+        children.len() == 1 && children[0].name == "stepproof-init" && children[0].state != "Z",
         "the supervisor's children mid-run: {children:?}"
     );
 });
+
+/// A process as `/proc/<pid>/stat` shows it.
+#[derive(Debug)]
+struct Proc {
+    name: String,
+    state: String,
+    parent: u32,
+    session: u32,
+}
+
+/// Every process of the machine (those that end while being read are left out).
+fn processes() -> Vec<Proc> {
+    fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| fs::read_to_string(e.path().join("stat")).ok())
+        .filter_map(|stat| {
+            // pid (comm) state ppid pgrp session …; comm may hold spaces and parentheses.
+            let (head, rest) = stat.rsplit_once(')')?;
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            Some(Proc {
+                name: head.split_once('(')?.1.to_string(),
+                state: fields.first()?.to_string(),
+                parent: fields.get(1)?.parse().ok()?,
+                session: fields.get(3)?.parse().ok()?,
+            })
+        })
+        .collect()
+}

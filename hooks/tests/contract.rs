@@ -68,6 +68,25 @@ impl Run {
     }
 }
 
+/// The records `connections` hook runs send to `listener`, in order, as JSON.
+fn collect_records(
+    listener: UnixListener,
+    connections: usize,
+) -> std::thread::JoinHandle<Vec<Value>> {
+    std::thread::spawn(move || {
+        let mut records = Vec::new();
+        for _ in 0..connections {
+            let (stream, _) = listener.accept().expect("accept");
+            for line in BufReader::new(stream).lines() {
+                records.push(
+                    serde_json::from_str::<Value>(&line.expect("line")).expect("record is JSON"),
+                );
+            }
+        }
+        records
+    })
+}
+
 fn run(args: &[&str], stdin: &[u8]) -> Run {
     let mut child = Command::new(HOOK)
         .args(args)
@@ -246,13 +265,7 @@ fn config_change_is_refused() {
     // The record names the settings and the file that changed.
     let socket = setup.dir.path().join("audit.sock");
     let listener = UnixListener::bind(&socket).expect("bind");
-    let collector = std::thread::spawn(move || {
-        let (stream, _) = listener.accept().expect("accept");
-        BufReader::new(stream)
-            .lines()
-            .map(|l| serde_json::from_str::<Value>(&l.expect("line")).expect("JSON"))
-            .collect::<Vec<_>>()
-    });
+    let collector = collect_records(listener, 1);
     let policy = setup.policy.to_str().expect("utf8");
     let r = run(
         &[
@@ -377,13 +390,7 @@ fn a_disagreeing_event_name_is_malformed_input() {
     // The observer: nothing on stdout, exit 0, and a record of the malformed input.
     let socket = setup.dir.path().join("audit.sock");
     let listener = UnixListener::bind(&socket).expect("bind");
-    let collector = std::thread::spawn(move || {
-        let (stream, _) = listener.accept().expect("accept");
-        BufReader::new(stream)
-            .lines()
-            .map(|l| serde_json::from_str::<Value>(&l.expect("line")).expect("JSON"))
-            .collect::<Vec<_>>()
-    });
+    let collector = collect_records(listener, 1);
     let r = run(
         &[
             "--policy",
@@ -416,18 +423,7 @@ fn records_reach_the_audit_socket() {
     let setup = Setup::new("default");
     let socket = setup.dir.path().join("audit.sock");
     let listener = UnixListener::bind(&socket).expect("bind");
-    let collector = std::thread::spawn(move || {
-        let mut records = Vec::new();
-        for _ in 0..4 {
-            let (stream, _) = listener.accept().expect("accept");
-            for line in BufReader::new(stream).lines() {
-                records.push(
-                    serde_json::from_str::<Value>(&line.expect("line")).expect("record is JSON"),
-                );
-            }
-        }
-        records
-    });
+    let collector = collect_records(listener, 4);
     std::fs::write(setup.workspace().join("src/new.rs"), "pub fn f() {}\n").expect("write");
     let policy = setup.policy.to_str().expect("utf8");
     let sock = socket.to_str().expect("utf8");

@@ -31,6 +31,37 @@ pub fn scratch(w: &World, name: &str) -> PathBuf {
     dir
 }
 
+/// A world with Claude Code installed, or None (skipped locally, failed in CI).
+pub fn world(who: Who) -> Option<World> {
+    if !claude_available() {
+        return None;
+    }
+    World::new(who)
+}
+
+/// `both!` for the tests with the real Claude Code: each runs as root and as the test user, and
+/// needs `claude` (skipped locally, failed in CI without it).
+#[macro_export]
+macro_rules! both_claude {
+    ($name:ident, $body:expr) => {
+        mod $name {
+            use super::*;
+            #[test]
+            fn as_root() {
+                if let Some(w) = world(Who::Root) {
+                    ($body)(&w)
+                }
+            }
+            #[test]
+            fn as_user() {
+                if let Some(w) = world(Who::User) {
+                    ($body)(&w)
+                }
+            }
+        }
+    };
+}
+
 /// True when Claude Code is installed (CI installs it; elsewhere the tests skip).
 pub fn claude_available() -> bool {
     let ok = Command::new("claude")
