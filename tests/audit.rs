@@ -96,6 +96,9 @@ fn damaged(damage: impl FnOnce(&mut Vec<String>), head: bool) -> (i32, String) {
     let mut l = lines(&path);
     damage(&mut l);
     write_lines(&path, &l);
+    // A damaged log that lacks a run-end would read as "in progress" while a test thread's
+    // forked child still holds the lock (see `reopen`).
+    drop(reopen(&path));
     verify(&path, head.then_some(hash.as_str()))
 }
 
@@ -257,7 +260,7 @@ fn a_log_cut_before_run_end_is_incomplete() {
     let mut l = lines(&path);
     l.pop();
     write_lines(&path, &l);
-    let (code, out) = verify(&path, None);
+    let (code, out) = verify_unlocked(&path);
     assert_eq!(code, 3, "{out}");
     assert!(
         out.starts_with("incomplete: the chain is intact (6 records, head "),
@@ -267,12 +270,14 @@ fn a_log_cut_before_run_end_is_incomplete() {
         out.contains("the run that starts at line 1 has no run-end record"),
         "{out}"
     );
+    drop(reopen(&path));
     let (code, out) = audit(&["verify", p, "--json"]);
     assert_eq!(code, 3);
     let report: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(report["status"], "incomplete");
     assert_eq!(report["intact"], true);
     assert_eq!(report["runs_without_end"], json!([1]));
+    drop(reopen(&path));
     let (code, out) = audit(&["show", p]);
     assert_eq!(code, 3, "{out}");
     assert!(
@@ -336,6 +341,7 @@ fn each_run_in_a_log_is_checked_for_its_end() {
     let path = dir.path().join("crashed.jsonl");
     append_run(&path, false);
     let head = append_run(&path, true);
+    drop(reopen(&path));
     let (code, out) = verify(&path, Some(&head));
     assert_eq!(code, 3, "{out}");
     assert!(
