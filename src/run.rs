@@ -181,6 +181,22 @@ fn carry_out(
             Failure::host(e.to_string())
         }
     })?;
+    // The home is shown read-only and holds StepProof's run directories: one that is not
+    // there is a mistake in the caller's environment, not something to create (checked before
+    // the self-test, whose own run would refuse it less clearly).
+    if !facts.home.is_dir() {
+        let what = if facts.home.exists() {
+            "is not a directory"
+        } else {
+            "does not exist"
+        };
+        return Err(Failure::refused(format!(
+            "the home {} {what} (from $HOME, or the password database when HOME is unset): \
+             StepProof shows the home read-only inside and keeps its run directories under \
+             ~/.local/state/stepproof; set HOME to an existing directory",
+            facts.home.display()
+        )));
+    }
     if args.ci {
         // The sandbox this profile describes must hold before the agent gets it.
         let escaped = run_selftest(args).map_err(Failure::host)?;
@@ -210,19 +226,6 @@ fn carry_out(
                 root.display()
             )));
         }
-    }
-    // The home is shown read-only and holds StepProof's run directories: one that is not
-    // there is a mistake in the caller's environment, not something to create.
-    if !facts.home.is_dir() {
-        let what = if facts.home.exists() {
-            "is not a directory"
-        } else {
-            "does not exist"
-        };
-        return Err(Failure::refused(format!(
-            "the home {} {what} (from $HOME, or the password database when HOME is unset):              StepProof shows the home read-only inside and keeps its run directories under              ~/.local/state/stepproof; set HOME to an existing directory",
-            facts.home.display()
-        )));
     }
     outputs.run_dir = Some(facts.run_dir.clone());
     tracing::debug!("facts gathered");

@@ -457,19 +457,26 @@ both!(old_run_directories_are_removed, |w: &World| {
 
 // A home that is not there is refused (120) with what to do, and not created.
 both!(a_missing_home_is_refused_not_created, |w: &World| {
-    for (home, words) in [
-        (w.base.join("no-such-home"), "does not exist"),
-        (w.workspace.join("README"), "is not a directory"),
+    let none: &[&str] = &[];
+    for (home, words, flags) in [
+        (w.base.join("no-such-home"), "does not exist", none),
+        (w.workspace.join("README"), "is not a directory", none),
+        // Unattended: refused as clearly, before the self-test runs.
+        (w.base.join("no-such-home"), "does not exist", &["--ci"]),
     ] {
         let out = w
-            .command(&[], &["/bin/true"])
+            .command(flags, &["/bin/true"])
             .env("HOME", &home)
             .output()
             .unwrap();
         assert_eq!(out.status.code(), Some(120), "{}", describe(&out));
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(
-            stderr.contains(words) && stderr.contains("set HOME"),
+            stderr.contains(&format!(
+                "stepproof-run: the home {} {words}",
+                home.display()
+            )) && stderr.contains("unset): StepProof shows the home read-only inside")
+                && stderr.contains("set HOME to an existing directory"),
             "{stderr}"
         );
     }
