@@ -16,7 +16,7 @@ use thiserror::Error;
 
 use crate::config::{Access, HookConfig};
 use crate::decision::{Decision, Verdict};
-use crate::pattern::{self, Arg, CommandPattern, PathGlob, normalize};
+use crate::pattern::{self, CommandPattern, PathGlob, normalize};
 use crate::shell::{self, Effect, Invocation};
 
 /// Rule id of the decision for calls no rule matches.
@@ -874,31 +874,7 @@ fn fail(why: &str) -> Finding {
 
 /// `git push --force`, shortened; run-time arguments shown as `…`.
 fn render_invocation(inv: &Invocation) -> String {
-    let mut text = inv.name.clone();
-    for arg in &inv.args {
-        text.push(' ');
-        match arg {
-            Arg::Static(s) => text.push_str(s),
-            Arg::Dynamic => text.push('…'),
-            Arg::Partial { prefix, suffix } => {
-                text.push_str(prefix);
-                text.push('…');
-                text.push_str(suffix);
-            }
-        }
-        if text.len() > 80 {
-            break;
-        }
-    }
-    if text.len() > 80 {
-        let mut cut = 77;
-        while !text.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        text.truncate(cut);
-        text.push('…');
-    }
-    text
+    crate::shell::render_words(&inv.name, &inv.args)
 }
 
 /// The directory a Glob pattern starts in: its components before the first wildcard.

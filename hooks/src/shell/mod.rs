@@ -94,7 +94,7 @@ const MAX_DEPTH: usize = 24;
 const MAX_EFFECTS: usize = 4096;
 /// Deepest parenthesis nesting the parser is given (see `Walker::script`).
 const MAX_PAREN_DEPTH: usize = 10;
-/// Deepest `[` nesting the parser is given (see `bracket_depth`).
+/// Deepest `[` nesting the parser is given (see `pair_depth`).
 const MAX_BRACKET_DEPTH: usize = 3;
 /// Deepest nesting of compound constructs the parser is given (see `nesting_depth`).
 const MAX_NESTING: usize = 48;
@@ -202,9 +202,9 @@ impl Walker<'_> {
         // cargo-fuzz: `(( x=((((((…` takes minutes; depth 15 in a here-document took 0.2 s).
         // No real command nests this deep, so a resource guard, not a judgement of meaning:
         // too deep is unknown.
-        if paren_depth(text) > MAX_PAREN_DEPTH
+        if pair_depth(text, b'(', b')') > MAX_PAREN_DEPTH
             || nesting_depth(text) > MAX_NESTING
-            || bracket_depth(text) > MAX_BRACKET_DEPTH
+            || pair_depth(text, b'[', b']') > MAX_BRACKET_DEPTH
         {
             self.unknown("constructs nested too deeply to check");
             return;
@@ -1077,35 +1077,18 @@ fn guarded<T>(parse: impl FnOnce() -> Option<T>) -> Option<T> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(parse)).unwrap_or(None)
 }
 
-/// Deepest nesting of `(` in the raw text (quotes not considered: an overestimate is safe).
-fn paren_depth(text: &str) -> usize {
+/// Deepest nesting of `open`…`close` in the raw text (quotes not considered: an overestimate
+/// is safe). For `(`; and for `[` (array subscripts, tests): brush-parser 0.4's word parser is
+/// exponential in nested subscripts (`${a[${a[${a[1]}]}]}` takes seconds at depth 6; found by
+/// cargo-fuzz).
+fn pair_depth(text: &str, open: u8, close: u8) -> usize {
     let (mut depth, mut deepest) = (0usize, 0usize);
     for c in text.bytes() {
-        match c {
-            b'(' => {
-                depth += 1;
-                deepest = deepest.max(depth);
-            }
-            b')' => depth = depth.saturating_sub(1),
-            _ => {}
-        }
-    }
-    deepest
-}
-
-/// Deepest nesting of `[` (array subscripts, tests) in the raw text: brush-parser 0.4's word
-/// parser is exponential in nested subscripts (`${a[${a[${a[1]}]}]}` takes seconds at depth 6;
-/// found by cargo-fuzz).
-fn bracket_depth(text: &str) -> usize {
-    let (mut depth, mut deepest) = (0usize, 0usize);
-    for c in text.bytes() {
-        match c {
-            b'[' => {
-                depth += 1;
-                deepest = deepest.max(depth);
-            }
-            b']' => depth = depth.saturating_sub(1),
-            _ => {}
+        if c == open {
+            depth += 1;
+            deepest = deepest.max(depth);
+        } else if c == close {
+            depth = depth.saturating_sub(1);
         }
     }
     deepest
@@ -1240,7 +1223,7 @@ fn removal_operand(arg: &Arg) -> Arg {
 }
 
 /// `name arg…` for a message, computed words as `…`.
-fn render_words(name: &str, args: &[Arg]) -> String {
+pub(crate) fn render_words(name: &str, args: &[Arg]) -> String {
     let mut text = name.to_string();
     for arg in args {
         text.push(' ');
