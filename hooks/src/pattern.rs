@@ -83,9 +83,9 @@ fn text_char_len(first: Option<u8>) -> usize {
 pub const ENV_FILES: &str = "@env-files";
 
 /// Words that make a `.env.*` name a template meant to be committed (`.env.example`,
-/// `.env.local.sample`), in any letter case: the one list, which the sandbox's name test
-/// (src/sandbox/plan/secrets.rs, for `hide_env_files`) reads too.
-pub const ENV_TEMPLATES: &[&str] = &[
+/// `.env.local.sample`), in any letter case. The sandbox's name test (`hide_env_files`,
+/// src/sandbox/plan/secrets.rs) is [`is_env_file`] itself.
+const ENV_TEMPLATES: &[&str] = &[
     "example", "sample", "template", "tmpl", "tpl", "dist", "defaults", "default", "schema",
     "skeleton", "stub", "spec",
 ];

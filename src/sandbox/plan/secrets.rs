@@ -186,22 +186,10 @@ pub(crate) fn credential_names(
 
 /// A `.env` file as the project keeps it (`.env`, `.env.local`, `.env.production`, …), not a
 /// template meant to be committed (`.env.example`, `.env.sample`, `.env.template`, …): the
-/// hook's test (its `env-files` rule) on bytes, with the hook's list of template words.
+/// hook's own test (its `env-files` rule). A name that is not UTF-8 is read lossily: the
+/// replaced bytes are never a `.` or part of a template word, so the verdict is the bytes'.
 pub fn is_env_file(name: &OsStr) -> bool {
-    const TEMPLATES: &[&str] = stepproof_hook::pattern::ENV_TEMPLATES;
-    let name = name.as_bytes();
-    if name == b".env" {
-        return true;
-    }
-    let Some(rest) = name.strip_prefix(b".env.") else {
-        return false;
-    };
-    !rest.is_empty()
-        && !rest.split(|&c| c == b'.').any(|part| {
-            TEMPLATES
-                .iter()
-                .any(|t| part.eq_ignore_ascii_case(t.as_bytes()))
-        })
+    stepproof_hook::pattern::is_env_file(&name.to_string_lossy())
 }
 
 #[cfg(test)]
@@ -249,6 +237,12 @@ mod tests {
         ] {
             assert!(!is_env_file(OsStr::new(no)), "{no}");
         }
+        // Names that are not UTF-8: judged by their bytes.
+        let bytes = |b: &'static [u8]| OsStr::from_bytes(b);
+        assert!(is_env_file(bytes(b".env.\xff")));
+        assert!(is_env_file(bytes(b".env.prod\xffuction")));
+        assert!(!is_env_file(bytes(b".env.\xff.example")));
+        assert!(!is_env_file(bytes(b".env\xff")));
     }
 
     #[test]
