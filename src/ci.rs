@@ -142,17 +142,16 @@ impl Summary {
 
     /// One record of the log.
     fn add(&mut self, record: Value) {
-        let s = self;
         let kind = record["kind"].as_str().unwrap_or_default();
         let source = record["source"].as_str().unwrap_or_default();
         match (source, kind) {
             ("supervisor", "run-start") => {
-                s.profile = record["profile"].as_str().unwrap_or_default().to_string();
-                s.policy_hash = record["policy_hash"]
+                self.profile = record["profile"].as_str().unwrap_or_default().to_string();
+                self.policy_hash = record["policy_hash"]
                     .as_str()
                     .unwrap_or_default()
                     .to_string();
-                s.limits.extend(
+                self.limits.extend(
                     record["limit_lines"]
                         .as_array()
                         .into_iter()
@@ -161,7 +160,7 @@ impl Summary {
                 );
             }
             ("supervisor", "limits") => {
-                s.limits_acted.extend(
+                self.limits_acted.extend(
                     record["acted"]
                         .as_array()
                         .into_iter()
@@ -170,16 +169,16 @@ impl Summary {
                 );
             }
             ("supervisor", "run-end") => {
-                s.status = record["outcome"]["status"]
+                self.status = record["outcome"]["status"]
                     .as_str()
                     .unwrap_or_default()
                     .to_string();
-                s.exit_code = record["outcome"]["exit_code"].as_i64().unwrap_or_default();
-                s.inside_not_written = record["hook_receiver"]["over_cap"]
+                self.exit_code = record["outcome"]["exit_code"].as_i64().unwrap_or_default();
+                self.inside_not_written = record["hook_receiver"]["over_cap"]
                     .as_u64()
                     .unwrap_or_default();
                 let e = &record["enforced"];
-                s.enforced = vec![
+                self.enforced = vec![
                     format!("isolation: {}", e["isolation"].as_str().unwrap_or("?")),
                     format!(
                         "namespaces: {}",
@@ -209,20 +208,20 @@ impl Summary {
                 ];
             }
             ("supervisor", "network") => {
-                keep(&mut s.network, &mut s.network_total, record.clone());
+                keep(&mut self.network, &mut self.network_total, record.clone());
             }
             ("supervisor", "sweep") => {
                 for finding in record["findings"].as_array().into_iter().flatten() {
-                    keep(&mut s.sweep, &mut s.sweep_total, finding.clone());
+                    keep(&mut self.sweep, &mut self.sweep_total, finding.clone());
                 }
                 if let Some(patch) = record["proposed_changes"].as_str() {
-                    s.proposed_changes = Some(patch.to_string());
+                    self.proposed_changes = Some(patch.to_string());
                 }
             }
             ("sandbox", "decision") if record["reported"]["decision"] == "deny" => {
                 keep(
-                    &mut s.denials,
-                    &mut s.denials_total,
+                    &mut self.denials,
+                    &mut self.denials_total,
                     record["reported"].clone(),
                 );
             }
