@@ -146,6 +146,36 @@ pub fn explain_text(profile: &Profile, plan: &SandboxPlan) -> String {
             gateway.credential
         ));
     }
+    for planned in &plan.credentials {
+        use crate::profile::credentials::Injection;
+        let rule = &planned.rule;
+        let (host, port) = rule.host_port();
+        let sent = match rule.injection() {
+            Injection::Header { name, format } => format!("header {name}: {format}"),
+            Injection::Basic { user } => format!("basic auth, user {user}"),
+        };
+        let mut inside = Vec::new();
+        if let Some(name) = &rule.placeholder_env {
+            inside.push(format!("${name}"));
+        }
+        if rule.git {
+            inside.push("git's credential helper".to_string());
+        }
+        line(format!(
+            "credential {}: https://{host}:{port} {} for {}; sent as {sent}; from {} (read outside at launch, never inside); placeholder in {}; TLS terminated for this host with the run's CA",
+            rule.name,
+            rule.paths.join(" "),
+            rule.methods
+                .as_ref()
+                .map_or("every method".to_string(), |m| m.join(" ")),
+            rule.source_spec().describe(),
+            if inside.is_empty() {
+                "nothing (the proxy adds the header)".to_string()
+            } else {
+                inside.join(" and ")
+            },
+        ));
+    }
     line(format!(
         "environment allow-list: {}",
         profile.process.env.join(" ")

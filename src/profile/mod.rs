@@ -3,6 +3,7 @@
 
 pub mod allow;
 pub mod claude_settings;
+pub mod credentials;
 pub mod limits;
 mod paths;
 
@@ -70,6 +71,7 @@ pub enum NetworkMode {
 }
 
 pub use allow::AllowList;
+pub use credentials::CredentialRule;
 
 /// The optional credential gateway: the agent talks plain HTTP to a unix socket inside
 /// (`ANTHROPIC_UNIX_SOCKET`), the supervisor forwards each request over TLS to `upstream` and
@@ -258,6 +260,8 @@ struct NetworkFile {
     allow_addresses: Vec<String>,
     proxy_port: Option<u16>,
     gateway: Option<GatewayConfig>,
+    #[serde(default)]
+    credentials: Vec<CredentialRule>,
 }
 
 /// A profile file that was read, by its canonical path, and the sha256 of what was read.
@@ -355,6 +359,10 @@ pub struct Network {
     pub allow: AllowList,
     pub proxy_port: u16,
     pub gateway: Option<GatewayConfig>,
+    /// Service credentials the proxy adds at the boundary (`[[network.credentials]]`); left out
+    /// of the policy hash when there are none, so that other profiles keep their hash.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub credentials: Vec<CredentialRule>,
 }
 
 const MAX_EXTENDS_DEPTH: usize = 8;
@@ -507,6 +515,7 @@ pub const RESERVED_PATHS: &[&str] = &[
     "/run/stepproof",
     "/run/claude-config",
     "/run/stepproof-gateway",
+    "/run/stepproof-trust",
 ];
 
 /// Refuses, with file and line, `read_only`, `writable` and `hidden` entries that cover a
@@ -783,6 +792,13 @@ fn merge(base: ProfileFile, child: ProfileFile) -> ProfileFile {
             ),
             proxy_port: child.network.proxy_port.or(base.network.proxy_port),
             gateway: child.network.gateway.or(base.network.gateway),
+            // A union, like the other lists: a rule's name is its identity (two with one name
+            // are refused when the profile resolves).
+            credentials: {
+                let mut rules = base.network.credentials;
+                rules.extend(child.network.credentials);
+                rules
+            },
         },
         degraded: child.degraded.or(base.degraded),
         claude: match (base.claude, child.claude) {
@@ -937,7 +953,10 @@ fn resolve(file: ProfileFile, origins: Vec<String>) -> Result<Profile, String> {
             limits: file.process.limits.unwrap_or_default(),
         },
         network: {
-            let allow = AllowList::new(file.network.allow, file.network.allow_addresses)
+            let mut allow_entries = file.network.allow;
+            let credentials = file.network.credentials;
+            credentials::check(&credentials, &mut allow_entries)?;
+            let allow = AllowList::new(allow_entries, file.network.allow_addresses)
                 .map_err(|e| format!("network.{e}"))?;
             let proxy_port = file.network.proxy_port.unwrap_or(DEFAULT_PROXY_PORT);
             in_range("network.proxy_port", u64::from(proxy_port), 1, 65535)?;
@@ -958,11 +977,22 @@ fn resolve(file: ProfileFile, origins: Vec<String>) -> Result<Profile, String> {
                     ));
                 }
             }
+            if !credentials.is_empty() && mode != NetworkMode::Allowlist {
+                let word = if mode == NetworkMode::Host {
+                    "host"
+                } else {
+                    "none"
+                };
+                return Err(format!(
+                    "network.credentials: credential rules need mode \"allowlist\" (the proxy adds them), not \"{word}\""
+                ));
+            }
             Network {
                 mode,
                 allow,
                 proxy_port,
                 gateway: file.network.gateway,
+                credentials,
             }
         },
         hook: file.hook,
@@ -1070,6 +1100,53 @@ mod tests {
         .unwrap();
         let shown = Profile::load(Some(&child)).unwrap_err().to_string();
         assert!(shown.contains("child.toml:3:1:"), "{shown}");
+    }
+
+    #[test]
+    fn credential_rules_load_allow_their_host_and_are_hashed() {
+        let base = "[network]\nmode = \"allowlist\"\nallow = [\"api.anthropic.com\"]\n";
+        let rule = "[[network.credentials]]\nname = \"gh\"\nhost = \"github.com\"\npaths = [\"/o/r.git/\"]\nsource = \"env:GITHUB_TOKEN\"\nbasic = \"x-access-token\"\ngit = true\n";
+        let p = load_text(&format!("{base}{rule}")).unwrap();
+        assert_eq!(p.network.credentials.len(), 1);
+        assert!(
+            p.network
+                .allow
+                .compiled()
+                .match_host(&allow::Host::Name("github.com".into()), 443)
+                .is_some()
+        );
+        let without = load_text(base).unwrap();
+        assert_ne!(p.policy_hash(), without.policy_hash());
+        // Another scope, another hash.
+        let wider = load_text(&format!("{base}{}", rule.replace("/o/r.git/", "/"))).unwrap();
+        assert_ne!(p.policy_hash(), wider.policy_hash());
+        // Problems are placed at their line.
+        for (text, line, needle) in [
+            (
+                format!("{base}{}", rule.replace("env:GITHUB_TOKEN", "vault:x")),
+                8,
+                "network.credentials.source",
+            ),
+            (
+                format!("{base}{}", rule.replace("\"/o/r.git/\"", "\"o/r\"")),
+                7,
+                "network.credentials.paths",
+            ),
+            (format!("{base}{rule}{rule}"), 5, "two credential rules"),
+            (
+                format!("[network]\nmode = \"none\"\n{rule}"),
+                3,
+                "need mode \"allowlist\"",
+            ),
+        ] {
+            let e = load_text(&text).unwrap_err();
+            let shown = e.to_string();
+            assert!(
+                matches!(e, ProfileError::Syntax { line: l, .. } if l == line)
+                    && shown.contains(needle),
+                "{text}: {shown}"
+            );
+        }
     }
 
     #[test]

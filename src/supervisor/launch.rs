@@ -18,7 +18,7 @@ use crate::sandbox::sys::{self, MountFlags, ParentOnlyFds};
 use crate::supervisor::outcome::Outcome;
 use crate::supervisor::pty::{RawTerminal, receive_terminal};
 use crate::supervisor::relay::Relay;
-use crate::supervisor::{agent_config_dir, gateway, proxy};
+use crate::supervisor::{agent_config_dir, credentials, gateway, proxy};
 use nix::sys::signal::Signal;
 use nix::sys::signalfd::{SfdFlags, SigSet, SignalFd};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
@@ -54,6 +54,8 @@ pub enum LaunchError {
     ProxyPort { port: u16, source: io::Error },
     #[error("setting up the credential gateway: {0}")]
     Gateway(String),
+    #[error("setting up the service credentials: {0}")]
+    Credentials(String),
     /// The agent's state or what the sandbox binds from the host (the error names the step
     /// and the path).
     #[error("preparing the agent's state and what the sandbox binds from the host: {0}")]
@@ -274,14 +276,16 @@ pub fn idmapped_mounts_work(path: &std::path::Path) -> bool {
 fn start_proxy(
     listener: std::net::TcpListener,
     allow: crate::profile::allow::CompiledAllowList,
+    broker: Option<std::sync::Arc<credentials::Broker>>,
     audit: Option<&AuditSink>,
 ) -> (proxy::ProxyHandle, std::thread::JoinHandle<()>) {
     let (tx, rx) = std::sync::mpsc::channel::<proxy::ConnectionRecord>();
-    let handle = proxy::serve(
+    let handle = proxy::serve_with_credentials(
         listener,
         allow,
         std::sync::Arc::new(proxy::SystemResolver),
         tx,
+        broker,
     );
     let drain = drain_records("network", rx, audit);
     (handle, drain)
@@ -304,6 +308,13 @@ fn drain_records(
                 "{kind}"
             );
             if let Some(audit) = &audit {
+                // A placeholder where it does not belong is its own kind of record: what a
+                // reader of the log looks for first.
+                let kind = if record.placeholder_blocked.is_some() {
+                    "exfiltration-attempt"
+                } else {
+                    kind
+                };
                 audit.record("supervisor", kind, &record);
             }
         }
@@ -425,6 +436,32 @@ fn launch(
         Some(state) => Some(agent_config_dir::prepare(plan, state)?),
         None => None,
     };
+    //    The service credentials: each secret read outside, the run's CA made and its public
+    //    half written where the plan binds it (before the handed paths are opened); a source
+    //    that cannot be read stops the launch here.
+    let credentials = credentials::prepare(plan).map_err(LaunchError::Credentials)?;
+    if let (Some(prepared), Some(audit)) = (&credentials, audit) {
+        let rules: Vec<serde_json::Value> = prepared
+            .broker
+            .credentials
+            .iter()
+            .map(|c| {
+                serde_json::json!({
+                    "name": c.name,
+                    "host": format!("{}:{}", c.host, c.port),
+                    "paths": c.rule.paths,
+                    "methods": c.rule.methods,
+                    "source": c.rule.source_spec().describe(),
+                })
+            })
+            .collect();
+        audit.record(
+            "supervisor",
+            "service-credentials",
+            &serde_json::json!({ "rules": rules, "notes": prepared.notes }),
+        );
+    }
+    let broker = credentials.map(|p| p.broker);
     let handed = agent_config_dir::open_handed_paths(plan)?;
     tracing::debug!("idmapped trees ready");
     // 3. The gateway's upstream and credential: a missing key stops the launch here.
@@ -592,14 +629,21 @@ fn launch(
             .map_err(os("receiving the proxy's socket"))
             .map_err(&cause)?
             .zip(allow.take())
-            .map(|(fd, allow)| start_proxy(std::net::TcpListener::from(fd), allow, audit)),
+            .map(|(fd, allow)| {
+                start_proxy(
+                    std::net::TcpListener::from(fd),
+                    allow,
+                    broker.clone(),
+                    audit,
+                )
+            }),
         None => None,
     };
     drop(ours.proxy);
     let proxy = match (proxy, host_proxy_listener) {
         (None, Some(listener)) => allow
             .take()
-            .map(|allow| start_proxy(listener, allow, audit)),
+            .map(|allow| start_proxy(listener, allow, broker.clone(), audit)),
         (proxy, _) => proxy,
     };
     let gateway = match (&ours.gateway, gateway_config) {

@@ -1,8 +1,10 @@
 //! The supervisor: everything that stays outside the sandbox — the launch, the terminal relay,
-//! signals and job control, the exit code, the network proxy and the credential gateway.
+//! signals and job control, the exit code, the network proxy, service credentials and the
+//! credential gateway.
 
 pub mod agent_config_dir;
 pub mod cgroup;
+pub mod credentials;
 pub mod gateway;
 pub mod launch;
 pub mod outcome;

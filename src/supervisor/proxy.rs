@@ -21,9 +21,11 @@
 
 pub(crate) mod io;
 pub(crate) mod server;
+mod terminate;
 
 use crate::profile::allow::{CompiledAllowList, Host, SpecialRange};
 use crate::profile::allow::{address, host};
+use crate::supervisor::credentials::Broker;
 
 use self::io::{HeadError, Input, RequestHead};
 use self::server::{Handler, Refused, Server, Sock, Sockets};
@@ -90,6 +92,15 @@ pub struct ConnectionRecord {
     /// status is the proxy's own.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<u16>,
+    /// The service credential the proxy added to this request (the rule's name; never its
+    /// value). Requests inside a terminated TLS connection get a record each.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub credential: Option<String>,
+    /// A placeholder seen where it does not belong (plain HTTP, a request head the proxy reads,
+    /// a terminated request outside the placeholder's own scope): the credential it stands for.
+    /// The request was refused; the record is written as an exfiltration attempt.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub placeholder_blocked: Option<String>,
 }
 
 /// The status code of an HTTP/1.x status line at the start of `head`.
@@ -125,10 +136,23 @@ pub fn serve(
     resolver: Arc<dyn Resolver>,
     records: Sender<ConnectionRecord>,
 ) -> ProxyHandle {
+    serve_with_credentials(listener, allow, resolver, records, None)
+}
+
+/// [`serve`], with the run's service credentials: TLS is terminated for their hosts (only),
+/// and placeholders are looked for in every request head the proxy reads.
+pub fn serve_with_credentials(
+    listener: TcpListener,
+    allow: CompiledAllowList,
+    resolver: Arc<dyn Resolver>,
+    records: Sender<ConnectionRecord>,
+    broker: Option<Arc<Broker>>,
+) -> ProxyHandle {
     let handler = ProxyHandler {
         allow,
         resolver,
         records,
+        broker,
     };
     ProxyHandle {
         server: Server::start("proxy", listener, handler),
@@ -139,6 +163,7 @@ struct ProxyHandler {
     allow: CompiledAllowList,
     resolver: Arc<dyn Resolver>,
     records: Sender<ConnectionRecord>,
+    broker: Option<Arc<Broker>>,
 }
 
 impl Handler for ProxyHandler {
@@ -224,6 +249,25 @@ impl ProxyHandler {
         record.host = target.host.to_string();
         record.port = target.port;
         record.path = target.path.clone();
+        // A placeholder in a head the proxy reads (plain HTTP, a CONNECT's own headers) is on
+        // its way somewhere it does not belong: refused, whatever the allow-list says.
+        if let Some(broker) = &self.broker
+            && let Some(found) = broker.placeholders_in(&head.target, &head.headers).first()
+        {
+            record.placeholder_blocked = Some(found.name.clone());
+            return self.deny(
+                client,
+                record,
+                refusal(
+                    403,
+                    "Forbidden",
+                    format!(
+                        "StepProof: this request carries the placeholder of credential {}, which is sent only inside its own scope (https://{}:{}); refused and recorded as an exfiltration attempt",
+                        found.name, found.host, found.port
+                    ),
+                ),
+            );
+        }
         let Some(entry) = self.allow.match_host(&target.host, target.port) else {
             let shown = shown_host(&target, &head);
             return self.deny(
@@ -237,6 +281,14 @@ impl ProxyHandler {
             );
         };
         record.rule = format!("allow {entry}");
+        if target.path.is_none()
+            && let Some(broker) = &self.broker
+            && broker.terminates(&target.host, target.port)
+        {
+            // A host with a credential rule: TLS ends here, each request is read.
+            let broker = broker.clone();
+            return terminate::serve(self, &broker, client, input, &target, sockets, record);
+        }
         let upstream = match self.connect(&target, record) {
             Ok(upstream) => upstream,
             Err(r) => return self.deny(client, record, r),

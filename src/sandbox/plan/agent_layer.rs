@@ -120,6 +120,15 @@ pub fn pinned_env(env: &[(String, String)]) -> Vec<(String, String)> {
             names.push(name);
         }
     }
+    // The entries `GIT_CONFIG_COUNT` counts (StepProof's own credential helper among them): a
+    // settings file must not swap one for a program of its own.
+    for (name, _) in env {
+        if (name.starts_with("GIT_CONFIG_KEY_") || name.starts_with("GIT_CONFIG_VALUE_"))
+            && !names.contains(&name.as_str())
+        {
+            names.push(name);
+        }
+    }
     names
         .into_iter()
         .map(|name| {

@@ -49,6 +49,9 @@ impl IsolationStrategy for LandlockView {
         if profile.network.gateway.is_some() {
             return Err(PlanError::GatewayNeedsNamespaces);
         }
+        if !profile.network.credentials.is_empty() {
+            return Err(PlanError::CredentialsNeedNamespaces);
+        }
         if profile.filesystem.workspace == WorkspaceMode::Overlay
             && !profile.degraded.read_only_workspace
         {

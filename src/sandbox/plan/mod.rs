@@ -7,6 +7,7 @@
 //! Landlock rules alone ([`degraded`]).
 
 pub mod agent_layer;
+pub mod credentials;
 pub mod degraded;
 pub mod env;
 pub mod git_index;
@@ -261,6 +262,9 @@ pub struct SandboxPlan {
     pub allow: crate::profile::AllowList,
     /// The credential gateway, with `ca_file` resolved.
     pub gateway: Option<crate::profile::GatewayConfig>,
+    /// Service credentials the proxy adds (`[[network.credentials]]`), each with this run's
+    /// placeholder; the values are read by the supervisor at launch, never planned.
+    pub credentials: Vec<crate::sandbox::plan::credentials::PlannedCredential>,
     pub workspace: PathBuf,
     /// How the run sees the workspace (an overlay the host's isolation cannot give is
     /// read-only, where the profile accepts that).
@@ -377,6 +381,20 @@ pub enum PlanError {
         "the credential gateway needs the sandbox's private /run: not available without namespaces"
     )]
     GatewayNeedsNamespaces,
+    /// Configuration: a profile with credential rules loaded from a file inside the workspace.
+    #[error(
+        "{} declares or pulls in [[network.credentials]] from inside the workspace: credential rules are honoured only from profiles outside it (a checkout's profile must not send host credentials or run host commands); move the profile out of the workspace",
+        file.display()
+    )]
+    CredentialsFromWorkspace { file: PathBuf },
+    /// Environment: credential rules need the sandbox's private /run for the run's trust files.
+    #[error(
+        "[[network.credentials]] needs the sandbox's private /run (for the run's CA): not available without namespaces"
+    )]
+    CredentialsNeedNamespaces,
+    /// Environment: the system's random source failed (placeholders are random per run).
+    #[error("reading the system's random source for the credential placeholders failed")]
+    Random,
     /// Environment: without user namespaces, a profile whose workspace is an overlay and that
     /// does not accept a read-only one instead.
     #[error(
@@ -414,7 +432,8 @@ impl PlanError {
             PlanError::WorkspaceRefused { .. }
             | PlanError::NotUtf8ForHook { .. }
             | PlanError::NoHookSection
-            | PlanError::HookPolicy { .. } => true,
+            | PlanError::HookPolicy { .. }
+            | PlanError::CredentialsFromWorkspace { .. } => true,
             PlanError::LandlockRule { source, .. } | PlanError::LandlockGrant { source, .. } => {
                 matches!(
                     source,
@@ -428,6 +447,8 @@ impl PlanError {
             | PlanError::NoUserNamespaces
             | PlanError::HookNeedsNamespaces
             | PlanError::GatewayNeedsNamespaces
+            | PlanError::CredentialsNeedNamespaces
+            | PlanError::Random
             | PlanError::OverlayNeedsNamespaces
             | PlanError::RootWithoutUserNamespaces => false,
         }
@@ -555,16 +576,32 @@ fn plan_with<S: IsolationStrategy>(
         workspace: &workspace,
     };
     let resolve = |spec: &crate::profile::PathSpec| spec.resolve(&home, &workspace);
+    // Service credentials: honoured only from profiles outside the workspace; a placeholder
+    // each. The command's environment carries them (and never the variables they are read from).
+    let credentials = credentials::plan_credentials(profile, facts)?;
+    let (command_env, env_dropped) = {
+        let (mut env, mut dropped) = build_environment(profile, facts, &identity, &home);
+        let sources = credentials::source_variables(profile);
+        env.retain(|(name, _)| {
+            let source = sources.contains(name);
+            if source {
+                dropped.push(name.clone());
+            }
+            !source
+        });
+        for (name, value) in credentials::credential_env(&credentials, &env) {
+            env.retain(|(n, _)| *n != name);
+            env.push((name, value));
+        }
+        env.sort();
+        dropped.sort();
+        dropped.dedup();
+        (env, dropped)
+    };
 
     // The agent inside: the hook where the agent cannot remove it, and its own state.
     let agent = if S::PLANS_AGENT {
-        agent_layer::plan_agent(
-            profile,
-            facts,
-            &home,
-            &workspace,
-            &build_environment(profile, facts, &identity, &home).0,
-        )?
+        agent_layer::plan_agent(profile, facts, &home, &workspace, &command_env)?
     } else {
         None
     };
@@ -654,6 +691,13 @@ fn plan_with<S: IsolationStrategy>(
         &mut notes,
     );
     tracing::debug!("plan: hidden found");
+    // The files credentials are read from are the supervisor's to read, never the sandbox's.
+    let mut hidden = hidden;
+    for path in credentials::source_files(profile, facts) {
+        if let Some(target) = crate::sandbox::plan::secrets::hide_target(&path) {
+            hidden.insert(target, HideReason::Secret);
+        }
+    }
     view.hide(hidden)?;
     // What must not be changed: persistence paths, the repositories' .git, the profile.
     view.protect(
@@ -666,7 +710,7 @@ fn plan_with<S: IsolationStrategy>(
     let realized = view.finish(&scope)?;
     tracing::debug!("plan: view");
 
-    let (mut env, env_dropped) = build_environment(profile, facts, &identity, &home);
+    let mut env = command_env;
     notes.extend(crate::sandbox::plan::env::never_passed_notes(
         profile, facts,
     ));
@@ -713,6 +757,7 @@ fn plan_with<S: IsolationStrategy>(
             });
             g
         }),
+        credentials,
         workspace,
         workspace_mode,
         home,

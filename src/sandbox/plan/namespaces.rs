@@ -120,6 +120,15 @@ impl IsolationStrategy for MountView {
             size_mib: Some(16),
         });
         self.mounts.append(&mut self.agent_mounts);
+        if !scope.profile.network.credentials.is_empty() {
+            // The run's CA (public) and the bundle that trusts it, written by the supervisor at
+            // launch; its key never leaves the supervisor.
+            self.mounts.push(MountOp::FromSupervisor {
+                src: crate::sandbox::plan::credentials::trust_dir(&scope.facts.run_dir),
+                dst: crate::sandbox::plan::credentials::TRUST_DIR.into(),
+                access: Access::ReadOnly,
+            });
+        }
         self.mounts.push(MountOp::Symlink {
             target: "../run".into(),
             dst: "/var/run".into(),
