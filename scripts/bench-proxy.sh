@@ -9,10 +9,18 @@
 #
 # Prints per-variant medians (MiB/s), the ratio proxy/socat (target: >= 1.0), and latency.
 #
+# Then the credential path, in the same run: HTTPS from a loopback server through the proxy as
+#   tunnel       CONNECT to a host without a credential rule: TLS end to end, the proxy relays bytes
+#   terminated   CONNECT to a host with a credential rule: the proxy ends TLS with the run's CA,
+#                reads the request, adds the header, and speaks TLS onward (verified)
+# throughput of one TLS_BYTES response (median MiB/s, ratio terminated/tunnel) and set-up latency
+# (connect, CONNECT, TLS handshake, GET, to the response; median, ratio terminated/tunnel).
+#
 # Environment:
 #   BYTES (536870912)    bytes per transfer (512 MiB)
 #   ROUNDS (5)           interleaved rounds; the variant order rotates every round
 #   LATENCY_ROUNDS (200) connections timed for the set-up latency
+#   TLS_BYTES (104857600) bytes of the HTTPS response for the credential path (100 MiB)
 #   PROXY_BENCH          path to the proxy_bench example; default: build it (release without
 #                        LTO, to keep the build short; CARGO_TARGET_DIR or the workspace's target/)
 #
@@ -98,3 +106,36 @@ d=$("$PROXY_BENCH" latency "127.0.0.1:$first" "$LATENCY_ROUNDS")
 x=$("$PROXY_BENCH" latency "127.0.0.1:$proxy" "$LATENCY_ROUNDS" "127.0.0.1:$first")
 printf 'set-up to first byte, median of %d: direct %d µs, through the proxy %d µs, added %d µs\n' \
     "$LATENCY_ROUNDS" "$d" "$x" $((x - d))
+
+# The credential path: TLS terminated at the proxy beside a TLS tunnel, same run.
+TLS_BYTES=${TLS_BYTES:-104857600}
+start tls_term "$PROXY_BENCH" tls-source "$TLS_BYTES" "$work/term-ca.pem"; term=$port
+start tls_tun "$PROXY_BENCH" tls-source "$TLS_BYTES" "$work/tun-ca.pem"; tun=$port
+start tls_proxy "$PROXY_BENCH" tls-proxy "$work/run-ca.pem" "127.0.0.1:$term" "$work/term-ca.pem" \
+    "127.0.0.1:$term" "127.0.0.1:$tun"
+tproxy=$port
+tls_run() {
+    case $1 in
+        tunnel) "$PROXY_BENCH" tls-fetch "127.0.0.1:$tproxy" "$TLS_BYTES" "127.0.0.1:$tun" "$work/tun-ca.pem" ;;
+        terminated) "$PROXY_BENCH" tls-fetch "127.0.0.1:$tproxy" "$TLS_BYTES" "127.0.0.1:$term" "$work/run-ca.pem" ;;
+    esac
+}
+tls_variants=(tunnel terminated)
+declare -A tls_results
+for ((r = 0; r < ROUNDS; r++)); do
+    for ((i = 0; i < 2; i++)); do
+        v=${tls_variants[$(((r + i) % 2))]}
+        tls_results[$v]+="$(tls_run "$v") "
+    done
+done
+printf 'HTTPS response of %d MiB through the proxy, %d interleaved rounds (MiB/s, median):\n' \
+    $((TLS_BYTES >> 20)) "$ROUNDS"
+for v in "${tls_variants[@]}"; do
+    printf '  %-10s %8s   (%s)\n' "$v" "$(median <<<"${tls_results[$v]}")" "${tls_results[$v]% }"
+done
+t=$(median <<<"${tls_results[tunnel]}"); m=$(median <<<"${tls_results[terminated]}")
+printf '  ratio terminated/tunnel: %s\n' "$(awk -v m="$m" -v t="$t" 'BEGIN {printf "%.2f", m / t}')"
+lt=$("$PROXY_BENCH" tls-latency "127.0.0.1:$tproxy" "$LATENCY_ROUNDS" "127.0.0.1:$tun" "$work/tun-ca.pem")
+lm=$("$PROXY_BENCH" tls-latency "127.0.0.1:$tproxy" "$LATENCY_ROUNDS" "127.0.0.1:$term" "$work/run-ca.pem")
+printf 'HTTPS set-up to the response, median of %d: tunnel %d µs, terminated %d µs, ratio %s\n' \
+    "$LATENCY_ROUNDS" "$lt" "$lm" "$(awk -v m="$lm" -v t="$lt" 'BEGIN {printf "%.2f", m / t}')"
