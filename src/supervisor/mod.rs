@@ -5,6 +5,7 @@ pub mod agent_config_dir;
 pub mod cgroup;
 pub mod gateway;
 pub mod launch;
+pub mod login;
 pub mod outcome;
 pub mod output_files;
 pub mod profile_check;

@@ -286,21 +286,51 @@ pub fn managed_settings_problems(settings: &serde_json::Value, is_drop_in: bool)
 /// through `env`. Launches from inside are the hook's to judge (the policy denies nested agent
 /// launches); this is the caller's own command line.
 pub fn command_defeats_hook(argv: &[std::ffi::OsString]) -> Option<String> {
-    use crate::profile::claude_settings::defeats_hook;
-    let base = |arg: &std::ffi::OsString| {
-        Path::new(arg)
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default()
+    let rest = match after_env_prefix(argv) {
+        Ok(rest) => rest,
+        Err(why) => return Some(why),
     };
+    let program = rest.first().map(base_name).unwrap_or_default();
+    if program == "claude" || program == "claude.exe" {
+        let before_separator = rest[1..].iter().take_while(|a| *a != "--");
+        if before_separator.into_iter().any(|a| a == "--bare") {
+            return Some(
+                "`claude --bare` switches off every hook, StepProof's managed one included; run it without --bare"
+                    .into(),
+            );
+        }
+    }
+    None
+}
+
+/// Whether the command is Claude Code (`claude`, `claude.exe`, by any path, after an `env`
+/// prefix).
+pub fn command_is_claude(argv: &[std::ffi::OsString]) -> bool {
+    after_env_prefix(argv)
+        .ok()
+        .and_then(|rest| rest.first().map(base_name))
+        .is_some_and(|p| p == "claude" || p == "claude.exe")
+}
+
+fn base_name(arg: &std::ffi::OsString) -> String {
+    Path::new(arg)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// The command after an `env [-u NAME] [NAME=VALUE]…` prefix; `Err` when a variable set there
+/// would switch the hook off.
+fn after_env_prefix(argv: &[std::ffi::OsString]) -> Result<&[std::ffi::OsString], String> {
+    use crate::profile::claude_settings::defeats_hook;
     let mut rest = argv;
-    if rest.first().is_some_and(|a| base(a) == "env") {
+    if rest.first().is_some_and(|a| base_name(a) == "env") {
         rest = &rest[1..];
         while let Some(arg) = rest.first() {
             let text = arg.to_string_lossy();
             if let Some((name, _)) = text.split_once('=').filter(|_| !text.starts_with('-')) {
                 if defeats_hook(name) {
-                    return Some(format!(
+                    return Err(format!(
                         "`env {name}=…` would switch Claude Code's managed hooks off, point it at other managed settings, or give it a script to run before every command"
                     ));
                 }
@@ -315,17 +345,7 @@ pub fn command_defeats_hook(argv: &[std::ffi::OsString]) -> Option<String> {
             rest = rest.get(1..).unwrap_or_default();
         }
     }
-    let program = rest.first().map(base).unwrap_or_default();
-    if program == "claude" || program == "claude.exe" {
-        let before_separator = rest[1..].iter().take_while(|a| *a != "--");
-        if before_separator.into_iter().any(|a| a == "--bare") {
-            return Some(
-                "`claude --bare` switches off every hook, StepProof's managed one included; run it without --bare"
-                    .into(),
-            );
-        }
-    }
-    None
+    Ok(rest)
 }
 
 /// The compiled hook policy, as the hook binary reads it.

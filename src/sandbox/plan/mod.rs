@@ -259,8 +259,15 @@ pub struct SandboxPlan {
     pub proxy_port: u16,
     /// What the proxy lets through (`allowlist`).
     pub allow: crate::profile::AllowList,
-    /// The credential gateway, with `ca_file` resolved.
+    /// The credential gateway, with `ca_file` resolved: the profile's `[network.gateway]`, or
+    /// for an agent (a profile with a hook, in namespaces) the model gateway StepProof puts in
+    /// by default (`credential = "model-login"`, upstream the user's `ANTHROPIC_BASE_URL` or
+    /// Anthropic's API).
     pub gateway: Option<crate::profile::GatewayConfig>,
+    /// With the gateway: the login variables and `ANTHROPIC_BASE_URL` kept outside, for the
+    /// supervisor (never printed: values may be secrets).
+    #[serde(skip)]
+    pub held_outside: Vec<(String, String)>,
     pub workspace: PathBuf,
     /// How the run sees the workspace (an overlay the host's isolation cannot give is
     /// read-only, where the profile accepts that).
@@ -372,6 +379,12 @@ pub enum PlanError {
         "without user namespaces the hook's managed settings cannot be mounted where the agent cannot change them; this profile has a hook, so it is refused unless [degraded] accept_removable_hook = true (it then runs without the hook)"
     )]
     HookNeedsNamespaces,
+    /// Configuration: a profile file inside the workspace (it may have come with a checkout)
+    /// names where the model login is sent.
+    #[error(
+        "the profile {path} is inside the workspace and {what}: that would send your model login where a checked-out file says; put the profile outside the workspace, or set ANTHROPIC_BASE_URL in your own environment"
+    )]
+    ModelRouteFromWorkspace { path: PathBuf, what: &'static str },
     /// Environment: without user namespaces, a profile with the credential gateway.
     #[error(
         "the credential gateway needs the sandbox's private /run: not available without namespaces"
@@ -414,6 +427,7 @@ impl PlanError {
             PlanError::WorkspaceRefused { .. }
             | PlanError::NotUtf8ForHook { .. }
             | PlanError::NoHookSection
+            | PlanError::ModelRouteFromWorkspace { .. }
             | PlanError::HookPolicy { .. } => true,
             PlanError::LandlockRule { source, .. } | PlanError::LandlockGrant { source, .. } => {
                 matches!(
@@ -443,6 +457,41 @@ pub const DEVICE_NODES: &[&str] = &["null", "zero", "full", "random", "urandom",
 
 const SCAN_ENTRY_LIMIT: usize = 20_000;
 const SOCKET_SCAN_DEPTH: usize = 2;
+
+/// `[network.gateway] credential` of the gateway StepProof puts in for an agent: the login
+/// Claude Code on this host would use, found by the supervisor at launch.
+pub const MODEL_LOGIN: &str = "model-login";
+
+/// Where the model login is sent is the user's to say, never a file that may have come with a
+/// checkout: a profile inside the workspace may not name the gateway's upstream (its
+/// `[network.gateway]`, or `ANTHROPIC_BASE_URL` in `set_env` when the gateway is on).
+fn check_model_route(
+    profile: &Profile,
+    workspace: &Path,
+    model_gateway: bool,
+) -> Result<(), PlanError> {
+    let what = if profile.network.gateway.is_some() {
+        "has a [network.gateway] section"
+    } else if model_gateway && profile.process.set_env.contains_key("ANTHROPIC_BASE_URL") {
+        "sets ANTHROPIC_BASE_URL"
+    } else {
+        return Ok(());
+    };
+    let workspace = workspace
+        .canonicalize()
+        .unwrap_or_else(|_| workspace.to_path_buf());
+    match profile
+        .files
+        .iter()
+        .find(|f| f.path.starts_with(&workspace))
+    {
+        Some(file) => Err(PlanError::ModelRouteFromWorkspace {
+            path: file.path.clone(),
+            what,
+        }),
+        None => Ok(()),
+    }
+}
 
 /// The plan of the namespace sandbox.
 pub fn build_plan(profile: &Profile, facts: &HostFacts) -> Result<SandboxPlan, PlanError> {
@@ -556,6 +605,10 @@ fn plan_with<S: IsolationStrategy>(
     };
     let resolve = |spec: &crate::profile::PathSpec| spec.resolve(&home, &workspace);
 
+    // The model's login stays outside: an agent's API traffic goes to the gateway by default.
+    let model_gateway =
+        profile.network.gateway.is_some() || (S::PLANS_AGENT && profile.hook.is_some());
+    check_model_route(profile, &workspace, model_gateway)?;
     // The agent inside: the hook where the agent cannot remove it, and its own state.
     let agent = if S::PLANS_AGENT {
         agent_layer::plan_agent(
@@ -563,7 +616,7 @@ fn plan_with<S: IsolationStrategy>(
             facts,
             &home,
             &workspace,
-            &build_environment(profile, facts, &identity, &home).0,
+            &build_environment(profile, facts, &identity, &home, model_gateway).env,
         )?
     } else {
         None
@@ -666,7 +719,26 @@ fn plan_with<S: IsolationStrategy>(
     let realized = view.finish(&scope)?;
     tracing::debug!("plan: view");
 
-    let (mut env, env_dropped) = build_environment(profile, facts, &identity, &home);
+    let environment = build_environment(profile, facts, &identity, &home, model_gateway);
+    let gateway = match &profile.network.gateway {
+        Some(config) => Some(config.clone()),
+        None if model_gateway => Some(crate::profile::GatewayConfig {
+            upstream: environment
+                .held("ANTHROPIC_BASE_URL")
+                .unwrap_or(crate::sandbox::plan::env::DEFAULT_MODEL_API)
+                .trim()
+                .to_owned(),
+            connect: None,
+            ca_file: None,
+            credential: MODEL_LOGIN.into(),
+        }),
+        None => None,
+    };
+    let crate::sandbox::plan::env::Environment {
+        mut env,
+        dropped: env_dropped,
+        held_outside,
+    } = environment;
     notes.extend(crate::sandbox::plan::env::never_passed_notes(
         profile, facts,
     ));
@@ -704,7 +776,8 @@ fn plan_with<S: IsolationStrategy>(
         network: profile.network.mode,
         proxy_port: profile.network.proxy_port,
         allow: profile.network.allow.clone(),
-        gateway: profile.network.gateway.clone().map(|mut g| {
+        held_outside,
+        gateway: gateway.map(|mut g| {
             g.ca_file = g.ca_file.map(|spec| {
                 let path = spec.resolve(&home, &workspace);
                 crate::profile::PathSpec::Absolute(
