@@ -300,8 +300,11 @@ impl ModelLogin {
             format!("sk-ant-ort01-{}", placeholder_token()).into(),
         );
         carried.insert("expiresAt".into(), PLACEHOLDER_EXPIRES_AT_MS.into());
+        // Over `ANTHROPIC_UNIX_SOCKET` Claude Code takes an OAuth login only from
+        // `CLAUDE_CODE_OAUTH_TOKEN` (its own relays hand the remote side a placeholder there);
+        // the file keeps the scopes and subscription its features look at.
         let placeholder = Placeholder {
-            env: None,
+            env: Some(("CLAUDE_CODE_OAUTH_TOKEN".to_owned(), access.clone())),
             credentials: Some(serde_json::json!({ "claudeAiOauth": carried })),
             api_key: None,
             bearer: Some(access),
