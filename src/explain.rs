@@ -145,6 +145,14 @@ pub fn explain_text(profile: &Profile, plan: &SandboxPlan) -> String {
             crate::sandbox::plan::env::GATEWAY_SOCKET,
             gateway.credential
         ));
+        let mut held: Vec<&str> = plan.held_outside.iter().map(|(n, _)| n.as_str()).collect();
+        held.dedup();
+        if !held.is_empty() {
+            line(format!(
+                "kept outside for the gateway (never passed): {}",
+                held.join(" ")
+            ));
+        }
     }
     line(format!(
         "environment allow-list: {}",
