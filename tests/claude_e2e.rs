@@ -999,3 +999,44 @@ both_claude!(an_unanswered_ask_is_recorded_as_refused, |w: &World| {
         answers[0]
     );
 });
+
+// Interactive, with a claude.ai login: the TUI starts logged in (its placeholder), and every
+// request reaches the API with the real login the gateway added.
+both_claude!(
+    an_interactive_session_uses_the_claude_ai_login_kept_outside,
+    |w: &World| {
+        let creds = w.home.join(".claude/.credentials.json");
+        fs::create_dir_all(creds.parent().unwrap()).unwrap();
+        fs::write(&creds, oauth("sk-ant-oat01-interactive-login")).unwrap();
+        fs::set_permissions(&creds, fs::Permissions::from_mode(0o600)).unwrap();
+        chown_tree(&w.home.join(".claude"), w.owner);
+        let mock = Mock::start(w, json!([text("Logged-in-turn-done.")]));
+        let profile = profile(w, &mock, false, "");
+        let dir = scratch(w, "tui");
+        chown_tree(&dir, w.owner);
+        let audit = dir.join("audit.jsonl");
+        let mut tui = Tui::start(w, &profile, &audit, "Say hello.");
+        tui.until(60, "the answer on screen", |t| {
+            t.screen.contains("Logged-in-turn-done.")
+        });
+        tui.pump(std::time::Duration::from_millis(1500));
+        tui.send(b"/exit");
+        tui.pump(std::time::Duration::from_millis(500));
+        tui.send(b"\r");
+        let start = std::time::Instant::now();
+        let status = loop {
+            tui.pump(std::time::Duration::from_millis(100));
+            if let Some(status) = tui.child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(
+                start.elapsed().as_secs() < 30,
+                "/exit did not end the session; the terminal shows {:?}",
+                tui.screen
+            );
+        };
+        assert!(status.success(), "{status:?}; terminal {:?}", tui.screen);
+        assert!(!tui.screen.contains("Not logged in"), "{:?}", tui.screen);
+        assert_bearer(&mock, "sk-ant-oat01-interactive-login", false);
+    }
+);
