@@ -67,7 +67,14 @@ pub fn explain_text(profile: &Profile, plan: &SandboxPlan) -> String {
     ));
     line(format!("home: {}", plan.home.display()));
     line(format!("cwd: {}", plan.cwd.display()));
-    if plan.agent.is_some() {
+    if let Some(agent) = &plan.agent {
+        line(match &agent.sessions {
+            Some(dir) => format!(
+                "sessions: kept per workspace in {} (transcripts, prompt history, auto-memory, todos, plans; seeded before each run, taken back after; not under --ci)",
+                dir.display()
+            ),
+            None => "sessions: not kept (claude.keep_sessions = false): every run starts without earlier sessions or memory".into(),
+        });
         line(format!(
             "agent: Claude Code's managed settings at {} are StepProof's (hook for every event, managed hooks only) plus the host's drop-ins without the keys StepProof owns ({})",
             crate::sandbox::plan::agent_layer::MANAGED_DIR,

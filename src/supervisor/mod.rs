@@ -12,5 +12,6 @@ pub mod proposed;
 pub mod proxy;
 pub mod pty;
 pub mod relay;
+pub mod session_state;
 pub mod sweep;
 pub mod watch;

@@ -75,6 +75,22 @@ pub struct AgentState {
     pub hook_binary: PathBuf,
     pub workspace: PathBuf,
     pub home: PathBuf,
+    /// Where the workspace's session data is kept between runs ([`sessions_dir`]), when the
+    /// profile keeps it (`claude.keep_sessions`) and the run is not `--ci`.
+    pub sessions: Option<PathBuf>,
+}
+
+/// Where StepProof keeps a workspace's Claude Code session data (transcripts, prompt history,
+/// auto-memory, todos, plans) between runs: `~/.local/state/stepproof/sessions/<id>`, `<id>`
+/// the first 32 hex digits of the SHA-256 of the workspace's canonical path. Hidden from every
+/// sandbox with the rest of StepProof's state.
+pub fn sessions_dir(home: &Path, workspace: &Path) -> PathBuf {
+    use sha2::Digest;
+    use std::os::unix::ffi::OsStrExt;
+    let digest = sha2::Sha256::digest(workspace.as_os_str().as_bytes());
+    home.join(crate::profile::STATE_DIR)
+        .join("sessions")
+        .join(&hex::encode(digest)[..32])
 }
 
 /// The parts of the plan the agent needs.
@@ -387,6 +403,10 @@ pub fn plan_agent(
         hook_binary: hook_binary.clone(),
         workspace: workspace.to_path_buf(),
         home: home.to_path_buf(),
+        sessions: profile
+            .claude
+            .keep_sessions
+            .then(|| sessions_dir(home, workspace)),
     };
     let mounts: Vec<MountOp> = [
         // The managed settings Claude Code reads are StepProof's and the host's sanitized
