@@ -248,8 +248,13 @@ fn carry_out(
                     "the host's Claude Code managed settings set keys that would switch StepProof's hook off or replace it; refusing to start in CI (remove them from the host):\n  {list}"
                 )));
             }
+            if profile.assurance == crate::sandbox::landlock::Assurance::Strict {
+                return Err(Failure::host(format!(
+                    "the host's Claude Code managed settings set keys that would weaken StepProof (switch its hook off, replace the managed settings, or fetch a credential inside); refusing to start under assurance = \"strict\" (remove them from the host, or use a profile with assurance = \"best-effort\", which drops them inside and runs):\n  {list}"
+                )));
+            }
             crate::say!(
-                "stepproof-run: WARNING: the host's Claude Code managed settings set keys StepProof owns; they are removed inside, the hook stays:\n  {list}"
+                "stepproof-run: WARNING: the host's Claude Code managed settings set keys StepProof owns; they are removed inside, the hook stays, the rest of the organisation's settings apply:\n  {list}"
             );
         }
     }
