@@ -258,3 +258,108 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+/// The workspace as a real repository with one commit (owned by the world's user).
+fn git_repository(w: &World) {
+    fs::remove_dir_all(w.workspace.join(".git")).unwrap();
+    let git = "git -c user.name=t -c user.email=t@t -c safe.directory=*";
+    let setup = format!(
+        "set -e; cd {ws}; {git} init -q; {git} add README; {git} commit -q -m one",
+        ws = w.workspace.display()
+    );
+    let out = std::process::Command::new("/bin/sh")
+        .args(["-c", &setup])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    chown_tree(&w.workspace, w.owner);
+}
+
+// `claude --worktree NAME` and the EnterWorktree tool work under StepProof: the worktrees
+// appear under `.claude/worktrees/`, and nothing is tampering. In the next run their gitfiles
+// and the common directory's links back are read-only, and a forged gitfile is quarantined.
+both_claude!(
+    worktrees_work_and_their_git_links_are_protected,
+    |w: &World| {
+        git_repository(w);
+        let mock = Mock::start(w, json!([text("fin")]));
+        let run = run_claude(
+            w,
+            &profile(w, &mock, true, KEEP),
+            &["--worktree", "wt-flag"],
+        );
+        assert!(run.status.success(), "{}", run.describe());
+        assert_eq!(run.status_file["status"], "exited", "{}", run.describe());
+        let mock = Mock::start(
+            w,
+            json!([
+                tool("EnterWorktree", json!({"name": "wt-tool"})),
+                text("fin")
+            ]),
+        );
+        let run = run_claude(w, &profile(w, &mock, true, KEEP), &[]);
+        assert!(run.status.success(), "{}", run.describe());
+        assert_eq!(run.status_file["status"], "exited", "{}", run.describe());
+        run.expect_decision(&call_id(None, 0), "allow", "worktrees");
+        let result = mock.expect_result(&call_id(None, 0));
+        assert!(!result.is_error, "EnterWorktree failed: {result:?}");
+        for name in ["wt-flag", "wt-tool"] {
+            let gitfile = w
+                .workspace
+                .join(".claude/worktrees")
+                .join(name)
+                .join(".git");
+            let text = fs::read_to_string(&gitfile)
+                .unwrap_or_else(|e| panic!("{}: {e}\n{}", gitfile.display(), run.describe()));
+            assert!(
+                text.trim_end().ends_with(&format!(".git/worktrees/{name}"))
+                    && text.contains(&w.workspace.display().to_string()),
+                "{text}"
+            );
+        }
+        // The sessions of the worktrees are kept too (their own project keys).
+        let shown = state(w, &["show", "--json"]);
+        let shown: Value = serde_json::from_slice(&shown.stdout).unwrap();
+        assert!(
+            shown["files"].as_array().unwrap().iter().any(|f| f["path"]
+                .as_str()
+                .unwrap()
+                .contains("-claude-worktrees-wt-flag")),
+            "{shown:#}"
+        );
+
+        let wt = ".claude/worktrees/wt-flag";
+        let out = w.sh(&format!(
+        "echo 'gitdir: /tmp/elsewhere' > {wt}/.git; echo ../../../elsewhere > .git/worktrees/wt-flag/commondir; \
+         mkdir -p .claude/worktrees/forged && echo 'gitdir: /tmp/elsewhere' > .claude/worktrees/forged/.git; \
+         echo work > {wt}/notes.txt"
+    ));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(123), "{}", describe(&out));
+        assert_eq!(
+            stderr.matches("Read-only file system").count(),
+            2,
+            "{}",
+            describe(&out)
+        );
+        assert!(
+            stderr.contains("redirect") && stderr.contains(".claude/worktrees/forged/.git"),
+            "{}",
+            describe(&out)
+        );
+        assert!(
+            fs::read_to_string(w.workspace.join(wt).join(".git"))
+                .unwrap()
+                .contains(".git/worktrees/wt-flag")
+        );
+        assert_eq!(
+            fs::read_to_string(w.workspace.join(".git/worktrees/wt-flag/commondir")).unwrap(),
+            "../..\n"
+        );
+        assert!(!w.workspace.join(".claude/worktrees/forged/.git").exists());
+        assert_eq!(
+            fs::read_to_string(w.workspace.join(wt).join("notes.txt")).unwrap(),
+            "work\n"
+        );
+    }
+);
