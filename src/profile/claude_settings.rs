@@ -1,8 +1,9 @@
 //! What in Claude Code's settings and environment would take StepProof's hook away. Claude Code
 //! 2.1.328 reads one managed tier (`/etc/claude-code/managed-settings.json` with the drop-ins of
 //! `managed-settings.d/` merged over it); some of its keys and variables switch hooks off or
-//! choose where that tier comes from. StepProof owns those: a profile may not set them, a host
-//! drop-in has them removed before the agent sees it (and `--ci` refuses such a host), and the
+//! choose where that tier comes from. StepProof owns those: a profile may not set them, the host's
+//! managed file and drop-ins have them removed before the agent sees them (and `--ci` and a strict
+//! profile refuse such a host), the gateway removes them from server-managed settings, and the
 //! self-test checks that none is left inside.
 
 use serde_json::{Map, Value};

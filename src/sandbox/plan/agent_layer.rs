@@ -96,8 +96,9 @@ pub fn sessions_dir(home: &Path, workspace: &Path) -> PathBuf {
 /// The parts of the plan the agent needs.
 pub struct AgentPlan {
     pub mounts: Vec<MountOp>,
-    /// What of the host's managed settings is left out, and why (keys StepProof owns in a
-    /// drop-in, files that could not be carried in): `--ci` refuses a host with owned keys.
+    /// What of the host's managed settings is left out, and why (keys StepProof owns in its
+    /// managed file or a drop-in, files that could not be read as JSON): `--ci` and a strict
+    /// profile refuse a host with owned keys, a best-effort one drops them.
     pub managed_removed: Vec<String>,
     /// The managed settings Claude Code will read inside, merged as it merges them
     /// (StepProof's file, then the host's documents without the keys StepProof owns).

@@ -238,8 +238,8 @@ impl SeccompRules {
 pub struct SandboxPlan {
     /// The hook and the agent's own state (profiles with a hook).
     pub agent: Option<crate::sandbox::plan::agent_layer::AgentState>,
-    /// Keys StepProof owns that the host's managed-settings drop-ins set (removed inside; the
-    /// launch warns, `--ci` refuses), as `<file>: <key>`.
+    /// Keys StepProof owns that the host's managed settings set (removed inside; `--ci` and a
+    /// strict profile refuse to start, a best-effort one warns), as `<file>: <key>`.
     pub managed_settings_removed: Vec<String>,
     /// The managed settings Claude Code reads inside, merged as it merges them: StepProof's,
     /// then the host's `managed-settings.json` and drop-ins without the keys StepProof owns.
