@@ -848,11 +848,14 @@ fn hostile_etc_layer(w: &World) -> std::path::PathBuf {
 }
 
 // A host drop-in that switches hooks off: `--ci` refuses to start (the agent never runs), and a
-// plain run names what it removed and still denies what the profile denies.
+// plain run of a best-effort profile names what it removed and still denies what the profile
+// denies (a strict one stops: tests/claude_managed.rs).
 both_claude!(a_host_drop_in_cannot_switch_the_hook_off, |w: &World| {
     let layer = hostile_etc_layer(w);
     let mock = Mock::start(w, json!([bash(DENIED_CURL), text("fin")]));
     let profile = profile(w, &mock, true, "");
+    let text = fs::read_to_string(&profile).unwrap();
+    fs::write(&profile, format!("assurance = \"best-effort\"\n{text}")).unwrap();
     let ci = run_claude_as(
         w,
         &Launch {

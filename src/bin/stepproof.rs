@@ -77,6 +77,12 @@ enum Command {
         #[command(subcommand)]
         action: audit::AuditCommand,
     },
+    /// What StepProof keeps of Claude Code's sessions for a workspace between runs: `show`
+    /// (transcripts, history, todos, plans, and auto-memory in full), `rm`, `list`.
+    State {
+        #[command(subcommand)]
+        action: stepproof::state::StateCommand,
+    },
     /// (Internal) Try one forbidden thing and print what the kernel answered, as JSON. Used by
     /// the escape tests inside the sandbox.
     #[command(name = "__probe", hide = true)]
@@ -160,6 +166,7 @@ fn main() {
     let code = match args.command {
         Command::Audit { action } => audit::run_command(action),
         Command::Login { args } => login(&args),
+        Command::State { action } => stepproof::state::run_command(action),
         Command::ProbeAll {
             agent,
             private_home,

@@ -99,6 +99,9 @@ pub fn prepare(
             &serde_json::to_vec(credentials).expect("JSON values serialize"),
         )?;
     }
+    // The workspace's kept sessions, history, memory, todos and plans (when the profile keeps
+    // them): before the ownership below, which covers them.
+    crate::supervisor::session_state::seed(state);
     // Empty, and read-only inside (the plan binds them so): nothing in them runs before a
     // command.
     for dir in crate::sandbox::plan::agent_layer::SOURCED_DIRS {

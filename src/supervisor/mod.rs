@@ -13,5 +13,7 @@ pub mod proposed;
 pub mod proxy;
 pub mod pty;
 pub mod relay;
+pub mod server_settings;
+pub mod session_state;
 pub mod sweep;
 pub mod watch;

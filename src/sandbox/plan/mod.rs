@@ -238,9 +238,12 @@ impl SeccompRules {
 pub struct SandboxPlan {
     /// The hook and the agent's own state (profiles with a hook).
     pub agent: Option<crate::sandbox::plan::agent_layer::AgentState>,
-    /// Keys StepProof owns that the host's managed-settings drop-ins set (removed inside; the
-    /// launch warns, `--ci` refuses), as `<file>: <key>`.
+    /// Keys StepProof owns that the host's managed settings set (removed inside; `--ci` and a
+    /// strict profile refuse to start, a best-effort one warns), as `<file>: <key>`.
     pub managed_settings_removed: Vec<String>,
+    /// The managed settings Claude Code reads inside, merged as it merges them: StepProof's,
+    /// then the host's `managed-settings.json` and drop-ins without the keys StepProof owns.
+    pub managed_settings: Option<serde_json::Value>,
     /// The repositories found at launch (the workspace's and the nested ones the bounded scan
     /// reached): the sweep compares what their `.git` is after the run.
     pub repositories: Vec<PathBuf>,
@@ -625,6 +628,7 @@ fn plan_with<S: IsolationStrategy>(
         .as_ref()
         .map(|a| a.managed_removed.clone())
         .unwrap_or_default();
+    let managed_settings = agent.as_ref().map(|a| a.managed_merged.clone());
     if let Some(agent) = &agent {
         notes.extend(agent.notes.iter().cloned());
     }
@@ -765,6 +769,7 @@ fn plan_with<S: IsolationStrategy>(
     Ok(SandboxPlan {
         agent: agent.map(|a| a.state),
         managed_settings_removed,
+        managed_settings,
         repositories,
         isolation: S::ISOLATION,
         losses: realized.losses,
