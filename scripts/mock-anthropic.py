@@ -21,14 +21,26 @@ messages. To script one, give the script as an object instead of a list:
 A request whose first user message contains a thread's marker (e.g. the prompt the main turns
 hand to an `Agent` tool call) is answered from that thread's turns (tool ids `toolu_mock_tN_…`);
 any other from `turns`.
+
+The object form also takes
+  "accept": ["Bearer TOKEN", "x-api-key KEY", …]   only these credentials reach the turns;
+                                                   any other gets 401 (authentication_error);
+  "token": {"refresh_token": "R", "access_token": "A", "new_refresh_token": "R2",
+            "expires_in": 3600}                    `POST /v1/oauth/token` (grant_type
+                                                   refresh_token, Claude Code's client id)
+                                                   answers A and R2 for R, once: R is then spent.
+With --tls-cert/--tls-key it serves HTTPS (a test CA's certificate for the host).
 """
 import argparse
 import json
+import ssl
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 LOCK = threading.Lock()
+CLIENT_ID = "9d1c250a-e61b-44d9-88ed-5944d1962f5e"
+SPENT = set()
 
 
 def sse(event, data):
@@ -116,6 +128,32 @@ class Handler(BaseHTTPRequestHandler):
         except ValueError:
             body = {"unparsed": raw.decode(errors="replace")}
         self.record(body)
+        config = self.server.script if isinstance(self.server.script, dict) else {}
+        if self.path.startswith("/v1/oauth/token"):
+            token = config.get("token", {})
+            with LOCK:
+                good = (body.get("grant_type") == "refresh_token"
+                        and body.get("client_id") == CLIENT_ID
+                        and body.get("refresh_token") == token.get("refresh_token")
+                        and body.get("refresh_token") not in SPENT)
+                if good:
+                    SPENT.add(body.get("refresh_token"))
+            if not good:
+                self.reply_json(400, {"error": "invalid_grant"})
+                return
+            self.reply_json(200, {"token_type": "Bearer", "access_token": token["access_token"],
+                                  "refresh_token": token.get("new_refresh_token"),
+                                  "expires_in": token.get("expires_in", 3600),
+                                  "scope": body.get("scope", "")})
+            return
+        accept = config.get("accept")
+        if accept is not None and self.path.startswith("/v1/messages"):
+            auth = self.headers.get("authorization")
+            key = self.headers.get("x-api-key")
+            if not (auth in accept or (key is not None and f"x-api-key {key}" in accept)):
+                self.reply_json(401, {"type": "error", "error": {"type": "authentication_error",
+                                                                 "message": "invalid credential"}})
+                return
         if not self.path.startswith("/v1/messages") or "count_tokens" in self.path:
             self.reply_json(200, {"input_tokens": 10} if "count_tokens" in self.path else {})
             return
@@ -150,8 +188,14 @@ def main():
     parser.add_argument("--record", required=True)
     parser.add_argument("--host", default="127.0.0.2")
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--tls-cert")
+    parser.add_argument("--tls-key")
     args = parser.parse_args()
     server = ThreadingHTTPServer((args.host, args.port), Handler)
+    if args.tls_cert:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(args.tls_cert, args.tls_key)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
     server.daemon_threads = True
     with open(args.script) as f:
         server.script = json.load(f)

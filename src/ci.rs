@@ -207,7 +207,7 @@ impl Summary {
                     ),
                 ];
             }
-            ("supervisor", "network") => {
+            ("supervisor", "network" | "gateway") => {
                 keep(&mut self.network, &mut self.network_total, record.clone());
             }
             ("supervisor", "sweep") => {

@@ -67,9 +67,16 @@ pub fn explain_text(profile: &Profile, plan: &SandboxPlan) -> String {
     ));
     line(format!("home: {}", plan.home.display()));
     line(format!("cwd: {}", plan.cwd.display()));
-    if plan.agent.is_some() {
+    if let Some(agent) = &plan.agent {
+        line(match &agent.sessions {
+            Some(dir) => format!(
+                "sessions: kept per workspace in {} (transcripts, prompt history, auto-memory, todos, plans; seeded before each run, taken back after; not under --ci)",
+                dir.display()
+            ),
+            None => "sessions: not kept (claude.keep_sessions = false): every run starts without earlier sessions or memory".into(),
+        });
         line(format!(
-            "agent: Claude Code's managed settings at {} are StepProof's (hook for every event, managed hooks only) plus the host's drop-ins without the keys StepProof owns ({})",
+            "agent: Claude Code's managed settings at {} are StepProof's (hook for every event, managed hooks only) with the host's managed-settings.json and drop-ins laid over them, in their order, without the keys StepProof owns ({})",
             crate::sandbox::plan::agent_layer::MANAGED_DIR,
             crate::profile::claude_settings::OWNED_KEYS.join(", ")
         ));
@@ -77,6 +84,19 @@ pub fn explain_text(profile: &Profile, plan: &SandboxPlan) -> String {
             line(format!(
                 "  REMOVED from the host's managed settings: {removed}"
             ));
+        }
+        if let Some(merged) = &plan.managed_settings {
+            let mut shown = merged.clone();
+            if let Some(hooks) = shown.get_mut("hooks") {
+                *hooks = "StepProof's hook for every event (above)".into();
+            }
+            line("managed settings inside, merged as Claude Code merges them:".into());
+            for text in serde_json::to_string_pretty(&shown)
+                .unwrap_or_default()
+                .lines()
+            {
+                line(format!("  {text}"));
+            }
         }
     }
     line("mounts, in order:".into());
@@ -145,6 +165,14 @@ pub fn explain_text(profile: &Profile, plan: &SandboxPlan) -> String {
             crate::sandbox::plan::env::GATEWAY_SOCKET,
             gateway.credential
         ));
+        let mut held: Vec<&str> = plan.held_outside.iter().map(|(n, _)| n.as_str()).collect();
+        held.dedup();
+        if !held.is_empty() {
+            line(format!(
+                "kept outside for the gateway (never passed): {}",
+                held.join(" ")
+            ));
+        }
     }
     for planned in &plan.credentials {
         use crate::profile::credentials::Injection;

@@ -40,7 +40,7 @@ fn canonical(path: &Path, what: &'static str) -> Result<PathBuf, HostError> {
 }
 
 /// The caller's home: `$HOME` when it is an absolute path, else the password database.
-fn caller_home(uid: u32) -> PathBuf {
+pub fn caller_home(uid: u32) -> PathBuf {
     if let Some(home) = std::env::var_os("HOME").map(PathBuf::from)
         && home.is_absolute()
     {

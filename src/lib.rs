@@ -57,4 +57,5 @@ pub mod regular_file;
 pub mod run;
 pub mod sandbox;
 pub mod selftest;
+pub mod state;
 pub mod supervisor;

@@ -248,8 +248,13 @@ fn carry_out(
                     "the host's Claude Code managed settings set keys that would switch StepProof's hook off or replace it; refusing to start in CI (remove them from the host):\n  {list}"
                 )));
             }
+            if profile.assurance == crate::sandbox::landlock::Assurance::Strict {
+                return Err(Failure::host(format!(
+                    "the host's Claude Code managed settings set keys that would weaken StepProof (switch its hook off, replace the managed settings, or fetch a credential inside); refusing to start under assurance = \"strict\" (remove them from the host, or use a profile with assurance = \"best-effort\", which drops them inside and runs):\n  {list}"
+                )));
+            }
             crate::say!(
-                "stepproof-run: WARNING: the host's Claude Code managed settings set keys StepProof owns; they are removed inside, the hook stays:\n  {list}"
+                "stepproof-run: WARNING: the host's Claude Code managed settings set keys StepProof owns; they are removed inside, the hook stays, the rest of the organisation's settings apply:\n  {list}"
             );
         }
     }
@@ -259,6 +264,12 @@ fn carry_out(
         .inspect_err(|_| outputs.opened = true)
         .map_err(Failure::refused)?;
     outputs.run_dir = run_dir;
+    // Unattended runs and the self-test start from nothing and keep nothing.
+    if (args.ci || args.selftest)
+        && let Some(agent) = &mut plan.agent
+    {
+        agent.sessions = None;
+    }
     let command: Vec<OsString> = if args.selftest {
         crate::selftest::install_probe_binary(&mut plan).map_err(Failure::host)?
     } else {
@@ -387,6 +398,18 @@ fn carry_out(
             counts.over_cap,
             profile.audit.inside_max_mib
         );
+    }
+    // What the run changed of the workspace's sessions and memory is kept for the next one.
+    if !matches!(
+        result.outcome,
+        Outcome::StepproofError { .. } | Outcome::Refused { .. }
+    ) {
+        let memory = crate::supervisor::session_state::take_back_and_report(&plan, audit.as_ref());
+        if memory > 0 {
+            outputs
+                .status_extra
+                .insert("memory_changed".into(), memory.into());
+        }
     }
     // The persistence sweep, only when the command ran.
     if !matches!(
@@ -745,6 +768,16 @@ pub fn run(args: &Request) -> i32 {
                 "stepproof-run: removing the old run directory {}: {e}",
                 path.display()
             );
+        }
+        // Kept sessions of workspaces no run used for a long time go with the old runs.
+        if args.keep_runs != crate::audit::runs::Keep::All
+            && let Some(state) = own.parent().and_then(std::path::Path::parent)
+        {
+            let removed = crate::supervisor::session_state::prune(
+                &state.join("sessions"),
+                std::time::SystemTime::now(),
+            );
+            tracing::debug!(removed = removed.len(), "unused session states removed");
         }
     }
     launch::reap_children(std::time::Duration::from_secs(10));

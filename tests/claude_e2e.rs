@@ -443,9 +443,10 @@ decision = "allow"
 commands = ["curl *"]
 "#;
 
-// 10. The sandbox reaches the mock only through the allow-list proxy: directly, the host's
-// 127.0.0.2 is not there (the sandbox has its own loopback); every request Claude made has a
-// `network` record.
+// 10. The sandbox reaches the mock only through the supervisor: directly, the host's 127.0.0.2
+// is not there (the sandbox has its own loopback); a tool's request goes through the allow-list
+// proxy (a `network` record), Claude's own model requests through the credential gateway (a
+// `gateway` record each), which is the default for an agent.
 both_claude!(the_mock_is_reached_only_through_the_proxy, |w: &World| {
     let mock = Mock::start(
         w,
@@ -474,19 +475,26 @@ both_claude!(the_mock_is_reached_only_through_the_proxy, |w: &World| {
     assert!(requests.iter().any(|r| r["path"] == "/proxied"));
     assert!(!requests.iter().any(|r| r["path"] == "/direct"));
     let network = run.records("network");
+    let gateway = run.records("gateway");
     assert_eq!(
-        network.len(),
+        network.len() + gateway.len(),
         requests.len(),
-        "one network record per request the mock saw: {network:#?}"
+        "one network or gateway record per request the mock saw: {network:#?} {gateway:#?}"
     );
     assert!(
         network
             .iter()
+            .chain(gateway.iter())
             .all(|r| r["allowed"] == true && r["port"] == mock.port && r["source"] == "supervisor"),
+        "{network:#?} {gateway:#?}"
+    );
+    assert_eq!(
+        (network.len(), network[0]["path"].as_str()),
+        (1, Some("/proxied")),
         "{network:#?}"
     );
     assert_eq!(
-        network
+        gateway
             .iter()
             .filter(|r| r["method"] == "POST" && r["path"] == "/v1/messages?beta=true")
             .count(),
@@ -549,19 +557,22 @@ fn assert_bearer(mock: &Mock, token: &str, first_only: bool) {
     }
 }
 
-// 12. Two runs with the same login: run 1 writes settings.json and CLAUDE.md into its config
-// dir and refreshes the credentials; only the credentials reach run 2, which authenticates
-// with them.
+// 12. Two runs with the same claude.ai login, which stays outside: the sandbox holds a
+// placeholder. Run 1 overwrites its credentials file (as a refresh inside would), writes
+// settings.json and CLAUDE.md into its config dir; nothing of it comes back: the host's store is
+// unchanged, run 2 starts from a fresh config dir, and every request reached the API with the
+// real login, which the gateway added.
 both_claude!(
-    only_refreshed_credentials_reach_the_next_run,
+    nothing_written_inside_reaches_the_host_or_the_next_run,
     |w: &World| {
         let creds = w.home.join(".claude/.credentials.json");
         fs::create_dir_all(creds.parent().unwrap()).unwrap();
-        fs::write(&creds, oauth("sk-ant-oat01-first-login")).unwrap();
+        let login = oauth("sk-ant-oat01-first-login");
+        fs::write(&creds, &login).unwrap();
         fs::set_permissions(&creds, fs::Permissions::from_mode(0o600)).unwrap();
         chown_tree(&w.home.join(".claude"), w.owner);
 
-        let fresh = oauth("sk-ant-oat01-refreshed-e2e");
+        let fresh = oauth("sk-ant-oat01-written-inside");
         let mock = Mock::start(
             w,
             json!([
@@ -578,8 +589,8 @@ both_claude!(
         );
         let run = run_claude(w, &profile(w, &mock, false, CONFIG_DIR_WRITES), &[]);
         assert!(run.status.success(), "{}", run.describe());
-        // Claude Code re-reads its credentials file: requests after the rewrite use the new token.
-        assert_bearer(&mock, "sk-ant-oat01-first-login", true);
+        // The real login on every request, before and after the rewrite inside.
+        assert_bearer(&mock, "sk-ant-oat01-first-login", false);
         for turn in 0..3 {
             run.expect_decision(&call_id(None, turn), "allow", "inspect");
             assert!(!mock.expect_result(&call_id(None, turn)).is_error);
@@ -589,14 +600,22 @@ both_claude!(
             listing.contains("settings.json") && listing.contains("CLAUDE.md"),
             "{listing}"
         );
-        // Carried back: the refreshed credentials only.
-        assert_eq!(fs::read_to_string(&creds).unwrap(), fresh);
+        // Nothing came back: the store is as it was, and nothing else is in ~/.claude.
+        assert_eq!(fs::read_to_string(&creds).unwrap(), login);
         let mut home_claude: Vec<String> = fs::read_dir(w.home.join(".claude"))
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
         home_claude.sort();
         assert_eq!(home_claude, [".credentials.json"]);
+        let login_records = run.records("model-login");
+        assert!(
+            login_records.len() == 1
+                && login_records[0]["login"]
+                    .as_str()
+                    .is_some_and(|l| l.contains("claude.ai login")),
+            "{login_records:#?}"
+        );
         drop(mock);
 
         let mock = Mock::start(
@@ -611,14 +630,21 @@ both_claude!(
         );
         let run = run_claude(w, &profile(w, &mock, false, CONFIG_DIR_WRITES), &[]);
         assert!(run.status.success(), "{}", run.describe());
-        assert_bearer(&mock, "sk-ant-oat01-refreshed-e2e", false);
+        assert_bearer(&mock, "sk-ant-oat01-first-login", false);
         let listing = mock.expect_result(&call_id(None, 0)).text;
         assert!(
             listing.contains(".credentials.json") && !listing.contains("CLAUDE.md"),
             "{listing}"
         );
+        // Inside: a placeholder with the login's features, never a token of the user's.
         let seen = mock.expect_result(&call_id(None, 1)).text;
-        assert!(seen.contains("sk-ant-oat01-refreshed-e2e"), "{seen}");
+        assert!(
+            seen.contains("STEPPROOF-PLACEHOLDER")
+                && seen.contains("\"subscriptionType\":\"max\"")
+                && !seen.contains("first-login")
+                && !seen.contains("written-inside"),
+            "{seen}"
+        );
         // Claude Code writes a settings.json of its own at start (skipDangerousModePermissionPrompt
         // for --dangerously-skip-permissions); the one run 1 wrote is gone.
         let settings = mock.expect_result(&call_id(None, 2)).text;
@@ -822,11 +848,14 @@ fn hostile_etc_layer(w: &World) -> std::path::PathBuf {
 }
 
 // A host drop-in that switches hooks off: `--ci` refuses to start (the agent never runs), and a
-// plain run names what it removed and still denies what the profile denies.
+// plain run of a best-effort profile names what it removed and still denies what the profile
+// denies (a strict one stops: tests/claude_managed.rs).
 both_claude!(a_host_drop_in_cannot_switch_the_hook_off, |w: &World| {
     let layer = hostile_etc_layer(w);
     let mock = Mock::start(w, json!([bash(DENIED_CURL), text("fin")]));
     let profile = profile(w, &mock, true, "");
+    let text = fs::read_to_string(&profile).unwrap();
+    fs::write(&profile, format!("assurance = \"best-effort\"\n{text}")).unwrap();
     let ci = run_claude_as(
         w,
         &Launch {
@@ -973,3 +1002,44 @@ both_claude!(an_unanswered_ask_is_recorded_as_refused, |w: &World| {
         answers[0]
     );
 });
+
+// Interactive, with a claude.ai login: the TUI starts logged in (its placeholder), and every
+// request reaches the API with the real login the gateway added.
+both_claude!(
+    an_interactive_session_uses_the_claude_ai_login_kept_outside,
+    |w: &World| {
+        let creds = w.home.join(".claude/.credentials.json");
+        fs::create_dir_all(creds.parent().unwrap()).unwrap();
+        fs::write(&creds, oauth("sk-ant-oat01-interactive-login")).unwrap();
+        fs::set_permissions(&creds, fs::Permissions::from_mode(0o600)).unwrap();
+        chown_tree(&w.home.join(".claude"), w.owner);
+        let mock = Mock::start(w, json!([text("Logged-in-turn-done.")]));
+        let profile = profile(w, &mock, false, "");
+        let dir = scratch(w, "tui");
+        chown_tree(&dir, w.owner);
+        let audit = dir.join("audit.jsonl");
+        let mut tui = Tui::start(w, &profile, &audit, "Say hello.");
+        tui.until(60, "the answer on screen", |t| {
+            t.screen.contains("Logged-in-turn-done.")
+        });
+        tui.pump(std::time::Duration::from_millis(1500));
+        tui.send(b"/exit");
+        tui.pump(std::time::Duration::from_millis(500));
+        tui.send(b"\r");
+        let start = std::time::Instant::now();
+        let status = loop {
+            tui.pump(std::time::Duration::from_millis(100));
+            if let Some(status) = tui.child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(
+                start.elapsed().as_secs() < 30,
+                "/exit did not end the session; the terminal shows {:?}",
+                tui.screen
+            );
+        };
+        assert!(status.success(), "{status:?}; terminal {:?}", tui.screen);
+        assert!(!tui.screen.contains("Not logged in"), "{:?}", tui.screen);
+        assert_bearer(&mock, "sk-ant-oat01-interactive-login", false);
+    }
+);

@@ -22,6 +22,7 @@ const ROOT_LAYERS: &[(&str, usize)] = &[
     ("doctor", 0),
     ("selftest", 0),
     ("probes", 0),
+    ("state", 0),
     // Outside the sandbox.
     ("supervisor", 1),
     // Inside the sandbox (and what crosses the clone).

@@ -634,6 +634,7 @@ mod gateway {
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
     use stepproof::supervisor::gateway::{self, Credential, GatewayHandle, Upstream};
+    use stepproof::supervisor::login::ModelLogin;
     use stepproof::supervisor::proxy::ConnectionRecord;
 
     /// What the TLS origin saw: one entry per request (connection number, head, body).
@@ -760,6 +761,8 @@ mod gateway {
 
     struct Gateway {
         path: std::path::PathBuf,
+        /// The header a request from inside carries: this run's placeholder.
+        placeholder: String,
         _dir: tempfile::TempDir,
         handle: Option<GatewayHandle>,
         records: Receiver<ConnectionRecord>,
@@ -778,13 +781,17 @@ mod gateway {
         let upstream = Upstream {
             host: "api.test".into(),
             port: origin.addr.port(),
-            tls: gateway::client_config(roots).unwrap(),
+            tls: Some(gateway::client_config(roots).unwrap()),
             connect_addr: Some(origin.addr),
+            path_prefix: String::new(),
         };
         let (tx, rx) = channel();
-        let handle = gateway::serve_gateway(listener, upstream, credential, tx);
+        let login = ModelLogin::fixed(credential);
+        let placeholder = String::from_utf8(login.placeholder().header_line().unwrap()).unwrap();
+        let handle = gateway::serve_gateway(listener, upstream, Arc::new(login), tx);
         Gateway {
             path,
+            placeholder,
             _dir: dir,
             handle: Some(handle),
             records: rx,
@@ -835,7 +842,8 @@ mod gateway {
         for _ in 0..2 {
             c.write_all(
                 format!(
-                    "POST /v1/messages?beta=true HTTP/1.1\r\nHost: localhost\r\nx-api-key: placeholder\r\nX-Api-Key: placeholder2\r\nauthorization: Bearer fake\r\ncontent-type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                    "POST /v1/messages?beta=true HTTP/1.1\r\nHost: localhost\r\n{}content-type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                    g.placeholder,
                     body.len()
                 )
                 .as_bytes(),
@@ -846,7 +854,7 @@ mod gateway {
             assert_eq!(reply, format!("ok {} bytes", body.len()));
         }
         // A chunked request body on the same connection.
-        c.write_all(b"POST /v1/upload HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n")
+        c.write_all(format!("POST /v1/upload HTTP/1.1\r\nHost: localhost\r\n{}Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n", g.placeholder).as_bytes())
             .unwrap();
         let (_, reply) = read_response(&mut c);
         assert_eq!(reply, "ok 11 bytes");
@@ -858,6 +866,7 @@ mod gateway {
             assert!(lower.contains("x-api-key: sk-real-secret\r\n"), "{head}");
             assert!(!lower.contains("placeholder"), "{head}");
             assert!(!lower.contains("authorization"), "{head}");
+            assert_eq!(lower.matches("x-api-key").count(), 1, "{head}");
             assert!(
                 head.contains(&format!("Host: api.test:{}\r\n", origin.addr.port())),
                 "{head}"
@@ -885,14 +894,16 @@ mod gateway {
     #[test]
     fn oauth_token_replaces_client_authorization() {
         let origin = tls_origin();
-        let g = start_gateway(
-            &origin,
-            &origin.ca,
-            Credential::OAuthToken("oauth-real".into()),
-        );
+        let g = start_gateway(&origin, &origin.ca, Credential::Bearer("oauth-real".into()));
         let mut c = g.client();
-        c.write_all(b"GET /v1/models HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer placeholder\r\nConnection: close\r\n\r\n")
-            .unwrap();
+        c.write_all(
+            format!(
+                "GET /v1/models HTTP/1.1\r\nHost: localhost\r\n{}Connection: close\r\n\r\n",
+                g.placeholder
+            )
+            .as_bytes(),
+        )
+        .unwrap();
         let (head, _) = read_response(&mut c);
         assert!(head.starts_with("HTTP/1.1 200"));
         let seen = origin.seen.lock().unwrap().clone();
@@ -908,13 +919,51 @@ mod gateway {
         assert_eq!(c.read_to_end(&mut rest).unwrap(), 0);
     }
 
+    /// Only this run's placeholder is let through: no credential, a real-looking one, another
+    /// run's placeholder or a bearer beside the key are refused before anything goes upstream.
+    #[test]
+    fn a_request_without_this_runs_placeholder_is_refused() {
+        let origin = tls_origin();
+        let g = start_gateway(&origin, &origin.ca, Credential::ApiKey("sk-real".into()));
+        let other = ModelLogin::fixed(Credential::ApiKey("sk-real".into()));
+        let other = String::from_utf8(other.placeholder().header_line().unwrap()).unwrap();
+        for extra in [
+            String::new(),
+            "x-api-key: sk-ant-api03-guess\r\n".to_owned(),
+            other,
+            format!("{}Authorization: Bearer sk-ant-oat01-x\r\n", g.placeholder),
+        ] {
+            let mut c = g.client();
+            c.write_all(
+                format!("GET /v1/models HTTP/1.1\r\nHost: localhost\r\n{extra}\r\n").as_bytes(),
+            )
+            .unwrap();
+            let (head, body) = read_response(&mut c);
+            assert!(head.starts_with("HTTP/1.1 403"), "{extra:?}: {head}");
+            assert!(body.contains("placeholder"), "{body}");
+            let r = g.record();
+            assert!(
+                r.error.as_deref().is_some_and(|e| e.contains("refused"))
+                    && r.rule.contains("no placeholder"),
+                "{r:?}"
+            );
+        }
+        assert!(origin.seen.lock().unwrap().is_empty());
+    }
+
     #[test]
     fn streamed_response_arrives_incrementally() {
         let origin = tls_origin();
         let g = start_gateway(&origin, &origin.ca, Credential::ApiKey("k".into()));
         let mut c = g.client();
-        c.write_all(b"POST /stream HTTP/1.1\r\nHost: localhost\r\nContent-Length: 2\r\n\r\n{}")
-            .unwrap();
+        c.write_all(
+            format!(
+                "POST /stream HTTP/1.1\r\nHost: localhost\r\n{}Content-Length: 2\r\n\r\n{{}}",
+                g.placeholder
+            )
+            .as_bytes(),
+        )
+        .unwrap();
         let (status, head) = read_head(&mut c);
         assert_eq!(status, 200, "{head}");
         assert!(head.contains("Transfer-Encoding: chunked"));
@@ -938,8 +987,14 @@ mod gateway {
         assert!(r.allowed && r.error.is_none(), "{r:?}");
         assert!(r.bytes_down > 100);
         // The connection is still usable afterwards.
-        c.write_all(b"GET /again HTTP/1.1\r\nHost: localhost\r\n\r\n")
-            .unwrap();
+        c.write_all(
+            format!(
+                "GET /again HTTP/1.1\r\nHost: localhost\r\n{}\r\n",
+                g.placeholder
+            )
+            .as_bytes(),
+        )
+        .unwrap();
         let (head, body) = read_response(&mut c);
         assert!(head.starts_with("HTTP/1.1 200") && body == "ok 0 bytes");
     }
@@ -954,8 +1009,14 @@ mod gateway {
             Credential::ApiKey("sk-real-secret".into()),
         );
         let mut c = g.client();
-        c.write_all(b"GET /v1/models HTTP/1.1\r\nHost: localhost\r\n\r\n")
-            .unwrap();
+        c.write_all(
+            format!(
+                "GET /v1/models HTTP/1.1\r\nHost: localhost\r\n{}\r\n",
+                g.placeholder
+            )
+            .as_bytes(),
+        )
+        .unwrap();
         let (head, body) = read_response(&mut c);
         assert!(head.starts_with("HTTP/1.1 502"), "{head}");
         assert!(body.contains("TLS handshake"), "{body}");
@@ -976,8 +1037,14 @@ mod gateway {
             Credential::ApiKey("k\r\nX-Injected: 1".into()),
         );
         let mut c = g.client();
-        c.write_all(b"GET /v1/models HTTP/1.1\r\nHost: localhost\r\n\r\n")
-            .unwrap();
+        c.write_all(
+            format!(
+                "GET /v1/models HTTP/1.1\r\nHost: localhost\r\n{}\r\n",
+                g.placeholder
+            )
+            .as_bytes(),
+        )
+        .unwrap();
         let (head, _) = read_response(&mut c);
         assert!(head.starts_with("HTTP/1.1 500"), "{head}");
         assert!(g.record().error.is_some());

@@ -181,9 +181,12 @@ fn oauth(token: &str) -> String {
     .to_string()
 }
 
-// The credentials carry-back takes a regular file of the expected shape, and nothing else.
+// Nothing the run leaves in its credentials file reaches the host's store: not a link, a forged
+// or broken file, a hard link, a huge file, a FIFO, a directory — and not a well-formed
+// "refreshed" login either (the supervisor refreshes the real login itself; the sandbox only
+// ever held a placeholder).
 both!(
-    credentials_carry_back_trusts_nothing_the_run_left,
+    nothing_the_run_leaves_in_its_credentials_file_reaches_the_host,
     |w: &World| {
         let creds = w.home.join(".claude/.credentials.json");
         fs::create_dir_all(creds.parent().unwrap()).unwrap();
@@ -197,6 +200,10 @@ both!(
         fs::set_permissions(&foreign, fs::Permissions::from_mode(0o600)).unwrap();
         let c = "/run/claude-config/.credentials.json";
         let attacks = [
+            (
+                "what the sandbox holds",
+                format!("grep -q STEPPROOF-PLACEHOLDER {c} && ! grep -q the-users-own {c}"),
+            ),
             (
                 "symlink",
                 format!("rm -f {c}; ln -s {} {c}", foreign.display()),
@@ -218,6 +225,10 @@ both!(
             ("100 MB", format!("head -c 100000000 /dev/zero > {c}")),
             ("fifo", format!("rm -f {c}; mkfifo {c}")),
             ("directory", format!("rm -f {c}; mkdir {c}")),
+            (
+                "a well-formed refreshed login",
+                format!("printf '%s' '{}' > {c}", oauth("sk-ant-oat01-refreshed")),
+            ),
         ];
         for (name, script) in attacks {
             let cmd = w.command(&[], &["/bin/sh", "-c", &script]);
@@ -225,22 +236,8 @@ both!(
             assert_eq!(out.status.code(), Some(0), "{name}: {}", describe(&out));
             assert_eq!(fs::read_to_string(&creds).unwrap(), login, "{name}");
             let stderr = String::from_utf8_lossy(&out.stderr);
-            assert!(stderr.contains("NOT carried back"), "{name}: {stderr}");
+            assert!(!stderr.contains("carried back"), "{name}: {stderr}");
         }
-        // The control: a refreshed login of the expected shape goes back, the user's other keys kept.
-        let fresh = oauth("sk-ant-oat01-refreshed");
-        let out = w
-            .command(
-                &[],
-                &["/bin/sh", "-c", &format!("printf '%s' '{fresh}' > {c}")],
-            )
-            .output()
-            .unwrap();
-        assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
-        let back: serde_json::Value =
-            serde_json::from_str(&fs::read_to_string(&creds).unwrap()).unwrap();
-        let want: serde_json::Value = serde_json::from_str(&fresh).unwrap();
-        assert_eq!(back, want);
     }
 );
 

@@ -167,7 +167,7 @@ pub fn summarize(source: &str, kind: &str, record: &Map<String, Value>) -> Strin
             }
             join(&parts)
         }
-        ("supervisor", "network") => {
+        ("supervisor", "network" | "gateway") => {
             let verdict = if record.get("allowed") == Some(&Value::Bool(true)) {
                 "allowed"
             } else {

@@ -57,6 +57,15 @@ enum Command {
         #[arg(long)]
         input: Option<String>,
     },
+    /// Log in to Claude once, on this machine and outside any sandbox: runs `claude auth login`
+    /// (extra arguments are passed on, e.g. `--console` for an API-billing login). The login
+    /// lands in ~/.claude, where `stepproof-run` finds it; the sandbox only ever gets a
+    /// placeholder, and the supervisor adds and refreshes the real login at the boundary.
+    Login {
+        /// Passed to `claude auth login` (`--console`, `--sso`, `--email ADDRESS`).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<std::ffi::OsString>,
+    },
     /// Which kernel features exist here and whether the default profile can be enforced.
     Doctor {
         #[arg(long)]
@@ -67,6 +76,12 @@ enum Command {
     Audit {
         #[command(subcommand)]
         action: audit::AuditCommand,
+    },
+    /// What StepProof keeps of Claude Code's sessions for a workspace between runs: `show`
+    /// (transcripts, history, todos, plans, and auto-memory in full), `rm`, `list`.
+    State {
+        #[command(subcommand)]
+        action: stepproof::state::StateCommand,
     },
     /// (Internal) Try one forbidden thing and print what the kernel answered, as JSON. Used by
     /// the escape tests inside the sandbox.
@@ -118,11 +133,40 @@ fn compiled_policy(
     stepproof::sandbox::plan::hook_policy::profile_policy(&profile, &facts.home, &facts.workspace)
 }
 
+/// `stepproof login`: Claude Code's own login flow, on the host. Inside a StepProof sandbox it
+/// is refused: a login made there would be the sandbox's, and thrown away with it.
+fn login(args: &[std::ffi::OsString]) -> i32 {
+    if std::env::var_os("STEPPROOF").is_some() {
+        stepproof::say!(
+            "stepproof login: this is inside a StepProof sandbox; run `stepproof login` in a terminal on the host, outside any sandbox"
+        );
+        return ExitCode::Refused.code();
+    }
+    let mut cmd = std::process::Command::new("claude");
+    cmd.args(["auth", "login"]).args(args);
+    match cmd.status() {
+        Ok(status) => {
+            use std::os::unix::process::ExitStatusExt;
+            status
+                .code()
+                .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+        }
+        Err(e) => {
+            stepproof::say!(
+                "stepproof login: running `claude auth login`: {e} (install Claude Code: `npm install -g @anthropic-ai/claude-code`)"
+            );
+            ExitCode::NotFound.code()
+        }
+    }
+}
+
 fn main() {
     let args = Args::parse();
     logging::init_logging(args.verbose);
     let code = match args.command {
         Command::Audit { action } => audit::run_command(action),
+        Command::Login { args } => login(&args),
+        Command::State { action } => stepproof::state::run_command(action),
         Command::ProbeAll {
             agent,
             private_home,

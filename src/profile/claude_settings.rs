@@ -1,15 +1,21 @@
 //! What in Claude Code's settings and environment would take StepProof's hook away. Claude Code
 //! 2.1.328 reads one managed tier (`/etc/claude-code/managed-settings.json` with the drop-ins of
 //! `managed-settings.d/` merged over it); some of its keys and variables switch hooks off or
-//! choose where that tier comes from. StepProof owns those: a profile may not set them, a host
-//! drop-in has them removed before the agent sees it (and `--ci` refuses such a host), and the
+//! choose where that tier comes from. StepProof owns those: a profile may not set them, the host's
+//! managed file and drop-ins have them removed before the agent sees them (and `--ci` and a strict
+//! profile refuse such a host), the gateway removes them from server-managed settings, and the
 //! self-test checks that none is left inside.
 
 use serde_json::{Map, Value};
 
-/// Managed-settings keys StepProof owns: which hooks exist, which may run, every switch-off, and
-/// every key that computes or selects the managed source (a policy helper's output, or the
-/// composition of sources, could otherwise replace StepProof's hooks).
+/// Managed-settings keys StepProof owns (checked against 2.1.328's settings schema): which hooks
+/// exist, which may run, every switch-off; every key that computes or selects the managed source
+/// (a policy helper's output, the composition of sources, a startup that waits for the remote
+/// source, WSL reading Windows' policy chain: any of them could replace StepProof's hooks); a
+/// program prefixed to the processes Claude Code starts (`processWrapper`); and the helpers that
+/// would fetch a real credential inside the sandbox, where StepProof keeps a placeholder and adds
+/// the credential at the boundary (`apiKeyHelper`, the cloud providers' refresh and export
+/// commands).
 pub const OWNED_KEYS: &[&str] = &[
     "hooks",
     "allowManagedHooksOnly",
@@ -18,6 +24,13 @@ pub const OWNED_KEYS: &[&str] = &[
     "policyHelpers",
     "managedSourcesBehavior",
     "parentSettingsBehavior",
+    "forceRemoteSettingsRefresh",
+    "wslInheritsWindowsSettings",
+    "processWrapper",
+    "apiKeyHelper",
+    "awsCredentialExport",
+    "awsAuthRefresh",
+    "gcpAuthRefresh",
 ];
 
 /// Variables that switch managed hooks off (`CLAUDE_CODE_SIMPLE` is what `--bare` sets), point
@@ -32,6 +45,7 @@ pub const HOOK_DEFEATING_ENV: &[&str] = &[
     "CLAUDE_CODE_MOCK_REMOTE_SETTINGS",
     "CLAUDE_CONFIG_DIR",
     "CLAUDE_ENV_FILE",
+    "CLAUDE_CODE_PROCESS_WRAPPER",
 ];
 
 /// Whether `name` is one of [`HOOK_DEFEATING_ENV`] (Claude Code upper-cases settings' `env`

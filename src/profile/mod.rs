@@ -160,13 +160,27 @@ pub const DEFAULT_INSIDE_MAX_MIB: u64 = 64;
 struct ClaudeFile {
     #[serde(default)]
     managed_settings: serde_json::Map<String, serde_json::Value>,
+    keep_sessions: Option<bool>,
 }
 
 /// Claude Code, inside.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Claude {
     /// Extra keys for `/etc/claude-code/managed-settings.json` (e.g. `permissions.deny`).
     pub managed_settings: serde_json::Map<String, serde_json::Value>,
+    /// Whether the workspace's session data (transcripts, prompt history, auto-memory, todos,
+    /// plans) is kept outside the sandbox and seeded into the next run (`default`: yes; `ci`
+    /// and `strict`: no). Never under `--ci`.
+    pub keep_sessions: bool,
+}
+
+impl Default for Claude {
+    fn default() -> Claude {
+        Claude {
+            managed_settings: serde_json::Map::new(),
+            keep_sessions: true,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -804,6 +818,7 @@ fn merge(base: ProfileFile, child: ProfileFile) -> ProfileFile {
         claude: match (base.claude, child.claude) {
             (Some(mut b), Some(c)) => {
                 b.managed_settings.extend(c.managed_settings);
+                b.keep_sessions = c.keep_sessions.or(b.keep_sessions);
                 Some(b)
             }
             (b, c) => c.or(b),
@@ -998,12 +1013,16 @@ fn resolve(file: ProfileFile, origins: Vec<String>) -> Result<Profile, String> {
         hook: file.hook,
         degraded: file.degraded.unwrap_or_default(),
         claude: {
-            let managed_settings = file.claude.map(|c| c.managed_settings).unwrap_or_default();
+            let claude = file.claude.unwrap_or_default();
+            let managed_settings = claude.managed_settings;
             // Each layer was checked with its line; this is the merged result's.
             if let Some(key) = claude_settings::owned_keys_in(&managed_settings).first() {
                 return Err(owned_key_message(key));
             }
-            Claude { managed_settings }
+            Claude {
+                managed_settings,
+                keep_sessions: claude.keep_sessions.unwrap_or(true),
+            }
         },
         audit: {
             let inside_max_mib = file

@@ -1,20 +1,26 @@
 //! The credential gateway: the agent speaks plain HTTP/1.1 to a unix socket
-//! (`ANTHROPIC_UNIX_SOCKET`), and the supervisor forwards each request over TLS to the real API
-//! with the real credential added, so the credential never enters the sandbox (the agent holds
-//! a placeholder). Responses are relayed as they arrive: server-sent events stream through.
+//! (`ANTHROPIC_UNIX_SOCKET`), and the supervisor forwards each request to the model API (over
+//! TLS, or to the user's own `ANTHROPIC_BASE_URL`) with the real credential added, so the
+//! credential never enters the sandbox: the agent holds a placeholder, and a request that does
+//! not carry this run's placeholder is refused. Responses are relayed as they arrive:
+//! server-sent events stream through. A 401 makes the login refresh itself and the request is
+//! sent once more.
 
+use crate::supervisor::login::{ModelLogin, Url};
 use crate::supervisor::proxy::io::{self as http, Framing, HeadError, Header, Input};
 use crate::supervisor::proxy::server::{Handler, Refused, Server, Sock, Sockets};
 use crate::supervisor::proxy::{ConnectionRecord, HEAD_TIMEOUT, MAX_CONNECTIONS};
 use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ClientConnection, StreamOwned};
 use std::fmt;
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream, ToSocketAddrs};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::Arc;
 use std::sync::mpsc::Sender;
 use std::time::{Duration, Instant};
+
+pub use crate::supervisor::login::Credential;
 
 /// How long an idle keep-alive client connection is kept before the gateway closes it.
 pub const CLIENT_IDLE: Duration = Duration::from_secs(300);
@@ -22,40 +28,11 @@ pub const CLIENT_IDLE: Duration = Duration::from_secs(300);
 /// non-streaming completions answer late; streams send pings).
 pub const UPSTREAM_SILENCE: Duration = Duration::from_secs(600);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The real credential, added to every forwarded request.
-#[derive(Clone, PartialEq, Eq)]
-pub enum Credential {
-    /// Sent as `x-api-key`.
-    ApiKey(String),
-    /// Sent as `Authorization: Bearer …` (the OAuth token of a logged-in user).
-    OAuthToken(String),
-}
-
-impl fmt::Debug for Credential {
-    // Never print the secret, not even in a debug log.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Credential::ApiKey(_) => f.write_str("ApiKey(<redacted>)"),
-            Credential::OAuthToken(_) => f.write_str("OAuthToken(<redacted>)"),
-        }
-    }
-}
-
-impl Credential {
-    /// The header line to add; `None` if the secret holds control characters (a line break
-    /// would let it write headers of its own) or is empty.
-    fn header(&self) -> Option<Vec<u8>> {
-        let (name, value) = match self {
-            Credential::ApiKey(key) => ("x-api-key: ", key.clone()),
-            Credential::OAuthToken(token) => ("Authorization: Bearer ", token.clone()),
-        };
-        if value.is_empty() || value.bytes().any(|b| b.is_ascii_control()) {
-            return None;
-        }
-        Some(format!("{name}{value}\r\n").into_bytes())
-    }
-}
+/// Request bodies up to this size are read before they are sent, so that a request refused
+/// with 401 can be sent again after a refresh (a Messages request is JSON, well below this).
+const RETRY_BODY_MAX: u64 = 32 * 1024 * 1024;
+/// The most of a 401's body read before it is relayed or dropped.
+const REFUSAL_BODY_MAX: u64 = 64 * 1024;
 
 /// Where the gateway forwards to.
 #[derive(Clone)]
@@ -63,10 +40,14 @@ pub struct Upstream {
     /// Host name: the `Host` header and the name the certificate must carry.
     pub host: String,
     pub port: u16,
-    pub tls: Arc<ClientConfig>,
+    /// `None`: plain HTTP (a user's `ANTHROPIC_BASE_URL` that says `http://`).
+    pub tls: Option<Arc<ClientConfig>>,
     /// Where to connect instead of resolving `host` (tests: a loopback server); the
     /// certificate is still verified for `host`.
     pub connect_addr: Option<SocketAddr>,
+    /// A path the upstream's API lives under (`https://gateway.corp/anthropic`), without a
+    /// trailing `/`; empty for the root.
+    pub path_prefix: String,
 }
 
 impl fmt::Debug for Upstream {
@@ -74,8 +55,24 @@ impl fmt::Debug for Upstream {
         f.debug_struct("Upstream")
             .field("host", &self.host)
             .field("port", &self.port)
+            .field("tls", &self.tls.is_some())
             .field("connect_addr", &self.connect_addr)
+            .field("path_prefix", &self.path_prefix)
             .finish_non_exhaustive()
+    }
+}
+
+impl Upstream {
+    /// The upstream a URL names (`https://api.anthropic.com`, a user's `ANTHROPIC_BASE_URL`),
+    /// trusting `tls` for an https one.
+    pub fn from_url(url: &Url, tls: Arc<ClientConfig>) -> Upstream {
+        Upstream {
+            host: url.host.clone(),
+            port: url.port,
+            tls: url.tls.then_some(tls),
+            connect_addr: None,
+            path_prefix: url.path.clone(),
+        }
     }
 }
 
@@ -102,20 +99,20 @@ pub fn client_config(roots: rustls::RootCertStore) -> Result<Arc<ClientConfig>, 
     Ok(Arc::new(config))
 }
 
-/// The upstream and credential a profile's `[network.gateway]` names, resolved before the
-/// sandbox starts so that a missing credential or an unreadable CA stops the launch.
-pub fn from_profile(
+/// The upstream a profile's `[network.gateway]` names (`host`, `host:port` or a URL), with
+/// the CA files to trust beside the public roots; resolved before the sandbox starts so that
+/// an unreadable CA stops the launch.
+pub fn upstream_from_profile(
     config: &crate::profile::GatewayConfig,
     home: &std::path::Path,
-) -> Result<(Upstream, Credential), String> {
-    let (host, port) = match config.upstream.rsplit_once(':') {
-        Some((host, port)) if !host.contains(']') || host.ends_with(']') => (
-            host.to_string(),
-            port.parse::<u16>()
-                .map_err(|_| format!("network.gateway.upstream {:?}: bad port", config.upstream))?,
-        ),
-        _ => (config.upstream.clone(), 443),
+    extra_roots: &[std::path::PathBuf],
+) -> Result<Upstream, String> {
+    let url = if config.upstream.contains("://") {
+        config.upstream.clone()
+    } else {
+        format!("https://{}", config.upstream)
     };
+    let url = Url::parse(&url).map_err(|e| format!("network.gateway.upstream: {e}"))?;
     let connect_addr = config
         .connect
         .as_deref()
@@ -124,63 +121,15 @@ pub fn from_profile(
                 .map_err(|e| format!("network.gateway.connect {c:?}: {e}"))
         })
         .transpose()?;
-    let tls = match &config.ca_file {
-        Some(spec) => {
-            use rustls::pki_types::pem::PemObject;
-            let path = spec.resolve(home, home);
-            let mut roots = rustls::RootCertStore::empty();
-            let certs = rustls::pki_types::CertificateDer::pem_file_iter(&path)
-                .map_err(|e| format!("reading network.gateway.ca_file {}: {e}", path.display()))?;
-            for cert in certs {
-                let cert = cert.map_err(|e| {
-                    format!("reading network.gateway.ca_file {}: {e}", path.display())
-                })?;
-                roots
-                    .add(cert)
-                    .map_err(|e| format!("network.gateway.ca_file {}: {e}", path.display()))?;
-            }
-            client_config(roots).map_err(|e| e.to_string())?
-        }
-        None => webpki_client_config().map_err(|e| e.to_string())?,
-    };
-    let credential = if let Some(name) = config.credential.strip_prefix("env:") {
-        let value = std::env::var(name).map_err(|_| {
-            format!("network.gateway.credential: {name} is not set in stepproof-run's environment")
-        })?;
-        Credential::ApiKey(value)
-    } else {
-        let path = home.join(".claude/.credentials.json");
-        let text = std::fs::read_to_string(&path).map_err(|e| {
-            format!(
-                "network.gateway.credential claude-login: reading {}: {e}",
-                path.display()
-            )
-        })?;
-        let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
-            format!(
-                "network.gateway.credential claude-login: {}: {e}",
-                path.display()
-            )
-        })?;
-        let token = json["claudeAiOauth"]["accessToken"]
-            .as_str()
-            .ok_or_else(|| {
-                format!(
-                    "network.gateway.credential claude-login: no claudeAiOauth.accessToken in {}",
-                    path.display()
-                )
-            })?;
-        Credential::OAuthToken(token.to_string())
-    };
-    Ok((
-        Upstream {
-            host,
-            port,
-            tls,
-            connect_addr,
-        },
-        credential,
-    ))
+    let mut roots = extra_roots.to_vec();
+    if let Some(spec) = &config.ca_file {
+        roots.push(spec.resolve(home, home));
+    }
+    let tls = crate::supervisor::login::client_config(&roots)
+        .map_err(|e| format!("network.gateway: {e}"))?;
+    let mut upstream = Upstream::from_url(&url, tls);
+    upstream.connect_addr = connect_addr;
+    Ok(upstream)
 }
 
 /// A running gateway. `shutdown` stops it; dropping the handle leaves it running.
@@ -199,12 +148,12 @@ impl GatewayHandle {
 pub fn serve_gateway(
     listener: UnixListener,
     upstream: Upstream,
-    credential: Credential,
+    login: Arc<ModelLogin>,
     records: Sender<ConnectionRecord>,
 ) -> GatewayHandle {
     let handler = GatewayHandler {
         upstream,
-        credential,
+        login,
         records,
     };
     GatewayHandle {
@@ -214,16 +163,59 @@ pub fn serve_gateway(
 
 struct GatewayHandler {
     upstream: Upstream,
-    credential: Credential,
+    login: Arc<ModelLogin>,
     records: Sender<ConnectionRecord>,
 }
 
-type TlsStream = StreamOwned<ClientConnection, TcpStream>;
+/// The upstream connection: TLS, or plain TCP for an `http://` upstream.
+enum Stream {
+    Tls(Box<StreamOwned<ClientConnection, TcpStream>>),
+    Plain(TcpStream),
+}
+
+impl Stream {
+    fn sock(&self) -> &TcpStream {
+        match self {
+            Stream::Tls(s) => &s.sock,
+            Stream::Plain(s) => s,
+        }
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tls(s) => s.read(buf),
+            Stream::Plain(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tls(s) => s.write(buf),
+            Stream::Plain(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Stream::Tls(s) => s.flush(),
+            Stream::Plain(s) => s.flush(),
+        }
+    }
+}
 
 /// The upstream side of one client connection, reused across its keep-alive requests.
 struct UpstreamConn {
-    input: Input<TlsStream>,
+    input: Input<Stream>,
     addr: SocketAddr,
+}
+
+/// A request body: read whole (so it can be sent again), or relayed as it arrives.
+enum Body {
+    Buffered(Vec<u8>),
+    Streamed(Framing),
 }
 
 impl Handler for GatewayHandler {
@@ -309,43 +301,45 @@ impl GatewayHandler {
         // Once the head is in, the body may come slowly (the client streams it).
         let _ = client.set_read_timeout(Some(UPSTREAM_SILENCE));
         record.method = head.method.clone();
+        let refuse = |record: &mut ConnectionRecord, code: u16, phrase: &str, why: String| {
+            record.error = Some(why.clone());
+            let _ = write_status(
+                &mut &*client,
+                code,
+                phrase,
+                &format!("StepProof gateway: {why}\n"),
+            );
+            Some(false)
+        };
         let path = match origin_path(&head.target) {
             Some(path) => path,
             None => {
-                let why = format!(
-                    "StepProof gateway: bad request target `{}`\n",
-                    head.target.escape_debug()
-                );
-                record.error = Some(why.trim_end().to_owned());
-                let _ = write_status(&mut &*client, 400, "Bad Request", &why);
-                return Some(false);
+                let why = format!("bad request target `{}`", head.target.escape_debug());
+                return refuse(record, 400, "Bad Request", why);
             }
         };
         record.path = Some(path.clone());
         let framing = match http::body_framing(&head.headers, Framing::None) {
             Ok(framing) => framing,
-            Err(why) => {
-                record.error = Some(why.clone());
-                let _ = write_status(
-                    &mut &*client,
-                    400,
-                    "Bad Request",
-                    &format!("StepProof gateway: {why}\n"),
-                );
-                return Some(false);
-            }
+            Err(why) => return refuse(record, 400, "Bad Request", why),
         };
-        let Some(credential_line) = self.credential.header() else {
-            let why = "the configured credential is empty or holds control characters";
-            record.error = Some(why.into());
-            let _ = write_status(
-                &mut &*client,
-                500,
-                "Internal Server Error",
-                &format!("StepProof gateway: {why}\n"),
-            );
-            return Some(false);
+        // Only what carries this run's placeholder goes out with the real credential.
+        if let Err(why) = self.login.admits(
+            http::header_values(&head.headers, "x-api-key"),
+            http::header_values(&head.headers, "authorization"),
+        ) {
+            record.rule = "credential gateway: refused, no placeholder of this run".into();
+            let why = format!("refused: the request carries {why}; recorded");
+            return refuse(record, 403, "Forbidden", why);
+        }
+        let mut credential = match self.login.credential() {
+            Ok(credential) => credential,
+            Err(e) => return refuse(record, 503, "Service Unavailable", e.to_string()),
         };
+        if credential.header_line().is_none() {
+            let why = "the model credential is empty or holds control characters".to_owned();
+            return refuse(record, 500, "Internal Server Error", why);
+        }
         let client_keep = wants_keep_alive(&head.headers, head.minor);
         if expects_continue(&head.headers) {
             // Answered here rather than relayed: the gateway sends the body only as it reads it,
@@ -357,93 +351,101 @@ impl GatewayHandler {
                 return Some(false);
             }
         }
-        let forwarded = self.forwarded_head(&head.method, &path, &head.headers, &credential_line);
-
-        // Reuse the upstream connection only if it is still open and quiet.
-        if upstream.as_ref().is_some_and(|u| !is_reusable(u)) {
-            *upstream = None;
-        }
-        if upstream.is_none() {
-            match self.connect_upstream() {
-                Ok(conn) => {
-                    if let Ok(clone) = conn.input.inner.sock.try_clone() {
-                        sockets.register(Sock::Tcp(clone));
-                    }
-                    *upstream = Some(conn);
-                }
-                Err(e) => {
-                    record.error = Some(e.clone());
-                    let _ = write_status(
-                        &mut &*client,
-                        502,
-                        "Bad Gateway",
-                        &format!("StepProof gateway: {e}\n"),
-                    );
+        let mut body = match framing {
+            Framing::Length(n) if n <= RETRY_BODY_MAX => {
+                let mut bytes = Vec::with_capacity(usize::try_from(n).unwrap_or(0));
+                if let Err(e) = http::relay_body(input, &mut bytes, framing) {
+                    record.error = Some(format!("reading the request body: {e}"));
                     return Some(false);
                 }
+                Body::Buffered(bytes)
             }
+            framing => Body::Streamed(framing),
+        };
+
+        let mut retried = false;
+        loop {
+            let forwarded = self.forwarded_head(&head.method, &path, &head.headers, &credential);
+            // Reuse the upstream connection only if it is still open and quiet.
+            if upstream.as_ref().is_some_and(|u| !is_reusable(u)) {
+                *upstream = None;
+            }
+            if upstream.is_none() {
+                match self.connect_upstream() {
+                    Ok(conn) => {
+                        if let Ok(clone) = conn.input.inner.sock().try_clone() {
+                            sockets.register(Sock::Tcp(clone));
+                        }
+                        *upstream = Some(conn);
+                    }
+                    Err(e) => return refuse(record, 502, "Bad Gateway", e),
+                }
+            }
+            let Some(conn) = upstream.as_mut() else {
+                return Some(false);
+            };
+            record.resolved = Some(conn.addr.to_string());
+            record.allowed = true;
+
+            let sent = (|| -> io::Result<u64> {
+                conn.input.inner.write_all(&forwarded)?;
+                let n = match &mut body {
+                    Body::Buffered(bytes) => {
+                        conn.input.inner.write_all(bytes)?;
+                        bytes.len() as u64
+                    }
+                    Body::Streamed(framing) => {
+                        http::relay_body(input, &mut conn.input.inner, *framing)?
+                    }
+                };
+                conn.input.inner.flush()?;
+                Ok(forwarded.len() as u64 + n)
+            })();
+            match sent {
+                Ok(n) => record.bytes_up += n,
+                Err(e) => {
+                    *upstream = None;
+                    let why = format!("sending the request upstream: {e}");
+                    return refuse(record, 502, "Bad Gateway", why);
+                }
+            }
+            // A 401 to a request that can be sent again: the login refreshes (or finds a token
+            // another refresher left) and the request goes once more.
+            if !retried && matches!(body, Body::Buffered(_)) {
+                match self.answer_to_unauthorized(conn, &head.method, &credential) {
+                    Ok(Retry::No) => {}
+                    Ok(Retry::With(fresh, upstream_keep)) => {
+                        if !upstream_keep {
+                            *upstream = None;
+                        }
+                        credential = fresh;
+                        retried = true;
+                        record.rule = "credential gateway (retried after a refresh)".into();
+                        continue;
+                    }
+                    Ok(Retry::Relay(raw, upstream_keep)) => {
+                        if !upstream_keep {
+                            *upstream = None;
+                        }
+                        record.bytes_down = raw.len() as u64;
+                        let written = (&*client).write_all(&raw).is_ok();
+                        return Some(written && client_keep && upstream_keep);
+                    }
+                    Err(e) => {
+                        *upstream = None;
+                        return refuse(record, 502, "Bad Gateway", e);
+                    }
+                }
+            }
+            break;
         }
         let Some(conn) = upstream.as_mut() else {
             return Some(false);
         };
-        record.resolved = Some(conn.addr.to_string());
-        record.allowed = true;
-
-        let sent = (|| -> io::Result<u64> {
-            conn.input.inner.write_all(&forwarded)?;
-            let body = http::relay_body(input, &mut conn.input.inner, framing)?;
-            conn.input.inner.flush()?;
-            Ok(forwarded.len() as u64 + body)
-        })();
-        match sent {
-            Ok(n) => record.bytes_up = n,
-            Err(e) => {
-                record.error = Some(format!("sending the request upstream: {e}"));
-                *upstream = None;
-                let _ = write_status(
-                    &mut &*client,
-                    502,
-                    "Bad Gateway",
-                    "StepProof gateway: sending the request upstream failed\n",
-                );
-                return Some(false);
-            }
-        }
-
         // Relay the response: interim (1xx) heads, then the final head and its body.
         let mut down = 0u64;
-        let result = (|| -> Result<bool, String> {
-            loop {
-                let response = http::read_response_head(&mut conn.input)
-                    .map_err(|e| format!("reading the upstream response: {e}"))?;
-                (&*client)
-                    .write_all(&response.raw)
-                    .map_err(|e| format!("writing to the client: {e}"))?;
-                down += response.raw.len() as u64;
-                if (100..200).contains(&response.code) {
-                    if response.code == 101 {
-                        return Err("upstream switched protocols; not supported".into());
-                    }
-                    continue;
-                }
-                let no_body = head.method.eq_ignore_ascii_case("HEAD")
-                    || response.code == 204
-                    || response.code == 304;
-                let framing = if no_body {
-                    Framing::None
-                } else {
-                    http::body_framing(&response.headers, Framing::UntilClose)
-                        .map_err(|e| format!("upstream response: {e}"))?
-                };
-                let body = http::relay_body(&mut conn.input, &mut &*client, framing)
-                    .map_err(|e| format!("relaying the response body: {e}"))?;
-                down += body;
-                let upstream_keep =
-                    framing != Framing::UntilClose && wants_keep_alive(&response.headers, 1);
-                return Ok(upstream_keep);
-            }
-        })();
-        record.bytes_down = down;
+        let result = relay_response(conn, client, &head.method, &mut down);
+        record.bytes_down += down;
         match result {
             Ok(upstream_keep) => {
                 if !upstream_keep {
@@ -468,14 +470,73 @@ impl GatewayHandler {
         }
     }
 
-    /// The request as sent upstream: `Host` set to the upstream, the client's credentials and
-    /// hop-by-hop headers removed, the real credential added.
+    /// Peeks at the final response head: a 401 is read whole here (capped) and, if the login
+    /// has a better credential, dropped for a retry; anything else is left for the relay.
+    fn answer_to_unauthorized(
+        &self,
+        conn: &mut UpstreamConn,
+        method: &str,
+        used: &Credential,
+    ) -> Result<Retry, String> {
+        loop {
+            // Only the first head is looked at here; anything but a 401 (interim heads
+            // included) is left unread for the relay.
+            let data = conn.input.buffered();
+            if let Some(end) = find_head_end(data) {
+                let mut headers = [httparse::EMPTY_HEADER; 100];
+                let mut response = httparse::Response::new(&mut headers);
+                let code = match response.parse(&data[..end]) {
+                    Ok(httparse::Status::Complete(_)) => response.code.unwrap_or(0),
+                    _ => return Ok(Retry::No),
+                };
+                if code != 401 {
+                    return Ok(Retry::No);
+                }
+                let response = http::read_response_head(&mut conn.input)
+                    .map_err(|e| format!("reading the upstream response: {e}"))?;
+                let framing = if method.eq_ignore_ascii_case("HEAD") {
+                    Framing::None
+                } else {
+                    http::body_framing(&response.headers, Framing::UntilClose)
+                        .map_err(|e| format!("upstream response: {e}"))?
+                };
+                let keep = framing != Framing::UntilClose && wants_keep_alive(&response.headers, 1);
+                let mut body = Vec::new();
+                let mut capped = CappedWriter {
+                    out: &mut body,
+                    left: REFUSAL_BODY_MAX,
+                };
+                http::relay_body(&mut conn.input, &mut capped, framing)
+                    .map_err(|e| format!("reading the upstream's 401: {e}"))?;
+                return match self.login.rejected(used) {
+                    Ok(Some(fresh)) => Ok(Retry::With(fresh, keep)),
+                    Ok(None) => {
+                        let mut whole = response.raw;
+                        whole.extend_from_slice(&body);
+                        Ok(Retry::Relay(whole, keep))
+                    }
+                    Err(e) => Err(e.to_string()),
+                };
+            }
+            if data.len() >= http::MAX_HEAD {
+                return Ok(Retry::No);
+            }
+            match conn.input.fill_more() {
+                Ok(0) => return Ok(Retry::No),
+                Ok(_) => {}
+                Err(e) => return Err(format!("reading the upstream response: {e}")),
+            }
+        }
+    }
+
+    /// The request as sent upstream: `Host` set to the upstream, the path under its prefix,
+    /// the client's credentials and hop-by-hop headers removed, the real credential added.
     fn forwarded_head(
         &self,
         method: &str,
         path: &str,
         headers: &[Header],
-        credential_line: &[u8],
+        credential: &Credential,
     ) -> Vec<u8> {
         const DROPPED: &[&str] = &[
             "host",
@@ -490,15 +551,18 @@ impl GatewayHandler {
             "expect",
         ];
         let mut out = Vec::with_capacity(2048);
-        out.extend_from_slice(format!("{method} {path} HTTP/1.1\r\n").as_bytes());
-        let host = if self.upstream.port == 443 {
+        out.extend_from_slice(
+            format!("{method} {}{path} HTTP/1.1\r\n", self.upstream.path_prefix).as_bytes(),
+        );
+        let default_port = if self.upstream.tls.is_some() { 443 } else { 80 };
+        let host = if self.upstream.port == default_port {
             self.upstream.host.clone()
         } else {
             format!("{}:{}", self.upstream.host, self.upstream.port)
         };
         out.extend_from_slice(format!("Host: {host}\r\n").as_bytes());
         http::write_forwarded_headers(&mut out, headers, DROPPED);
-        out.extend_from_slice(credential_line);
+        out.extend_from_slice(&credential.header_line().unwrap_or_default());
         out.extend_from_slice(b"\r\n");
         out
     }
@@ -523,9 +587,15 @@ impl GatewayHandler {
             };
             let _ = tcp.set_nodelay(true);
             let _ = tcp.set_read_timeout(Some(UPSTREAM_SILENCE));
+            let Some(config) = &up.tls else {
+                return Ok(UpstreamConn {
+                    input: Input::new(Stream::Plain(tcp)),
+                    addr,
+                });
+            };
             let name = ServerName::try_from(up.host.clone())
                 .map_err(|e| format!("upstream host `{}`: {e}", up.host))?;
-            let tls = ClientConnection::new(up.tls.clone(), name)
+            let tls = ClientConnection::new(config.clone(), name)
                 .map_err(|e| format!("TLS with {}: {e}", up.host))?;
             let mut stream = StreamOwned::new(tls, tcp);
             // Handshake now, so a certificate problem is reported as such.
@@ -536,11 +606,85 @@ impl GatewayHandler {
                     .map_err(|e| format!("TLS handshake with {} ({addr}): {e}", up.host))?;
             }
             return Ok(UpstreamConn {
-                input: Input::new(stream),
+                input: Input::new(Stream::Tls(Box::new(stream))),
                 addr,
             });
         }
         Err(last)
+    }
+}
+
+/// What became of a request's first answer.
+enum Retry {
+    /// Not a 401: relay it.
+    No,
+    /// A 401, and a better credential: send again (the bool: the upstream connection stays).
+    With(Credential, bool),
+    /// A 401 and nothing better: these bytes are the whole answer for the client.
+    Relay(Vec<u8>, bool),
+}
+
+/// Where a head ends (after its blank line), if it is all there.
+fn find_head_end(data: &[u8]) -> Option<usize> {
+    data.windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map(|i| i + 4)
+        .or_else(|| data.windows(2).position(|w| w == b"\n\n").map(|i| i + 2))
+}
+
+/// Keeps the first `left` bytes written and drops the rest.
+struct CappedWriter<'a> {
+    out: &'a mut Vec<u8>,
+    left: u64,
+}
+
+impl Write for CappedWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let take = buf
+            .len()
+            .min(usize::try_from(self.left).unwrap_or(usize::MAX));
+        self.out.extend_from_slice(&buf[..take]);
+        self.left -= take as u64;
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Relays interim (1xx) heads, then the final head and its body; `Ok(keep)`: whether the
+/// upstream connection may be used again.
+fn relay_response(
+    conn: &mut UpstreamConn,
+    client: &UnixStream,
+    method: &str,
+    down: &mut u64,
+) -> Result<bool, String> {
+    loop {
+        let response = http::read_response_head(&mut conn.input)
+            .map_err(|e| format!("reading the upstream response: {e}"))?;
+        (&*client)
+            .write_all(&response.raw)
+            .map_err(|e| format!("writing to the client: {e}"))?;
+        *down += response.raw.len() as u64;
+        if (100..200).contains(&response.code) {
+            if response.code == 101 {
+                return Err("upstream switched protocols; not supported".into());
+            }
+            continue;
+        }
+        let no_body =
+            method.eq_ignore_ascii_case("HEAD") || response.code == 204 || response.code == 304;
+        let framing = if no_body {
+            Framing::None
+        } else {
+            http::body_framing(&response.headers, Framing::UntilClose)
+                .map_err(|e| format!("upstream response: {e}"))?
+        };
+        let body = http::relay_body(&mut conn.input, &mut &*client, framing)
+            .map_err(|e| format!("relaying the response body: {e}"))?;
+        *down += body;
+        return Ok(framing != Framing::UntilClose && wants_keep_alive(&response.headers, 1));
     }
 }
 
@@ -550,7 +694,7 @@ fn is_reusable(conn: &UpstreamConn) -> bool {
     if !conn.input.buffered().is_empty() {
         return false;
     }
-    let sock = &conn.input.inner.sock;
+    let sock = conn.input.inner.sock();
     if sock.set_nonblocking(true).is_err() {
         return false;
     }
@@ -601,4 +745,66 @@ fn write_status(out: &mut impl Write, code: u16, phrase: &str, body: &str) -> io
         body.len()
     );
     out.write_all(response.as_bytes())
+}
+
+/// The caller's `NODE_EXTRA_CA_CERTS`: the CA file Claude Code on this host would trust
+/// beside the public roots (a corporate gateway's, a test CA), so the gateway trusts it too.
+pub const EXTRA_CA_ENV: &str = "NODE_EXTRA_CA_CERTS";
+
+/// The gateway's upstream and login for a plan's `[network.gateway]`, resolved before the
+/// sandbox starts (a missing credential named by the profile, or an unreadable CA, stops the
+/// launch). `held` are the login variables the plan kept outside; the caller's own
+/// environment gives `NODE_EXTRA_CA_CERTS`, `CLAUDE_CONFIG_DIR` and the token endpoint for tests
+/// ([`crate::supervisor::login::TOKEN_URL_ENV`]).
+pub fn prepare(
+    config: &crate::profile::GatewayConfig,
+    home: &std::path::Path,
+    held: &[(String, String)],
+) -> Result<(Upstream, Arc<ModelLogin>), String> {
+    use crate::supervisor::login::{self, RefreshEndpoint, Sources};
+    let caller = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+    let extra_roots: Vec<std::path::PathBuf> =
+        caller(EXTRA_CA_ENV).into_iter().map(Into::into).collect();
+    let upstream = upstream_from_profile(config, home, &extra_roots)?;
+    let refresh = RefreshEndpoint {
+        url: caller(login::TOKEN_URL_ENV).unwrap_or_else(|| login::TOKEN_URL.to_owned()),
+        tls: login::client_config(&extra_roots)?,
+    };
+    let (claude_dir, user_config) = match caller("CLAUDE_CONFIG_DIR") {
+        Some(dir) => {
+            let dir = std::path::PathBuf::from(dir);
+            (dir.clone(), dir.join(".claude.json"))
+        }
+        None => (home.join(".claude"), home.join(".claude.json")),
+    };
+    let model_login = if let Some(name) = config.credential.strip_prefix("env:") {
+        let value = std::env::var(name).map_err(|_| {
+            format!("network.gateway.credential: {name} is not set in stepproof-run's environment")
+        })?;
+        ModelLogin::fixed(Credential::ApiKey(value))
+    } else if config.credential == "claude-login" {
+        let found = ModelLogin::claude_ai(&claude_dir, refresh).map_err(|e| e.to_string())?;
+        if found.is_none() {
+            return Err(format!(
+                "network.gateway.credential claude-login: no claude.ai login in {}",
+                claude_dir.join(login::STORE_FILE).display()
+            ));
+        }
+        found
+    } else if config.credential == crate::sandbox::plan::MODEL_LOGIN {
+        ModelLogin::discover(&Sources {
+            env: held,
+            claude_dir,
+            user_config,
+            refresh,
+        })
+        .map_err(|e| e.to_string())?
+    } else {
+        return Err(format!(
+            "network.gateway.credential {:?}: expected env:NAME, claude-login or {}",
+            config.credential,
+            crate::sandbox::plan::MODEL_LOGIN
+        ));
+    };
+    Ok((upstream, Arc::new(model_login)))
 }

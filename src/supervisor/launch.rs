@@ -325,11 +325,11 @@ fn drain_records(
 fn start_gateway(
     listener: std::os::unix::net::UnixListener,
     upstream: gateway::Upstream,
-    credential: gateway::Credential,
+    login: std::sync::Arc<crate::supervisor::login::ModelLogin>,
     audit: Option<&AuditSink>,
 ) -> (gateway::GatewayHandle, std::thread::JoinHandle<()>) {
     let (tx, rx) = std::sync::mpsc::channel::<proxy::ConnectionRecord>();
-    let handle = gateway::serve_gateway(listener, upstream, credential, tx);
+    let handle = gateway::serve_gateway(listener, upstream, login, tx);
     (handle, drain_records("gateway", rx, audit))
 }
 
@@ -417,7 +417,36 @@ fn launch(
     audit: Option<&AuditSink>,
     options: &RunOptions<'_>,
 ) -> Result<RunResult, LaunchError> {
-    // 1. What the init will execve: no NUL in an argument or a variable.
+    // 1. The gateway's upstream and the model login (a credential the profile names but the
+    //    environment lacks, or an unreadable CA, stops the launch here); the sandbox gets the
+    //    login's placeholder.
+    let gateway_config = match &plan.gateway {
+        Some(config) => Some(
+            gateway::prepare(config, &plan.home, &plan.held_outside)
+                .map_err(LaunchError::Gateway)?,
+        ),
+        None => None,
+    };
+    let placeholder = gateway_config
+        .as_ref()
+        .map(|(_, login)| login.placeholder().clone())
+        .unwrap_or_default();
+    if let Some((_, login)) = &gateway_config {
+        if login.is_none() && crate::sandbox::plan::agent_layer::command_is_claude(command) {
+            crate::say!("stepproof-run: {}", NOT_LOGGED_IN);
+        }
+        if let Some(audit) = audit {
+            audit.record(
+                "supervisor",
+                "model-login",
+                &serde_json::json!({
+                    "login": login.describe(),
+                    "placeholder": placeholder.env.as_ref().map(|(n, _)| n.as_str()).or(placeholder.credentials.as_ref().map(|_| ".credentials.json")),
+                }),
+            );
+        }
+    }
+    // 2. What the init will execve: no NUL in an argument or a variable.
     let argv = command
         .iter()
         .map(|a| CString::new(a.as_bytes()))
@@ -426,14 +455,16 @@ fn launch(
     let envp = plan
         .env
         .iter()
+        .chain(placeholder.env.iter())
         .map(|(k, v)| CString::new(format!("{k}={v}")))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|_| LaunchError::NulInArgument)?;
-    // 2. What only host root may make (idmapped trees), the agent's state and the hook's
-    //    socket, and descriptors of what the sandbox binds from the host.
+    // 3. What only host root may make (idmapped trees), the agent's state (with the
+    //    placeholder login) and the hook's socket, and descriptors of what the sandbox binds
+    //    from the host.
     let idmapped = prepare_idmapped_trees(plan)?;
     let hook_listener = match &plan.agent {
-        Some(state) => Some(agent_config_dir::prepare(plan, state)?),
+        Some(state) => Some(agent_config_dir::prepare(plan, state, &placeholder)?),
         None => None,
     };
     //    The service credentials: each secret read outside, the run's CA made and its public
@@ -464,13 +495,6 @@ fn launch(
     let broker = credentials.map(|p| p.broker);
     let handed = agent_config_dir::open_handed_paths(plan)?;
     tracing::debug!("idmapped trees ready");
-    // 3. The gateway's upstream and credential: a missing key stops the launch here.
-    let gateway_config = match &plan.gateway {
-        Some(config) => {
-            Some(gateway::from_profile(config, &plan.home).map_err(LaunchError::Gateway)?)
-        }
-        None => None,
-    };
     // 4. Without a network namespace the proxy listens on the host's loopback, bound before the
     //    command exists; Landlock lets the command connect to that port only.
     let namespaces = plan.isolation == Isolation::Namespaces;
@@ -647,14 +671,14 @@ fn launch(
         (proxy, _) => proxy,
     };
     let gateway = match (&ours.gateway, gateway_config) {
-        (Some(channel), Some((upstream, credential))) => fdpass::receive_fd(channel)
+        (Some(channel), Some((upstream, login))) => fdpass::receive_fd(channel)
             .map_err(os("receiving the gateway's socket"))
             .map_err(&cause)?
             .map(|fd| {
                 start_gateway(
                     std::os::unix::net::UnixListener::from(fd),
                     upstream,
-                    credential,
+                    login,
                     audit,
                 )
             }),
@@ -688,8 +712,9 @@ fn launch(
         watcher,
     );
     let (outcome, enforcement, moved_during_run) = relay.run();
-    // 14. Afterwards: the services stop (their records written), a refreshed login is carried
-    //     back, and what was enforced is reported.
+    // 14. Afterwards: the services stop (their records written) and what was enforced is
+    //     reported. Nothing of the login comes back from inside: the supervisor refreshed and
+    //     wrote back the real one itself.
     if let Some((handle, drain)) = proxy {
         handle.shutdown();
         let _ = drain.join();
@@ -699,22 +724,6 @@ fn launch(
         let _ = drain.join();
     }
     let hook_records = receiver.map(|r| r.shutdown());
-    if let Some(state) = &plan.agent
-        && let Some(done) = agent_config_dir::carry_back(state, plan.identity.outside_uid)
-    {
-        let note = done.note();
-        match done {
-            agent_config_dir::CarryBack::Refreshed(_) => tracing::info!("{note}"),
-            agent_config_dir::CarryBack::Refused(_) => crate::say!("stepproof-run: {note}"),
-        }
-        if let Some(audit) = audit {
-            audit.record(
-                "supervisor",
-                "credentials",
-                &serde_json::json!({ "note": note }),
-            );
-        }
-    }
     let report = AssuranceReport::new(plan, seccomp_report, enforcement);
     Ok(RunResult {
         outcome,
@@ -723,6 +732,9 @@ fn launch(
         moved_during_run,
     })
 }
+
+/// What to do without a model login, said before Claude Code says "Not logged in".
+pub const NOT_LOGGED_IN: &str = "no model login found (no claude.ai login in ~/.claude/.credentials.json, no ANTHROPIC_API_KEY, no CLAUDE_CODE_OAUTH_TOKEN). Log in once, outside the sandbox, with `stepproof login` (it runs `claude /login` on this machine; the login stays in ~/.claude and StepProof adds it at the boundary), or set ANTHROPIC_API_KEY in your environment.";
 
 /// Identity modes in words, for reports.
 pub fn describe_identity(plan: &SandboxPlan) -> String {

@@ -86,6 +86,32 @@ pub struct Mock {
 impl Mock {
     /// Starts the mock with `script` (a list of turns, or `{"turns": …, "threads": …}`).
     pub fn start(w: &World, script: Value) -> Mock {
+        Mock::start_with(w, script, None)
+    }
+
+    /// The same over HTTPS, with `tls`'s certificate for 127.0.0.2.
+    pub fn start_tls(w: &World, script: Value, tls: &TestTls) -> Mock {
+        Mock::start_with(w, script, Some(tls))
+    }
+
+    /// Where a client reaches it over HTTPS.
+    pub fn https_url(&self) -> String {
+        format!("https://127.0.0.2:{}", self.port)
+    }
+
+    /// Requests to the OAuth token endpoint.
+    pub fn token_requests(&self) -> Vec<Value> {
+        self.requests()
+            .into_iter()
+            .filter(|r| {
+                r["path"]
+                    .as_str()
+                    .is_some_and(|p| p.starts_with("/v1/oauth/token"))
+            })
+            .collect()
+    }
+
+    fn start_with(w: &World, script: Value, tls: Option<&TestTls>) -> Mock {
         let dir = scratch(w, "mock");
         let script_path = dir.join("turns.json");
         fs::write(&script_path, serde_json::to_vec_pretty(&script).unwrap()).unwrap();
@@ -97,6 +123,14 @@ impl Mock {
             .arg("--record")
             .arg(&record)
             .args(["--host", "127.0.0.2", "--port", "0"])
+            .args(tls.map_or(Vec::new(), |t| {
+                vec![
+                    "--tls-cert".into(),
+                    t.cert.clone().into_os_string(),
+                    "--tls-key".into(),
+                    t.key.clone().into_os_string(),
+                ]
+            }))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -180,6 +214,44 @@ impl Mock {
             )
         })
     }
+}
+
+/// A test CA and a certificate it signed for 127.0.0.2 and `localhost`, as PEM files readable
+/// by the test user (`ca` is what NODE_EXTRA_CA_CERTS and the gateway trust).
+pub struct TestTls {
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+pub fn test_tls(w: &World) -> TestTls {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    let dir = scratch(w, "tls");
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "StepProof test CA");
+    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca_params, ca_key);
+    let leaf_key = KeyPair::generate().unwrap();
+    let leaf = CertificateParams::new(vec!["127.0.0.2".to_owned(), "localhost".to_owned()])
+        .unwrap()
+        .signed_by(&leaf_key, &issuer)
+        .unwrap();
+    let tls = TestTls {
+        ca: dir.join("ca.pem"),
+        cert: dir.join("cert.pem"),
+        key: dir.join("key.pem"),
+    };
+    fs::write(&tls.ca, ca_cert.pem()).unwrap();
+    fs::write(&tls.cert, leaf.pem()).unwrap();
+    fs::write(&tls.key, leaf_key.serialize_pem()).unwrap();
+    for path in [&tls.ca, &tls.cert, &tls.key] {
+        fs::set_permissions(path, fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    tls
 }
 
 impl Drop for Mock {
@@ -307,6 +379,8 @@ pub struct Launch<'a> {
     pub run_binary: Option<&'a Path>,
     /// More `stepproof-run` flags (before `--profile`).
     pub run_args: &'a [&'a str],
+    /// Variables set in `stepproof-run`'s own environment (the caller's).
+    pub env: &'a [(&'a str, &'a str)],
     /// Started in a private mount namespace of its own where this directory is laid over the
     /// host's /etc (an overlay): what the host's administrator would have put there, without
     /// touching the machine's /etc. Needs root (the harness is root in CI).
@@ -358,6 +432,7 @@ pub fn run_claude_as(w: &World, launch: &Launch, profile: &str, claude_args: &[&
         cmd = with_etc_layer(cmd, layer);
     }
     w.clean_env(&mut cmd);
+    cmd.envs(launch.env.iter().copied());
     let (status, stdout, stderr) = run_with_deadline(cmd);
     let audit = fs::read_to_string(&audit_path)
         .unwrap_or_default()

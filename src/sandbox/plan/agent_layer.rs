@@ -75,14 +75,34 @@ pub struct AgentState {
     pub hook_binary: PathBuf,
     pub workspace: PathBuf,
     pub home: PathBuf,
+    /// Where the workspace's session data is kept between runs ([`sessions_dir`]), when the
+    /// profile keeps it (`claude.keep_sessions`) and the run is not `--ci`.
+    pub sessions: Option<PathBuf>,
+}
+
+/// Where StepProof keeps a workspace's Claude Code session data (transcripts, prompt history,
+/// auto-memory, todos, plans) between runs: `~/.local/state/stepproof/sessions/<id>`, `<id>`
+/// the first 32 hex digits of the SHA-256 of the workspace's canonical path. Hidden from every
+/// sandbox with the rest of StepProof's state.
+pub fn sessions_dir(home: &Path, workspace: &Path) -> PathBuf {
+    use sha2::Digest;
+    use std::os::unix::ffi::OsStrExt;
+    let digest = sha2::Sha256::digest(workspace.as_os_str().as_bytes());
+    home.join(crate::profile::STATE_DIR)
+        .join("sessions")
+        .join(&hex::encode(digest)[..32])
 }
 
 /// The parts of the plan the agent needs.
 pub struct AgentPlan {
     pub mounts: Vec<MountOp>,
-    /// What of the host's managed settings is left out, and why (keys StepProof owns in a
-    /// drop-in, files that could not be carried in): `--ci` refuses a host with owned keys.
+    /// What of the host's managed settings is left out, and why (keys StepProof owns in its
+    /// managed file or a drop-in, files that could not be read as JSON): `--ci` and a strict
+    /// profile refuse a host with owned keys, a best-effort one drops them.
     pub managed_removed: Vec<String>,
+    /// The managed settings Claude Code will read inside, merged as it merges them
+    /// (StepProof's file, then the host's documents without the keys StepProof owns).
+    pub managed_merged: serde_json::Value,
     pub notes: Vec<String>,
     pub env: Vec<(String, String)>,
     pub state: AgentState,
@@ -295,21 +315,51 @@ pub fn managed_settings_problems(settings: &serde_json::Value, is_drop_in: bool)
 /// through `env`. Launches from inside are the hook's to judge (the policy denies nested agent
 /// launches); this is the caller's own command line.
 pub fn command_defeats_hook(argv: &[std::ffi::OsString]) -> Option<String> {
-    use crate::profile::claude_settings::defeats_hook;
-    let base = |arg: &std::ffi::OsString| {
-        Path::new(arg)
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default()
+    let rest = match after_env_prefix(argv) {
+        Ok(rest) => rest,
+        Err(why) => return Some(why),
     };
+    let program = rest.first().map(base_name).unwrap_or_default();
+    if program == "claude" || program == "claude.exe" {
+        let before_separator = rest[1..].iter().take_while(|a| *a != "--");
+        if before_separator.into_iter().any(|a| a == "--bare") {
+            return Some(
+                "`claude --bare` switches off every hook, StepProof's managed one included; run it without --bare"
+                    .into(),
+            );
+        }
+    }
+    None
+}
+
+/// Whether the command is Claude Code (`claude`, `claude.exe`, by any path, after an `env`
+/// prefix).
+pub fn command_is_claude(argv: &[std::ffi::OsString]) -> bool {
+    after_env_prefix(argv)
+        .ok()
+        .and_then(|rest| rest.first().map(base_name))
+        .is_some_and(|p| p == "claude" || p == "claude.exe")
+}
+
+fn base_name(arg: &std::ffi::OsString) -> String {
+    Path::new(arg)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// The command after an `env [-u NAME] [NAME=VALUE]…` prefix; `Err` when a variable set there
+/// would switch the hook off.
+fn after_env_prefix(argv: &[std::ffi::OsString]) -> Result<&[std::ffi::OsString], String> {
+    use crate::profile::claude_settings::defeats_hook;
     let mut rest = argv;
-    if rest.first().is_some_and(|a| base(a) == "env") {
+    if rest.first().is_some_and(|a| base_name(a) == "env") {
         rest = &rest[1..];
         while let Some(arg) = rest.first() {
             let text = arg.to_string_lossy();
             if let Some((name, _)) = text.split_once('=').filter(|_| !text.starts_with('-')) {
                 if defeats_hook(name) {
-                    return Some(format!(
+                    return Err(format!(
                         "`env {name}=…` would switch Claude Code's managed hooks off, point it at other managed settings, or give it a script to run before every command"
                     ));
                 }
@@ -324,17 +374,7 @@ pub fn command_defeats_hook(argv: &[std::ffi::OsString]) -> Option<String> {
             rest = rest.get(1..).unwrap_or_default();
         }
     }
-    let program = rest.first().map(base).unwrap_or_default();
-    if program == "claude" || program == "claude.exe" {
-        let before_separator = rest[1..].iter().take_while(|a| *a != "--");
-        if before_separator.into_iter().any(|a| a == "--bare") {
-            return Some(
-                "`claude --bare` switches off every hook, StepProof's managed one included; run it without --bare"
-                    .into(),
-            );
-        }
-    }
-    None
+    Ok(rest)
 }
 
 /// The compiled hook policy, as the hook binary reads it.
@@ -383,10 +423,11 @@ pub fn plan_agent(
             .into_iter()
             .map(|name| (name, String::new())),
     );
-    let settings =
-        serde_json::to_string_pretty(&managed_settings(&profile.claude.managed_settings, &pinned))
-            .expect("JSON values serialize");
-    let host = read_host_managed(&facts.claude_managed_dir);
+    let ours = managed_settings(&profile.claude.managed_settings, &pinned);
+    let settings = serde_json::to_string_pretty(&ours).expect("JSON values serialize");
+    let pinned_names: Vec<String> = pinned.iter().map(|(name, _)| name.clone()).collect();
+    let host = read_host_managed(&facts.claude_managed_dir, &pinned_names);
+    let merged = merge_managed(&ours, &host.documents);
     let mut managed_files = vec![(PathBuf::from(MANAGED_FILE), settings)];
     managed_files.extend(host.files);
     let state = AgentState {
@@ -396,6 +437,10 @@ pub fn plan_agent(
         hook_binary: hook_binary.clone(),
         workspace: workspace.to_path_buf(),
         home: home.to_path_buf(),
+        sessions: profile
+            .claude
+            .keep_sessions
+            .then(|| sessions_dir(home, workspace)),
     };
     let mounts: Vec<MountOp> = [
         // The managed settings Claude Code reads are StepProof's and the host's sanitized
@@ -445,6 +490,7 @@ pub fn plan_agent(
     Ok(Some(AgentPlan {
         mounts,
         managed_removed: host.removed,
+        managed_merged: merged,
         notes: host.notes,
         env,
         state,
@@ -454,24 +500,41 @@ pub fn plan_agent(
 /// The host's managed-settings directory as the agent gets it.
 #[derive(Debug, Default)]
 struct HostManaged {
-    /// Relative to the directory.
+    /// Relative to the directory: every file but the managed settings as it is; the host's
+    /// managed-settings documents (its `managed-settings.json`, then its drop-ins) without the
+    /// keys StepProof owns, as drop-ins `managed-settings.d/NNN-…` in the host's order.
     files: Vec<(PathBuf, String)>,
-    /// `<path>: <key>` for every owned key removed from a drop-in.
+    /// The host's documents as they are carried in, in order (for the merged view).
+    documents: Vec<serde_json::Map<String, serde_json::Value>>,
+    /// `<path>: <key>` for every owned key removed from a host document.
     removed: Vec<String>,
     /// What was not carried in, and why.
     notes: Vec<String>,
 }
 
-/// Reads the host's `/etc/claude-code` (an administrator's directory): the drop-ins of
-/// `managed-settings.d/` with the keys StepProof owns removed, every other file as it is, except
-/// `managed-settings.json`, which StepProof's replaces. Bounded in size, count and depth; what
-/// is left out is said.
-fn read_host_managed(dir: &Path) -> HostManaged {
+/// Whether Claude Code 2.1.328 reads a drop-in of this name: `*.json`, not hidden.
+fn is_drop_in_name(name: &std::ffi::OsStr) -> bool {
+    let name = name.as_encoded_bytes();
+    name.ends_with(b".json") && !name.starts_with(b".")
+}
+
+/// Reads the host's `/etc/claude-code` (an administrator's directory). Its managed settings —
+/// `managed-settings.json` and the drop-ins of `managed-settings.d/` (`*.json`, in name
+/// order), which Claude Code merges in that order — are kept, each without the keys StepProof
+/// owns (`claude_settings::OWNED_KEYS`, and in `env` the variables StepProof pins, `pinned`),
+/// and carried in as drop-ins over StepProof's own `managed-settings.json`, named so that they
+/// keep their order: Claude Code merges them exactly as on the host, and nothing in them can
+/// replace or switch off what StepProof's file sets. Every other file comes as it is. Bounded in
+/// size, count and depth; what is left out is said.
+fn read_host_managed(dir: &Path, pinned: &[String]) -> HostManaged {
     let mut host = HostManaged::default();
     if !dir.is_dir() {
         return host;
     }
+    // The documents, in Claude Code's order: the file, then the drop-ins by name.
+    let mut documents: Vec<(PathBuf, String)> = Vec::new();
     let mut stack = vec![(PathBuf::new(), 0usize)];
+    let mut count = 0usize;
     while let Some((rel, depth)) = stack.pop() {
         let here = dir.join(&rel);
         let mut entries: Vec<_> = match std::fs::read_dir(&here) {
@@ -489,13 +552,7 @@ fn read_host_managed(dir: &Path) -> HostManaged {
         for name in entries {
             let rel = rel.join(&name);
             let path = dir.join(&rel);
-            if rel == Path::new(MANAGED_FILE) {
-                host.notes.push(format!(
-                    "{}: replaced inside by StepProof's managed settings",
-                    path.display()
-                ));
-                continue;
-            }
+            let in_drop_ins = rel.parent() == Some(Path::new(DROP_IN_DIR));
             // The administrator's links are followed (the directory is root's to write).
             let meta = match std::fs::metadata(&path) {
                 Ok(meta) => meta,
@@ -506,7 +563,9 @@ fn read_host_managed(dir: &Path) -> HostManaged {
                 }
             };
             if meta.is_dir() {
-                if depth + 1 < HOST_DEPTH_MAX {
+                if in_drop_ins {
+                    // Claude Code reads files there, not directories.
+                } else if depth + 1 < HOST_DEPTH_MAX {
                     stack.push((rel, depth + 1));
                 } else {
                     host.notes
@@ -514,11 +573,18 @@ fn read_host_managed(dir: &Path) -> HostManaged {
                 }
                 continue;
             }
+            if in_drop_ins && !is_drop_in_name(&name) {
+                host.notes.push(format!(
+                    "{}: left out (Claude Code reads only *.json drop-ins)",
+                    path.display()
+                ));
+                continue;
+            }
             let text = if !meta.is_file() {
                 Err("not a regular file".to_string())
             } else if meta.len() > HOST_FILE_MAX_BYTES {
                 Err(format!("larger than {HOST_FILE_MAX_BYTES} bytes"))
-            } else if host.files.len() >= HOST_FILES_MAX {
+            } else if count >= HOST_FILES_MAX {
                 Err(format!("more than {HOST_FILES_MAX} files"))
             } else {
                 std::fs::read_to_string(&path).map_err(|e| e.to_string())
@@ -531,43 +597,116 @@ fn read_host_managed(dir: &Path) -> HostManaged {
                     continue;
                 }
             };
-            let text = if rel.parent() == Some(Path::new(DROP_IN_DIR)) {
-                match sanitize_drop_in(&text) {
-                    Ok((clean, removed)) => {
-                        host.removed.extend(
-                            removed
-                                .into_iter()
-                                .map(|key| format!("{}: {key}", path.display())),
-                        );
-                        clean
-                    }
-                    Err(why) => {
-                        // Claude Code's reading of a file we cannot parse is unknown: it stays out.
-                        host.removed
-                            .push(format!("{}: the whole file ({why})", path.display()));
-                        continue;
-                    }
-                }
+            count += 1;
+            if rel == Path::new(MANAGED_FILE) || in_drop_ins {
+                documents.push((rel, text));
             } else {
-                text
-            };
-            host.files.push((rel, text));
+                host.files.push((rel, text));
+            }
+        }
+    }
+    // `managed-settings.json` first, then the drop-ins by name (the walk met them in name
+    // order, the file before the directory's contents only by chance).
+    documents.sort_by_key(|(rel, _)| rel != Path::new(MANAGED_FILE));
+    for (index, (rel, text)) in documents.into_iter().enumerate() {
+        let path = dir.join(&rel);
+        match sanitize_drop_in(&text, pinned) {
+            Ok((clean, removed)) => {
+                host.removed.extend(
+                    removed
+                        .into_iter()
+                        .map(|key| format!("{}: {key}", path.display())),
+                );
+                let name = rel.file_name().unwrap_or_default().to_string_lossy();
+                let carried = Path::new(DROP_IN_DIR).join(format!("{index:03}-{name}"));
+                host.files.push((
+                    carried,
+                    serde_json::to_string_pretty(&serde_json::Value::Object(clean.clone()))
+                        .expect("JSON values serialize"),
+                ));
+                host.documents.push(clean);
+            }
+            Err(why) => {
+                // Claude Code's reading of a file we cannot parse is unknown: it stays out.
+                host.removed
+                    .push(format!("{}: the whole file ({why})", path.display()));
+            }
         }
     }
     host
 }
 
-/// A drop-in without the keys StepProof owns; the keys removed.
-fn sanitize_drop_in(text: &str) -> Result<(String, Vec<String>), String> {
+/// A host managed-settings document without the keys StepProof owns (and without the
+/// variables StepProof pins in `env`); the keys removed.
+fn sanitize_drop_in(
+    text: &str,
+    pinned: &[String],
+) -> Result<(serde_json::Map<String, serde_json::Value>, Vec<String>), String> {
     let value: serde_json::Value =
         serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))?;
     let serde_json::Value::Object(mut settings) = value else {
         return Err("not a JSON object".into());
     };
-    let removed = crate::profile::claude_settings::remove_owned_keys(&mut settings);
-    let clean = serde_json::to_string_pretty(&serde_json::Value::Object(settings))
-        .expect("JSON values serialize");
-    Ok((clean, removed))
+    let mut removed = crate::profile::claude_settings::remove_owned_keys(&mut settings);
+    if let Some(serde_json::Value::Object(env)) = settings.get_mut("env") {
+        let names: Vec<String> = env
+            .keys()
+            .filter(|name| {
+                pinned.iter().any(|p| p.eq_ignore_ascii_case(name))
+                    || name
+                        .get(..BASH_FUNCTION_PREFIX.len())
+                        .is_some_and(|head| head.eq_ignore_ascii_case(BASH_FUNCTION_PREFIX))
+            })
+            .cloned()
+            .collect();
+        for name in names {
+            env.remove(&name);
+            removed.push(format!("env.{name} (pinned by StepProof)"));
+        }
+    }
+    Ok((settings, removed))
+}
+
+/// Managed settings as Claude Code 2.1.328 merges its documents (`managed-settings.json`, then
+/// each drop-in): objects deep, arrays concatenated without repeats (`fallbackModel` and
+/// `modelPicker` replaced), anything else replaced by the later document.
+pub fn merge_managed(
+    base: &serde_json::Value,
+    documents: &[serde_json::Map<String, serde_json::Value>],
+) -> serde_json::Value {
+    fn merge(into: &mut serde_json::Value, from: &serde_json::Value, key: Option<&str>) {
+        use serde_json::Value;
+        let replaced = matches!(key, Some("fallbackModel" | "modelPicker"));
+        match (into, from) {
+            (Value::Object(a), Value::Object(b)) if !replaced => {
+                for (k, v) in b {
+                    match a.get_mut(k) {
+                        Some(existing) => merge(existing, v, Some(k)),
+                        None => {
+                            a.insert(k.clone(), v.clone());
+                        }
+                    }
+                }
+            }
+            (Value::Array(a), Value::Array(b)) if !replaced => {
+                for v in b {
+                    if !a.contains(v) {
+                        a.push(v.clone());
+                    }
+                }
+            }
+            (into, from) => *into = from.clone(),
+        }
+    }
+    let mut merged = base.clone();
+    for document in documents {
+        merge(
+            &mut merged,
+            &serde_json::Value::Object(document.clone()),
+            None,
+        );
+    }
+    merged
 }
 
 #[cfg(test)]
@@ -700,56 +839,128 @@ mod tests {
     }
 
     #[test]
-    fn host_drop_ins_lose_owned_keys_and_other_files_come_as_they_are() {
+    fn host_managed_settings_are_kept_in_order_without_owned_keys() {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
-        std::fs::create_dir_all(d.join("managed-settings.d")).unwrap();
+        std::fs::create_dir_all(d.join("managed-settings.d/sub")).unwrap();
         std::fs::write(
             d.join("managed-settings.json"),
-            r#"{"disableAllHooks":true}"#,
+            r#"{"disableAllHooks":true,"model":"org-model","permissions":{"deny":["Bash(git push:*)"]},"apiKeyHelper":"/bin/key"}"#,
         )
         .unwrap();
         std::fs::write(
             d.join("managed-settings.d/10-org.json"),
-            r#"{"permissions":{"deny":["Bash(git push:*)"]},"disableAllHooks":true,"env":{"CLAUDE_CODE_SIMPLE":"1"}}"#,
+            r#"{"permissions":{"deny":["WebSearch"]},"disableAllHooks":true,"env":{"CLAUDE_CODE_SIMPLE":"1","PATH":"/evil","bash_func_git%%":"() { id; }","TEAM":"a"}}"#,
         )
         .unwrap();
-        std::fs::write(d.join("managed-settings.d/20-broken.json"), "{ not json").unwrap();
+        std::fs::write(
+            d.join("managed-settings.d/20-model.json"),
+            r#"{"model":"team-model","permissions":{"deny":["Bash(git push:*)"]}}"#,
+        )
+        .unwrap();
+        std::fs::write(d.join("managed-settings.d/30-broken.json"), "{ not json").unwrap();
+        std::fs::write(d.join("managed-settings.d/README"), "not read").unwrap();
+        std::fs::write(d.join("managed-settings.d/.hidden.json"), "{}").unwrap();
         std::fs::write(d.join("CLAUDE.md"), "Be careful.\n").unwrap();
         std::fs::write(d.join("big"), vec![b'x'; HOST_FILE_MAX_BYTES as usize + 1]).unwrap();
-        let host = read_host_managed(d);
+        let pinned = vec!["PATH".to_string(), "HOME".to_string()];
+        let host = read_host_managed(d, &pinned);
         let names: Vec<_> = host
             .files
             .iter()
             .map(|(p, _)| p.display().to_string())
             .collect();
-        assert_eq!(names, ["CLAUDE.md", "managed-settings.d/10-org.json"]);
-        let org: serde_json::Value = serde_json::from_str(&host.files[1].1).unwrap();
+        assert_eq!(
+            names,
+            [
+                "CLAUDE.md",
+                "managed-settings.d/000-managed-settings.json",
+                "managed-settings.d/001-10-org.json",
+                "managed-settings.d/002-20-model.json",
+            ]
+        );
+        let org: serde_json::Value = serde_json::from_str(&host.files[2].1).unwrap();
         assert_eq!(
             org,
-            serde_json::json!({"permissions":{"deny":["Bash(git push:*)"]},"env":{}})
+            serde_json::json!({"permissions":{"deny":["WebSearch"]},"env":{"TEAM":"a"}})
         );
-        assert_eq!(host.removed.len(), 3, "{:?}", host.removed);
+        let removed = host.removed.clone();
+        let file = |name: &str| d.join(name).display().to_string();
+        assert_eq!(
+            removed,
+            [
+                format!("{}: disableAllHooks", file("managed-settings.json")),
+                format!("{}: apiKeyHelper", file("managed-settings.json")),
+                format!(
+                    "{}: disableAllHooks",
+                    file("managed-settings.d/10-org.json")
+                ),
+                format!(
+                    "{}: env.CLAUDE_CODE_SIMPLE",
+                    file("managed-settings.d/10-org.json")
+                ),
+                format!(
+                    "{}: env.PATH (pinned by StepProof)",
+                    file("managed-settings.d/10-org.json")
+                ),
+                format!(
+                    "{}: env.bash_func_git%% (pinned by StepProof)",
+                    file("managed-settings.d/10-org.json")
+                ),
+                format!(
+                    "{}: the whole file (not valid JSON: key must be a string at line 1 column 3)",
+                    file("managed-settings.d/30-broken.json")
+                ),
+            ]
+        );
+        for note in [
+            "big: left out (larger than",
+            "README: left out (Claude Code reads only",
+        ] {
+            assert!(
+                host.notes.iter().any(|n| n.contains(note)),
+                "{note}: {:?}",
+                host.notes
+            );
+        }
+        // Merged as Claude Code merges: StepProof's keys stand, the organisation's rule and
+        // model apply, arrays are joined without repeats, the later model wins.
+        let ours = managed_settings(
+            &serde_json::Map::new(),
+            &[("PATH".into(), "/usr/bin:/bin".into())],
+        );
+        let merged = merge_managed(&ours, &host.documents);
+        assert_eq!(merged["model"], "team-model");
+        assert_eq!(
+            merged["permissions"]["deny"],
+            serde_json::json!(["Bash(git push:*)", "WebSearch"])
+        );
+        assert_eq!(merged["env"]["PATH"], "/usr/bin:/bin");
+        assert_eq!(merged["env"]["TEAM"], "a");
+        assert_eq!(merged["hooks"], ours["hooks"]);
+        assert_eq!(merged["allowManagedHooksOnly"], true);
+        assert!(merged.get("disableAllHooks").is_none() && merged.get("apiKeyHelper").is_none());
+        assert!(managed_settings_problems(&merged, false).is_empty());
         assert!(
-            host.removed
-                .iter()
-                .any(|r| r.ends_with("10-org.json: disableAllHooks"))
+            read_host_managed(&d.join("absent"), &pinned)
+                .files
+                .is_empty()
         );
-        assert!(
-            host.removed
-                .iter()
-                .any(|r| r.contains("20-broken.json: the whole file"))
+    }
+
+    #[test]
+    fn merging_follows_claude_codes_rules() {
+        let base =
+            serde_json::json!({"a": {"x": 1, "l": [1, 2]}, "fallbackModel": ["m1"], "s": "one"});
+        let docs = [
+            serde_json::json!({"a": {"y": 2, "l": [2, 3]}, "fallbackModel": ["m2"], "s": "two"})
+                .as_object()
+                .cloned()
+                .unwrap(),
+        ];
+        assert_eq!(
+            merge_managed(&base, &docs),
+            serde_json::json!({"a": {"x": 1, "y": 2, "l": [1, 2, 3]}, "fallbackModel": ["m2"], "s": "two"})
         );
-        assert!(
-            host.notes
-                .iter()
-                .any(|n| n.contains("big: left out (larger than"))
-        );
-        assert!(
-            host.notes
-                .iter()
-                .any(|n| n.contains("managed-settings.json: replaced"))
-        );
-        assert!(read_host_managed(&d.join("absent")).files.is_empty());
     }
 }

@@ -6,8 +6,25 @@ use std::path::Path;
 
 /// Where the credential gateway listens inside the sandbox (on its private /run).
 pub const GATEWAY_SOCKET: &str = "/run/stepproof-gateway/anthropic.sock";
-/// What the agent holds instead of the real key when the gateway is on.
-pub const GATEWAY_PLACEHOLDER_KEY: &str = "sk-ant-stepproof-placeholder-the-real-key-stays-outside";
+/// Variables that carry a model login, in Claude Code's order of precedence. With the gateway
+/// they never enter the sandbox: the supervisor keeps their values and the launch sets a
+/// placeholder (random per run) in the login's place.
+pub const LOGIN_VARIABLES: &[&str] = &[
+    "ANTHROPIC_AUTH_TOKEN",
+    "ANTHROPIC_API_KEY",
+    "CLAUDE_CODE_OAUTH_TOKEN",
+];
+/// With the gateway, these are StepProof's to set or keep out: where the model API is, and
+/// the other ways Claude Code takes a login (a refresh token, descriptors of a token or key).
+const MODEL_ROUTE_VARIABLES: &[&str] = &[
+    "ANTHROPIC_BASE_URL",
+    "ANTHROPIC_UNIX_SOCKET",
+    "CLAUDE_CODE_OAUTH_REFRESH_TOKEN",
+    "CLAUDE_CODE_OAUTH_TOKEN_FILE_DESCRIPTOR",
+    "CLAUDE_CODE_API_KEY_FILE_DESCRIPTOR",
+];
+/// The model API when the user names none.
+pub const DEFAULT_MODEL_API: &str = "https://api.anthropic.com";
 
 const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin";
 
@@ -62,13 +79,37 @@ fn allowed(name: &str, allow: &[String]) -> bool {
     })
 }
 
-/// Returns the environment to pass and the names of the caller's variables left out.
+/// The command's environment, and what stays outside.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Environment {
+    pub env: Vec<(String, String)>,
+    /// Names of the caller's variables left out.
+    pub dropped: Vec<String>,
+    /// With the gateway: the login variables and `ANTHROPIC_BASE_URL` the command would have
+    /// had (from the profile or passed from the caller), then the caller's own; the supervisor
+    /// uses them, the command never sees them.
+    pub held_outside: Vec<(String, String)>,
+}
+
+impl Environment {
+    /// The first value held outside for `name`.
+    pub fn held(&self, name: &str) -> Option<&str> {
+        self.held_outside
+            .iter()
+            .find(|(n, v)| n == name && !v.trim().is_empty())
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Builds the command's environment; with `model_gateway` Claude Code's API traffic goes to
+/// the gateway's socket and the login stays outside.
 pub fn build_environment(
     profile: &Profile,
     facts: &HostFacts,
     identity: &Identity,
     home: &Path,
-) -> (Vec<(String, String)>, Vec<String>) {
+    model_gateway: bool,
+) -> Environment {
     let mut env: Vec<(String, String)> = Vec::new();
     let mut dropped = Vec::new();
     for (name, value) in &facts.env {
@@ -110,22 +151,38 @@ pub fn build_environment(
             set(name, "localhost,127.0.0.1,::1".into());
         }
     }
-    if profile.network.gateway.is_some() {
-        // The agent talks to the gateway's socket; the real credential stays outside.
-        set("ANTHROPIC_UNIX_SOCKET", GATEWAY_SOCKET.into());
-        set("ANTHROPIC_BASE_URL", "http://localhost".into());
-        set("ANTHROPIC_API_KEY", GATEWAY_PLACEHOLDER_KEY.into());
-    }
     set("STEPPROOF", "1".into());
     set("STEPPROOF_PROFILE", profile.name.clone());
     for (name, value) in &profile.process.set_env {
         set(name, value.clone());
     }
+    let mut held_outside = Vec::new();
+    if model_gateway {
+        // The login and the API's address stay with the supervisor: first what the command
+        // would have had, then the caller's own (Claude Code on this host would use those).
+        for name in LOGIN_VARIABLES.iter().chain(["ANTHROPIC_BASE_URL"].iter()) {
+            for source in [&env, &facts.env] {
+                if let Some((_, value)) = source.iter().find(|(n, _)| n == name) {
+                    held_outside.push((name.to_string(), value.clone()));
+                }
+            }
+        }
+        env.retain(|(n, _)| {
+            !LOGIN_VARIABLES.contains(&n.as_str()) && !MODEL_ROUTE_VARIABLES.contains(&n.as_str())
+        });
+        // The agent talks to the gateway's socket.
+        env.push(("ANTHROPIC_UNIX_SOCKET".into(), GATEWAY_SOCKET.into()));
+        env.push(("ANTHROPIC_BASE_URL".into(), "http://localhost".into()));
+    }
     env.retain(|(n, _)| !n.starts_with("LD_") && !NEVER_PASSED.iter().any(|(v, _)| n == v));
     env.sort();
     dropped.sort();
     dropped.dedup();
-    (env, dropped)
+    Environment {
+        env,
+        dropped,
+        held_outside,
+    }
 }
 
 #[cfg(test)]

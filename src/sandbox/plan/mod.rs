@@ -239,9 +239,12 @@ impl SeccompRules {
 pub struct SandboxPlan {
     /// The hook and the agent's own state (profiles with a hook).
     pub agent: Option<crate::sandbox::plan::agent_layer::AgentState>,
-    /// Keys StepProof owns that the host's managed-settings drop-ins set (removed inside; the
-    /// launch warns, `--ci` refuses), as `<file>: <key>`.
+    /// Keys StepProof owns that the host's managed settings set (removed inside; `--ci` and a
+    /// strict profile refuse to start, a best-effort one warns), as `<file>: <key>`.
     pub managed_settings_removed: Vec<String>,
+    /// The managed settings Claude Code reads inside, merged as it merges them: StepProof's,
+    /// then the host's `managed-settings.json` and drop-ins without the keys StepProof owns.
+    pub managed_settings: Option<serde_json::Value>,
     /// The repositories found at launch (the workspace's and the nested ones the bounded scan
     /// reached): the sweep compares what their `.git` is after the run.
     pub repositories: Vec<PathBuf>,
@@ -260,11 +263,18 @@ pub struct SandboxPlan {
     pub proxy_port: u16,
     /// What the proxy lets through (`allowlist`).
     pub allow: crate::profile::AllowList,
-    /// The credential gateway, with `ca_file` resolved.
+    /// The credential gateway, with `ca_file` resolved: the profile's `[network.gateway]`, or
+    /// for an agent (a profile with a hook, in namespaces) the model gateway StepProof puts in
+    /// by default (`credential = "model-login"`, upstream the user's `ANTHROPIC_BASE_URL` or
+    /// Anthropic's API).
     pub gateway: Option<crate::profile::GatewayConfig>,
     /// Service credentials the proxy adds (`[[network.credentials]]`), each with this run's
     /// placeholder; the values are read by the supervisor at launch, never planned.
     pub credentials: Vec<crate::sandbox::plan::credentials::PlannedCredential>,
+    /// With the gateway: the login variables and `ANTHROPIC_BASE_URL` kept outside, for the
+    /// supervisor (never printed: values may be secrets).
+    #[serde(skip)]
+    pub held_outside: Vec<(String, String)>,
     pub workspace: PathBuf,
     /// How the run sees the workspace (an overlay the host's isolation cannot give is
     /// read-only, where the profile accepts that).
@@ -376,6 +386,12 @@ pub enum PlanError {
         "without user namespaces the hook's managed settings cannot be mounted where the agent cannot change them; this profile has a hook, so it is refused unless [degraded] accept_removable_hook = true (it then runs without the hook)"
     )]
     HookNeedsNamespaces,
+    /// Configuration: a profile file inside the workspace (it may have come with a checkout)
+    /// names where the model login is sent.
+    #[error(
+        "the profile {path} is inside the workspace and {what}: that would send your model login where a checked-out file says; put the profile outside the workspace, or set ANTHROPIC_BASE_URL in your own environment"
+    )]
+    ModelRouteFromWorkspace { path: PathBuf, what: &'static str },
     /// Environment: without user namespaces, a profile with the credential gateway.
     #[error(
         "the credential gateway needs the sandbox's private /run: not available without namespaces"
@@ -432,6 +448,7 @@ impl PlanError {
             PlanError::WorkspaceRefused { .. }
             | PlanError::NotUtf8ForHook { .. }
             | PlanError::NoHookSection
+            | PlanError::ModelRouteFromWorkspace { .. }
             | PlanError::HookPolicy { .. }
             | PlanError::CredentialsFromWorkspace { .. } => true,
             PlanError::LandlockRule { source, .. } | PlanError::LandlockGrant { source, .. } => {
@@ -464,6 +481,41 @@ pub const DEVICE_NODES: &[&str] = &["null", "zero", "full", "random", "urandom",
 
 const SCAN_ENTRY_LIMIT: usize = 20_000;
 const SOCKET_SCAN_DEPTH: usize = 2;
+
+/// `[network.gateway] credential` of the gateway StepProof puts in for an agent: the login
+/// Claude Code on this host would use, found by the supervisor at launch.
+pub const MODEL_LOGIN: &str = "model-login";
+
+/// Where the model login is sent is the user's to say, never a file that may have come with a
+/// checkout: a profile inside the workspace may not name the gateway's upstream (its
+/// `[network.gateway]`, or `ANTHROPIC_BASE_URL` in `set_env` when the gateway is on).
+fn check_model_route(
+    profile: &Profile,
+    workspace: &Path,
+    model_gateway: bool,
+) -> Result<(), PlanError> {
+    let what = if profile.network.gateway.is_some() {
+        "has a [network.gateway] section"
+    } else if model_gateway && profile.process.set_env.contains_key("ANTHROPIC_BASE_URL") {
+        "sets ANTHROPIC_BASE_URL"
+    } else {
+        return Ok(());
+    };
+    let workspace = workspace
+        .canonicalize()
+        .unwrap_or_else(|_| workspace.to_path_buf());
+    match profile
+        .files
+        .iter()
+        .find(|f| f.path.starts_with(&workspace))
+    {
+        Some(file) => Err(PlanError::ModelRouteFromWorkspace {
+            path: file.path.clone(),
+            what,
+        }),
+        None => Ok(()),
+    }
+}
 
 /// The plan of the namespace sandbox.
 pub fn build_plan(profile: &Profile, facts: &HostFacts) -> Result<SandboxPlan, PlanError> {
@@ -576,12 +628,17 @@ fn plan_with<S: IsolationStrategy>(
         workspace: &workspace,
     };
     let resolve = |spec: &crate::profile::PathSpec| spec.resolve(&home, &workspace);
+    // The model's login stays outside: an agent's API traffic goes to the gateway by default.
+    let model_gateway =
+        profile.network.gateway.is_some() || (S::PLANS_AGENT && profile.hook.is_some());
+    check_model_route(profile, &workspace, model_gateway)?;
     // Service credentials: honoured only from profiles outside the workspace; a placeholder
     // each. The command's environment carries them (and never the variables they are read from).
     let credentials = credentials::plan_credentials(profile, facts)?;
-    let (command_env, env_dropped) = {
-        let (mut env, mut dropped) = build_environment(profile, facts, &identity, &home);
+    let environment = {
+        let mut environment = build_environment(profile, facts, &identity, &home, model_gateway);
         let sources = credentials::source_variables(profile);
+        let crate::sandbox::plan::env::Environment { env, dropped, .. } = &mut environment;
         env.retain(|(name, _)| {
             let source = sources.contains(name);
             if source {
@@ -589,19 +646,19 @@ fn plan_with<S: IsolationStrategy>(
             }
             !source
         });
-        for (name, value) in credentials::credential_env(&credentials, &env) {
+        for (name, value) in credentials::credential_env(&credentials, env) {
             env.retain(|(n, _)| *n != name);
             env.push((name, value));
         }
         env.sort();
         dropped.sort();
         dropped.dedup();
-        (env, dropped)
+        environment
     };
 
     // The agent inside: the hook where the agent cannot remove it, and its own state.
     let agent = if S::PLANS_AGENT {
-        agent_layer::plan_agent(profile, facts, &home, &workspace, &command_env)?
+        agent_layer::plan_agent(profile, facts, &home, &workspace, &environment.env)?
     } else {
         None
     };
@@ -609,6 +666,7 @@ fn plan_with<S: IsolationStrategy>(
         .as_ref()
         .map(|a| a.managed_removed.clone())
         .unwrap_or_default();
+    let managed_settings = agent.as_ref().map(|a| a.managed_merged.clone());
     if let Some(agent) = &agent {
         notes.extend(agent.notes.iter().cloned());
     }
@@ -710,7 +768,25 @@ fn plan_with<S: IsolationStrategy>(
     let realized = view.finish(&scope)?;
     tracing::debug!("plan: view");
 
-    let mut env = command_env;
+    let gateway = match &profile.network.gateway {
+        Some(config) => Some(config.clone()),
+        None if model_gateway => Some(crate::profile::GatewayConfig {
+            upstream: environment
+                .held("ANTHROPIC_BASE_URL")
+                .unwrap_or(crate::sandbox::plan::env::DEFAULT_MODEL_API)
+                .trim()
+                .to_owned(),
+            connect: None,
+            ca_file: None,
+            credential: MODEL_LOGIN.into(),
+        }),
+        None => None,
+    };
+    let crate::sandbox::plan::env::Environment {
+        mut env,
+        dropped: env_dropped,
+        held_outside,
+    } = environment;
     notes.extend(crate::sandbox::plan::env::never_passed_notes(
         profile, facts,
     ));
@@ -737,6 +813,7 @@ fn plan_with<S: IsolationStrategy>(
     Ok(SandboxPlan {
         agent: agent.map(|a| a.state),
         managed_settings_removed,
+        managed_settings,
         repositories,
         isolation: S::ISOLATION,
         losses: realized.losses,
@@ -748,7 +825,8 @@ fn plan_with<S: IsolationStrategy>(
         network: profile.network.mode,
         proxy_port: profile.network.proxy_port,
         allow: profile.network.allow.clone(),
-        gateway: profile.network.gateway.clone().map(|mut g| {
+        held_outside,
+        gateway: gateway.map(|mut g| {
             g.ca_file = g.ca_file.map(|spec| {
                 let path = spec.resolve(&home, &workspace);
                 crate::profile::PathSpec::Absolute(

@@ -1,0 +1,1171 @@
+//! The model login, on the supervisor's side. It finds the user's login (an API key, a
+//! long-lived OAuth token, or the claude.ai login in `~/.claude/.credentials.json`), makes the
+//! placeholder the sandbox gets instead (random per run, worthless anywhere), and answers "the
+//! header to add now" for the credential gateway (and, later, the proxy's terminated
+//! `api.anthropic.com`). An expired claude.ai token is refreshed here, under the same locks
+//! Claude Code takes for its own refresh, and the refreshed login is written back to the host's
+//! store, so a bare `claude` keeps working and no two refreshers spend one refresh token.
+
+use std::fmt;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Claude Code's credentials file, in its config directory (`~/.claude`).
+pub const STORE_FILE: &str = ".credentials.json";
+/// Claude Code's OAuth token endpoint and client (2.1.328).
+pub const TOKEN_URL: &str = "https://platform.claude.com/v1/oauth/token";
+pub const CLIENT_ID: &str = "9d1c250a-e61b-44d9-88ed-5944d1962f5e";
+/// Another token endpoint, read from `stepproof-run`'s own environment only (tests; never from
+/// a profile, which may come with a checkout: the refresh token is sent there).
+pub const TOKEN_URL_ENV: &str = "STEPPROOF_OAUTH_TOKEN_URL";
+/// Claude Code's refresh lock in its config directory (proper-lockfile: a directory, stale
+/// after 60 s by its mtime, which the holder touches every 5 s).
+pub const LOCK_DIR: &str = ".oauth_refresh.lock";
+const LOCK_STALE: Duration = Duration::from_secs(60);
+const LOCK_TOUCH: Duration = Duration::from_secs(5);
+/// How long to wait for another refresher: beyond the stale time, so a dead holder's lock is
+/// broken rather than waited out forever.
+const LOCK_WAIT: Duration = Duration::from_secs(75);
+/// A token this close to its expiry is refreshed before use (Claude Code uses 5 minutes).
+const REFRESH_MARGIN_MS: u64 = 5 * 60 * 1000;
+/// The placeholder login's expiry: far ahead, so the Claude Code inside never refreshes.
+pub const PLACEHOLDER_EXPIRES_AT_MS: u64 = 4_102_444_800_000; // 2100-01-01
+const STORE_MAX_BYTES: u64 = 64 * 1024;
+const RESPONSE_MAX_BYTES: usize = 256 * 1024;
+const HTTP_TIMEOUT: Duration = Duration::from_secs(30);
+/// Keys of `claudeAiOauth` the placeholder login carries over (what features depend on), never
+/// the tokens.
+const CARRIED_KEYS: &[&str] = &[
+    "scopes",
+    "subscriptionType",
+    "rateLimitTier",
+    "subscriptionTypeSource",
+    "subscriptionTypeVerifiedAt",
+];
+/// The scopes a refresh asks for when the store names none (Claude Code's claude.ai login).
+const DEFAULT_SCOPES: &[&str] = &[
+    "user:profile",
+    "user:inference",
+    "user:sessions:claude_code",
+    "user:mcp_servers",
+];
+
+/// The credential the gateway sends upstream.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Credential {
+    /// Sent as `x-api-key`.
+    ApiKey(String),
+    /// Sent as `Authorization: Bearer …` (an OAuth token, or `ANTHROPIC_AUTH_TOKEN`).
+    Bearer(String),
+}
+
+impl fmt::Debug for Credential {
+    // Never print the secret, not even in a debug log.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Credential::ApiKey(_) => f.write_str("ApiKey(<redacted>)"),
+            Credential::Bearer(_) => f.write_str("Bearer(<redacted>)"),
+        }
+    }
+}
+
+impl Credential {
+    /// The header line to add; `None` if the secret holds control characters (a line break
+    /// would let it write headers of its own) or is empty.
+    pub fn header_line(&self) -> Option<Vec<u8>> {
+        let (name, value) = match self {
+            Credential::ApiKey(key) => ("x-api-key: ", key),
+            Credential::Bearer(token) => ("Authorization: Bearer ", token),
+        };
+        if value.is_empty() || value.bytes().any(|b| b.is_ascii_control()) {
+            return None;
+        }
+        Some(format!("{name}{value}\r\n").into_bytes())
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoginError {
+    #[error(
+        "no model login: StepProof found no claude.ai login ({store}), no ANTHROPIC_API_KEY and no CLAUDE_CODE_OAUTH_TOKEN; run `stepproof login` on this machine (outside the sandbox)"
+    )]
+    NotLoggedIn { store: String },
+    #[error("reading the model login {path}: {why}")]
+    Store { path: PathBuf, why: String },
+    #[error("refreshing the claude.ai login: {0} (run `stepproof login` if the login has ended)")]
+    Refresh(String),
+    #[error(
+        "waiting for the refresh lock {path}: another program (a `claude` or another run) holds it and keeps it fresh"
+    )]
+    LockBusy { path: PathBuf },
+    #[error("taking the refresh lock {path}: {source}")]
+    Lock { path: PathBuf, source: io::Error },
+    #[error("writing the refreshed login to {path}: {source}")]
+    WriteBack { path: PathBuf, source: io::Error },
+}
+
+/// What the sandbox gets instead of the login.
+#[derive(Clone, Default, PartialEq)]
+pub struct Placeholder {
+    /// A variable to set inside (`ANTHROPIC_API_KEY`, `CLAUDE_CODE_OAUTH_TOKEN`,
+    /// `ANTHROPIC_AUTH_TOKEN`) and its placeholder value.
+    pub env: Option<(String, String)>,
+    /// A `.credentials.json` for the run's config directory (claude.ai logins).
+    pub credentials: Option<serde_json::Value>,
+    /// What the inside sends: `x-api-key` values and bearer tokens this run accepts.
+    api_key: Option<String>,
+    bearer: Option<String>,
+}
+
+impl fmt::Debug for Placeholder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Placeholder")
+            .field("env", &self.env.as_ref().map(|(n, _)| n))
+            .field("credentials", &self.credentials.is_some())
+            .finish()
+    }
+}
+
+impl Placeholder {
+    /// The placeholder API key (approved in the seeded `.claude.json`).
+    pub fn api_key(&self) -> Option<&str> {
+        self.api_key.as_deref()
+    }
+
+    /// The header a request from inside carries (tests, and the audit's wording).
+    pub fn header_line(&self) -> Option<Vec<u8>> {
+        match (&self.api_key, &self.bearer) {
+            (Some(key), _) => Credential::ApiKey(key.clone()).header_line(),
+            (None, Some(token)) => Credential::Bearer(token.clone()).header_line(),
+            (None, None) => None,
+        }
+    }
+}
+
+/// Where the login came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// None found.
+    None,
+    /// A fixed credential (a profile's `[network.gateway] credential = "env:NAME"`).
+    Fixed,
+    /// A variable of the caller's or the profile's environment, kept outside.
+    Env(String),
+    /// The claude.ai login in Claude Code's store, refreshed here when it expires.
+    ClaudeAi { claude_dir: PathBuf },
+}
+
+/// Where a refresh goes and whom it trusts.
+#[derive(Clone)]
+pub struct RefreshEndpoint {
+    pub url: String,
+    pub tls: Arc<rustls::ClientConfig>,
+}
+
+struct Current {
+    credential: Option<Credential>,
+    /// claude.ai logins: when the access token expires (ms since the epoch).
+    expires_at: Option<u64>,
+}
+
+/// The user's model login: the header to add now, refreshed when it expires.
+pub struct ModelLogin {
+    source: Source,
+    placeholder: Placeholder,
+    current: Mutex<Current>,
+    refresh: Option<RefreshEndpoint>,
+}
+
+impl fmt::Debug for ModelLogin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ModelLogin")
+            .field("source", &self.source)
+            .field("placeholder", &self.placeholder)
+            .finish_non_exhaustive()
+    }
+}
+
+pub use crate::sandbox::plan::env::LOGIN_VARIABLES;
+
+/// What [`ModelLogin::discover`] looks at.
+pub struct Sources<'a> {
+    /// Login variables kept outside (the command's environment first, then the caller's).
+    pub env: &'a [(String, String)],
+    /// Claude Code's config directory on the host (`~/.claude`, or the caller's
+    /// `CLAUDE_CONFIG_DIR`).
+    pub claude_dir: PathBuf,
+    /// The user's `~/.claude.json`: an API key rejected there is not used.
+    pub user_config: PathBuf,
+    pub refresh: RefreshEndpoint,
+}
+
+impl ModelLogin {
+    /// No login: every request is refused with what to do.
+    pub fn none() -> ModelLogin {
+        ModelLogin::with(Source::None, Placeholder::default(), None, None, None)
+    }
+
+    /// A fixed credential, never refreshed.
+    pub fn fixed(credential: Credential) -> ModelLogin {
+        let placeholder = match &credential {
+            Credential::ApiKey(_) => placeholder_for_env("ANTHROPIC_API_KEY"),
+            Credential::Bearer(_) => placeholder_for_env("ANTHROPIC_AUTH_TOKEN"),
+        };
+        ModelLogin::with(Source::Fixed, placeholder, Some(credential), None, None)
+    }
+
+    fn with(
+        source: Source,
+        placeholder: Placeholder,
+        credential: Option<Credential>,
+        expires_at: Option<u64>,
+        refresh: Option<RefreshEndpoint>,
+    ) -> ModelLogin {
+        ModelLogin {
+            source,
+            placeholder,
+            current: Mutex::new(Current {
+                credential,
+                expires_at,
+            }),
+            refresh,
+        }
+    }
+
+    /// The login Claude Code on this host would use, in its order: `ANTHROPIC_AUTH_TOKEN`,
+    /// `ANTHROPIC_API_KEY` (unless the user rejected that key in `~/.claude.json`),
+    /// `CLAUDE_CODE_OAUTH_TOKEN`, then the claude.ai login in the store. `Source::None` when
+    /// there is none; an error when the store exists but cannot be used.
+    pub fn discover(sources: &Sources<'_>) -> Result<ModelLogin, LoginError> {
+        for name in LOGIN_VARIABLES {
+            let Some((_, value)) = sources
+                .env
+                .iter()
+                .find(|(n, v)| n == name && !v.trim().is_empty())
+            else {
+                continue;
+            };
+            if *name == "ANTHROPIC_API_KEY" && key_rejected(&sources.user_config, value) {
+                continue;
+            }
+            let credential = if *name == "ANTHROPIC_API_KEY" {
+                Credential::ApiKey(value.trim().to_owned())
+            } else {
+                Credential::Bearer(value.trim().to_owned())
+            };
+            return Ok(ModelLogin::with(
+                Source::Env((*name).to_owned()),
+                placeholder_for_env(name),
+                Some(credential),
+                None,
+                None,
+            ));
+        }
+        ModelLogin::claude_ai(&sources.claude_dir, sources.refresh.clone())
+    }
+
+    /// The claude.ai login in `claude_dir`'s store; `Source::None` when there is no store.
+    pub fn claude_ai(
+        claude_dir: &Path,
+        refresh: RefreshEndpoint,
+    ) -> Result<ModelLogin, LoginError> {
+        let store_path = claude_dir.join(STORE_FILE);
+        let store = match read_store(&store_path)? {
+            Some(store) => store,
+            None => return Ok(ModelLogin::none()),
+        };
+        let oauth = oauth_of(&store, &store_path)?;
+        if oauth.access.is_empty() && oauth.refresh.is_none() {
+            // Claude Code clears both when a login has ended.
+            return Ok(ModelLogin::none());
+        }
+        let mut carried = serde_json::Map::new();
+        if let Some(login) = store["claudeAiOauth"].as_object() {
+            for key in CARRIED_KEYS {
+                if let Some(value) = login.get(*key) {
+                    carried.insert((*key).to_owned(), value.clone());
+                }
+            }
+        }
+        let access = format!("sk-ant-oat01-{}", placeholder_token());
+        carried.insert("accessToken".into(), access.clone().into());
+        carried.insert(
+            "refreshToken".into(),
+            format!("sk-ant-ort01-{}", placeholder_token()).into(),
+        );
+        carried.insert("expiresAt".into(), PLACEHOLDER_EXPIRES_AT_MS.into());
+        // Over `ANTHROPIC_UNIX_SOCKET` Claude Code takes an OAuth login only from
+        // `CLAUDE_CODE_OAUTH_TOKEN` (its own relays hand the remote side a placeholder there);
+        // the file keeps the scopes and subscription its features look at.
+        let placeholder = Placeholder {
+            env: Some(("CLAUDE_CODE_OAUTH_TOKEN".to_owned(), access.clone())),
+            credentials: Some(serde_json::json!({ "claudeAiOauth": carried })),
+            api_key: None,
+            bearer: Some(access),
+        };
+        Ok(ModelLogin::with(
+            Source::ClaudeAi {
+                claude_dir: claude_dir.to_path_buf(),
+            },
+            placeholder,
+            (!oauth.access.is_empty()).then_some(Credential::Bearer(oauth.access)),
+            Some(oauth.expires_at),
+            Some(refresh),
+        ))
+    }
+
+    pub fn source(&self) -> &Source {
+        &self.source
+    }
+
+    pub fn is_none(&self) -> bool {
+        self.source == Source::None
+    }
+
+    pub fn placeholder(&self) -> &Placeholder {
+        &self.placeholder
+    }
+
+    /// In words, for the audit log and messages (never a value).
+    pub fn describe(&self) -> String {
+        match &self.source {
+            Source::None => "none".into(),
+            Source::Fixed => "the profile's gateway credential".into(),
+            Source::Env(name) => format!("{name} (kept outside)"),
+            Source::ClaudeAi { claude_dir } => format!(
+                "the claude.ai login in {}",
+                claude_dir.join(STORE_FILE).display()
+            ),
+        }
+    }
+
+    /// Whether a request from inside may be forwarded: it carries this run's placeholder (as
+    /// `x-api-key` or a bearer token), and no credential header that is not one.
+    pub fn admits<'a>(
+        &self,
+        api_keys: impl IntoIterator<Item = &'a [u8]>,
+        authorizations: impl IntoIterator<Item = &'a [u8]>,
+    ) -> Result<(), String> {
+        let mut matched = false;
+        for key in api_keys {
+            match &self.placeholder.api_key {
+                Some(ph) if key.trim_ascii() == ph.as_bytes() => matched = true,
+                _ => return Err("an x-api-key that is not this run's placeholder".into()),
+            }
+        }
+        for value in authorizations {
+            let value = value.trim_ascii();
+            let token = value
+                .get(..7)
+                .filter(|scheme| scheme.eq_ignore_ascii_case(b"bearer "))
+                .map(|_| value[7..].trim_ascii());
+            match (&self.placeholder.bearer, token) {
+                (Some(ph), Some(token)) if token == ph.as_bytes() => matched = true,
+                _ => {
+                    return Err("an Authorization header that is not this run's placeholder".into());
+                }
+            }
+        }
+        if matched {
+            Ok(())
+        } else {
+            Err(
+                "no credential (neither this run's placeholder key nor its placeholder token)"
+                    .into(),
+            )
+        }
+    }
+
+    /// The credential to add now: a claude.ai token about to expire is refreshed first.
+    pub fn credential(&self) -> Result<Credential, LoginError> {
+        let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        let due = match current.expires_at {
+            Some(at) => now_ms() + REFRESH_MARGIN_MS >= at || current.credential.is_none(),
+            None => false,
+        };
+        if due {
+            self.refresh_locked(&mut current, None)?;
+        }
+        current
+            .credential
+            .clone()
+            .ok_or_else(|| self.not_logged_in())
+    }
+
+    /// After the API refused `used` (401): a claude.ai login is refreshed (unless another
+    /// refresher already replaced the token) and the new credential returned; `None` when
+    /// nothing better is to be had.
+    pub fn rejected(&self, used: &Credential) -> Result<Option<Credential>, LoginError> {
+        if self.refresh.is_none() {
+            return Ok(None);
+        }
+        let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        if current.credential.as_ref() == Some(used) {
+            self.refresh_locked(&mut current, Some(used))?;
+        }
+        Ok(current.credential.clone().filter(|c| c != used))
+    }
+
+    fn not_logged_in(&self) -> LoginError {
+        let store = match &self.source {
+            Source::ClaudeAi { claude_dir } => claude_dir.join(STORE_FILE),
+            _ => PathBuf::from("~/.claude").join(STORE_FILE),
+        };
+        LoginError::NotLoggedIn {
+            store: store.display().to_string(),
+        }
+    }
+
+    /// Under Claude Code's locks: re-read the store (a bare `claude` or another run may have
+    /// refreshed already) and use its token if it is fresh and not the one refused; otherwise
+    /// spend the refresh token and write the result back.
+    fn refresh_locked(
+        &self,
+        current: &mut Current,
+        refused: Option<&Credential>,
+    ) -> Result<(), LoginError> {
+        let (Source::ClaudeAi { claude_dir }, Some(endpoint)) = (&self.source, &self.refresh)
+        else {
+            return Ok(());
+        };
+        let _lock = RefreshLock::acquire(claude_dir)?;
+        let store_path = claude_dir.join(STORE_FILE);
+        let Some(store) = read_store(&store_path)? else {
+            return Err(self.not_logged_in());
+        };
+        let oauth = oauth_of(&store, &store_path)?;
+        let stored = Credential::Bearer(oauth.access.clone());
+        let fresh = !oauth.access.is_empty() && now_ms() + REFRESH_MARGIN_MS < oauth.expires_at;
+        if fresh && refused != Some(&stored) {
+            tracing::info!("model login: the store holds a fresh token; using it");
+            current.credential = Some(stored);
+            current.expires_at = Some(oauth.expires_at);
+            return Ok(());
+        }
+        let Some(refresh_token) = oauth.refresh.filter(|t| !t.is_empty()) else {
+            return Err(self.not_logged_in());
+        };
+        let scopes = if oauth.scopes.is_empty() {
+            DEFAULT_SCOPES.iter().map(|s| s.to_string()).collect()
+        } else {
+            oauth.scopes.clone()
+        };
+        let body = serde_json::json!({
+            "grant_type": "refresh_token",
+            "refresh_token": refresh_token,
+            "client_id": CLIENT_ID,
+            "scope": scopes.join(" "),
+        });
+        let (status, reply) = post_json(endpoint, &body).map_err(LoginError::Refresh)?;
+        let reply: serde_json::Value = serde_json::from_slice(&reply).unwrap_or_default();
+        if status != 200 {
+            let code = reply["error"].as_str().unwrap_or("no error code");
+            return Err(LoginError::Refresh(format!(
+                "{} answered {status} ({code})",
+                endpoint.url
+            )));
+        }
+        let (Some(access), Some(expires_in)) =
+            (reply["access_token"].as_str(), reply["expires_in"].as_u64())
+        else {
+            return Err(LoginError::Refresh(format!(
+                "{} answered without access_token and expires_in",
+                endpoint.url
+            )));
+        };
+        let token_ok =
+            |t: &str| !t.is_empty() && t.len() <= 4096 && t.bytes().all(|b| b.is_ascii_graphic());
+        if !token_ok(access)
+            || reply["refresh_token"]
+                .as_str()
+                .is_some_and(|t| !token_ok(t))
+        {
+            return Err(LoginError::Refresh(format!(
+                "{} answered with a malformed token",
+                endpoint.url
+            )));
+        }
+        let expires_at = now_ms().saturating_add(expires_in.saturating_mul(1000));
+        let mut updated = store;
+        let login = &mut updated["claudeAiOauth"];
+        login["accessToken"] = access.into();
+        if let Some(new_refresh) = reply["refresh_token"].as_str() {
+            login["refreshToken"] = new_refresh.into();
+        }
+        login["expiresAt"] = expires_at.into();
+        if let Some(scope) = reply["scope"].as_str() {
+            login["scopes"] = scope.split_whitespace().collect::<Vec<_>>().into();
+        }
+        let bytes = serde_json::to_vec(&updated).expect("JSON values serialize");
+        write_store(&store_path, &bytes).map_err(|source| LoginError::WriteBack {
+            path: store_path.clone(),
+            source,
+        })?;
+        tracing::info!(store = %store_path.display(), "model login refreshed and written back");
+        current.credential = Some(Credential::Bearer(access.to_owned()));
+        current.expires_at = Some(expires_at);
+        Ok(())
+    }
+}
+
+/// A placeholder for a login held in a variable.
+fn placeholder_for_env(name: &str) -> Placeholder {
+    if name == "ANTHROPIC_API_KEY" {
+        let key = format!("sk-ant-api03-{}", placeholder_token());
+        Placeholder {
+            env: Some((name.to_owned(), key.clone())),
+            credentials: None,
+            api_key: Some(key),
+            bearer: None,
+        }
+    } else {
+        let token = format!("sk-ant-oat01-{}", placeholder_token());
+        Placeholder {
+            env: Some((name.to_owned(), token.clone())),
+            credentials: None,
+            api_key: None,
+            bearer: Some(token),
+        }
+    }
+}
+
+/// `STEPPROOF-PLACEHOLDER-` and 32 random hex digits: unmistakable in a log, and worthless.
+fn placeholder_token() -> String {
+    let mut bytes = [0u8; 16];
+    File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .unwrap_or_else(|_| {
+            // Never reached on Linux; a clock-derived value is still unique per run.
+            let t = now_ms().to_le_bytes();
+            bytes[..8].copy_from_slice(&t);
+            bytes[8..12].copy_from_slice(&std::process::id().to_le_bytes());
+        });
+    format!("STEPPROOF-PLACEHOLDER-{}", hex::encode(bytes))
+}
+
+/// True when this placeholder text is one of StepProof's (it never is a real credential).
+pub fn is_placeholder(value: &str) -> bool {
+    value.contains("STEPPROOF-PLACEHOLDER-")
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Whether the user answered "no" to this key in Claude Code (its last 20 characters under
+/// `customApiKeyResponses.rejected`).
+fn key_rejected(user_config: &Path, key: &str) -> bool {
+    let tail: String = key
+        .trim()
+        .chars()
+        .rev()
+        .take(20)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    fs::read(user_config)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .and_then(|v| v["customApiKeyResponses"]["rejected"].as_array().cloned())
+        .is_some_and(|list| list.iter().any(|v| v.as_str() == Some(tail.as_str())))
+}
+
+/// The store as JSON; `None` when there is none.
+fn read_store(path: &Path) -> Result<Option<serde_json::Value>, LoginError> {
+    let fail = |why: String| LoginError::Store {
+        path: path.to_path_buf(),
+        why,
+    };
+    let file = match OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+    {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(fail(e.to_string())),
+    };
+    let meta = file.metadata().map_err(|e| fail(e.to_string()))?;
+    if !meta.is_file() {
+        return Err(fail("not a regular file".into()));
+    }
+    let mut bytes = Vec::new();
+    file.take(STORE_MAX_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| fail(e.to_string()))?;
+    if bytes.len() as u64 > STORE_MAX_BYTES {
+        return Err(fail(format!("larger than {STORE_MAX_BYTES} bytes")));
+    }
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    let value: serde_json::Value =
+        serde_json::from_slice(&bytes).map_err(|e| fail(format!("not JSON ({e})")))?;
+    if value.get("claudeAiOauth").is_none() {
+        return Ok(None);
+    }
+    Ok(Some(value))
+}
+
+struct OAuth {
+    access: String,
+    refresh: Option<String>,
+    expires_at: u64,
+    scopes: Vec<String>,
+}
+
+fn oauth_of(store: &serde_json::Value, path: &Path) -> Result<OAuth, LoginError> {
+    let login = &store["claudeAiOauth"];
+    let access = login["accessToken"].as_str().unwrap_or_default().to_owned();
+    if access.bytes().any(|b| !b.is_ascii_graphic()) {
+        return Err(LoginError::Store {
+            path: path.to_path_buf(),
+            why: "claudeAiOauth.accessToken is not a token".into(),
+        });
+    }
+    Ok(OAuth {
+        access,
+        refresh: login["refreshToken"].as_str().map(str::to_owned),
+        expires_at: login["expiresAt"].as_u64().unwrap_or(0),
+        scopes: login["scopes"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|s| s.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default(),
+    })
+}
+
+/// Replaces the store atomically: a new file beside it (mode 0600, owned as the old one was —
+/// invoked as root for a user, the user keeps their file) renamed over it.
+fn write_store(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let owner = fs::metadata(path)
+        .or_else(|_| fs::metadata(dir))
+        .map(|m| (m.uid(), m.gid()))?;
+    let mut staged = tempfile::Builder::new()
+        .prefix(".credentials.json.stepproof-")
+        .permissions(fs::Permissions::from_mode(0o600))
+        .tempfile_in(dir)?;
+    staged.write_all(bytes)?;
+    if nix::unistd::geteuid().is_root() {
+        std::os::unix::fs::fchown(staged.as_file(), Some(owner.0), Some(owner.1))?;
+    }
+    staged.as_file().sync_all()?;
+    staged.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
+/// Claude Code's two refresh locks, held: `<claude_dir>/.oauth_refresh.lock` and the legacy
+/// `<realpath(claude_dir)>.lock`, both directories (mkdir is atomic), touched every 5 s while
+/// held and removed on drop. A lock whose mtime is older than 60 s is stale and broken.
+pub struct RefreshLock {
+    dirs: Vec<PathBuf>,
+    stop: Arc<AtomicBool>,
+    toucher: Option<std::thread::JoinHandle<()>>,
+}
+
+impl RefreshLock {
+    /// Takes both locks, waiting while another holder keeps them fresh.
+    pub fn acquire(claude_dir: &Path) -> Result<RefreshLock, LoginError> {
+        let real = claude_dir
+            .canonicalize()
+            .unwrap_or_else(|_| claude_dir.to_path_buf());
+        let mut legacy = real.into_os_string();
+        legacy.push(".lock");
+        let deadline = std::time::Instant::now() + LOCK_WAIT;
+        let mut lock = RefreshLock {
+            dirs: Vec::new(),
+            stop: Arc::new(AtomicBool::new(false)),
+            toucher: None,
+        };
+        for dir in [claude_dir.join(LOCK_DIR), PathBuf::from(legacy)] {
+            take_dir_lock(&dir, deadline)?;
+            lock.dirs.push(dir);
+        }
+        let (dirs, stop) = (lock.dirs.clone(), lock.stop.clone());
+        lock.toucher = Some(std::thread::spawn(move || {
+            let step = Duration::from_millis(100);
+            let mut since = Duration::ZERO;
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(step);
+                since += step;
+                if since >= LOCK_TOUCH {
+                    since = Duration::ZERO;
+                    for dir in &dirs {
+                        touch(dir);
+                    }
+                }
+            }
+        }));
+        Ok(lock)
+    }
+}
+
+impl Drop for RefreshLock {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(toucher) = self.toucher.take() {
+            let _ = toucher.join();
+        }
+        for dir in self.dirs.iter().rev() {
+            let _ = fs::remove_dir(dir);
+        }
+    }
+}
+
+fn touch(dir: &Path) {
+    if let Ok(file) = File::open(dir) {
+        let _ = file.set_modified(SystemTime::now());
+    }
+}
+
+/// `mkdir` the lock; a lock older than the stale time is removed and taken; a fresh one is
+/// waited for until `deadline`.
+fn take_dir_lock(dir: &Path, deadline: std::time::Instant) -> Result<(), LoginError> {
+    loop {
+        match fs::create_dir(dir) {
+            Ok(()) => {
+                // Invoked as root for a user: the lock is the user's, as Claude Code's would be.
+                if nix::unistd::geteuid().is_root()
+                    && let Some(parent) = dir.parent()
+                    && let Ok(meta) = fs::metadata(parent)
+                {
+                    let _ = std::os::unix::fs::lchown(dir, Some(meta.uid()), Some(meta.gid()));
+                }
+                return Ok(());
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(source) => {
+                return Err(LoginError::Lock {
+                    path: dir.to_path_buf(),
+                    source,
+                });
+            }
+        }
+        let age = fs::symlink_metadata(dir)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|m| SystemTime::now().duration_since(m).ok());
+        match age {
+            Some(age) if age > LOCK_STALE => {
+                tracing::info!(lock = %dir.display(), "breaking a stale refresh lock");
+                let _ = fs::remove_dir(dir);
+                continue;
+            }
+            None => continue, // gone meanwhile (or its clock is ahead): try again
+            Some(_) => {}
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(LoginError::LockBusy {
+                path: dir.to_path_buf(),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// An `http(s)://host[:port][/prefix]` URL, split.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Url {
+    pub tls: bool,
+    pub host: String,
+    pub port: u16,
+    /// The path, without a trailing `/` (empty for the root).
+    pub path: String,
+}
+
+impl Url {
+    pub fn parse(text: &str) -> Result<Url, String> {
+        let bad = |why: &str| format!("URL {text:?}: {why}");
+        let (tls, rest) = if let Some(rest) = strip_prefix_ci(text, "https://") {
+            (true, rest)
+        } else if let Some(rest) = strip_prefix_ci(text, "http://") {
+            (false, rest)
+        } else {
+            return Err(bad("not http:// or https://"));
+        };
+        let (authority, path) = match rest.find(['/', '?', '#']) {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, ""),
+        };
+        if authority.contains('@') {
+            return Err(bad("user information is not supported"));
+        }
+        let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
+            let (host, after) = v6.split_once(']').ok_or_else(|| bad("unclosed ["))?;
+            (host.to_owned(), after.strip_prefix(':'))
+        } else {
+            match authority.rsplit_once(':') {
+                Some((host, port)) => (host.to_owned(), Some(port)),
+                None => (authority.to_owned(), None),
+            }
+        };
+        let port = match port {
+            Some(p) => p.parse::<u16>().map_err(|_| bad("bad port"))?,
+            None if tls => 443,
+            None => 80,
+        };
+        if host.is_empty()
+            || !host
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-._:".contains(&b))
+        {
+            return Err(bad("bad host"));
+        }
+        if path.contains(['?', '#']) || path.bytes().any(|b| !b.is_ascii_graphic()) {
+            return Err(bad("a query, fragment or unusual character in the path"));
+        }
+        Ok(Url {
+            tls,
+            host: host.to_ascii_lowercase(),
+            port,
+            path: path.trim_end_matches('/').to_owned(),
+        })
+    }
+
+    /// `host` or `host:port` as a `Host` header says it.
+    pub fn host_header(&self) -> String {
+        let host = if self.host.contains(':') {
+            format!("[{}]", self.host)
+        } else {
+            self.host.clone()
+        };
+        if self.port == if self.tls { 443 } else { 80 } {
+            host
+        } else {
+            format!("{host}:{}", self.port)
+        }
+    }
+}
+
+fn strip_prefix_ci<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
+    text.get(..prefix.len())
+        .filter(|p| p.eq_ignore_ascii_case(prefix))
+        .map(|_| &text[prefix.len()..])
+}
+
+/// A TLS client configuration trusting the public web roots (webpki-roots) plus the PEM
+/// certificates in `extra` (a corporate CA, `NODE_EXTRA_CA_CERTS`, a test CA).
+pub fn client_config(extra: &[PathBuf]) -> Result<Arc<rustls::ClientConfig>, String> {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots =
+        rustls::RootCertStore::from_iter(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    for path in extra {
+        let certs = rustls::pki_types::CertificateDer::pem_file_iter(path)
+            .map_err(|e| format!("reading the CA file {}: {e}", path.display()))?;
+        for cert in certs {
+            let cert = cert.map_err(|e| format!("reading the CA file {}: {e}", path.display()))?;
+            roots
+                .add(cert)
+                .map_err(|e| format!("the CA file {}: {e}", path.display()))?;
+        }
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
+/// POSTs `body` as JSON to an https endpoint; returns the status and the body.
+fn post_json(
+    endpoint: &RefreshEndpoint,
+    body: &serde_json::Value,
+) -> Result<(u16, Vec<u8>), String> {
+    let url = Url::parse(&endpoint.url)?;
+    if !url.tls {
+        return Err(format!(
+            "{}: the token endpoint must be https",
+            endpoint.url
+        ));
+    }
+    let addrs: Vec<SocketAddr> = (url.host.as_str(), url.port)
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve {}: {e}", url.host))?
+        .collect();
+    let mut last = format!("{} has no addresses", url.host);
+    let mut tcp = None;
+    for addr in addrs {
+        match TcpStream::connect_timeout(&addr, HTTP_TIMEOUT) {
+            Ok(stream) => {
+                tcp = Some(stream);
+                break;
+            }
+            Err(e) => last = format!("cannot connect to {} ({addr}): {e}", url.host),
+        }
+    }
+    let tcp = tcp.ok_or(last)?;
+    tcp.set_read_timeout(Some(HTTP_TIMEOUT))
+        .and_then(|()| tcp.set_write_timeout(Some(HTTP_TIMEOUT)))
+        .map_err(|e| e.to_string())?;
+    let name = rustls::pki_types::ServerName::try_from(url.host.clone())
+        .map_err(|e| format!("{}: {e}", url.host))?;
+    let conn = rustls::ClientConnection::new(endpoint.tls.clone(), name)
+        .map_err(|e| format!("TLS with {}: {e}", url.host))?;
+    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    let payload = serde_json::to_vec(body).expect("JSON values serialize");
+    let path = if url.path.is_empty() { "/" } else { &url.path };
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nAccept: application/json\r\nUser-Agent: stepproof/{}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        url.host_header(),
+        env!("CARGO_PKG_VERSION"),
+        payload.len()
+    );
+    tls.write_all(head.as_bytes())
+        .and_then(|()| tls.write_all(&payload))
+        .and_then(|()| tls.flush())
+        .map_err(|e| format!("sending to {}: {e}", url.host))?;
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        match tls.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                raw.extend_from_slice(&buf[..n]);
+                if raw.len() > RESPONSE_MAX_BYTES {
+                    return Err(format!(
+                        "{} answered more than {RESPONSE_MAX_BYTES} bytes",
+                        url.host
+                    ));
+                }
+            }
+            // A server that closes without close_notify: what arrived is the answer.
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => break,
+            Err(e) => return Err(format!("reading from {}: {e}", url.host)),
+        }
+    }
+    parse_response(&raw).map_err(|why| format!("{}: {why}", url.host))
+}
+
+/// The status and body of a complete HTTP/1.1 response (Content-Length, chunked or until close).
+fn parse_response(raw: &[u8]) -> Result<(u16, Vec<u8>), String> {
+    let mut headers = [httparse::EMPTY_HEADER; 64];
+    let mut response = httparse::Response::new(&mut headers);
+    let head_len = match response.parse(raw) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => return Err("the response ended in its head".into()),
+        Err(e) => return Err(format!("bad response: {e}")),
+    };
+    let code = response.code.unwrap_or(0);
+    let body = &raw[head_len..];
+    let header = |name: &str| {
+        response
+            .headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case(name))
+            .map(|h| String::from_utf8_lossy(h.value).trim().to_ascii_lowercase())
+    };
+    if header("transfer-encoding").is_some_and(|te| te.ends_with("chunked")) {
+        return dechunk(body).map(|b| (code, b));
+    }
+    match header("content-length").map(|l| l.parse::<usize>()) {
+        Some(Ok(n)) if n <= body.len() => Ok((code, body[..n].to_vec())),
+        Some(_) => Err("the body is shorter than its Content-Length".into()),
+        None => Ok((code, body.to_vec())),
+    }
+}
+
+fn dechunk(mut body: &[u8]) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    loop {
+        let line_end = body
+            .windows(2)
+            .position(|w| w == b"\r\n")
+            .ok_or("a chunk size line without its end")?;
+        let size_text = String::from_utf8_lossy(&body[..line_end]);
+        let size_text = size_text.split(';').next().unwrap_or_default().trim();
+        let size = usize::from_str_radix(size_text, 16).map_err(|_| "a bad chunk size")?;
+        body = &body[line_end + 2..];
+        if size == 0 {
+            return Ok(out);
+        }
+        if body.len() < size + 2 {
+            return Err("a chunk cut short".into());
+        }
+        out.extend_from_slice(&body[..size]);
+        body = &body[size + 2..];
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_split_into_their_parts() {
+        assert_eq!(
+            Url::parse("https://api.anthropic.com").unwrap(),
+            Url {
+                tls: true,
+                host: "api.anthropic.com".into(),
+                port: 443,
+                path: String::new()
+            }
+        );
+        let corp = Url::parse("http://GW.corp:8080/anthropic/").unwrap();
+        assert_eq!(
+            (corp.tls, corp.host.as_str(), corp.port, corp.path.as_str()),
+            (false, "gw.corp", 8080, "/anthropic")
+        );
+        assert_eq!(corp.host_header(), "gw.corp:8080");
+        let v6 = Url::parse("https://[::1]:9443").unwrap();
+        assert_eq!((v6.host.as_str(), v6.port), ("::1", 9443));
+        assert_eq!(v6.host_header(), "[::1]:9443");
+        for bad in [
+            "ftp://x",
+            "https://user:pw@host",
+            "https://host:99999",
+            "https://",
+            "https://ho st",
+            "https://host/a?b",
+            "api.anthropic.com",
+        ] {
+            assert!(Url::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn only_this_runs_placeholder_is_admitted() {
+        let login = ModelLogin::fixed(Credential::ApiKey("sk-real".into()));
+        let key = login.placeholder().api_key().unwrap().to_owned();
+        assert!(is_placeholder(&key) && key.starts_with("sk-ant-api03-"));
+        let none: [&[u8]; 0] = [];
+        assert!(login.admits([key.as_bytes()], none).is_ok());
+        assert!(login.admits([b"sk-real".as_slice()], none).is_err());
+        assert!(login.admits(none, none).is_err());
+        // A placeholder of another run, or a bearer beside the key: refused.
+        let other = ModelLogin::fixed(Credential::ApiKey("sk-real".into()));
+        assert!(
+            login
+                .admits([other.placeholder().api_key().unwrap().as_bytes()], none)
+                .is_err()
+        );
+        assert!(
+            login
+                .admits([key.as_bytes()], [b"Bearer sk-ant-oat01-x".as_slice()])
+                .is_err()
+        );
+        let bearer = ModelLogin::fixed(Credential::Bearer("tok".into()));
+        let (name, token) = bearer.placeholder().env.clone().unwrap();
+        assert_eq!(name, "ANTHROPIC_AUTH_TOKEN");
+        let header = format!("bearer  {token}");
+        assert!(bearer.admits(none, [header.as_bytes()]).is_ok());
+        assert!(bearer.admits(none, [b"Bearer tok".as_slice()]).is_err());
+    }
+
+    #[test]
+    fn responses_are_read_with_any_framing() {
+        assert_eq!(
+            parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}extra").unwrap(),
+            (200, b"{}".to_vec())
+        );
+        assert_eq!(
+            parse_response(
+                b"HTTP/1.1 400 Bad\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2;x=y\r\nde\r\n0\r\n\r\n"
+            )
+            .unwrap(),
+            (400, b"abcde".to_vec())
+        );
+        assert_eq!(
+            parse_response(b"HTTP/1.1 200 OK\r\n\r\nuntil-close").unwrap(),
+            (200, b"until-close".to_vec())
+        );
+        assert!(parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nab").is_err());
+        assert!(
+            parse_response(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n").is_err()
+        );
+    }
+
+    #[test]
+    fn a_claude_ai_placeholder_keeps_the_features_not_the_tokens() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(
+            dir.path().join(STORE_FILE),
+            serde_json::json!({"claudeAiOauth": {
+                "accessToken": "sk-ant-oat01-REAL", "refreshToken": "sk-ant-ort01-REAL",
+                "expiresAt": 1u64, "scopes": ["user:inference", "user:profile"],
+                "subscriptionType": "max", "rateLimitTier": "default_claude_max_20x",
+                "somethingElse": "sk-ant-secretish"
+            }})
+            .to_string(),
+        )
+        .unwrap();
+        let endpoint = RefreshEndpoint {
+            url: TOKEN_URL.into(),
+            tls: client_config(&[]).unwrap(),
+        };
+        let login = ModelLogin::claude_ai(dir.path(), endpoint).unwrap();
+        let file = login.placeholder().credentials.clone().unwrap();
+        let text = file.to_string();
+        assert!(
+            !text.contains("REAL") && !text.contains("secretish"),
+            "{text}"
+        );
+        let inner = &file["claudeAiOauth"];
+        assert_eq!(inner["expiresAt"], PLACEHOLDER_EXPIRES_AT_MS);
+        assert_eq!(inner["subscriptionType"], "max");
+        assert_eq!(inner["scopes"][1], "user:profile");
+        assert!(is_placeholder(inner["accessToken"].as_str().unwrap()));
+        assert!(is_placeholder(inner["refreshToken"].as_str().unwrap()));
+        let auth = format!("Bearer {}", inner["accessToken"].as_str().unwrap());
+        let none: [&[u8]; 0] = [];
+        assert!(login.admits(none, [auth.as_bytes()]).is_ok());
+        // No store: no login, and what to do.
+        let empty = tempfile::tempdir().unwrap();
+        let none_login = ModelLogin::claude_ai(
+            empty.path(),
+            RefreshEndpoint {
+                url: TOKEN_URL.into(),
+                tls: client_config(&[]).unwrap(),
+            },
+        )
+        .unwrap();
+        assert!(none_login.is_none());
+        let why = none_login.credential().unwrap_err().to_string();
+        assert!(why.contains("stepproof login"), "{why}");
+    }
+
+    #[test]
+    fn a_fresh_lock_is_waited_for_and_a_stale_one_broken() {
+        let dir = tempfile::tempdir().unwrap();
+        let claude = dir.path().join(".claude");
+        fs::create_dir(&claude).unwrap();
+        // Stale: an mtime 2 minutes old is broken at once.
+        let lock = claude.join(LOCK_DIR);
+        fs::create_dir(&lock).unwrap();
+        File::open(&lock)
+            .unwrap()
+            .set_modified(SystemTime::now() - Duration::from_secs(120))
+            .unwrap();
+        let start = std::time::Instant::now();
+        let held = RefreshLock::acquire(&claude).unwrap();
+        assert!(start.elapsed() < Duration::from_secs(2));
+        assert!(lock.is_dir() && dir.path().join(".claude.lock").is_dir());
+        // Held: a second taker waits until it is released.
+        let claude2 = claude.clone();
+        let waiter = std::thread::spawn(move || {
+            let start = std::time::Instant::now();
+            let _second = RefreshLock::acquire(&claude2).unwrap();
+            start.elapsed()
+        });
+        std::thread::sleep(Duration::from_millis(1500));
+        drop(held);
+        let waited = waiter.join().unwrap();
+        assert!(waited >= Duration::from_millis(1400), "{waited:?}");
+        assert!(!lock.exists() && !dir.path().join(".claude.lock").exists());
+    }
+}
