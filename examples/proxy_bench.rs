@@ -264,9 +264,11 @@ mod tls {
                 Arc::new(FixedSecret(Secret::new("bench-secret".into()))),
                 tls,
             )],
-            authority: RunAuthority::generate().expect("run CA"),
+            authority: Some(RunAuthority::generate().expect("run CA")),
+            elsewhere: Vec::new(),
         });
-        std::fs::write(run_ca_out, broker.authority.certificate_pem()).expect("write run CA");
+        let authority = broker.authority.as_ref().expect("run CA");
+        std::fs::write(run_ca_out, authority.certificate_pem()).expect("write run CA");
         let list = AllowList::new(allow.to_vec(), vec!["127.0.0.1".into()]).expect("allow");
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         println!("{}", listener.local_addr().expect("addr").port());

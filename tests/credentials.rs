@@ -29,6 +29,9 @@ use stepproof::supervisor::proxy::{self, ConnectionRecord, ProxyHandle};
 
 const TOKEN: &str = "ghs_REAL-token-never-inside-4f9a";
 const OTHER_TOKEN: &str = "other-REAL-secret-81be";
+/// The model login's placeholder: only the gateway accepts it, the proxy blocks it anywhere.
+const MODEL_PLACEHOLDER: &str =
+    "sk-ant-oat01-STEPPROOF-PLACEHOLDER-00112233445566778899aabbccddeeff";
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
@@ -249,7 +252,8 @@ fn setup() -> Setup {
                 tls,
             ),
         ],
-        authority: RunAuthority::generate().unwrap(),
+        authority: Some(RunAuthority::generate().unwrap()),
+        elsewhere: vec![("model-login".into(), MODEL_PLACEHOLDER.into())],
     });
     let allow = AllowList::new(
         vec![
@@ -324,7 +328,7 @@ impl Setup {
         let mut roots = RootCertStore::empty();
         roots
             .add(CertificateDer::from_pem_slice_compat(
-                self.broker.authority.certificate_pem(),
+                self.broker.authority.as_ref().unwrap().certificate_pem(),
             ))
             .unwrap();
         self.tls_through(host, roots).expect("TLS with the proxy")
@@ -590,6 +594,59 @@ fn a_placeholder_where_it_does_not_belong_is_blocked_and_recorded() {
     let (status, _) = read_head(&mut connect);
     assert_eq!(status, 403);
     assert_eq!(s.record().placeholder_blocked.as_deref(), Some("other"));
+    // The model login's placeholder: on a terminated host, even in that host's credential
+    // scope, over plain HTTP, and in a CONNECT's own head, lower-cased.
+    let mut tls = s.inside("git.test");
+    let (status, body) = exchange(
+        &mut tls,
+        &format!(
+            "GET /o/r.git/info/refs HTTP/1.1\r\nHost: git.test:{port}\r\nX-Api-Key: {MODEL_PLACEHOLDER}\r\n\r\n"
+        ),
+    );
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("model API"), "{body}");
+    let r = s.record();
+    assert_eq!(
+        r.placeholder_blocked.as_deref(),
+        Some("model-login"),
+        "{r:?}"
+    );
+    assert_eq!(r.credential, None);
+    let _ = s.record();
+    let mut plain = TcpStream::connect(s.proxy_addr).unwrap();
+    plain
+        .write_all(
+            format!(
+                "GET http://web.test:{port}/v1/messages HTTP/1.1\r\nHost: web.test\r\nAuthorization: Bearer {MODEL_PLACEHOLDER}\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+    let (status, _) = read_head(&mut plain);
+    assert_eq!(status, 403);
+    let r = s.record();
+    assert_eq!(
+        r.placeholder_blocked.as_deref(),
+        Some("model-login"),
+        "{r:?}"
+    );
+    assert!(!r.allowed);
+    let mut connect = TcpStream::connect(s.proxy_addr).unwrap();
+    connect
+        .write_all(
+            format!(
+                "CONNECT plain.test:{port} HTTP/1.1\r\nX-Leak: {}\r\n\r\n",
+                MODEL_PLACEHOLDER.to_ascii_lowercase()
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+    let (status, _) = read_head(&mut connect);
+    assert_eq!(status, 403);
+    assert_eq!(
+        s.record().placeholder_blocked.as_deref(),
+        Some("model-login")
+    );
     // Nothing reached the origin.
     assert_eq!(s.origin.accepted.load(Ordering::SeqCst), before);
 }
@@ -626,7 +683,7 @@ fn hosts_without_a_rule_stay_end_to_end_tunnels() {
     let mut run_ca = RootCertStore::empty();
     run_ca
         .add(CertificateDer::from_pem_slice_compat(
-            s.broker.authority.certificate_pem(),
+            s.broker.authority.as_ref().unwrap().certificate_pem(),
         ))
         .unwrap();
     assert!(s.tls_through("plain.test", run_ca).is_err());

@@ -652,3 +652,86 @@ both!(
         );
     }
 );
+
+// The login's placeholder is for the gateway alone: sent through the proxy — here over plain
+// HTTP to an allowed host, in a header — it is refused before anything is connected, and
+// recorded as an exfiltration attempt naming the model login.
+both!(
+    the_login_placeholder_is_blocked_anywhere_but_the_gateway,
+    |w: &World| {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.2:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        // The origin answers every request 204 and counts them.
+        let origin = std::thread::spawn(move || {
+            let mut served = 0;
+            listener.set_nonblocking(false).unwrap();
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { break };
+                let mut head = [0u8; 4096];
+                let n = stream.read(&mut head).unwrap_or(0);
+                if n == 0 || head.starts_with(b"QUIT") {
+                    break;
+                }
+                served += 1;
+                let _ = stream.write_all(b"HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n");
+            }
+            served
+        });
+        let profile = w.base.join("plain.toml");
+        fs::write(
+            &profile,
+            format!(
+                "extends = \"ci\"\n[network]\nallow = [\"127.0.0.2:{port}\"]\nallow_addresses = [\"127.0.0.2\"]\n"
+            ),
+        )
+        .unwrap();
+        fs::set_permissions(&profile, fs::Permissions::from_mode(0o644)).unwrap();
+        let audit_dir = scratch(w, "plain-audit");
+        chown_tree(&audit_dir, w.owner);
+        let audit = audit_dir.join("audit.jsonl");
+        let key = format!("sk-ant-api03-Real-{}", suffix());
+        let script = format!(
+            "curl -s -m 20 -o /dev/null -w '%{{http_code}}' -H \"x-api-key: $ANTHROPIC_API_KEY\" http://127.0.0.2:{port}/v1/messages; echo; \
+             curl -s -m 20 -o /dev/null -w '%{{http_code}}' http://127.0.0.2:{port}/plain"
+        );
+        let out = w
+            .command(
+                &[
+                    "--profile",
+                    profile.to_str().unwrap(),
+                    "--audit-log",
+                    audit.to_str().unwrap(),
+                ],
+                &["/bin/sh", "-c", &script],
+            )
+            .env("ANTHROPIC_API_KEY", &key)
+            .output()
+            .unwrap();
+        std::net::TcpStream::connect(("127.0.0.2", port))
+            .and_then(|mut s| s.write_all(b"QUIT"))
+            .unwrap();
+        let served = origin.join().unwrap();
+        assert!(out.status.success(), "{}", describe(&out));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let codes: Vec<&str> = stdout.lines().collect();
+        // The placeholder's request is refused before anything is connected; the same request
+        // without it goes through.
+        assert_eq!(codes, ["403", "204"], "{}", describe(&out));
+        assert_eq!(served, 1);
+        let log = fs::read_to_string(&audit).unwrap();
+        assert!(!log.contains(&key), "the real key is in the audit log");
+        let attempts: Vec<Value> = log
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|r| r["kind"] == "exfiltration-attempt")
+            .collect();
+        assert_eq!(attempts.len(), 1, "{log}");
+        assert_eq!(
+            attempts[0]["placeholder_blocked"], "model-login",
+            "{:#}",
+            attempts[0]
+        );
+        assert_eq!(attempts[0]["path"], "/v1/messages");
+    }
+);

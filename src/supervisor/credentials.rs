@@ -327,7 +327,11 @@ impl RunAuthority {
 #[derive(Debug)]
 pub struct Broker {
     pub credentials: Vec<ServiceCredential>,
-    pub authority: RunAuthority,
+    /// The run's CA: made only when some rule needs TLS terminated.
+    pub authority: Option<RunAuthority>,
+    /// Placeholders of credentials added elsewhere (the model login, at the gateway), by the
+    /// credential's name: never sent through the proxy, wherever to.
+    pub elsewhere: Vec<(String, String)>,
 }
 
 impl Broker {
@@ -368,27 +372,51 @@ impl Broker {
         target: &str,
         headers: &[(String, Vec<u8>)],
     ) -> Vec<&ServiceCredential> {
-        let mut texts: Vec<Vec<u8>> = vec![target.as_bytes().to_vec(), percent_decode(target)];
-        for (_, value) in headers {
-            texts.push(value.clone());
-            texts.push(percent_decode(&String::from_utf8_lossy(value)));
-            if let Some(decoded) = basic_decoded(value) {
-                texts.push(decoded);
-            }
-        }
-        for text in &mut texts {
-            text.make_ascii_lowercase();
-        }
+        let texts = searched_texts(target, headers);
         self.credentials
             .iter()
-            .filter(|c| {
-                let needle = c.placeholder.to_ascii_lowercase();
-                texts
-                    .iter()
-                    .any(|t| t.windows(needle.len()).any(|w| w == needle.as_bytes()))
-            })
+            .filter(|c| holds(&texts, &c.placeholder))
             .collect()
     }
+
+    /// The name of a credential added elsewhere whose placeholder the request carries, looked
+    /// for as [`Broker::placeholders_in`] does.
+    pub fn elsewhere_in(&self, target: &str, headers: &[(String, Vec<u8>)]) -> Option<&str> {
+        if self.elsewhere.is_empty() {
+            return None;
+        }
+        let texts = searched_texts(target, headers);
+        self.elsewhere
+            .iter()
+            .find(|(_, placeholder)| holds(&texts, placeholder))
+            .map(|(name, _)| name.as_str())
+    }
+}
+
+/// What a placeholder is looked for in: the request target and every header value, as written
+/// and percent-decoded, and inside basic-auth values; in lower case.
+fn searched_texts(target: &str, headers: &[(String, Vec<u8>)]) -> Vec<Vec<u8>> {
+    let mut texts: Vec<Vec<u8>> = vec![target.as_bytes().to_vec(), percent_decode(target)];
+    for (_, value) in headers {
+        texts.push(value.clone());
+        texts.push(percent_decode(&String::from_utf8_lossy(value)));
+        if let Some(decoded) = basic_decoded(value) {
+            texts.push(decoded);
+        }
+    }
+    for text in &mut texts {
+        text.make_ascii_lowercase();
+    }
+    texts
+}
+
+/// Whether one of `texts` (lower case) holds `placeholder`, letter case ignored.
+fn holds(texts: &[Vec<u8>], placeholder: &str) -> bool {
+    let needle = placeholder.to_ascii_lowercase();
+    !needle.is_empty()
+        && texts
+            .iter()
+            .any(|t| t.windows(needle.len()).any(|w| w == needle.as_bytes()))
 }
 
 fn percent_decode(text: &str) -> Vec<u8> {
@@ -515,7 +543,8 @@ pub fn prepare(plan: &SandboxPlan) -> Result<Option<Prepared>, String> {
     Ok(Some(Prepared {
         broker: Arc::new(Broker {
             credentials,
-            authority,
+            authority: Some(authority),
+            elsewhere: Vec::new(),
         }),
         notes,
     }))
@@ -653,7 +682,8 @@ mod tests {
                 Arc::new(FixedSecret(Secret::new("real".into()))),
                 crate::supervisor::gateway::webpki_client_config().unwrap(),
             )],
-            authority,
+            authority: Some(authority),
+            elsewhere: Vec::new(),
         };
         let none: &[(String, Vec<u8>)] = &[];
         assert_eq!(

@@ -492,7 +492,29 @@ fn launch(
             &serde_json::json!({ "rules": rules, "notes": prepared.notes }),
         );
     }
-    let broker = credentials.map(|p| p.broker);
+    // The model login's placeholders only the gateway accepts: the proxy blocks them anywhere.
+    let model_placeholders: Vec<(String, String)> = placeholder
+        .values()
+        .into_iter()
+        .map(|value| ("model-login".to_string(), value))
+        .collect();
+    let broker = match credentials {
+        Some(prepared) if model_placeholders.is_empty() => Some(prepared.broker),
+        Some(prepared) => {
+            let broker = std::sync::Arc::try_unwrap(prepared.broker)
+                .expect("the broker is not shared before the proxy starts");
+            Some(std::sync::Arc::new(credentials::Broker {
+                elsewhere: model_placeholders,
+                ..broker
+            }))
+        }
+        None if model_placeholders.is_empty() => None,
+        None => Some(std::sync::Arc::new(credentials::Broker {
+            credentials: Vec::new(),
+            authority: None,
+            elsewhere: model_placeholders,
+        })),
+    };
     let handed = agent_config_dir::open_handed_paths(plan)?;
     tracing::debug!("idmapped trees ready");
     // 4. Without a network namespace the proxy listens on the host's loopback, bound before the

@@ -138,6 +138,28 @@ impl Placeholder {
         self.api_key.as_deref()
     }
 
+    /// Every placeholder value the inside holds (the variable, the key or token it sends, the
+    /// seeded credentials file's tokens): only the gateway accepts them, the proxy blocks them.
+    pub fn values(&self) -> Vec<String> {
+        let mut values: Vec<String> = [&self.api_key, &self.bearer]
+            .into_iter()
+            .flatten()
+            .cloned()
+            .chain(self.env.iter().map(|(_, v)| v.clone()))
+            .collect();
+        if let Some(oauth) = self.credentials.as_ref().map(|c| &c["claudeAiOauth"]) {
+            for key in ["accessToken", "refreshToken"] {
+                if let Some(token) = oauth[key].as_str() {
+                    values.push(token.to_owned());
+                }
+            }
+        }
+        values.retain(|v| !v.is_empty());
+        values.sort();
+        values.dedup();
+        values
+    }
+
     /// The header a request from inside carries (tests, and the audit's wording).
     pub fn header_line(&self) -> Option<Vec<u8>> {
         match (&self.api_key, &self.bearer) {

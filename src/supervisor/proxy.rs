@@ -206,6 +206,18 @@ struct Refusal {
     body: String,
 }
 
+/// The refusal of a request that carries the placeholder of a credential added elsewhere (the
+/// model login, which only the gateway accepts).
+fn elsewhere_refusal(name: &str) -> Refusal {
+    refusal(
+        403,
+        "Forbidden",
+        format!(
+            "StepProof: this request carries the placeholder of credential {name}, which only StepProof's gateway for the model API accepts; refused and recorded as an exfiltration attempt"
+        ),
+    )
+}
+
 fn refusal(code: u16, phrase: &'static str, body: String) -> Refusal {
     Refusal { code, phrase, body }
 }
@@ -267,6 +279,12 @@ impl ProxyHandler {
                     ),
                 ),
             );
+        }
+        if let Some(broker) = &self.broker
+            && let Some(name) = broker.elsewhere_in(&head.target, &head.headers)
+        {
+            record.placeholder_blocked = Some(name.to_owned());
+            return self.deny(client, record, elsewhere_refusal(name));
         }
         let Some(entry) = self.allow.match_host(&target.host, target.port) else {
             let shown = shown_host(&target, &head);

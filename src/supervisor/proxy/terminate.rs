@@ -100,7 +100,12 @@ pub(super) fn serve(
     record
         .rule
         .push_str("; TLS terminated here (this host has credential rules)");
-    let config = match broker.authority.server_config(&target.host) {
+    let config = match broker
+        .authority
+        .as_ref()
+        .ok_or_else(|| format!("no certificate authority for {}", target.host))
+        .and_then(|authority| authority.server_config(&target.host))
+    {
         Ok(config) => config,
         Err(e) => {
             record.error = Some(e.clone());
@@ -275,6 +280,12 @@ impl Exchange<'_, '_> {
                     }
                 ),
             ));
+        }
+        // A placeholder of a credential added elsewhere (the model login) never belongs here.
+        if let Some(name) = self.broker.elsewhere_in(&head.target, &head.headers) {
+            record.placeholder_blocked = Some(name.to_owned());
+            let refused = super::elsewhere_refusal(name);
+            return Some(deny(record, refused.body));
         }
         // A placeholder outside its own rule's scope is on its way where it does not belong.
         if let Some(found) = self
