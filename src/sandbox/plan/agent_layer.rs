@@ -103,6 +103,9 @@ pub struct AgentPlan {
     /// The managed settings Claude Code will read inside, merged as it merges them
     /// (StepProof's file, then the host's documents without the keys StepProof owns).
     pub managed_merged: serde_json::Value,
+    /// Exactly what StepProof writes to `/etc/claude-code/managed-settings.json` (hooks, pins,
+    /// the profile's keys): what the gateway and the launch lay over server-managed settings.
+    pub managed_ours: serde_json::Value,
     pub notes: Vec<String>,
     pub env: Vec<(String, String)>,
     pub state: AgentState,
@@ -482,6 +485,7 @@ pub fn plan_agent(
         mounts,
         managed_removed: host.removed,
         managed_merged: merged,
+        managed_ours: ours,
         notes: host.notes,
         env,
         state,
@@ -638,7 +642,18 @@ fn sanitize_drop_in(
     let serde_json::Value::Object(mut settings) = value else {
         return Err("not a JSON object".into());
     };
-    let mut removed = crate::profile::claude_settings::remove_owned_keys(&mut settings);
+    let removed = remove_owned_from_document(&mut settings, pinned);
+    Ok((settings, removed))
+}
+
+/// Removes from an organisation's managed-settings document (a host file, a drop-in, the
+/// server's settings) the keys StepProof owns, the variables StepProof pins in `env`
+/// (`pinned`) and every exported bash function there; returns what was removed.
+pub fn remove_owned_from_document(
+    settings: &mut serde_json::Map<String, serde_json::Value>,
+    pinned: &[String],
+) -> Vec<String> {
+    let mut removed = crate::profile::claude_settings::remove_owned_keys(settings);
     if let Some(serde_json::Value::Object(env)) = settings.get_mut("env") {
         let names: Vec<String> = env
             .keys()
@@ -655,7 +670,7 @@ fn sanitize_drop_in(
             removed.push(format!("env.{name} (pinned by StepProof)"));
         }
     }
-    Ok((settings, removed))
+    removed
 }
 
 /// Managed settings as Claude Code 2.1.328 merges its documents (`managed-settings.json`, then

@@ -244,6 +244,9 @@ pub struct SandboxPlan {
     /// The managed settings Claude Code reads inside, merged as it merges them: StepProof's,
     /// then the host's `managed-settings.json` and drop-ins without the keys StepProof owns.
     pub managed_settings: Option<serde_json::Value>,
+    /// Exactly what StepProof writes to `/etc/claude-code/managed-settings.json`: the gateway
+    /// and the launch lay it over the organisation's server-managed settings.
+    pub managed_ours: Option<serde_json::Value>,
     /// The repositories found at launch (the workspace's and the nested ones the bounded scan
     /// reached): the sweep compares what their `.git` is after the run.
     pub repositories: Vec<PathBuf>,
@@ -629,6 +632,7 @@ fn plan_with<S: IsolationStrategy>(
         .map(|a| a.managed_removed.clone())
         .unwrap_or_default();
     let managed_settings = agent.as_ref().map(|a| a.managed_merged.clone());
+    let managed_ours = agent.as_ref().map(|a| a.managed_ours.clone());
     if let Some(agent) = &agent {
         notes.extend(agent.notes.iter().cloned());
     }
@@ -770,6 +774,7 @@ fn plan_with<S: IsolationStrategy>(
         agent: agent.map(|a| a.state),
         managed_settings_removed,
         managed_settings,
+        managed_ours,
         repositories,
         isolation: S::ISOLATION,
         losses: realized.losses,
