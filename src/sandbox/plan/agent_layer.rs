@@ -27,6 +27,16 @@ pub const DROP_IN_DIR: &str = "managed-settings.d";
 /// command in a login shell instead, whose startup files are the host's or read-only stand-ins
 /// (see `LOGIN_FILES`).
 pub const SOURCED_DIRS: &[&str] = &["shell-snapshots", "session-env"];
+/// Claude Code's caches of the organisation's server-managed settings, of the consent to them and
+/// of its policy limits, in the config directory: a copy written there would be taken by a
+/// `claude` that cannot reach the server (a stale-cache fallback, or a 304 to its conditional
+/// request). The supervisor makes them empty, and they are read-only inside; the organisation's
+/// settings come in as a managed drop-in instead (`supervisor::server_settings`).
+pub const READ_ONLY_CACHES: &[&str] = &[
+    "remote-settings.json",
+    "remote-settings-consent.json",
+    "policy-limits.json",
+];
 /// The startup files a non-interactive login shell reads from the home (bash, sh, zsh), which
 /// Claude Code's Bash tool runs when it has no snapshot: read-only stand-ins where the run's
 /// home is its own and writable (`home = "allowlist"`).
@@ -473,9 +483,14 @@ pub fn plan_agent(
     ]
     .into_iter()
     // What Claude Code sources before every command, read-only (the supervisor made them).
-    .chain(SOURCED_DIRS.iter().map(|dir| MountOp::ReadOnlyInPlace {
-        path: Path::new(CONFIG_DIR).join(dir),
-    }))
+    .chain(
+        SOURCED_DIRS
+            .iter()
+            .chain(READ_ONLY_CACHES)
+            .map(|name| MountOp::ReadOnlyInPlace {
+                path: Path::new(CONFIG_DIR).join(name),
+            }),
+    )
     .collect();
     let env = vec![
         ("CLAUDE_CONFIG_DIR".to_string(), CONFIG_DIR.to_string()),

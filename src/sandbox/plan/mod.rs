@@ -1602,7 +1602,9 @@ mod tests {
     /// anyway; without an agent there is nothing to stand in for.
     #[test]
     fn what_claude_code_sources_before_a_command_is_read_only() {
-        use crate::sandbox::plan::agent_layer::{CONFIG_DIR, LOGIN_FILES, SOURCED_DIRS};
+        use crate::sandbox::plan::agent_layer::{
+            CONFIG_DIR, LOGIN_FILES, READ_ONLY_CACHES, SOURCED_DIRS,
+        };
         let dir = tempfile::tempdir().unwrap();
         let home = dir.path().canonicalize().unwrap();
         let ws = home.join("w");
@@ -1624,7 +1626,8 @@ mod tests {
                 .iter()
                 .position(|m| matches!(m, MountOp::FromSupervisor { dst, .. } if dst == Path::new(CONFIG_DIR)))
                 .unwrap();
-            for name in SOURCED_DIRS {
+            // And the caches of server-managed settings and policy limits.
+            for name in SOURCED_DIRS.iter().chain(READ_ONLY_CACHES) {
                 let op = MountOp::ReadOnlyInPlace {
                     path: Path::new(CONFIG_DIR).join(name),
                 };
