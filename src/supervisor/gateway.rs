@@ -953,9 +953,7 @@ fn write_status(out: &mut impl Write, code: u16, phrase: &str, body: &str) -> io
     out.write_all(response.as_bytes())
 }
 
-/// The caller's `NODE_EXTRA_CA_CERTS`: the CA file Claude Code on this host would trust
-/// beside the public roots (a corporate gateway's, a test CA), so the gateway trusts it too.
-pub const EXTRA_CA_ENV: &str = "NODE_EXTRA_CA_CERTS";
+pub use crate::supervisor::login::EXTRA_CA_ENV;
 
 /// The gateway's upstream and login for a plan's `[network.gateway]`, resolved before the
 /// sandbox starts (a missing credential named by the profile, or an unreadable CA, stops the

@@ -16,6 +16,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+/// The caller's `NODE_EXTRA_CA_CERTS`: the CA file Claude Code on this host would trust
+/// beside the public roots (a corporate gateway's, a test CA), so StepProof trusts it too.
+pub const EXTRA_CA_ENV: &str = "NODE_EXTRA_CA_CERTS";
 /// Claude Code's credentials file, in its config directory (`~/.claude`).
 pub const STORE_FILE: &str = ".credentials.json";
 /// Claude Code's OAuth token endpoint and client (2.1.328).

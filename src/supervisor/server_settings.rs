@@ -328,7 +328,7 @@ pub fn at_launch(plan: &mut SandboxPlan, upstream_host: &str, login: &ModelLogin
         None if fetches(login, upstream_host) => URL.to_owned(),
         _ => return,
     };
-    let extra: Vec<PathBuf> = std::env::var(crate::supervisor::gateway::EXTRA_CA_ENV)
+    let extra: Vec<PathBuf> = std::env::var(crate::supervisor::login::EXTRA_CA_ENV)
         .ok()
         .filter(|v| !v.trim().is_empty())
         .map(PathBuf::from)
