@@ -29,6 +29,11 @@ The object form also takes
             "expires_in": 3600}                    `POST /v1/oauth/token` (grant_type
                                                    refresh_token, Claude Code's client id)
                                                    answers A and R2 for R, once: R is then spent.
+  "server_settings": {...}                         `GET /api/claude_code/settings` (the
+                                                   organisation's server-managed settings)
+                                                   answers {"uuid", "checksum", "settings": …}
+                                                   to a credential of "accept" (401 otherwise);
+                                                   without it, 404 (none configured).
 With --tls-cert/--tls-key it serves HTTPS (a test CA's certificate for the host).
 """
 import argparse
@@ -110,8 +115,27 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("content-length", "0")
         self.end_headers()
 
+    def credential_accepted(self, accept):
+        auth = self.headers.get("authorization")
+        key = self.headers.get("x-api-key")
+        return auth in accept or (key is not None and f"x-api-key {key}" in accept)
+
     def do_GET(self):
         self.record(None)
+        config = self.server.script if isinstance(self.server.script, dict) else {}
+        if self.path.split("?")[0] == "/api/claude_code/settings":
+            settings = config.get("server_settings")
+            accept = config.get("accept")
+            if accept is not None and not self.credential_accepted(accept):
+                self.reply_json(401, {"type": "error", "error": {"type": "authentication_error",
+                                                                 "message": "invalid credential"}})
+            elif settings is None:
+                self.reply_json(404, {"type": "error", "error": {"type": "not_found_error",
+                                                                 "message": "no settings"}})
+            else:
+                self.reply_json(200, {"uuid": "mock-settings", "checksum": "mock-checksum",
+                                      "settings": settings})
+            return
         self.reply_json(200, {})
 
     def record(self, body):
@@ -148,9 +172,7 @@ class Handler(BaseHTTPRequestHandler):
             return
         accept = config.get("accept")
         if accept is not None and self.path.startswith("/v1/messages"):
-            auth = self.headers.get("authorization")
-            key = self.headers.get("x-api-key")
-            if not (auth in accept or (key is not None and f"x-api-key {key}" in accept)):
+            if not self.credential_accepted(accept):
                 self.reply_json(401, {"type": "error", "error": {"type": "authentication_error",
                                                                  "message": "invalid credential"}})
                 return

@@ -234,6 +234,16 @@ fn carry_out(
     let mut plan = host::plan_for(&profile, &facts).map_err(plan_failure)?;
     // What the plan names, made now (and removed when this goes, whatever happens next).
     let scratch = launch::ScratchDir::create(&plan).map_err(|e| Failure::host(e.to_string()))?;
+    // The model login (the gateway's): found before the plan is final, because the
+    // organisation's server-managed settings are fetched with it (when Claude Code on this host
+    // would fetch them) and carried in as a managed drop-in.
+    let gateway = launch::prepare_gateway(&plan).map_err(Failure::host)?;
+    if let Some((upstream, login)) = &gateway
+        && plan.agent.is_some()
+        && !args.selftest
+    {
+        crate::supervisor::server_settings::at_launch(&mut plan, &upstream.host, login);
+    }
     if plan.agent.is_some() {
         // The hook is the profile's promise: a command line that would switch it off is
         // refused, and a host whose managed settings try to is refused in CI and named always.
@@ -245,16 +255,16 @@ fn carry_out(
             if args.ci {
                 // The host's set-up, not the invocation: another host may run it.
                 return Err(Failure::host(format!(
-                    "the host's Claude Code managed settings set keys that would switch StepProof's hook off or replace it; refusing to start in CI (remove them from the host):\n  {list}"
+                    "the organisation's Claude Code managed settings (the host's files, or the server's) set keys that would switch StepProof's hook off or replace it; refusing to start in CI (remove them):\n  {list}"
                 )));
             }
             if profile.assurance == crate::sandbox::landlock::Assurance::Strict {
                 return Err(Failure::host(format!(
-                    "the host's Claude Code managed settings set keys that would weaken StepProof (switch its hook off, replace the managed settings, or fetch a credential inside); refusing to start under assurance = \"strict\" (remove them from the host, or use a profile with assurance = \"best-effort\", which drops them inside and runs):\n  {list}"
+                    "the organisation's Claude Code managed settings (the host's files, or the server's) set keys that would weaken StepProof (switch its hook off, replace the managed settings, or fetch a credential inside); refusing to start under assurance = \"strict\" (remove them, or use a profile with assurance = \"best-effort\", which drops them inside and runs):\n  {list}"
                 )));
             }
             crate::say!(
-                "stepproof-run: WARNING: the host's Claude Code managed settings set keys StepProof owns; they are removed inside, the hook stays, the rest of the organisation's settings apply:\n  {list}"
+                "stepproof-run: WARNING: the organisation's Claude Code managed settings set keys StepProof owns; they are removed inside, the hook stays, the rest of the organisation's settings apply:\n  {list}"
             );
         }
     }
@@ -352,6 +362,7 @@ fn carry_out(
         watch: (!args.selftest)
             .then(|| (snapshot.watch_targets(), facts.run_dir.join("quarantine"))),
         cgroup: limits.cgroup.as_ref(),
+        gateway,
     };
     let mut result = launch::run(&plan, &command, audit.as_ref(), &options);
     tracing::debug!("sandbox gone");

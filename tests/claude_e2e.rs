@@ -891,7 +891,7 @@ both_claude!(a_host_drop_in_cannot_switch_the_hook_off, |w: &World| {
     assert!(run.status.success(), "{}", run.describe());
     assert!(
         run.stderr
-            .contains("WARNING: the host's Claude Code managed settings"),
+            .contains("WARNING: the organisation's Claude Code managed settings"),
         "{}",
         run.describe()
     );

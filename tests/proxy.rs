@@ -788,7 +788,7 @@ mod gateway {
         let (tx, rx) = channel();
         let login = ModelLogin::fixed(credential);
         let placeholder = String::from_utf8(login.placeholder().header_line().unwrap()).unwrap();
-        let handle = gateway::serve_gateway(listener, upstream, Arc::new(login), tx);
+        let handle = gateway::serve_gateway(listener, upstream, Arc::new(login), None, tx);
         Gateway {
             path,
             placeholder,

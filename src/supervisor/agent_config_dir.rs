@@ -111,6 +111,10 @@ pub fn prepare(
             .create(&path)
             .map_err(fail("creating", &path))?;
     }
+    // Empty, and read-only inside: no cached server settings or policy limits of the agent's.
+    for name in crate::sandbox::plan::agent_layer::READ_ONLY_CACHES {
+        write_private(&state.config_dir.join(name), b"")?;
+    }
     chown_tree(&state.config_dir, uid, gid)?;
 
     let _ = fs::remove_file(&state.hook_socket);

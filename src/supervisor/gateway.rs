@@ -10,6 +10,7 @@ use crate::supervisor::login::{ModelLogin, Url};
 use crate::supervisor::proxy::io::{self as http, Framing, HeadError, Header, Input};
 use crate::supervisor::proxy::server::{Handler, Refused, Server, Sock, Sockets};
 use crate::supervisor::proxy::{ConnectionRecord, HEAD_TIMEOUT, MAX_CONNECTIONS};
+use crate::supervisor::server_settings::{self, ServerSettings};
 use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ClientConnection, StreamOwned};
 use std::fmt;
@@ -144,16 +145,30 @@ impl GatewayHandle {
     }
 }
 
+/// What the gateway lays over the organisation's server-managed settings
+/// ([`server_settings::merge_server_settings`]).
+#[derive(Debug, Clone)]
+pub struct ServerSettingsMerge {
+    /// Exactly what StepProof writes to `/etc/claude-code/managed-settings.json`.
+    pub ours: serde_json::Value,
+    /// `assurance = "strict"`: a server that sets keys StepProof owns is refused.
+    pub strict: bool,
+}
+
 /// Serves the gateway on `listener` from a new thread; one record per request to `records`.
+/// With `settings`, `GET` [`server_settings::ENDPOINT`] is answered with StepProof's managed
+/// settings laid over the server's (without it, as any other request).
 pub fn serve_gateway(
     listener: UnixListener,
     upstream: Upstream,
     login: Arc<ModelLogin>,
+    settings: Option<ServerSettingsMerge>,
     records: Sender<ConnectionRecord>,
 ) -> GatewayHandle {
     let handler = GatewayHandler {
         upstream,
         login,
+        settings,
         records,
     };
     GatewayHandle {
@@ -164,6 +179,7 @@ pub fn serve_gateway(
 struct GatewayHandler {
     upstream: Upstream,
     login: Arc<ModelLogin>,
+    settings: Option<ServerSettingsMerge>,
     records: Sender<ConnectionRecord>,
 }
 
@@ -363,6 +379,22 @@ impl GatewayHandler {
             framing => Body::Streamed(framing),
         };
 
+        if let Some(merge) = &self.settings
+            && head.method.eq_ignore_ascii_case("GET")
+            && path.split('?').next() == Some(server_settings::ENDPOINT)
+        {
+            let keep = self.serve_server_settings(
+                client,
+                upstream,
+                sockets,
+                record,
+                merge,
+                &path,
+                &head,
+                &credential,
+            );
+            return Some(keep && client_keep);
+        }
         let mut retried = false;
         loop {
             let forwarded = self.forwarded_head(&head.method, &path, &head.headers, &credential);
@@ -468,6 +500,169 @@ impl GatewayHandler {
                 Some(false)
             }
         }
+    }
+
+    /// `GET` [`server_settings::ENDPOINT`]: sent without [`server_settings::STRIP_REQUEST_HEADERS`],
+    /// the answer read whole (at most [`server_settings::BODY_MAX`]) and answered as
+    /// [`server_settings::merge_server_settings`] says; a refusal is a 502, said at once and
+    /// recorded (Claude Code then has no server settings and reads StepProof's `/etc`, or does
+    /// not start a session its organisation requires them for: either way the refused settings
+    /// are never used). Returns whether the connection may stay open.
+    #[allow(clippy::too_many_arguments)]
+    fn serve_server_settings(
+        &self,
+        client: &UnixStream,
+        upstream: &mut Option<UpstreamConn>,
+        sockets: &Sockets,
+        record: &mut ConnectionRecord,
+        merge: &ServerSettingsMerge,
+        path: &str,
+        head: &http::RequestHead,
+        credential: &Credential,
+    ) -> bool {
+        let refuse = |record: &mut ConnectionRecord, code: u16, phrase: &str, why: String| {
+            record.error = Some(why.clone());
+            let _ = write_status(
+                &mut &*client,
+                code,
+                phrase,
+                &format!("StepProof gateway: {why}\n"),
+            );
+            false
+        };
+        // A fresh connection, closed after: this answer is read whole, never relayed.
+        *upstream = None;
+        let mut conn = match self.connect_upstream() {
+            Ok(conn) => conn,
+            Err(e) => return refuse(record, 502, "Bad Gateway", e),
+        };
+        if let Ok(clone) = conn.input.inner.sock().try_clone() {
+            sockets.register(Sock::Tcp(clone));
+        }
+        record.resolved = Some(conn.addr.to_string());
+        record.allowed = true;
+        let stripped: Vec<Header> = head
+            .headers
+            .iter()
+            .filter(|(name, _)| {
+                !server_settings::STRIP_REQUEST_HEADERS
+                    .iter()
+                    .any(|s| name.eq_ignore_ascii_case(s))
+            })
+            .cloned()
+            .collect();
+        let forwarded = self.forwarded_head("GET", path, &stripped, credential);
+        let sent = conn
+            .input
+            .inner
+            .write_all(&forwarded)
+            .and_then(|()| conn.input.inner.flush());
+        if let Err(e) = sent {
+            return refuse(
+                record,
+                502,
+                "Bad Gateway",
+                format!("sending the request upstream: {e}"),
+            );
+        }
+        record.bytes_up += forwarded.len() as u64;
+        let answer = (|| -> Result<(http::ResponseHead, Vec<u8>), String> {
+            let response = loop {
+                let response = http::read_response_head(&mut conn.input)
+                    .map_err(|e| format!("reading the upstream response: {e}"))?;
+                if !(100..200).contains(&response.code) {
+                    break response;
+                }
+            };
+            let framing = if matches!(response.code, 204 | 304) {
+                Framing::None
+            } else {
+                http::body_framing(&response.headers, Framing::UntilClose)
+                    .map_err(|e| format!("upstream response: {e}"))?
+            };
+            let mut raw = Vec::new();
+            let mut capped = CappedWriter {
+                out: &mut raw,
+                left: server_settings::BODY_MAX + 1,
+            };
+            http::relay_body(&mut conn.input, &mut capped, framing)
+                .map_err(|e| format!("reading the settings answer: {e}"))?;
+            if raw.len() as u64 > server_settings::BODY_MAX {
+                return Err(format!(
+                    "the settings answer is larger than {} bytes",
+                    server_settings::BODY_MAX
+                ));
+            }
+            let body = if framing == Framing::Chunked {
+                crate::supervisor::login::dechunk(&raw)?
+            } else {
+                raw
+            };
+            Ok((response, body))
+        })();
+        let (response, body) = match answer {
+            Ok(answer) => answer,
+            Err(why) => return refuse(record, 502, "Bad Gateway", why),
+        };
+        record.bytes_down += body.len() as u64;
+        let encoded = http::header_values(&response.headers, "content-encoding")
+            .any(|v| !v.eq_ignore_ascii_case(b"identity"));
+        let outcome = if encoded && response.code == 200 {
+            ServerSettings::Refuse(
+                "the settings server's answer is encoded although the request asked for none; it is not used".into(),
+            )
+        } else {
+            server_settings::merge_server_settings(response.code, &body, &merge.ours, merge.strict)
+        };
+        let (code, phrase, body, json) = match outcome {
+            ServerSettings::Forward => {
+                let phrase = status_phrase(&response.raw);
+                (response.code, phrase, body, false)
+            }
+            ServerSettings::Replace { body, removed } => {
+                if !removed.is_empty() {
+                    record.rule = format!(
+                        "credential gateway: server-managed settings, keys StepProof owns removed: {}",
+                        removed.join(", ")
+                    );
+                    crate::say!(
+                        "stepproof-run: WARNING: the organisation's server-managed settings set keys StepProof owns; they were removed from the answer, the hook stays: {}",
+                        removed.join(", ")
+                    );
+                } else {
+                    record.rule =
+                        "credential gateway: server-managed settings, StepProof's laid over".into();
+                }
+                (200, "OK".to_owned(), body, true)
+            }
+            ServerSettings::Refuse(why) => {
+                record.rule = "credential gateway: server-managed settings refused".into();
+                crate::say!(
+                    "stepproof-run: WARNING: server-managed settings refused, the agent got none: {why}"
+                );
+                return refuse(record, 502, "Bad Gateway", why);
+            }
+        };
+        // Framing is ours now (the body was read whole); a replaced body drops what described
+        // the server's bytes.
+        let mut dropped = vec![
+            "content-length",
+            "transfer-encoding",
+            "connection",
+            "keep-alive",
+        ];
+        if json {
+            dropped.extend(server_settings::STRIP_RESPONSE_HEADERS);
+            dropped.push("content-type");
+        }
+        let mut out = format!("HTTP/1.1 {code} {phrase}\r\n").into_bytes();
+        http::write_forwarded_headers(&mut out, &response.headers, &dropped);
+        if json {
+            out.extend_from_slice(b"Content-Type: application/json\r\n");
+        }
+        out.extend_from_slice(format!("Content-Length: {}\r\n\r\n", body.len()).as_bytes());
+        out.extend_from_slice(&body);
+        (&*client).write_all(&out).is_ok()
     }
 
     /// Peeks at the final response head: a 401 is read whole here (capped) and, if the login
@@ -632,6 +827,17 @@ fn find_head_end(data: &[u8]) -> Option<usize> {
         .or_else(|| data.windows(2).position(|w| w == b"\n\n").map(|i| i + 2))
 }
 
+/// The reason phrase of a status line (`HTTP/1.1 404 Not Found` → `Not Found`).
+fn status_phrase(raw: &[u8]) -> String {
+    let line = raw.split(|b| *b == b'\n').next().unwrap_or_default();
+    let line = String::from_utf8_lossy(line);
+    let phrase = line.trim_end().splitn(3, ' ').nth(2).unwrap_or("").trim();
+    phrase
+        .chars()
+        .filter(|c| !c.is_control())
+        .collect::<String>()
+}
+
 /// Keeps the first `left` bytes written and drops the rest.
 struct CappedWriter<'a> {
     out: &'a mut Vec<u8>,
@@ -747,9 +953,7 @@ fn write_status(out: &mut impl Write, code: u16, phrase: &str, body: &str) -> io
     out.write_all(response.as_bytes())
 }
 
-/// The caller's `NODE_EXTRA_CA_CERTS`: the CA file Claude Code on this host would trust
-/// beside the public roots (a corporate gateway's, a test CA), so the gateway trusts it too.
-pub const EXTRA_CA_ENV: &str = "NODE_EXTRA_CA_CERTS";
+pub use crate::supervisor::login::EXTRA_CA_ENV;
 
 /// The gateway's upstream and login for a plan's `[network.gateway]`, resolved before the
 /// sandbox starts (a missing credential named by the profile, or an unreadable CA, stops the
@@ -807,4 +1011,154 @@ pub fn prepare(
         ));
     };
     Ok((upstream, Arc::new(model_login)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sandbox::plan::agent_layer::{managed_settings, managed_settings_problems};
+    use std::io::{BufRead, BufReader};
+    use std::net::TcpListener;
+    use std::sync::mpsc::channel;
+
+    /// A plain-HTTP upstream that answers every request with `response` and hands each
+    /// request's head to the test.
+    fn upstream(response: &'static [u8]) -> (SocketAddr, std::sync::mpsc::Receiver<String>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = channel();
+        std::thread::spawn(move || {
+            for tcp in listener.incoming().flatten() {
+                let mut reader = BufReader::new(tcp.try_clone().unwrap());
+                let mut head = String::new();
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                        break;
+                    }
+                    head.push_str(&line);
+                }
+                let _ = tx.send(head);
+                let _ = (&tcp).write_all(response);
+            }
+        });
+        (addr, rx)
+    }
+
+    /// One GET of the settings endpoint through a gateway in front of `response`: the request
+    /// the upstream saw, the answer the client got, and the gateway's record.
+    fn through_gateway(
+        response: &'static [u8],
+        strict: bool,
+    ) -> (String, String, ConnectionRecord) {
+        let (addr, heads) = upstream(response);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("api.sock");
+        let listener = UnixListener::bind(&path).unwrap();
+        let login = ModelLogin::fixed(Credential::ApiKey("sk-real".into()));
+        let placeholder = String::from_utf8(login.placeholder().header_line().unwrap()).unwrap();
+        let (tx, records) = channel();
+        let ours = managed_settings(&serde_json::Map::new(), &[("PATH".into(), "/bin".into())]);
+        let handle = serve_gateway(
+            listener,
+            Upstream {
+                host: "api.test".into(),
+                port: addr.port(),
+                tls: None,
+                connect_addr: Some(addr),
+                path_prefix: String::new(),
+            },
+            Arc::new(login),
+            Some(ServerSettingsMerge { ours, strict }),
+            tx,
+        );
+        let mut client = UnixStream::connect(&path).unwrap();
+        client
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        write!(
+            client,
+            "GET /api/claude_code/settings HTTP/1.1\r\nHost: localhost\r\n{placeholder}If-None-Match: \"abc\"\r\nAccept-Encoding: gzip, br\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut answer = String::new();
+        client.read_to_string(&mut answer).unwrap();
+        let record = records.recv_timeout(Duration::from_secs(20)).unwrap();
+        handle.shutdown();
+        let head = heads.recv_timeout(Duration::from_secs(5)).unwrap();
+        (head, answer, record)
+    }
+
+    const SERVER: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nx-claude-code-signature: sig\r\nETag: \"e\"\r\nTransfer-Encoding: chunked\r\n\r\n82\r\n{\"uuid\":\"u\",\"checksum\":\"c\",\"settings\":{\"disableAllHooks\":true,\"hooks\":{},\"permissions\":{\"deny\":[\"Bash(git push:*)\"]},\"model\":\"m\"}}\r\n0\r\n\r\n";
+
+    #[test]
+    fn server_settings_are_answered_with_stepproofs_laid_over() {
+        let (head, answer, record) = through_gateway(SERVER, false);
+        // Sent without what would bring a cached or encoded answer, with the real credential.
+        let lower = head.to_ascii_lowercase();
+        assert!(
+            lower.starts_with("get /api/claude_code/settings http/1.1"),
+            "{head}"
+        );
+        assert!(
+            !lower.contains("if-none-match") && !lower.contains("accept-encoding"),
+            "{head}"
+        );
+        assert!(head.contains("x-api-key: sk-real"), "{head}");
+        let (answer_head, body) = answer.split_once("\r\n\r\n").unwrap();
+        let answer_lower = answer_head.to_ascii_lowercase();
+        assert!(answer_lower.starts_with("http/1.1 200 ok"), "{answer}");
+        assert!(
+            answer_lower.contains("content-type: application/json"),
+            "{answer}"
+        );
+        assert!(
+            answer_lower.contains(&format!("content-length: {}", body.len())),
+            "{answer}"
+        );
+        for gone in ["x-claude-code-signature", "etag", "transfer-encoding"] {
+            assert!(!answer_lower.contains(gone), "{gone}: {answer}");
+        }
+        let json: serde_json::Value = serde_json::from_str(body).unwrap();
+        let settings = &json["settings"];
+        assert_eq!(json["uuid"], "u");
+        assert_eq!(settings["model"], "m");
+        assert_eq!(
+            settings["permissions"]["deny"],
+            serde_json::json!(["Bash(git push:*)"])
+        );
+        assert_eq!(
+            managed_settings_problems(settings, false),
+            Vec::<String>::new()
+        );
+        assert!(settings.get("disableAllHooks").is_none(), "{settings}");
+        assert!(
+            record.rule.contains("disableAllHooks") && record.rule.contains("hooks"),
+            "{record:?}"
+        );
+        assert_eq!(record.path.as_deref(), Some("/api/claude_code/settings"));
+    }
+
+    #[test]
+    fn strict_refuses_and_other_answers_pass_as_they_are() {
+        let (_, answer, record) = through_gateway(SERVER, true);
+        assert!(answer.starts_with("HTTP/1.1 502"), "{answer}");
+        assert!(!answer.contains("disableAllHooks\":true"), "{answer}");
+        assert!(
+            record.error.as_deref().unwrap_or("").contains("strict"),
+            "{record:?}"
+        );
+        assert!(record.rule.contains("refused"), "{record:?}");
+
+        let (_, answer, _) = through_gateway(
+            b"HTTP/1.1 404 Not Found\r\nContent-Length: 9\r\n\r\nnot found",
+            false,
+        );
+        assert!(answer.starts_with("HTTP/1.1 404 Not Found\r\n"), "{answer}");
+        assert!(answer.ends_with("\r\n\r\nnot found"), "{answer}");
+
+        // A 304 would send Claude Code to its cache: never passed on.
+        let (_, answer, _) = through_gateway(b"HTTP/1.1 304 Not Modified\r\n\r\n", false);
+        assert!(answer.starts_with("HTTP/1.1 502"), "{answer}");
+    }
 }

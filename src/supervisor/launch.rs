@@ -326,10 +326,11 @@ fn start_gateway(
     listener: std::os::unix::net::UnixListener,
     upstream: gateway::Upstream,
     login: std::sync::Arc<crate::supervisor::login::ModelLogin>,
+    settings: Option<gateway::ServerSettingsMerge>,
     audit: Option<&AuditSink>,
 ) -> (gateway::GatewayHandle, std::thread::JoinHandle<()>) {
     let (tx, rx) = std::sync::mpsc::channel::<proxy::ConnectionRecord>();
-    let handle = gateway::serve_gateway(listener, upstream, login, tx);
+    let handle = gateway::serve_gateway(listener, upstream, login, settings, tx);
     (handle, drain_records("gateway", rx, audit))
 }
 
@@ -390,6 +391,32 @@ pub struct RunOptions<'a> {
     pub watch: Option<(Vec<std::path::PathBuf>, std::path::PathBuf)>,
     /// The run's cgroup: the init is put in it before the command is started.
     pub cgroup: Option<&'a crate::supervisor::cgroup::RunCgroup>,
+    /// The gateway's upstream and the model login ([`prepare_gateway`]), for a plan with a
+    /// gateway.
+    pub gateway: Option<(
+        gateway::Upstream,
+        std::sync::Arc<crate::supervisor::login::ModelLogin>,
+    )>,
+}
+
+/// The gateway's upstream and the model login for a plan with a gateway (a credential the
+/// profile names but the environment lacks, or an unreadable CA, is an error): before the
+/// launch, which needs the login's placeholder, and before the plan is final (the organisation's
+/// server-managed settings are fetched with the login).
+pub fn prepare_gateway(
+    plan: &SandboxPlan,
+) -> Result<
+    Option<(
+        gateway::Upstream,
+        std::sync::Arc<crate::supervisor::login::ModelLogin>,
+    )>,
+    String,
+> {
+    plan.gateway
+        .as_ref()
+        .map(|config| gateway::prepare(config, &plan.home, &plan.held_outside))
+        .transpose()
+        .map_err(|e| format!("setting up the credential gateway: {e}"))
 }
 
 pub fn run(
@@ -417,15 +444,16 @@ fn launch(
     audit: Option<&AuditSink>,
     options: &RunOptions<'_>,
 ) -> Result<RunResult, LaunchError> {
-    // 1. The gateway's upstream and the model login (a credential the profile names but the
-    //    environment lacks, or an unreadable CA, stops the launch here); the sandbox gets the
-    //    login's placeholder.
-    let gateway_config = match &plan.gateway {
-        Some(config) => Some(
-            gateway::prepare(config, &plan.home, &plan.held_outside)
-                .map_err(LaunchError::Gateway)?,
-        ),
-        None => None,
+    // 1. The gateway's upstream and the model login (prepared before the launch, see
+    //    `prepare_gateway`); the sandbox gets the login's placeholder.
+    let gateway_config = match (&plan.gateway, &options.gateway) {
+        (Some(_), Some(prepared)) => Some(prepared.clone()),
+        (Some(_), None) => {
+            return Err(LaunchError::Gateway(
+                "the gateway's login was not prepared".into(),
+            ));
+        }
+        (None, _) => None,
     };
     let placeholder = gateway_config
         .as_ref()
@@ -701,6 +729,13 @@ fn launch(
                     std::os::unix::net::UnixListener::from(fd),
                     upstream,
                     login,
+                    plan.managed_ours
+                        .clone()
+                        .map(|ours| gateway::ServerSettingsMerge {
+                            ours,
+                            strict: plan.landlock.assurance
+                                == crate::sandbox::landlock::Assurance::Strict,
+                        }),
                     audit,
                 )
             }),

@@ -16,6 +16,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+/// The caller's `NODE_EXTRA_CA_CERTS`: the CA file Claude Code on this host would trust
+/// beside the public roots (a corporate gateway's, a test CA), so StepProof trusts it too.
+pub const EXTRA_CA_ENV: &str = "NODE_EXTRA_CA_CERTS";
 /// Claude Code's credentials file, in its config directory (`~/.claude`).
 pub const STORE_FILE: &str = ".credentials.json";
 /// Claude Code's OAuth token endpoint and client (2.1.328).
@@ -908,12 +911,39 @@ fn post_json(
     endpoint: &RefreshEndpoint,
     body: &serde_json::Value,
 ) -> Result<(u16, Vec<u8>), String> {
-    let url = Url::parse(&endpoint.url)?;
+    let payload = serde_json::to_vec(body).expect("JSON values serialize");
+    https_request(
+        &endpoint.url,
+        &endpoint.tls,
+        "POST",
+        &[("Content-Type", "application/json")],
+        &payload,
+    )
+    .map_err(|e| match e.strip_suffix(": must be https") {
+        Some(url) => format!("{url}: the token endpoint must be https"),
+        None => e,
+    })
+}
+
+/// One request to an https URL (`Connection: close`, `Accept: application/json`, `extra`
+/// headers, `body` when not empty); returns the status and the body (at most
+/// `RESPONSE_MAX_BYTES`, within `HTTP_TIMEOUT` per read).
+pub fn https_request(
+    url_text: &str,
+    tls_config: &Arc<rustls::ClientConfig>,
+    method: &str,
+    extra: &[(&str, &str)],
+    payload: &[u8],
+) -> Result<(u16, Vec<u8>), String> {
+    let url = Url::parse(url_text)?;
     if !url.tls {
-        return Err(format!(
-            "{}: the token endpoint must be https",
-            endpoint.url
-        ));
+        return Err(format!("{url_text}: must be https"));
+    }
+    if extra
+        .iter()
+        .any(|(n, v)| n.bytes().chain(v.bytes()).any(|b| b.is_ascii_control()))
+    {
+        return Err(format!("{url_text}: a header holds control characters"));
     }
     let addrs: Vec<SocketAddr> = (url.host.as_str(), url.port)
         .to_socket_addrs()
@@ -936,19 +966,24 @@ fn post_json(
         .map_err(|e| e.to_string())?;
     let name = rustls::pki_types::ServerName::try_from(url.host.clone())
         .map_err(|e| format!("{}: {e}", url.host))?;
-    let conn = rustls::ClientConnection::new(endpoint.tls.clone(), name)
+    let conn = rustls::ClientConnection::new(tls_config.clone(), name)
         .map_err(|e| format!("TLS with {}: {e}", url.host))?;
     let mut tls = rustls::StreamOwned::new(conn, tcp);
-    let payload = serde_json::to_vec(body).expect("JSON values serialize");
     let path = if url.path.is_empty() { "/" } else { &url.path };
-    let head = format!(
-        "POST {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nAccept: application/json\r\nUser-Agent: stepproof/{}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {}\r\nAccept: application/json\r\nUser-Agent: stepproof/{}\r\nConnection: close\r\n",
         url.host_header(),
         env!("CARGO_PKG_VERSION"),
-        payload.len()
     );
+    for (name, value) in extra {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    if !payload.is_empty() || method == "POST" {
+        head.push_str(&format!("Content-Length: {}\r\n", payload.len()));
+    }
+    head.push_str("\r\n");
     tls.write_all(head.as_bytes())
-        .and_then(|()| tls.write_all(&payload))
+        .and_then(|()| tls.write_all(payload))
         .and_then(|()| tls.flush())
         .map_err(|e| format!("sending to {}: {e}", url.host))?;
     let mut raw = Vec::new();
@@ -1001,7 +1036,7 @@ fn parse_response(raw: &[u8]) -> Result<(u16, Vec<u8>), String> {
     }
 }
 
-fn dechunk(mut body: &[u8]) -> Result<Vec<u8>, String> {
+pub(crate) fn dechunk(mut body: &[u8]) -> Result<Vec<u8>, String> {
     let mut out = Vec::new();
     loop {
         let line_end = body

@@ -27,6 +27,16 @@ pub const DROP_IN_DIR: &str = "managed-settings.d";
 /// command in a login shell instead, whose startup files are the host's or read-only stand-ins
 /// (see `LOGIN_FILES`).
 pub const SOURCED_DIRS: &[&str] = &["shell-snapshots", "session-env"];
+/// Claude Code's caches of the organisation's server-managed settings, of the consent to them and
+/// of its policy limits, in the config directory: a copy written there would be taken by a
+/// `claude` that cannot reach the server (a stale-cache fallback, or a 304 to its conditional
+/// request). The supervisor makes them empty, and they are read-only inside; the organisation's
+/// settings come in as a managed drop-in instead (`supervisor::server_settings`).
+pub const READ_ONLY_CACHES: &[&str] = &[
+    "remote-settings.json",
+    "remote-settings-consent.json",
+    "policy-limits.json",
+];
 /// The startup files a non-interactive login shell reads from the home (bash, sh, zsh), which
 /// Claude Code's Bash tool runs when it has no snapshot: read-only stand-ins where the run's
 /// home is its own and writable (`home = "allowlist"`).
@@ -103,6 +113,9 @@ pub struct AgentPlan {
     /// The managed settings Claude Code will read inside, merged as it merges them
     /// (StepProof's file, then the host's documents without the keys StepProof owns).
     pub managed_merged: serde_json::Value,
+    /// Exactly what StepProof writes to `/etc/claude-code/managed-settings.json` (hooks, pins,
+    /// the profile's keys): what the gateway and the launch lay over server-managed settings.
+    pub managed_ours: serde_json::Value,
     pub notes: Vec<String>,
     pub env: Vec<(String, String)>,
     pub state: AgentState,
@@ -479,9 +492,14 @@ pub fn plan_agent(
     ]
     .into_iter()
     // What Claude Code sources before every command, read-only (the supervisor made them).
-    .chain(SOURCED_DIRS.iter().map(|dir| MountOp::ReadOnlyInPlace {
-        path: Path::new(CONFIG_DIR).join(dir),
-    }))
+    .chain(
+        SOURCED_DIRS
+            .iter()
+            .chain(READ_ONLY_CACHES)
+            .map(|name| MountOp::ReadOnlyInPlace {
+                path: Path::new(CONFIG_DIR).join(name),
+            }),
+    )
     .collect();
     let env = vec![
         ("CLAUDE_CONFIG_DIR".to_string(), CONFIG_DIR.to_string()),
@@ -491,6 +509,7 @@ pub fn plan_agent(
         mounts,
         managed_removed: host.removed,
         managed_merged: merged,
+        managed_ours: ours,
         notes: host.notes,
         env,
         state,
@@ -647,7 +666,18 @@ fn sanitize_drop_in(
     let serde_json::Value::Object(mut settings) = value else {
         return Err("not a JSON object".into());
     };
-    let mut removed = crate::profile::claude_settings::remove_owned_keys(&mut settings);
+    let removed = remove_owned_from_document(&mut settings, pinned);
+    Ok((settings, removed))
+}
+
+/// Removes from an organisation's managed-settings document (a host file, a drop-in, the
+/// server's settings) the keys StepProof owns, the variables StepProof pins in `env`
+/// (`pinned`) and every exported bash function there; returns what was removed.
+pub fn remove_owned_from_document(
+    settings: &mut serde_json::Map<String, serde_json::Value>,
+    pinned: &[String],
+) -> Vec<String> {
+    let mut removed = crate::profile::claude_settings::remove_owned_keys(settings);
     if let Some(serde_json::Value::Object(env)) = settings.get_mut("env") {
         let names: Vec<String> = env
             .keys()
@@ -664,7 +694,7 @@ fn sanitize_drop_in(
             removed.push(format!("env.{name} (pinned by StepProof)"));
         }
     }
-    Ok((settings, removed))
+    removed
 }
 
 /// Managed settings as Claude Code 2.1.328 merges its documents (`managed-settings.json`, then

@@ -245,6 +245,9 @@ pub struct SandboxPlan {
     /// The managed settings Claude Code reads inside, merged as it merges them: StepProof's,
     /// then the host's `managed-settings.json` and drop-ins without the keys StepProof owns.
     pub managed_settings: Option<serde_json::Value>,
+    /// Exactly what StepProof writes to `/etc/claude-code/managed-settings.json`: the gateway
+    /// and the launch lay it over the organisation's server-managed settings.
+    pub managed_ours: Option<serde_json::Value>,
     /// The repositories found at launch (the workspace's and the nested ones the bounded scan
     /// reached): the sweep compares what their `.git` is after the run.
     pub repositories: Vec<PathBuf>,
@@ -667,6 +670,7 @@ fn plan_with<S: IsolationStrategy>(
         .map(|a| a.managed_removed.clone())
         .unwrap_or_default();
     let managed_settings = agent.as_ref().map(|a| a.managed_merged.clone());
+    let managed_ours = agent.as_ref().map(|a| a.managed_ours.clone());
     if let Some(agent) = &agent {
         notes.extend(agent.notes.iter().cloned());
     }
@@ -814,6 +818,7 @@ fn plan_with<S: IsolationStrategy>(
         agent: agent.map(|a| a.state),
         managed_settings_removed,
         managed_settings,
+        managed_ours,
         repositories,
         isolation: S::ISOLATION,
         losses: realized.losses,
@@ -1642,7 +1647,9 @@ mod tests {
     /// anyway; without an agent there is nothing to stand in for.
     #[test]
     fn what_claude_code_sources_before_a_command_is_read_only() {
-        use crate::sandbox::plan::agent_layer::{CONFIG_DIR, LOGIN_FILES, SOURCED_DIRS};
+        use crate::sandbox::plan::agent_layer::{
+            CONFIG_DIR, LOGIN_FILES, READ_ONLY_CACHES, SOURCED_DIRS,
+        };
         let dir = tempfile::tempdir().unwrap();
         let home = dir.path().canonicalize().unwrap();
         let ws = home.join("w");
@@ -1664,7 +1671,8 @@ mod tests {
                 .iter()
                 .position(|m| matches!(m, MountOp::FromSupervisor { dst, .. } if dst == Path::new(CONFIG_DIR)))
                 .unwrap();
-            for name in SOURCED_DIRS {
+            // And the caches of server-managed settings and policy limits.
+            for name in SOURCED_DIRS.iter().chain(READ_ONLY_CACHES) {
                 let op = MountOp::ReadOnlyInPlace {
                     path: Path::new(CONFIG_DIR).join(name),
                 };
