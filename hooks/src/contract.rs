@@ -25,7 +25,7 @@ use crate::load::Needs;
 use crate::policy::{CallContext, CompiledPolicy, FORMAT_VERSION};
 
 /// Where the launcher mounts the compiled policy inside the sandbox.
-pub const DEFAULT_POLICY_PATH: &str = "/run/stepproof/policy.json";
+pub const DEFAULT_POLICY_PATH: &str = "/run/stepproof/policy";
 /// Largest hook input accepted; more is denied (a tool call that big is not worth the risk).
 pub const MAX_INPUT_BYTES: usize = 4 << 20;
 /// Largest compiled policy the hook reads.
@@ -227,11 +227,11 @@ pub enum LoadError {
         path: PathBuf,
         source: std::io::Error,
     },
-    /// The file is not a compiled policy.
+    /// The file is not a compiled policy, or a damaged one.
     #[error("the policy {path} is not a compiled StepProof policy: {source}")]
     Parse {
         path: PathBuf,
-        source: serde_json::Error,
+        source: crate::load::DecodeError,
     },
     /// A policy compiled by another version.
     #[error("the policy {path} has format {found}, this hook reads format {FORMAT_VERSION}")]
@@ -244,24 +244,35 @@ pub fn load_policy_for(path: &Path, needs: &Needs) -> Result<CompiledPolicy, Loa
         path: path.to_path_buf(),
         source,
     };
-    let file = std::fs::File::open(path).map_err(read)?;
-    // Sized from the file's length: one read instead of a doubling series of small ones.
+    let mut file = std::fs::File::open(path).map_err(read)?;
+    // Sized from the file's length, one byte more to see the end: two reads in all.
     let size = file.metadata().map_or(0, |m| m.len()).min(MAX_POLICY_BYTES);
-    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0) + 1);
-    file.take(MAX_POLICY_BYTES)
-        .read_to_end(&mut bytes)
-        .map_err(read)?;
-    let policy = crate::load::parse(&bytes, needs).map_err(|source| LoadError::Parse {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    if policy.format != FORMAT_VERSION {
-        return Err(LoadError::Format {
-            path: path.to_path_buf(),
-            found: policy.format,
-        });
+    let mut bytes = vec![0; usize::try_from(size).unwrap_or(0) + 1];
+    let mut filled = 0;
+    while filled < bytes.len() {
+        match file.read(&mut bytes[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(read(e)),
+        }
     }
-    Ok(policy)
+    bytes.truncate(filled);
+    if filled as u64 > size {
+        // Longer than its length said: read the rest, still bounded.
+        let rest = MAX_POLICY_BYTES.saturating_sub(filled as u64);
+        file.take(rest).read_to_end(&mut bytes).map_err(read)?;
+    }
+    crate::load::parse(&bytes, needs).map_err(|source| match source {
+        crate::load::DecodeError::Version { found } => LoadError::Format {
+            path: path.to_path_buf(),
+            found,
+        },
+        source => LoadError::Parse {
+            path: path.to_path_buf(),
+            source,
+        },
+    })
 }
 
 /// Events that are gates: they fail closed.

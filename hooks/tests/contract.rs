@@ -29,8 +29,9 @@ impl Setup {
             profile_name: profile.to_string(),
         };
         let policy = compile(&common::builtin_config(profile), &context).expect("compiles");
-        let path = dir.path().join("policy.json");
-        std::fs::write(&path, serde_json::to_vec(&policy).expect("json")).expect("write policy");
+        let path = dir.path().join("policy");
+        let bytes = stepproof_hook::load::encode(&policy).expect("encodes");
+        std::fs::write(&path, bytes).expect("write policy");
         Setup { dir, policy: path }
     }
 
@@ -319,15 +320,63 @@ fn fails_closed() {
         ),
         "missing policy",
     );
-    let garbage_policy = setup.dir.path().join("garbage.json");
-    std::fs::write(&garbage_policy, "{\"format\": 1}").expect("write");
-    assert_fail_closed(
-        &run(
-            &["--policy", garbage_policy.to_str().expect("utf8")],
-            &setup.fixture("pre_bash_allow.json"),
+    // Policy files it cannot use: each is refused with its reason, never read as a policy.
+    let good = std::fs::read(&setup.policy).expect("read policy");
+    let mut other_version = good.clone();
+    other_version[16..20].copy_from_slice(&3u32.to_le_bytes());
+    let mut bad_decision = good.clone();
+    let profile_len = u32::from_le_bytes(good[20..24].try_into().expect("4 bytes")) as usize;
+    let after_names = {
+        let mut at = 24 + profile_len;
+        for _ in 0..2 {
+            let len = u32::from_le_bytes(good[at..at + 4].try_into().expect("4 bytes")) as usize;
+            at += 4 + len;
+        }
+        at
+    };
+    bad_decision[after_names] = 7;
+    let old_json = serde_json::to_vec(&common::builtin("default")).expect("json");
+    for (what, bytes, reason) in [
+        (
+            "empty policy",
+            b"".to_vec(),
+            "does not start with \"STEPPROOF-POLICY\"",
         ),
-        "malformed policy",
-    );
+        (
+            "JSON policy of format 1",
+            old_json,
+            "it looks like JSON: a policy written by an older StepProof",
+        ),
+        (
+            "other format version",
+            other_version,
+            "has format 3, this hook reads format 2",
+        ),
+        (
+            "truncated policy",
+            good[..good.len() - 1].to_vec(),
+            "is not a compiled StepProof policy: ",
+        ),
+        (
+            "bad decision",
+            bad_decision,
+            "a decision (0, 1 or 2) at byte",
+        ),
+        (
+            "trailing bytes",
+            [good.as_slice(), b"x"].concat(),
+            "the end of the file at byte",
+        ),
+    ] {
+        let path = setup.dir.path().join("bad-policy");
+        std::fs::write(&path, &bytes).expect("write");
+        let r = run(
+            &["--policy", path.to_str().expect("utf8")],
+            &setup.fixture("pre_bash_allow.json"),
+        );
+        assert_fail_closed(&r, what);
+        assert!(r.stderr.contains(reason), "{what}: {}", r.stderr);
+    }
     assert_fail_closed(
         &run(&["--bogus-flag"], &setup.fixture("pre_bash_allow.json")),
         "bad argv",
