@@ -284,27 +284,10 @@ fn is_gate(event: &str) -> bool {
 /// input was too large. Meant for the hook process: a PreToolUse call leaks its policy on
 /// purpose instead of freeing it just before the process exits.
 pub fn respond(args: &Args, stdin: &[u8]) -> Response {
-    let parsed: Result<Value, String> = if stdin.len() > MAX_INPUT_BYTES {
-        Err(format!(
-            "the hook input is larger than {MAX_INPUT_BYTES} bytes"
-        ))
-    } else {
-        serde_json::from_slice::<Value>(stdin)
-            .map_err(|e| format!("the hook input is not JSON: {e}"))
+    let (named, input) = match read_input_directly(stdin) {
+        Some(input) => (input.hook_event_name.clone(), Ok(input)),
+        None => read_input(stdin),
     };
-    let parsed = parsed.and_then(|v| {
-        if v.is_object() {
-            Ok(v)
-        } else {
-            Err("the hook input is not a JSON object".to_string())
-        }
-    });
-    let named = parsed
-        .as_ref()
-        .ok()
-        .and_then(|v| v.get("hook_event_name"))
-        .and_then(Value::as_str)
-        .map(str::to_string);
     // The event this hook was registered for (`--event`) and the one the input names must
     // agree, or the input is malformed: the registration then decides the role (a gate denies,
     // an observer records and stays out of the way).
@@ -324,10 +307,6 @@ pub fn respond(args: &Args, stdin: &[u8]) -> Response {
     if !is_gate(&event) {
         OBSERVER_EVENT.store(true, Ordering::SeqCst);
     }
-    let input = parsed.and_then(|v| {
-        serde_json::from_value::<HookInput>(v)
-            .map_err(|e| format!("the hook input has a malformed field: {e}"))
-    });
     if let Some(why) = mismatch {
         return match event.as_str() {
             "PreToolUse" => pre_tool_use(args, Err(why)),
@@ -364,6 +343,47 @@ pub fn respond(args: &Args, stdin: &[u8]) -> Response {
         "Stop" => observe(args, &event, input, turn),
         _ => Response::silent(),
     }
+}
+
+/// The usual case in one pass: a JSON object whose fields all have their types. Anything else
+/// (`None`) goes through [`read_input`], which says what is wrong.
+fn read_input_directly(stdin: &[u8]) -> Option<HookInput> {
+    let object = stdin.len() <= MAX_INPUT_BYTES
+        && stdin.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
+    object
+        .then(|| serde_json::from_slice::<HookInput>(stdin).ok())
+        .flatten()
+}
+
+/// The input's event name (when it names one as a string) and the input, or why it is not
+/// one.
+fn read_input(stdin: &[u8]) -> (Option<String>, Result<HookInput, String>) {
+    let parsed: Result<Value, String> = if stdin.len() > MAX_INPUT_BYTES {
+        Err(format!(
+            "the hook input is larger than {MAX_INPUT_BYTES} bytes"
+        ))
+    } else {
+        serde_json::from_slice::<Value>(stdin)
+            .map_err(|e| format!("the hook input is not JSON: {e}"))
+    };
+    let parsed = parsed.and_then(|v| {
+        if v.is_object() {
+            Ok(v)
+        } else {
+            Err("the hook input is not a JSON object".to_string())
+        }
+    });
+    let named = parsed
+        .as_ref()
+        .ok()
+        .and_then(|v| v.get("hook_event_name"))
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let input = parsed.and_then(|v| {
+        serde_json::from_value::<HookInput>(v)
+            .map_err(|e| format!("the hook input has a malformed field: {e}"))
+    });
+    (named, input)
 }
 
 fn pre_tool_use(args: &Args, input: Result<HookInput, String>) -> Response {
