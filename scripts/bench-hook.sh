@@ -4,6 +4,8 @@
 # default profile. Medians of interleaved runs (stub, hook-10, hook-200, hook-2000,
 # hook-default, stub, …), printed as ratios. Target: <= 1.3x the stub at 200 rules. The input
 # is a PreToolUse Bash call (`cargo test --workspace 2>&1 | tail -20`) that every policy allows.
+# The policies are in the hook's binary format (`stepproof_hook::load`), written by the same
+# encoder as the supervisor's.
 #
 # The hook is linked statically and not position-independent (glibc, `-C
 # target-feature=+crt-static -C relocation-model=static`: a static-pie binary spends its
@@ -36,7 +38,7 @@ gcc -O2 -o "$work/runner" "$here/runner.c"
 echo "writing policies…" >&2
 for n in 10 200 2000 default; do
     CARGO_TARGET_DIR="$target_dir" cargo run --quiet --manifest-path "$root/Cargo.toml" \
-        -p stepproof-hook --example bench_policy -- "$n" /work/project > "$work/policy-$n.json"
+        -p stepproof-hook --example bench_policy -- "$n" /work/project > "$work/policy-$n"
 done
 
 cat > "$work/input.json" <<'JSON'
@@ -45,16 +47,16 @@ JSON
 
 # Sanity: the hook allows the benchmark's input with every policy.
 for n in 10 200 2000 default; do
-    "$hook" --policy "$work/policy-$n.json" < "$work/input.json" | grep -q '"allow"' \
+    "$hook" --policy "$work/policy-$n" < "$work/input.json" | grep -q '"allow"' \
         || { echo "the hook did not allow the benchmark input with $n rules" >&2; exit 1; }
 done
 
 mapfile -t medians < <("$work/runner" "$runs" "$work/input.json" \
     "$work/stub" :: \
-    "$hook" --policy "$work/policy-10.json" :: \
-    "$hook" --policy "$work/policy-200.json" :: \
-    "$hook" --policy "$work/policy-2000.json" :: \
-    "$hook" --policy "$work/policy-default.json")
+    "$hook" --policy "$work/policy-10" :: \
+    "$hook" --policy "$work/policy-200" :: \
+    "$hook" --policy "$work/policy-2000" :: \
+    "$hook" --policy "$work/policy-default")
 
 stub="${medians[0]}"
 printf 'runs: %s interleaved, medians of whole-process wall time\n' "$runs"
@@ -69,6 +71,6 @@ for n in 10 200 2000 default; do
         "${medians[$i]}" \
         "$(awk -v a="${medians[$i]}" -v b="$stub" 'BEGIN { print a / b }')" \
         "$(awk -v a="${medians[$i]}" -v b="$stub" 'BEGIN { print a - b }')" \
-        "$(stat -c %s "$work/policy-$n.json")"
+        "$(stat -c %s "$work/policy-$n")"
     i=$((i + 1))
 done
