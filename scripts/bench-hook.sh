@@ -5,7 +5,9 @@
 # hook-default, stub, …), printed as ratios. Target: <= 1.3x the stub at 200 rules. The input
 # is a PreToolUse Bash call (`cargo test --workspace 2>&1 | tail -20`) that every policy allows.
 # The policies are in the hook's binary format (`stepproof_hook::load`), written by the same
-# encoder as the supervisor's.
+# encoder as the supervisor's. Measured on the reference machine (README, "Benchmarks"): 1.35-1.50x
+# at 200 rules, most of it the Rust runtime's start (std asks glibc for the main thread's stack,
+# which reads /proc/self/maps) and the page faults of a larger binary, not the policy.
 #
 # The hook is linked statically and not position-independent (glibc, `-C
 # target-feature=+crt-static -C relocation-model=static`: a static-pie binary spends its
