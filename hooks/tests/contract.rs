@@ -566,3 +566,187 @@ fn the_socket_path_never_comes_from_the_environment() {
         "the hook connected to a socket named in the environment"
     );
 }
+
+// The binary's own entry point (`#![no_main]`, see src/main.rs): what std's runtime start did
+// must still hold.
+
+/// Spawns the hook with `stdout`/`stderr` as given, feeds it `stdin`, and returns how it ended.
+fn run_with(args: &[&str], stdin: &[u8], stdout: Stdio, stderr: Stdio) -> std::process::ExitStatus {
+    let mut child = Command::new(HOOK)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(stdout)
+        .stderr(stderr)
+        .spawn()
+        .expect("spawn hook");
+    let mut input = child.stdin.take().expect("stdin");
+    let _ = input.write_all(stdin);
+    drop(input);
+    child.wait().expect("wait for the hook")
+}
+
+/// A pipe whose reading end is already closed: writing to it raises SIGPIPE.
+fn broken_pipe() -> Stdio {
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    Stdio::from(writer)
+}
+
+#[test]
+fn arguments_reach_the_hook() {
+    // std reads argv from glibc's .init_array call, not from `main`'s parameters.
+    let setup = Setup::new("default");
+    let policy = setup.policy.to_str().expect("utf8");
+    let allowed = setup.fixture("pre_bash_allow.json");
+    let r = run(&["--policy", policy, "--event", "PreToolUse"], &allowed);
+    assert_eq!((r.code, r.decision()), (0, "allow".to_string()));
+    // The fourth argument was read: registered as Stop, a PreToolUse input is malformed.
+    let r = run(&["--policy", policy, "--event", "Stop"], &allowed);
+    assert_eq!((r.code, r.stdout.as_str()), (0, ""));
+    let r = run(&["--policy", policy, "--no-such-flag"], &allowed);
+    assert_fail_closed(&r, "unknown flag");
+    assert!(r.stderr.contains("`--no-such-flag`"), "{}", r.stderr);
+}
+
+#[test]
+fn a_panic_is_a_deny() {
+    // `std::env::args()` panics on an argument that is not UTF-8: the hook's one panic a caller
+    // can cause. It must end in the fail-closed deny, not an abort.
+    use std::os::unix::ffi::OsStrExt;
+    let setup = Setup::new("default");
+    let out = Command::new(HOOK)
+        .arg("--policy")
+        .arg(std::ffi::OsStr::from_bytes(b"/policy-\xff"))
+        .stdin(Stdio::null())
+        .output()
+        .expect("run hook");
+    let r = Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).to_string(),
+        stderr: String::from_utf8_lossy(&out.stderr).to_string(),
+    };
+    assert_fail_closed(&r, "non-UTF-8 argument");
+    assert!(r.stderr.contains("internal error"), "{}", r.stderr);
+    drop(setup);
+}
+
+#[test]
+fn the_answer_arrives_whole_on_a_pipe_and_in_a_file() {
+    // Nothing flushes stdout at exit any more: the hook must.
+    let setup = Setup::new("default");
+    let policy = setup.policy.to_str().expect("utf8");
+    for fixture in [
+        "pre_bash_allow.json",
+        "pre_bash_deny.json",
+        "session_start.json",
+    ] {
+        let piped = run(&["--policy", policy], &setup.fixture(fixture));
+        assert!(
+            piped.stdout.ends_with("}\n"),
+            "{fixture}: {:?}",
+            piped.stdout
+        );
+        let _: Value = serde_json::from_str(&piped.stdout).expect("JSON");
+        let path = setup.dir.path().join("answer");
+        let file = std::fs::File::create(&path).expect("create");
+        let status = run_with(
+            &["--policy", policy],
+            &setup.fixture(fixture),
+            Stdio::from(file),
+            Stdio::null(),
+        );
+        assert_eq!(status.code(), Some(piped.code), "{fixture}");
+        let written = std::fs::read_to_string(&path).expect("read answer");
+        assert_eq!(written, piped.stdout, "{fixture}");
+    }
+}
+
+#[test]
+fn a_closed_stdout_does_not_kill_the_hook() {
+    // std ignored SIGPIPE; the hook blocks it. A write to a pipe nobody reads fails with EPIPE
+    // and the hook ends as it would have.
+    use std::os::unix::process::ExitStatusExt;
+    let setup = Setup::new("default");
+    let policy = setup.policy.to_str().expect("utf8");
+    for (fixture, code) in [
+        ("pre_bash_allow.json", 0),
+        ("pre_bash_deny.json", 2),
+        ("session_start.json", 0),
+    ] {
+        let status = run_with(
+            &["--policy", policy],
+            &setup.fixture(fixture),
+            broken_pipe(),
+            broken_pipe(),
+        );
+        assert_eq!(
+            (status.code(), status.signal()),
+            (Some(code), None),
+            "{fixture}"
+        );
+    }
+}
+
+#[test]
+fn a_closed_audit_socket_does_not_kill_the_hook() {
+    // The supervisor closes the connection without reading. The record (a Bash command of
+    // 3 MiB, kept whole in evidence) is larger than the socket's buffer, so the hook's write
+    // meets the closed end whatever the timing: EPIPE. (std's `UnixStream` sends with
+    // MSG_NOSIGNAL, and the hook blocks SIGPIPE as well: either keeps it alive.)
+    use std::os::unix::process::ExitStatusExt;
+    let setup = Setup::new("default");
+    let socket = setup.dir.path().join("audit.sock");
+    let listener = UnixListener::bind(&socket).expect("bind");
+    let closer = std::thread::spawn(move || {
+        let (stream, _) = listener.accept().expect("accept");
+        drop(stream);
+    });
+    let mut input: Value = serde_json::from_slice(&setup.fixture("post_bash.json")).expect("JSON");
+    input["tool_input"]["command"] = "x".repeat(3 << 20).into();
+    let status = run_with(
+        &[
+            "--policy",
+            setup.policy.to_str().expect("utf8"),
+            "--audit-socket",
+            socket.to_str().expect("utf8"),
+        ],
+        &serde_json::to_vec(&input).expect("JSON"),
+        Stdio::null(),
+        Stdio::null(),
+    );
+    closer.join().expect("closer");
+    assert_eq!((status.code(), status.signal()), (Some(0), None));
+}
+
+#[test]
+fn a_closed_standard_fd_is_reopened_on_dev_null() {
+    // As std's start did: with fd 1 closed, the next file the hook opens would become its
+    // stdout. While it waits for its input, fd 1 must already be /dev/null.
+    let setup = Setup::new("default");
+    let mut child = Command::new("/bin/sh")
+        .args(["-c", "exec \"$0\" --policy \"$1\" >&-", HOOK])
+        .arg(&setup.policy)
+        .stdin(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn hook");
+    let proc = PathBuf::from(format!("/proc/{}", child.id()));
+    let hook = std::fs::canonicalize(HOOK).expect("hook path");
+    let started = std::time::Instant::now();
+    let target = loop {
+        // Before sh runs, fd 1 is the test's own; once sh has exec'd the hook, fd 1 is closed
+        // until the hook reopens it.
+        let exec_done = std::fs::read_link(proc.join("exe")).is_ok_and(|exe| exe == hook);
+        if let (true, Ok(target)) = (exec_done, std::fs::read_link(proc.join("fd/1"))) {
+            break Some(target);
+        }
+        if started.elapsed() > Duration::from_secs(10) {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    drop(child.stdin.take());
+    let status = child.wait().expect("wait");
+    assert_eq!(target.as_deref(), Some(Path::new("/dev/null")));
+    assert_eq!(status.code(), Some(2), "empty input is denied");
+}
