@@ -5,10 +5,11 @@
 //!
 //! # Its own entry point
 //! The hook starts before every tool call, and std's runtime start (`lang_start`) cost it
-//! 0.08–0.15 ms, more than its policy work: glibc's `pthread_getattr_np` reads
-//! `/proc/self/maps` to find the main thread's stack guard, and an alternate signal stack and
-//! SIGSEGV/SIGBUS handlers are installed. So the binary is `#![no_main]` and [`main`] is the C
-//! `main` glibc calls. What std's start and exit did, and what happens instead:
+//! 0.03–0.06 ms a call (README, "Benchmarks"), as much as its policy work: glibc's
+//! `pthread_getattr_np` reads `/proc/self/maps` to find the main thread's stack guard, and an
+//! alternate signal stack and SIGSEGV/SIGBUS handlers are installed. So the binary is
+//! `#![no_main]` and [`main`] is the C `main` glibc calls. What std's start and exit did, and
+//! what happens instead (tests/contract.rs checks each that can be observed):
 //!
 //! 1. **Standard descriptors**: std reopened a closed fd 0, 1 or 2 on `/dev/null`, so that a
 //!    file opened later (the policy, the audit socket) never becomes "stdout". Kept:
@@ -16,7 +17,8 @@
 //! 2. **SIGPIPE** was set to "ignore", so that writing to a closed stdout or audit socket fails
 //!    with `EPIPE` instead of killing the hook (a gate's death blocks the call, an observer's
 //!    would lose its record). Replaced: [`block_sigpipe`] blocks it before anything is
-//!    written; the signal stays pending, is never delivered, and writes return `EPIPE`.
+//!    written; the signal stays pending, is never delivered, and writes return `EPIPE`. (std's
+//!    `UnixStream` sends with `MSG_NOSIGNAL` anyway; stdout is a pipe.)
 //! 3. **Stack overflow**: std found the main thread's guard and installed handlers that print
 //!    "has overflowed its stack" and abort. Dropped: the kernel's stack guard gap still turns an
 //!    overflow into SIGSEGV, a death by signal like the abort was (a gate entry has
