@@ -14,11 +14,12 @@
 //! 1. **Standard descriptors**: std reopened a closed fd 0, 1 or 2 on `/dev/null`, so that a
 //!    file opened later (the policy, the audit socket) never becomes "stdout". Kept:
 //!    [`reopen_closed_standard_fds`].
-//! 2. **SIGPIPE** was set to "ignore", so that writing to a closed stdout or audit socket fails
-//!    with `EPIPE` instead of killing the hook (a gate's death blocks the call, an observer's
-//!    would lose its record). Replaced: [`block_sigpipe`] blocks it before anything is
-//!    written; the signal stays pending, is never delivered, and writes return `EPIPE`. (std's
-//!    `UnixStream` sends with `MSG_NOSIGNAL` anyway; stdout is a pipe.)
+//! 2. **SIGPIPE** was set to "ignore". Left at its default here (the hook crate links no
+//!    nix and holds no unsafe block that could change a disposition): the audit records are
+//!    sent first, over a socket std writes with `MSG_NOSIGNAL` (a closed socket is `EPIPE`,
+//!    never a signal); the answer is written last, and a stdout nobody reads any more ends the
+//!    hook by SIGPIPE — its answer could reach no one, and a gate's death blocks the call
+//!    (`"onFailure": "block"`), as an observer's is a non-blocking failure.
 //! 3. **Stack overflow**: std found the main thread's guard and installed handlers that print
 //!    "has overflowed its stack" and abort. Dropped: the kernel's stack guard gap still turns an
 //!    overflow into SIGSEGV, a death by signal like the abort was (a gate entry has
@@ -44,8 +45,6 @@ use std::fs::OpenOptions;
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, IntoRawFd};
 
-use nix::errno::Errno;
-use nix::sys::signal::{SigSet, Signal};
 use stepproof_hook::audit;
 use stepproof_hook::contract::{self, Args, MAX_INPUT_BYTES, Response};
 use stepproof_hook::decision::Verdict;
@@ -59,7 +58,6 @@ use stepproof_hook::decision::Verdict;
 #[allow(unsafe_code)]
 #[unsafe(no_mangle)]
 pub extern "C" fn main(_argc: c_int, _argv: *const *const c_char) -> c_int {
-    block_sigpipe();
     reopen_closed_standard_fds();
     // Silence the default panic message: stderr is what the model reads, and the catch below
     // answers with a proper deny.
@@ -75,24 +73,18 @@ pub extern "C" fn main(_argc: c_int, _argv: *const *const c_char) -> c_int {
     c_int::from(u8::try_from(response.exit_code).unwrap_or(2))
 }
 
-/// Blocks SIGPIPE for the process (threads spawned later inherit the mask), so that a write to
-/// a closed stdout or audit socket returns `EPIPE` instead of killing the hook.
-fn block_sigpipe() {
-    // pthread_sigmask fails only for an invalid `how`; were it to fail, SIGPIPE would kill the
-    // hook, which blocks a gate's call (`onFailure: block`): still closed.
-    let _ = SigSet::from(Signal::SIGPIPE).thread_block();
-}
-
 /// Puts `/dev/null` on whichever of fds 0, 1 and 2 is closed, as std's start did: otherwise the
 /// next file the hook opens (the policy, the audit socket) would take its number, and the
 /// answer meant for stdout would be written into it.
 fn reopen_closed_standard_fds() {
+    /// Linux's `EBADF` (the same number on every architecture).
+    const EBADF: i32 = 9;
     let (stdin, stdout, stderr) = (std::io::stdin(), std::io::stdout(), std::io::stderr());
     let fds: [BorrowedFd<'_>; 3] = [stdin.as_fd(), stdout.as_fd(), stderr.as_fd()];
     for fd in fds {
         // Duplicating (fcntl F_DUPFD_CLOEXEC) is the safe way to ask whether a number is open.
         match fd.try_clone_to_owned() {
-            Err(e) if e.raw_os_error() == Some(Errno::EBADF as i32) => {
+            Err(e) if e.raw_os_error() == Some(EBADF) => {
                 // The lowest free number is this one: the ones below it are open or were just
                 // reopened.
                 let reopened = OpenOptions::new().read(true).write(true).open("/dev/null");

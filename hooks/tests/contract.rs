@@ -2,7 +2,7 @@
 //! event, and the fail-closed paths.
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -662,37 +662,62 @@ fn the_answer_arrives_whole_on_a_pipe_and_in_a_file() {
 }
 
 #[test]
-fn a_closed_stdout_does_not_kill_the_hook() {
-    // std ignored SIGPIPE; the hook blocks it. A write to a pipe nobody reads fails with EPIPE
-    // and the hook ends as it would have.
+fn a_closed_stdout_ends_the_hook_only_after_its_records_are_sent() {
+    // SIGPIPE keeps its default: the records go out first, over the audit socket; then the
+    // answer meets a stdout nobody reads and the hook ends by SIGPIPE (its answer could reach
+    // no one; a gate's death blocks the call). An answer with nothing to say writes nothing
+    // and exits as usual.
     use std::os::unix::process::ExitStatusExt;
     let setup = Setup::new("default");
     let policy = setup.policy.to_str().expect("utf8");
-    for (fixture, code) in [
-        ("pre_bash_allow.json", 0),
-        ("pre_bash_deny.json", 2),
-        ("session_start.json", 0),
+    let socket = setup.dir.path().join("records.sock");
+    let listener = UnixListener::bind(&socket).expect("bind");
+    for (fixture, signal, code) in [
+        ("pre_bash_allow.json", Some(libc_sigpipe()), None),
+        ("pre_bash_deny.json", Some(libc_sigpipe()), None),
+        ("stop.json", None, Some(0)),
     ] {
+        let receiver = {
+            let listener = listener.try_clone().expect("listener");
+            std::thread::spawn(move || {
+                let (mut stream, _) = listener.accept().expect("accept");
+                let mut got = String::new();
+                let _ = stream.read_to_string(&mut got);
+                got
+            })
+        };
         let status = run_with(
-            &["--policy", policy],
+            &[
+                "--policy",
+                policy,
+                "--audit-socket",
+                socket.to_str().expect("utf8"),
+            ],
             &setup.fixture(fixture),
             broken_pipe(),
             broken_pipe(),
         );
         assert_eq!(
-            (status.code(), status.signal()),
-            (Some(code), None),
+            (status.signal(), status.code()),
+            (signal, code),
             "{fixture}"
         );
+        let records = receiver.join().expect("receiver");
+        assert!(!records.trim().is_empty(), "{fixture}: no record was sent");
     }
+}
+
+/// SIGPIPE's number on Linux.
+fn libc_sigpipe() -> i32 {
+    13
 }
 
 #[test]
 fn a_closed_audit_socket_does_not_kill_the_hook() {
     // The supervisor closes the connection without reading. The record (a Bash command of
     // 3 MiB, kept whole in evidence) is larger than the socket's buffer, so the hook's write
-    // meets the closed end whatever the timing: EPIPE. (std's `UnixStream` sends with
-    // MSG_NOSIGNAL, and the hook blocks SIGPIPE as well: either keeps it alive.)
+    // meets the closed end whatever the timing: EPIPE (std's `UnixStream` sends with
+    // MSG_NOSIGNAL), never a signal.
     use std::os::unix::process::ExitStatusExt;
     let setup = Setup::new("default");
     let socket = setup.dir.path().join("audit.sock");
