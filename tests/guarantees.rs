@@ -121,7 +121,7 @@ inp = json.dumps({"session_id": "s", "transcript_path": "/tmp/t", "cwd": os.getc
                   "hook_event_name": "PreToolUse", "tool_name": "Bash",
                   "tool_input": {"command": cmd}, "tool_use_id": "t1"})
 for i in range(450):
-    subprocess.run(["/run/stepproof/stepproof-hook", "--policy", "/run/stepproof/policy.json",
+    subprocess.run(["/run/stepproof/stepproof-hook", "--policy", "/run/stepproof/policy",
                     "--audit-socket", "/run/stepproof/audit.sock", "--event", "PreToolUse"],
                    input=inp.encode(), capture_output=True)
 "#;

@@ -1,5 +1,6 @@
-//! Writes a compiled policy with N rules for `scripts/bench-hook.sh`:
-//! `cargo run --example bench_policy -- N|default WORKSPACE > policy.json`.
+//! Writes a compiled policy with N rules for `scripts/bench-hook.sh`, in the file format the
+//! supervisor writes (`stepproof_hook::load::encode`):
+//! `cargo run --example bench_policy -- N|default WORKSPACE > policy`.
 //!
 //! The rules are synthetic but shaped like real ones (command patterns with wildcards, path
 //! globs, domains, tool names); one rule allows what the benchmark's input runs.
@@ -38,7 +39,7 @@ fn main() {
             &context,
         )
         .expect("the built-in profile compiles");
-        println!("{}", serde_json::to_string(&policy).expect("serializes"));
+        write(&policy);
         return;
     }
     let count: usize = first.parse().unwrap_or(200);
@@ -108,5 +109,13 @@ fn main() {
         profile_name: format!("bench-{count}"),
     };
     let policy = compile(&config, &context).expect("the benchmark policy compiles");
-    println!("{}", serde_json::to_string(&policy).expect("serializes"));
+    write(&policy);
+}
+
+fn write(policy: &stepproof_hook::policy::CompiledPolicy) {
+    use std::io::Write;
+    let bytes = stepproof_hook::load::encode(policy).expect("encodes");
+    std::io::stdout()
+        .write_all(&bytes)
+        .expect("writes the policy to stdout");
 }

@@ -25,7 +25,7 @@ use crate::load::Needs;
 use crate::policy::{CallContext, CompiledPolicy, FORMAT_VERSION};
 
 /// Where the launcher mounts the compiled policy inside the sandbox.
-pub const DEFAULT_POLICY_PATH: &str = "/run/stepproof/policy.json";
+pub const DEFAULT_POLICY_PATH: &str = "/run/stepproof/policy";
 /// Largest hook input accepted; more is denied (a tool call that big is not worth the risk).
 pub const MAX_INPUT_BYTES: usize = 4 << 20;
 /// Largest compiled policy the hook reads.
@@ -227,11 +227,11 @@ pub enum LoadError {
         path: PathBuf,
         source: std::io::Error,
     },
-    /// The file is not a compiled policy.
+    /// The file is not a compiled policy, or a damaged one.
     #[error("the policy {path} is not a compiled StepProof policy: {source}")]
     Parse {
         path: PathBuf,
-        source: serde_json::Error,
+        source: crate::load::DecodeError,
     },
     /// A policy compiled by another version.
     #[error("the policy {path} has format {found}, this hook reads format {FORMAT_VERSION}")]
@@ -244,24 +244,35 @@ pub fn load_policy_for(path: &Path, needs: &Needs) -> Result<CompiledPolicy, Loa
         path: path.to_path_buf(),
         source,
     };
-    let file = std::fs::File::open(path).map_err(read)?;
-    // Sized from the file's length: one read instead of a doubling series of small ones.
+    let mut file = std::fs::File::open(path).map_err(read)?;
+    // Sized from the file's length, one byte more to see the end: two reads in all.
     let size = file.metadata().map_or(0, |m| m.len()).min(MAX_POLICY_BYTES);
-    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0) + 1);
-    file.take(MAX_POLICY_BYTES)
-        .read_to_end(&mut bytes)
-        .map_err(read)?;
-    let policy = crate::load::parse(&bytes, needs).map_err(|source| LoadError::Parse {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    if policy.format != FORMAT_VERSION {
-        return Err(LoadError::Format {
-            path: path.to_path_buf(),
-            found: policy.format,
-        });
+    let mut bytes = vec![0; usize::try_from(size).unwrap_or(0) + 1];
+    let mut filled = 0;
+    while filled < bytes.len() {
+        match file.read(&mut bytes[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(read(e)),
+        }
     }
-    Ok(policy)
+    bytes.truncate(filled);
+    if filled as u64 > size {
+        // Longer than its length said: read the rest, still bounded.
+        let rest = MAX_POLICY_BYTES.saturating_sub(filled as u64);
+        file.take(rest).read_to_end(&mut bytes).map_err(read)?;
+    }
+    crate::load::parse(&bytes, needs).map_err(|source| match source {
+        crate::load::DecodeError::Version { found } => LoadError::Format {
+            path: path.to_path_buf(),
+            found,
+        },
+        source => LoadError::Parse {
+            path: path.to_path_buf(),
+            source,
+        },
+    })
 }
 
 /// Events that are gates: they fail closed.
@@ -273,27 +284,10 @@ fn is_gate(event: &str) -> bool {
 /// input was too large. Meant for the hook process: a PreToolUse call leaks its policy on
 /// purpose instead of freeing it just before the process exits.
 pub fn respond(args: &Args, stdin: &[u8]) -> Response {
-    let parsed: Result<Value, String> = if stdin.len() > MAX_INPUT_BYTES {
-        Err(format!(
-            "the hook input is larger than {MAX_INPUT_BYTES} bytes"
-        ))
-    } else {
-        serde_json::from_slice::<Value>(stdin)
-            .map_err(|e| format!("the hook input is not JSON: {e}"))
+    let (named, input) = match read_input_directly(stdin) {
+        Some(input) => (input.hook_event_name.clone(), Ok(input)),
+        None => read_input(stdin),
     };
-    let parsed = parsed.and_then(|v| {
-        if v.is_object() {
-            Ok(v)
-        } else {
-            Err("the hook input is not a JSON object".to_string())
-        }
-    });
-    let named = parsed
-        .as_ref()
-        .ok()
-        .and_then(|v| v.get("hook_event_name"))
-        .and_then(Value::as_str)
-        .map(str::to_string);
     // The event this hook was registered for (`--event`) and the one the input names must
     // agree, or the input is malformed: the registration then decides the role (a gate denies,
     // an observer records and stays out of the way).
@@ -313,10 +307,6 @@ pub fn respond(args: &Args, stdin: &[u8]) -> Response {
     if !is_gate(&event) {
         OBSERVER_EVENT.store(true, Ordering::SeqCst);
     }
-    let input = parsed.and_then(|v| {
-        serde_json::from_value::<HookInput>(v)
-            .map_err(|e| format!("the hook input has a malformed field: {e}"))
-    });
     if let Some(why) = mismatch {
         return match event.as_str() {
             "PreToolUse" => pre_tool_use(args, Err(why)),
@@ -353,6 +343,47 @@ pub fn respond(args: &Args, stdin: &[u8]) -> Response {
         "Stop" => observe(args, &event, input, turn),
         _ => Response::silent(),
     }
+}
+
+/// The usual case in one pass: a JSON object whose fields all have their types. Anything else
+/// (`None`) goes through [`read_input`], which says what is wrong.
+fn read_input_directly(stdin: &[u8]) -> Option<HookInput> {
+    let object = stdin.len() <= MAX_INPUT_BYTES
+        && stdin.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
+    object
+        .then(|| serde_json::from_slice::<HookInput>(stdin).ok())
+        .flatten()
+}
+
+/// The input's event name (when it names one as a string) and the input, or why it is not
+/// one.
+fn read_input(stdin: &[u8]) -> (Option<String>, Result<HookInput, String>) {
+    let parsed: Result<Value, String> = if stdin.len() > MAX_INPUT_BYTES {
+        Err(format!(
+            "the hook input is larger than {MAX_INPUT_BYTES} bytes"
+        ))
+    } else {
+        serde_json::from_slice::<Value>(stdin)
+            .map_err(|e| format!("the hook input is not JSON: {e}"))
+    };
+    let parsed = parsed.and_then(|v| {
+        if v.is_object() {
+            Ok(v)
+        } else {
+            Err("the hook input is not a JSON object".to_string())
+        }
+    });
+    let named = parsed
+        .as_ref()
+        .ok()
+        .and_then(|v| v.get("hook_event_name"))
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let input = parsed.and_then(|v| {
+        serde_json::from_value::<HookInput>(v)
+            .map_err(|e| format!("the hook input has a malformed field: {e}"))
+    });
+    (named, input)
 }
 
 fn pre_tool_use(args: &Args, input: Result<HookInput, String>) -> Response {

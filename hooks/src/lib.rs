@@ -1,8 +1,8 @@
 //! StepProof's hook: Claude Code's hook contract, the policy language and its evaluation.
 //!
 //! The launcher compiles a profile's `[hook]` section ([`config::HookConfig`]) with
-//! [`policy::compile`] and mounts the JSON of the [`policy::CompiledPolicy`] read-only; the
-//! `stepproof-hook` binary loads what each call needs of it ([`load`]) and answers through
+//! [`policy::compile`] and mounts the [`policy::CompiledPolicy`] read-only, in the binary format
+//! of [`load`]; the `stepproof-hook` binary loads what each call needs of it and answers through
 //! [`contract`]. [`check_tool`] and [`render_check`] serve `stepproof check`.
 #![forbid(unsafe_code)]
 

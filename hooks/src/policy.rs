@@ -2,8 +2,8 @@
 //! with it.
 //!
 //! Compilation resolves every symbolic path against the run's workspace and home, validates
-//! ids, and indexes command patterns by command name, so that the hook's work per call is a
-//! JSON parse of the policy plus a few lookups. Evaluation combines every matching rule and
+//! ids, and indexes command patterns by command name, so that the hook's work per call is
+//! reading the few parts of the policy file the call can reach (`load`) plus a few lookups. Evaluation combines every matching rule and
 //! keeps the most restrictive decision (`Deny > Ask > Allow`); on a tie the first finding
 //! stays, so a message names the first command that decided.
 
@@ -32,8 +32,9 @@ pub const RULE_NOTHING_RUNS: &str = "nothing-runs";
 /// How many allowed commands messages list.
 const ALLOWED_SHOWN: usize = 16;
 
-/// Version of the compiled format; the hook refuses a policy of another version.
-pub const FORMAT_VERSION: u32 = 1;
+/// Version of the compiled policy's file format (`load`); the hook refuses a policy of
+/// another version. 1 was JSON.
+pub const FORMAT_VERSION: u32 = 2;
 
 /// Facts about the run that symbolic rules are resolved against.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,7 +103,8 @@ pub struct NameGlob {
 }
 
 // Rules and matchers are JSON arrays (`[id, reason, decision]`, `[rule, glob]`) rather than
-// objects: the hook parses the policy at every call, and object keys are much of that cost.
+// objects in `stepproof policy`'s listing: compact, one line a rule. (The hook reads its own
+// binary format, `load`.)
 impl From<(String, String, Decision)> for RuleInfo {
     fn from((id, reason, decision): (String, String, Decision)) -> Self {
         RuleInfo {
@@ -140,8 +142,8 @@ pub struct GlobCommand {
     pub pattern: CommandPattern,
 }
 
-/// The policy as the hook loads it (`/run/stepproof/policy.json`): every path absolute, every
-/// pattern split, commands indexed by name.
+/// The policy as the hook loads it (`/run/stepproof/policy`, written by `load::encode`):
+/// every path absolute, every pattern split, commands indexed by name.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CompiledPolicy {
     /// `FORMAT_VERSION` of the compiler that wrote it.
@@ -178,9 +180,8 @@ pub struct CompiledPolicy {
     pub tools: Vec<NameGlob>,
     /// Agent types.
     pub agents: Vec<NameGlob>,
-    /// Every rule, referenced by index from the matchers above. Last in the JSON on purpose:
-    /// the hook's loader (`load`) then knows which rules the call can reach and skips the
-    /// text of all others.
+    /// Every rule, referenced by index from the matchers above. The hook's loader (`load`)
+    /// reads the text of only the rules the call can reach.
     pub rules: Vec<RuleInfo>,
 }
 

@@ -2,7 +2,7 @@
 //! event, and the fail-closed paths.
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -29,8 +29,9 @@ impl Setup {
             profile_name: profile.to_string(),
         };
         let policy = compile(&common::builtin_config(profile), &context).expect("compiles");
-        let path = dir.path().join("policy.json");
-        std::fs::write(&path, serde_json::to_vec(&policy).expect("json")).expect("write policy");
+        let path = dir.path().join("policy");
+        let bytes = stepproof_hook::load::encode(&policy).expect("encodes");
+        std::fs::write(&path, bytes).expect("write policy");
         Setup { dir, policy: path }
     }
 
@@ -319,15 +320,63 @@ fn fails_closed() {
         ),
         "missing policy",
     );
-    let garbage_policy = setup.dir.path().join("garbage.json");
-    std::fs::write(&garbage_policy, "{\"format\": 1}").expect("write");
-    assert_fail_closed(
-        &run(
-            &["--policy", garbage_policy.to_str().expect("utf8")],
-            &setup.fixture("pre_bash_allow.json"),
+    // Policy files it cannot use: each is refused with its reason, never read as a policy.
+    let good = std::fs::read(&setup.policy).expect("read policy");
+    let mut other_version = good.clone();
+    other_version[16..20].copy_from_slice(&3u32.to_le_bytes());
+    let mut bad_decision = good.clone();
+    let profile_len = u32::from_le_bytes(good[20..24].try_into().expect("4 bytes")) as usize;
+    let after_names = {
+        let mut at = 24 + profile_len;
+        for _ in 0..2 {
+            let len = u32::from_le_bytes(good[at..at + 4].try_into().expect("4 bytes")) as usize;
+            at += 4 + len;
+        }
+        at
+    };
+    bad_decision[after_names] = 7;
+    let old_json = serde_json::to_vec(&common::builtin("default")).expect("json");
+    for (what, bytes, reason) in [
+        (
+            "empty policy",
+            b"".to_vec(),
+            "does not start with \"STEPPROOF-POLICY\"",
         ),
-        "malformed policy",
-    );
+        (
+            "JSON policy of format 1",
+            old_json,
+            "it looks like JSON: a policy written by an older StepProof",
+        ),
+        (
+            "other format version",
+            other_version,
+            "has format 3, this hook reads format 2",
+        ),
+        (
+            "truncated policy",
+            good[..good.len() - 1].to_vec(),
+            "is not a compiled StepProof policy: ",
+        ),
+        (
+            "bad decision",
+            bad_decision,
+            "a decision (0, 1 or 2) at byte",
+        ),
+        (
+            "trailing bytes",
+            [good.as_slice(), b"x"].concat(),
+            "the end of the file at byte",
+        ),
+    ] {
+        let path = setup.dir.path().join("bad-policy");
+        std::fs::write(&path, &bytes).expect("write");
+        let r = run(
+            &["--policy", path.to_str().expect("utf8")],
+            &setup.fixture("pre_bash_allow.json"),
+        );
+        assert_fail_closed(&r, what);
+        assert!(r.stderr.contains(reason), "{what}: {}", r.stderr);
+    }
     assert_fail_closed(
         &run(&["--bogus-flag"], &setup.fixture("pre_bash_allow.json")),
         "bad argv",
@@ -516,4 +565,213 @@ fn the_socket_path_never_comes_from_the_environment() {
         listener.accept().is_err(),
         "the hook connected to a socket named in the environment"
     );
+}
+
+// The binary's own entry point (`#![no_main]`, see src/main.rs): what std's runtime start did
+// must still hold.
+
+/// Spawns the hook with `stdout`/`stderr` as given, feeds it `stdin`, and returns how it ended.
+fn run_with(args: &[&str], stdin: &[u8], stdout: Stdio, stderr: Stdio) -> std::process::ExitStatus {
+    let mut child = Command::new(HOOK)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(stdout)
+        .stderr(stderr)
+        .spawn()
+        .expect("spawn hook");
+    let mut input = child.stdin.take().expect("stdin");
+    let _ = input.write_all(stdin);
+    drop(input);
+    child.wait().expect("wait for the hook")
+}
+
+/// A pipe whose reading end is already closed: writing to it raises SIGPIPE.
+fn broken_pipe() -> Stdio {
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    Stdio::from(writer)
+}
+
+#[test]
+fn arguments_reach_the_hook() {
+    // std reads argv from glibc's .init_array call, not from `main`'s parameters.
+    let setup = Setup::new("default");
+    let policy = setup.policy.to_str().expect("utf8");
+    let allowed = setup.fixture("pre_bash_allow.json");
+    let r = run(&["--policy", policy, "--event", "PreToolUse"], &allowed);
+    assert_eq!((r.code, r.decision()), (0, "allow".to_string()));
+    // The fourth argument was read: registered as Stop, a PreToolUse input is malformed.
+    let r = run(&["--policy", policy, "--event", "Stop"], &allowed);
+    assert_eq!((r.code, r.stdout.as_str()), (0, ""));
+    let r = run(&["--policy", policy, "--no-such-flag"], &allowed);
+    assert_fail_closed(&r, "unknown flag");
+    assert!(r.stderr.contains("`--no-such-flag`"), "{}", r.stderr);
+}
+
+#[test]
+fn a_panic_is_a_deny() {
+    // `std::env::args()` panics on an argument that is not UTF-8: the hook's one panic a caller
+    // can cause. It must end in the fail-closed deny, not an abort.
+    use std::os::unix::ffi::OsStrExt;
+    let setup = Setup::new("default");
+    let out = Command::new(HOOK)
+        .arg("--policy")
+        .arg(std::ffi::OsStr::from_bytes(b"/policy-\xff"))
+        .stdin(Stdio::null())
+        .output()
+        .expect("run hook");
+    let r = Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).to_string(),
+        stderr: String::from_utf8_lossy(&out.stderr).to_string(),
+    };
+    assert_fail_closed(&r, "non-UTF-8 argument");
+    assert!(r.stderr.contains("internal error"), "{}", r.stderr);
+    drop(setup);
+}
+
+#[test]
+fn the_answer_arrives_whole_on_a_pipe_and_in_a_file() {
+    // Nothing flushes stdout at exit any more: the hook must.
+    let setup = Setup::new("default");
+    let policy = setup.policy.to_str().expect("utf8");
+    for fixture in [
+        "pre_bash_allow.json",
+        "pre_bash_deny.json",
+        "session_start.json",
+    ] {
+        let piped = run(&["--policy", policy], &setup.fixture(fixture));
+        assert!(
+            piped.stdout.ends_with("}\n"),
+            "{fixture}: {:?}",
+            piped.stdout
+        );
+        let _: Value = serde_json::from_str(&piped.stdout).expect("JSON");
+        let path = setup.dir.path().join("answer");
+        let file = std::fs::File::create(&path).expect("create");
+        let status = run_with(
+            &["--policy", policy],
+            &setup.fixture(fixture),
+            Stdio::from(file),
+            Stdio::null(),
+        );
+        assert_eq!(status.code(), Some(piped.code), "{fixture}");
+        let written = std::fs::read_to_string(&path).expect("read answer");
+        assert_eq!(written, piped.stdout, "{fixture}");
+    }
+}
+
+#[test]
+fn a_closed_stdout_ends_the_hook_only_after_its_records_are_sent() {
+    // SIGPIPE keeps its default: the records go out first, over the audit socket; then the
+    // answer meets a stdout nobody reads and the hook ends by SIGPIPE (its answer could reach
+    // no one; a gate's death blocks the call). An answer with nothing to say writes nothing
+    // and exits as usual.
+    use std::os::unix::process::ExitStatusExt;
+    let setup = Setup::new("default");
+    let policy = setup.policy.to_str().expect("utf8");
+    let socket = setup.dir.path().join("records.sock");
+    let listener = UnixListener::bind(&socket).expect("bind");
+    for (fixture, signal, code) in [
+        ("pre_bash_allow.json", Some(libc_sigpipe()), None),
+        ("pre_bash_deny.json", Some(libc_sigpipe()), None),
+        ("stop.json", None, Some(0)),
+    ] {
+        let receiver = {
+            let listener = listener.try_clone().expect("listener");
+            std::thread::spawn(move || {
+                let (mut stream, _) = listener.accept().expect("accept");
+                let mut got = String::new();
+                let _ = stream.read_to_string(&mut got);
+                got
+            })
+        };
+        let status = run_with(
+            &[
+                "--policy",
+                policy,
+                "--audit-socket",
+                socket.to_str().expect("utf8"),
+            ],
+            &setup.fixture(fixture),
+            broken_pipe(),
+            broken_pipe(),
+        );
+        assert_eq!(
+            (status.signal(), status.code()),
+            (signal, code),
+            "{fixture}"
+        );
+        let records = receiver.join().expect("receiver");
+        assert!(!records.trim().is_empty(), "{fixture}: no record was sent");
+    }
+}
+
+/// SIGPIPE's number on Linux.
+fn libc_sigpipe() -> i32 {
+    13
+}
+
+#[test]
+fn a_closed_audit_socket_does_not_kill_the_hook() {
+    // The supervisor closes the connection without reading. The record (a Bash command of
+    // 3 MiB, kept whole in evidence) is larger than the socket's buffer, so the hook's write
+    // meets the closed end whatever the timing: EPIPE (std's `UnixStream` sends with
+    // MSG_NOSIGNAL), never a signal.
+    use std::os::unix::process::ExitStatusExt;
+    let setup = Setup::new("default");
+    let socket = setup.dir.path().join("audit.sock");
+    let listener = UnixListener::bind(&socket).expect("bind");
+    let closer = std::thread::spawn(move || {
+        let (stream, _) = listener.accept().expect("accept");
+        drop(stream);
+    });
+    let mut input: Value = serde_json::from_slice(&setup.fixture("post_bash.json")).expect("JSON");
+    input["tool_input"]["command"] = "x".repeat(3 << 20).into();
+    let status = run_with(
+        &[
+            "--policy",
+            setup.policy.to_str().expect("utf8"),
+            "--audit-socket",
+            socket.to_str().expect("utf8"),
+        ],
+        &serde_json::to_vec(&input).expect("JSON"),
+        Stdio::null(),
+        Stdio::null(),
+    );
+    closer.join().expect("closer");
+    assert_eq!((status.code(), status.signal()), (Some(0), None));
+}
+
+#[test]
+fn a_closed_standard_fd_is_reopened_on_dev_null() {
+    // As std's start did: with fd 1 closed, the next file the hook opens would become its
+    // stdout. While it waits for its input, fd 1 must already be /dev/null.
+    let setup = Setup::new("default");
+    let mut child = Command::new("/bin/sh")
+        .args(["-c", "exec \"$0\" --policy \"$1\" >&-", HOOK])
+        .arg(&setup.policy)
+        .stdin(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn hook");
+    let proc = PathBuf::from(format!("/proc/{}", child.id()));
+    let hook = std::fs::canonicalize(HOOK).expect("hook path");
+    let started = std::time::Instant::now();
+    let target = loop {
+        // Before sh runs, fd 1 is the test's own; once sh has exec'd the hook, fd 1 is closed
+        // until the hook reopens it.
+        let exec_done = std::fs::read_link(proc.join("exe")).is_ok_and(|exe| exe == hook);
+        if let (true, Ok(target)) = (exec_done, std::fs::read_link(proc.join("fd/1"))) {
+            break Some(target);
+        }
+        if started.elapsed() > Duration::from_secs(10) {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    drop(child.stdin.take());
+    let status = child.wait().expect("wait");
+    assert_eq!(target.as_deref(), Some(Path::new("/dev/null")));
+    assert_eq!(status.code(), Some(2), "empty input is denied");
 }

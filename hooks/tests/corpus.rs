@@ -43,9 +43,9 @@ fn corpus_cases_get_their_decision_and_rule() {
                 cases.push((tool.clone(), value));
             }
         }
-        let json = serde_json::to_vec(&policy).expect("policy serializes");
+        let file = load::encode(&policy).expect("policy encodes");
         assert_eq!(
-            load::parse(&json, &Needs::all()).expect("full load"),
+            load::parse(&file, &Needs::all()).expect("full load"),
             policy
         );
         for (tool, input) in cases {
@@ -53,7 +53,7 @@ fn corpus_cases_get_their_decision_and_rule() {
             let verdict = check_tool(&policy, &tool, &input);
             // The hook binary loads only what the call can reach: same verdict.
             let partial =
-                load::parse(&json, &Needs::for_call(&tool, &input)).expect("partial load");
+                load::parse(&file, &Needs::for_call(&tool, &input)).expect("partial load");
             let lazy = check_tool(&partial, &tool, &input);
             if lazy != verdict {
                 failures.push(format!(

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 pub const CONTROL_DIR: &str = "/run/stepproof";
 pub const HOOK_BINARY: &str = "/run/stepproof/stepproof-hook";
-pub const POLICY_FILE: &str = "/run/stepproof/policy.json";
+pub const POLICY_FILE: &str = "/run/stepproof/policy";
 pub const AUDIT_SOCKET: &str = "/run/stepproof/audit.sock";
 /// `CLAUDE_CONFIG_DIR` inside: the per-run config directory, writable.
 pub const CONFIG_DIR: &str = "/run/claude-config";
@@ -395,7 +395,7 @@ pub fn compiled_policy(
     profile: &Profile,
     home: &Path,
     workspace: &Path,
-) -> Result<String, PlanError> {
+) -> Result<Vec<u8>, PlanError> {
     let Some(config) = &profile.hook else {
         return Err(PlanError::NoHookSection);
     };
@@ -407,7 +407,7 @@ pub fn compiled_policy(
             });
         }
     }
-    crate::sandbox::plan::hook_policy::compile_json(profile, config, home, workspace)
+    crate::sandbox::plan::hook_policy::compile_file(profile, config, home, workspace)
         .map_err(|reason| PlanError::HookPolicy { reason })
 }
 

@@ -24,15 +24,16 @@ pub fn compile_policy(
     compile(&config, &context).map_err(|e| e.to_string())
 }
 
-/// The compiled policy as JSON, as mounted at /run/stepproof/policy.json.
-pub fn compile_json(
+/// The compiled policy in the hook's file format (`stepproof_hook::load`), as mounted at
+/// /run/stepproof/policy.
+pub fn compile_file(
     profile: &Profile,
     config: &HookConfig,
     home: &Path,
     workspace: &Path,
-) -> Result<String, String> {
+) -> Result<Vec<u8>, String> {
     let policy = compile_policy(profile, config, home, workspace)?;
-    serde_json::to_string(&policy).map_err(|e| e.to_string())
+    stepproof_hook::load::encode(&policy).map_err(|e| e.to_string())
 }
 
 /// The profile's compiled policy for this workspace and home, or why there is none.

@@ -154,7 +154,7 @@ impl IsolationStrategy for MountView {
             for name in LOGIN_FILES {
                 self.mounts.push(MountOp::File {
                     dst: scope.home.join(name),
-                    contents: LOGIN_FILE_STAND_IN.to_string(),
+                    contents: LOGIN_FILE_STAND_IN.as_bytes().to_vec(),
                 });
             }
         }
