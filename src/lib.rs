@@ -55,6 +55,7 @@ pub mod probes;
 pub mod profile;
 pub mod regular_file;
 pub mod run;
+pub mod runbook;
 pub mod sandbox;
 pub mod selftest;
 pub mod state;

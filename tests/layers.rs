@@ -32,6 +32,8 @@ const ROOT_LAYERS: &[(&str, usize)] = &[
     ("sandbox::plan", 3),
     // The vocabulary a reviewer reads.
     ("profile", 4),
+    // Runbooks: the file, `check` and `explain` (beside the profile, whose rules they narrow).
+    ("runbook", 4),
     // Records.
     ("audit", 5),
     // Raw system calls: every `unsafe`, used by every layer, using none.

@@ -10,7 +10,7 @@ use stepproof::{audit, doctor, explain, host, logging, probes};
 #[command(
     name = "stepproof",
     version,
-    after_help = "Examples:\n  stepproof explain                            # the built-in default profile, here\n  stepproof explain --profile profiles/ci.toml --json\n  stepproof doctor"
+    after_help = "Examples:\n  stepproof explain                            # the built-in default profile, here\n  stepproof explain --profile profiles/ci.toml --json\n  stepproof runbook check examples/runbooks/fix-bug.toml\n  stepproof doctor"
 )]
 struct Args {
     #[command(subcommand)]
@@ -76,6 +76,12 @@ enum Command {
     Audit {
         #[command(subcommand)]
         action: audit::AuditCommand,
+    },
+    /// Runbooks: `check FILE` (file:line:column problems), `explain FILE [--json]` (the
+    /// document a reviewer reads, with the runbook's hash), `schema` (JSON Schema for editors).
+    Runbook {
+        #[command(subcommand)]
+        action: stepproof::runbook::RunbookCommand,
     },
     /// What StepProof keeps of Claude Code's sessions for a workspace between runs: `show`
     /// (transcripts, history, todos, plans, and auto-memory in full), `rm`, `list`.
@@ -166,6 +172,7 @@ fn main() {
     let code = match args.command {
         Command::Audit { action } => audit::run_command(action),
         Command::Login { args } => login(&args),
+        Command::Runbook { action } => stepproof::runbook::run_command(action),
         Command::State { action } => stepproof::state::run_command(action),
         Command::ProbeAll {
             agent,

@@ -1,0 +1,320 @@
+//! `stepproof runbook explain`: the runbook as the document a reviewer reads, and its hash.
+//!
+//! The hash is `sha256:` of the canonical JSON of the runbook: its fields in declaration order,
+//! every default written out (`on_fail`, attempts, an evidence command's exit code, timeout and
+//! network), durations in one spelling, `depends_on` sorted (a set). Key order, whitespace,
+//! comments and quoting in the file change nothing; any change of meaning changes it.
+
+use super::{
+    CommandEvidence, DEFAULT_COMMAND_TIMEOUT_SECONDS, Duration, Evidence, Runbook, Step, StepRules,
+};
+use crate::profile::Profile;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+impl Runbook {
+    /// The runbook with every default written out and `depends_on` sorted: what the hash
+    /// covers.
+    pub fn canonical(&self) -> Runbook {
+        let mut canonical = self.clone();
+        for step in &mut canonical.steps {
+            step.depends_on.sort();
+            step.on_fail = Some(step.on_fail());
+            step.max_attempts = Some(step.attempts());
+            for item in &mut step.evidence {
+                if let Some(command) = &mut item.command {
+                    command.exit_code = Some(command.exit_code.unwrap_or(0));
+                    command.timeout = Some(command.timeout());
+                    command.network = Some(command.network.unwrap_or(false));
+                }
+            }
+        }
+        canonical
+    }
+
+    /// `sha256:` of the canonical form's JSON.
+    pub fn hash(&self) -> String {
+        let bytes = serde_json::to_vec(&self.canonical()).expect("a runbook always serializes");
+        format!("sha256:{}", hex::encode(Sha256::digest(&bytes)))
+    }
+}
+
+impl CommandEvidence {
+    pub fn timeout(&self) -> Duration {
+        self.timeout.unwrap_or(Duration {
+            seconds: DEFAULT_COMMAND_TIMEOUT_SECONDS,
+        })
+    }
+}
+
+/// The machine-readable document: the canonical runbook, its hash, the steps' dependency
+/// order and what it is checked against.
+pub fn explain_json(runbook: &Runbook, order: &[usize], profile: &Profile) -> Value {
+    let canonical = runbook.canonical();
+    json!({
+        "id": runbook.id,
+        "hash": runbook.hash(),
+        "profile": { "name": profile.name, "policy_hash": profile.policy_hash() },
+        "order": order.iter().map(|&i| runbook.steps[i].id.as_str()).collect::<Vec<_>>(),
+        "runbook": canonical,
+    })
+}
+
+/// The text a reviewer reads.
+pub fn explain_text(runbook: &Runbook, order: &[usize], profile: &Profile) -> String {
+    let mut out = String::new();
+    let mut line = |text: String| {
+        out.push_str(&text);
+        out.push('\n');
+    };
+    line(format!("Runbook {}: {}", runbook.id, runbook.title));
+    line(format!("  owner:   {}", runbook.owner));
+    line(format!("  hash:    {}", runbook.hash()));
+    line(format!(
+        "  profile: {} ({}); each step narrows it, none widens it",
+        profile.name,
+        profile.policy_hash()
+    ));
+    if !runbook.description.trim().is_empty() {
+        line(String::new());
+        for text in runbook.description.trim().lines() {
+            line(format!("  {text}"));
+        }
+    }
+    line(String::new());
+    line(format!(
+        "{} step{}, in dependency order:",
+        runbook.steps.len(),
+        if runbook.steps.len() == 1 { "" } else { "s" }
+    ));
+    for (n, &index) in order.iter().enumerate() {
+        let step = &runbook.steps[index];
+        line(String::new());
+        for text in step_text(n + 1, step) {
+            line(text);
+        }
+    }
+    out
+}
+
+fn step_text(number: usize, step: &Step) -> Vec<String> {
+    let mut lines = vec![format!("{number}. {} — {}", step.id, step.title)];
+    let mut depends = step.depends_on.clone();
+    depends.sort();
+    lines.push(if depends.is_empty() {
+        "   opens: at the start".into()
+    } else {
+        format!("   opens: when {} complete", depends.join(", "))
+    });
+    lines.push("   instructions:".into());
+    lines.extend(
+        step.instructions
+            .trim()
+            .lines()
+            .map(|l| format!("     {l}")),
+    );
+    if !step.acceptance.is_empty() {
+        lines.push("   acceptance:".into());
+        lines.extend(step.acceptance.iter().map(|a| format!("     - {a}")));
+    }
+    if step.allow.is_empty() {
+        lines.push("   allows: what the profile allows".into());
+    } else {
+        lines.push(
+            "   allows, of what the profile allows, only (per kind named; other kinds as the profile says):"
+                .into(),
+        );
+        lines.extend(rules_text(&step.allow));
+    }
+    if !step.deny.is_empty() {
+        lines.push("   denies, on top of the profile:".into());
+        lines.extend(rules_text(&step.deny));
+    }
+    lines.push("   evidence (every item must hold):".into());
+    lines.extend(
+        step.evidence
+            .iter()
+            .map(|e| format!("     - {}", evidence_text(e))),
+    );
+    lines.push(match step.on_fail() {
+        super::OnFail::Retry => format!(
+            "   on fail: retry, {} attempt{} in all, then the run stops",
+            step.attempts(),
+            if step.attempts() == 1 { "" } else { "s" }
+        ),
+        super::OnFail::Block => "   on fail: the run stops (block)".into(),
+        super::OnFail::Abandon => "   on fail: the run is abandoned".into(),
+    });
+    lines
+}
+
+fn rules_text(rules: &StepRules) -> Vec<String> {
+    let quoted = |list: &[String]| {
+        list.iter()
+            .map(|p| format!("`{p}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut lines = Vec::new();
+    for r in &rules.bash {
+        let mut what = quoted(&r.commands);
+        if !r.env.is_empty() {
+            if !what.is_empty() {
+                what.push_str("; ");
+            }
+            what.push_str(&format!("assigning {}", quoted(&r.env)));
+        }
+        lines.push(format!("     bash {what} (rule {}: {})", r.id, r.reason));
+    }
+    for r in &rules.files {
+        let access = match r.access {
+            stepproof_hook::config::Access::Read => "read",
+            stepproof_hook::config::Access::Write => "write",
+        };
+        lines.push(format!(
+            "     files {access} {} (rule {}: {})",
+            quoted(&r.paths),
+            r.id,
+            r.reason
+        ));
+    }
+    for r in &rules.web {
+        lines.push(format!(
+            "     web {} (rule {}: {})",
+            quoted(&r.domains),
+            r.id,
+            r.reason
+        ));
+    }
+    for r in &rules.tools {
+        lines.push(format!(
+            "     tools {} (rule {}: {})",
+            quoted(&r.names),
+            r.id,
+            r.reason
+        ));
+    }
+    for r in &rules.agents {
+        lines.push(format!(
+            "     agents {} (rule {}: {})",
+            quoted(&r.types),
+            r.id,
+            r.reason
+        ));
+    }
+    lines
+}
+
+fn evidence_text(item: &Evidence) -> String {
+    if let Some(c) = &item.command {
+        let exit = c.exit_code.unwrap_or(0);
+        return format!(
+            "command `{}` exits {exit} within {} ({}), run by the supervisor in a fresh sandbox; its writes are thrown away",
+            c.run.join(" "),
+            c.timeout().render(),
+            if c.network.unwrap_or(false) {
+                "with the profile's network"
+            } else {
+                "no network"
+            }
+        );
+    }
+    if let Some(f) = &item.files_exist {
+        return format!("files exist: {}", f.paths.join(", "));
+    }
+    if let Some(f) = &item.files_changed {
+        return format!(
+            "files changed since the step opened: {}",
+            f.paths.join(", ")
+        );
+    }
+    if let Some(a) = &item.approval {
+        return format!(
+            "approval by {}, out of band, within {} (no answer: denied)",
+            a.approvers,
+            a.deadline.render()
+        );
+    }
+    if let Some(v) = &item.verifier {
+        return format!(
+            "model verifier, tier {} (judges the acceptance criteria; not run yet: stepproof-run refuses it)",
+            v.tier
+        );
+    }
+    "nothing".into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::parse;
+
+    const ONE: &str = r#"
+# a comment
+id = "rb"
+title = "T"
+owner = "o"
+
+[[steps]]
+id = "b"
+title = "t"
+instructions = "i"
+depends_on = ["a", "c"]
+[[steps.evidence]]
+command = { run = ["cargo", "test"], timeout = "60m" }
+
+[[steps]]
+id = "a"
+title = "t"
+instructions = "i"
+evidence = [{ files_exist = { paths = ["x"] } }]
+
+[[steps]]
+id = "c"
+title = "t"
+instructions = "i"
+on_fail = "retry"
+max_attempts = 3
+evidence = [{ files_exist = { paths = ["y"] } }]
+"#;
+
+    /// The same content in another key order, spelling, quoting and layout, with the defaults
+    /// written out: the same hash. A change of meaning: another hash.
+    #[test]
+    fn hash_is_of_the_content() {
+        let same = r#"owner = 'o'
+title = "T"
+id = "rb"
+[[steps]]
+title = "t"
+id = "b"
+instructions = """i"""
+depends_on = ["c", "a"]
+on_fail = "retry"
+max_attempts = 3
+evidence = [{ command = { timeout = "1h", run = ["cargo", "test"], exit_code = 0, network = false } }]
+[[steps]]
+instructions = "i"
+id = "a"
+title = "t"
+[[steps.evidence]]
+files_exist.paths = ["x"]
+[[steps]]
+id = "c"
+title = "t"
+instructions = "i"
+evidence = [{ files_exist = { paths = ["y"] } }]
+"#;
+        let a = parse(ONE).unwrap().hash();
+        assert_eq!(a, parse(same).unwrap().hash());
+        assert!(a.starts_with("sha256:") && a.len() == 71);
+        for change in [
+            ONE.replace("\"60m\"", "\"61m\""),
+            ONE.replace("owner = \"o\"", "owner = \"p\""),
+            ONE.replace("paths = [\"y\"]", "paths = [\"y\", \"z\"]"),
+            ONE.replace("max_attempts = 3", "max_attempts = 4"),
+            ONE.replace("[\"cargo\", \"test\"]", "[\"test\", \"cargo\"]"),
+        ] {
+            assert_ne!(parse(&change).unwrap().hash(), a, "{change}");
+        }
+    }
+}
