@@ -260,6 +260,47 @@ fn the_examples_pass_with_the_default_profile() {
     }
 }
 
+/// The examples narrow `ci` too; under `strict` (review only: no build, no writes) their
+/// build and write steps try to widen it, and `check` says where.
+#[test]
+fn the_examples_against_other_profiles() {
+    let profile = |name: &str| {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join(format!("profiles/{name}.toml"))
+            .display()
+            .to_string()
+    };
+    for name in EXAMPLES {
+        let path = example(name);
+        let out = stepproof(&[
+            "runbook",
+            "check",
+            path.to_str().unwrap(),
+            "--profile",
+            &profile("ci"),
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{name}: {}", describe(&out));
+    }
+    let path = example("fix-bug");
+    let out = stepproof(&[
+        "runbook",
+        "check",
+        path.to_str().unwrap(),
+        "--profile",
+        &profile("strict"),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    let wanted = format!(
+        "{}:52:20: error: step `fix`: allow rule `build-and-test`: `cargo test *` tries to widen the profile: profile `strict` denies it (its default for calls no rule matches); a step only narrows the profile, so this rule can never let anything through",
+        path.display()
+    );
+    assert!(
+        stdout(&out).lines().any(|l| l == wanted),
+        "{}",
+        describe(&out)
+    );
+}
+
 /// The hash in `check`, `explain` and `explain --json` is one, and it is the content's: the
 /// same runbook rewritten by another TOML writer (other layout, no comments, inline tables
 /// expanded) has it; a change of one value does not.
@@ -280,7 +321,11 @@ fn explain_hash_is_stable_and_the_contents() {
         assert_eq!(again["hash"], doc["hash"]);
         let text = stepproof(&["runbook", "explain", path]);
         assert_eq!(text.status.code(), Some(0), "{}", describe(&text));
-        assert!(stdout(&text).contains(&format!("hash:    {hash}")), "{}", describe(&text));
+        assert!(
+            stdout(&text).contains(&format!("hash:    {hash}")),
+            "{}",
+            describe(&text)
+        );
         assert!(stdout(&stepproof(&["runbook", "check", path])).contains(&hash));
 
         let original = fs::read_to_string(path).unwrap();
@@ -392,7 +437,10 @@ fn validate(root: &Value, schema: &Value, value: &Value, at: &str, errors: &mut 
                 }
             }
             "minItems" => {
-                if value.as_array().is_some_and(|a| (a.len() as u64) < rule.as_u64().unwrap()) {
+                if value
+                    .as_array()
+                    .is_some_and(|a| (a.len() as u64) < rule.as_u64().unwrap())
+                {
                     fail(errors, format!("fewer than {rule} items"));
                 }
             }
@@ -501,17 +549,27 @@ fn an_unreadable_runbook_is_a_clear_error() {
             dir.path().join("missing.toml"),
             "No such file or directory (os error 2)",
         ),
-        (dir.path().to_path_buf(), "is not a regular file (a directory)"),
+        (
+            dir.path().to_path_buf(),
+            "is not a regular file (a directory)",
+        ),
         (fifo, "is not a regular file (a FIFO)"),
         (binary, "is not UTF-8 text"),
     ] {
         let started = std::time::Instant::now();
         let out = stepproof(&["runbook", "check", path.to_str().unwrap()]);
-        assert!(started.elapsed().as_secs() < 10, "waited on {}", path.display());
+        assert!(
+            started.elapsed().as_secs() < 10,
+            "waited on {}",
+            path.display()
+        );
         assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
         assert_eq!(
             String::from_utf8_lossy(&out.stderr).trim(),
-            format!("stepproof runbook: reading runbook {}: {why}", path.display())
+            format!(
+                "stepproof runbook: reading runbook {}: {why}",
+                path.display()
+            )
         );
     }
 }

@@ -96,9 +96,12 @@ const KNOWN_TOOLS: &[&str] = &[
     "Bash",
     "BashOutput",
     "Edit",
+    "EnterWorktree",
     "ExitPlanMode",
+    "ExitWorktree",
     "Glob",
     "Grep",
+    "KillBash",
     "KillShell",
     "LS",
     "ListAgents",
@@ -167,7 +170,7 @@ pub fn check(text: &str, profile: &Profile) -> Report {
         checker.rules(index, step, profile, profile_policy.as_ref());
     }
     let mut problems = checker.found;
-    problems.sort_by(|a, b| (a.line, a.column).cmp(&(b.line, b.column)));
+    problems.sort_by_key(|p| (p.line, p.column));
     problems.dedup();
     Report {
         runbook: Some(runbook),
@@ -307,10 +310,7 @@ impl Checker<'_> {
         for start in (0..edges.len()).filter(|&i| !done[i]) {
             let mut walk = vec![start];
             let mut at = start;
-            loop {
-                let Some(&next) = edges[at].iter().find(|&&d| !done[d]) else {
-                    break;
-                };
+            while let Some(&next) = edges[at].iter().find(|&&d| !done[d]) {
                 if let Some(pos) = walk.iter().position(|&s| s == next) {
                     let cycle: Vec<usize> = walk[pos..].to_vec();
                     // The same cycle reached from another step is reported once, at the
@@ -426,19 +426,18 @@ impl Checker<'_> {
             p.push(Seg::Key(key));
             p
         };
-        if let Some(command) = &item.command {
-            if command
+        if let Some(command) = &item.command
+            && command
                 .run
                 .first()
                 .is_none_or(|program| program.trim().is_empty())
-            {
-                let mut p = at("command");
-                p.push(Seg::Key("run"));
-                self.error(
-                    &p,
-                    format!("step `{id}`: the evidence command's `run` names no program"),
-                );
-            }
+        {
+            let mut p = at("command");
+            p.push(Seg::Key("run"));
+            self.error(
+                &p,
+                format!("step `{id}`: the evidence command's `run` names no program"),
+            );
         }
         for (key, files) in [
             ("files_exist", &item.files_exist),
@@ -1123,5 +1122,198 @@ mod tests {
             instances("tools", "names", None, "mcp__gh__*").unwrap()[1].0,
             "mcp__gh__x"
         );
+    }
+
+    fn profile(name: &str) -> Profile {
+        let file =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("profiles/{name}.toml"));
+        Profile::load(Some(&file)).unwrap()
+    }
+
+    fn found_with(text: &str, profile: &Profile) -> Vec<String> {
+        check(text, profile)
+            .problems
+            .iter()
+            .map(|p| p.render("r.toml"))
+            .collect()
+    }
+
+    /// Every rule kind: what the profile denies outright is an error, what it asks about a
+    /// warning, what it allows nothing; judged on the rule's instances, so a pattern that lets
+    /// something through is never flagged for what it also names.
+    #[test]
+    fn allow_rules_never_widen_the_profile() {
+        let rules = |kind: &str, body: &str| {
+            format!(
+                "{HEAD}{}[[steps.allow.{kind}]]\nid = \"r\"\nreason = \"r\"\n{body}\n",
+                step("a", "")
+            )
+        };
+        let default = Profile::builtin_default().unwrap();
+        let strict = profile("strict");
+        for (text, profile, expected) in [
+            // Denied outright by a rule, by the default, for an unknown tool.
+            (
+                rules("bash", "commands = [\"dd *\"]"),
+                &default,
+                Some(
+                    "error: step `a`: allow rule `r`: `dd *` tries to widen the profile: profile `default` denies it (rule `disk-system`",
+                ),
+            ),
+            (
+                rules("web", "domains = [\"docs.rs\"]"),
+                &strict,
+                Some(
+                    "error: step `a`: allow rule `r`: `docs.rs` tries to widen the profile: profile `strict` denies it (its default for calls no rule matches)",
+                ),
+            ),
+            (
+                rules("tools", "names = [\"mcp__x__*\"]"),
+                &strict,
+                Some(
+                    "error: step `a`: allow rule `r`: `mcp__x__*` tries to widen the profile: profile `strict` denies it (its decision for tools it has no rule for)",
+                ),
+            ),
+            (rules("tools", "names = [\"TodoWrite\"]"), &strict, None),
+            (
+                rules("files", "access = \"read\"\npaths = [\"~/.ssh/**\"]"),
+                &default,
+                Some(
+                    "`~/.ssh/**` tries to widen the profile: profile `default` denies it (rule `secret-files`",
+                ),
+            ),
+            (
+                rules("files", "access = \"read\"\npaths = [\"@env-files\"]"),
+                &default,
+                Some(
+                    "`@env-files` tries to widen the profile: profile `default` denies it (rule `env-files`",
+                ),
+            ),
+            (
+                rules("bash", "env = [\"CLAUDE_CODE_SIMPLE\"]"),
+                &default,
+                Some(
+                    "`CLAUDE_CODE_SIMPLE` tries to widen the profile: profile `default` denies it (rule `nested-agent`",
+                ),
+            ),
+            // Asked: a warning.
+            (
+                rules("bash", "commands = [\"curl *\"]"),
+                &default,
+                Some(
+                    "warning: step `a`: allow rule `r`: `curl *` stays \"ask\": profile `default` asks about it (rule `net-tools`",
+                ),
+            ),
+            (rules("agents", "types = [\"Explore\"]"), &default, None),
+            // Allowed, or allowed for some of what it names: nothing to say.
+            (rules("bash", "commands = [\"git push *\"]"), &default, None),
+            (
+                rules("files", "access = \"write\"\npaths = [\"src/**\"]"),
+                &default,
+                None,
+            ),
+            (
+                rules("web", "domains = [\"*.rust-lang.org\"]"),
+                &default,
+                None,
+            ),
+            (
+                rules("files", "access = \"read\"\npaths = [\"src/**\"]"),
+                &strict,
+                None,
+            ),
+        ] {
+            let found = found_with(&text, profile);
+            match expected {
+                Some(needle) => assert!(
+                    found.iter().any(|f| f.contains(needle)),
+                    "{needle}\n{found:#?}\n{text}"
+                ),
+                None => assert!(
+                    found
+                        .iter()
+                        .all(|f| !f.contains("widen") && !f.contains("error")),
+                    "{found:#?}\n{text}"
+                ),
+            }
+        }
+    }
+
+    #[test]
+    fn step_rules_need_a_profile_with_a_hook() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("nohook.toml");
+        std::fs::write(&path, "name = \"nohook\"\n").unwrap();
+        let bare = Profile::load(Some(&path)).unwrap();
+        assert!(bare.hook.is_none());
+        let text = format!(
+            "{HEAD}{}[[steps.deny.bash]]\nid = \"r\"\nreason = \"r\"\ncommands = [\"x *\"]\n",
+            step("a", "")
+        );
+        assert_eq!(
+            found_with(&text, &bare),
+            vec![
+                "r.toml:10:9: error: step `a` has deny rules, but profile `nohook` has no [hook] section to enforce them"
+            ]
+        );
+        // Without rules, any profile will do.
+        assert!(found_with(&format!("{HEAD}{}", step("a", "")), &bare).is_empty());
+    }
+
+    #[test]
+    fn rule_ids_are_unique_within_a_step_and_every_bad_rule_is_reported() {
+        let text = format!(
+            "{HEAD}{}[[steps.allow.bash]]\nid = \"r\"\nreason = \"r\"\ncommands = [\"* x\"]\n[[steps.deny.files]]\nid = \"r\"\nreason = \"\"\naccess = \"read\"\npaths = [\"a\"]\n[[steps.deny.web]]\nid = \"w\"\nreason = \"r\"\ndomains = [\"\"]\n",
+            step("a", "")
+        );
+        assert_eq!(
+            found_with(&text, &Profile::builtin_default().unwrap()),
+            vec![
+                "r.toml:13:13: error: step `a`: allow rule: rule `r`: pattern `* x` must start with a command name",
+                "r.toml:14:1: error: step `a`: deny rule: a files rule has an empty `reason`: every rule needs an id and a reason",
+                "r.toml:15:1: error: step `a`: rule id `r` is used twice (also in its allow rules): every rule needs its own id",
+                "r.toml:22:12: error: step `a`: deny rule `w`: an entry of `domains` is empty",
+            ]
+        );
+    }
+
+    #[test]
+    fn evidence_fields_are_checked() {
+        let evidence = |item: &str| {
+            format!(
+                "{HEAD}[[steps]]\nid = \"a\"\ntitle = \"t\"\ninstructions = \"i\"\nevidence = [{item}]\n"
+            )
+        };
+        let default = Profile::builtin_default().unwrap();
+        for (item, expected) in [
+            (
+                "{ command = { run = [] } }",
+                "8:27: error: step `a`: the evidence command's `run` names no program",
+            ),
+            (
+                "{ files_exist = { paths = [] } }",
+                "8:31: error: step `a`: `files_exist` names no path",
+            ),
+            (
+                "{ files_changed = { paths = [\"/etc/passwd\"] } }",
+                "8:42: error: step `a`: files_changed path \"/etc/passwd\" must be a glob relative to the workspace",
+            ),
+            (
+                "{ files_exist = { paths = [\"../x\"] } }",
+                "8:40: error: step `a`: files_exist path \"../x\"",
+            ),
+            (
+                "{ approval = { approvers = \" \", deadline = \"1h\" } }",
+                "8:28: error: step `a`: the approval's `approvers` is empty",
+            ),
+        ] {
+            let found = found_with(&evidence(item), &default);
+            assert!(
+                found
+                    .iter()
+                    .any(|f| f.starts_with(&format!("r.toml:{expected}"))),
+                "{expected}\n{found:#?}"
+            );
+        }
     }
 }

@@ -397,7 +397,7 @@ impl Duration {
     /// The largest unit that divides it: `600` seconds is `10m`.
     pub fn render(self) -> String {
         for (unit, scale) in [("d", 86400), ("h", 3600), ("m", 60)] {
-            if self.seconds % scale == 0 {
+            if self.seconds.is_multiple_of(scale) {
                 return format!("{}{unit}", self.seconds / scale);
             }
         }
