@@ -53,6 +53,10 @@ pub struct Request {
     pub selftest: bool,
     /// The command and its arguments.
     pub command: Vec<OsString>,
+    /// `--runbook FILE`: the steps the run follows (checked against the profile at launch).
+    pub runbook: Option<PathBuf>,
+    /// `--approve STEP`: approvals a CI job gives beforehand (recorded).
+    pub approve: Vec<String>,
 }
 
 /// The audit log: a failure to open the one asked for with `--audit-log` stops the run; the
@@ -169,6 +173,11 @@ fn carry_out(
     let profile =
         Profile::load(args.profile.as_deref()).map_err(|e| Failure::refused(e.to_string()))?;
     tracing::debug!("profile loaded");
+    let runbook = args
+        .runbook
+        .as_deref()
+        .map(|path| load_runbook(path, &profile))
+        .transpose()?;
     let facts = host::gather_facts(
         args.workspace.as_deref(),
         profile.process.allow_root_fallback,
@@ -313,6 +322,19 @@ fn carry_out(
     for dropped in &limits.dropped {
         tracing::info!("{dropped}");
     }
+    // The runbook's directory and sockets, its file protected like the profile's, the
+    // client bound inside.
+    let runbook_run = match &runbook {
+        Some(loaded) => Some(prepare_runbook(
+            args,
+            loaded,
+            &mut plan,
+            &facts,
+            audit.as_ref(),
+            limits.cgroup.as_ref(),
+        )?),
+        None => None,
+    };
     if let Some(audit) = &audit {
         let argv: Vec<String> = args
             .command
@@ -335,6 +357,13 @@ fn carry_out(
                 "limits": limits.plan.entries,
                 "limit_lines": limits.plan.lines(),
                 "limits_dropped": limits.dropped,
+                "runbook": runbook.as_ref().map(|r| serde_json::json!({
+                    "id": r.runbook.id,
+                    "hash": r.runbook.hash(),
+                    "path": crate::audit::text::path(&r.path),
+                    "steps": r.runbook.steps.len(),
+                    "pre_approved": args.approve,
+                })),
             }),
         );
         // No start record, no run: what would run could not be accounted for.
@@ -347,6 +376,10 @@ fn carry_out(
                 ),
             });
         }
+    }
+    if let Some(run) = &runbook_run {
+        run.start()
+            .map_err(|e| Failure::host(format!("the runbook's state: {e}")))?;
     }
     if args.verbose > 0 {
         crate::say_part!("{}", explain::explain_text(&profile, &plan));
@@ -363,9 +396,46 @@ fn carry_out(
             .then(|| (snapshot.watch_targets(), facts.run_dir.join("quarantine"))),
         cgroup: limits.cgroup.as_ref(),
         gateway,
+        runbook: runbook_run.as_ref(),
     };
     let mut result = launch::run(&plan, &command, audit.as_ref(), &options);
     tracing::debug!("sandbox gone");
+    // The runbook's outcome: a step whose evidence did not hold (117), or a run that ended
+    // before its last step (116), whatever the command's own code was.
+    if let Some(run) = &runbook_run
+        && matches!(
+            result.outcome,
+            Outcome::Exited { .. } | Outcome::Signaled { .. } | Outcome::TimedOut { .. }
+        )
+        && let Some((ending, open)) = run.finish()
+    {
+        let command = Box::new(result.outcome);
+        result.outcome = match ending {
+            crate::supervisor::runbook_run::Ending::Blocked { step } => {
+                crate::say!(
+                    "stepproof-run: runbook: step {step}'s evidence did not hold and no attempt is left (exit {})",
+                    crate::exit::ExitCode::EvidenceFailed.code()
+                );
+                Outcome::EvidenceFailed {
+                    exit_code: crate::exit::ExitCode::EvidenceFailed.code(),
+                    command,
+                    step,
+                }
+            }
+            crate::supervisor::runbook_run::Ending::Abandoned { .. } => {
+                crate::say!(
+                    "stepproof-run: runbook abandoned before its last step; not passed: {} (exit {}; a later run of the same runbook and workspace continues it)",
+                    open.join(", "),
+                    crate::exit::ExitCode::RunbookAbandoned.code()
+                );
+                Outcome::Abandoned {
+                    exit_code: crate::exit::ExitCode::RunbookAbandoned.code(),
+                    command,
+                    open,
+                }
+            }
+        };
+    }
     if let Outcome::NotFound { message, .. } = &mut result.outcome
         && let Some(hint) = command
             .first()
@@ -448,6 +518,12 @@ fn carry_out(
             &profile,
             &writable_roots(&plan),
         ));
+        if let Some(loaded) = &runbook {
+            findings.extend(crate::supervisor::profile_check::changed_runbook_file(
+                &loaded.source,
+                &writable_roots(&plan),
+            ));
+        }
         // What the run wanted at protected names, as a patch the user may apply after review.
         tracing::debug!("profile files checked");
         let proposed =
@@ -575,6 +651,146 @@ fn carry_out(
         write_summaries(outputs, &summary, &result.outcome);
     }
     Ok((result.outcome, result.report))
+}
+
+/// A runbook as `--runbook` named it, checked against the run's profile.
+struct LoadedRunbook {
+    runbook: crate::runbook::Runbook,
+    path: PathBuf,
+    /// The file as read: what the run must not be able to change.
+    source: crate::profile::ProfileSource,
+}
+
+/// Reads and checks the runbook against the profile: errors (each at its file:line:column)
+/// and evidence this release cannot check (`verifier`) stop the launch with 125.
+fn load_runbook(path: &std::path::Path, profile: &Profile) -> Result<LoadedRunbook, Failure> {
+    let text = crate::runbook::read(path).map_err(|e| Failure::host(format!("--runbook: {e}")))?;
+    let report = crate::runbook::check(&text, profile);
+    let origin = path.display().to_string();
+    let errors: Vec<String> = report
+        .problems
+        .iter()
+        .filter(|p| p.severity == crate::runbook::Severity::Error)
+        .map(|p| p.render(&origin))
+        .collect();
+    let runbook = match report.runbook {
+        Some(runbook) if errors.is_empty() => runbook,
+        _ => {
+            return Err(Failure::host(format!(
+                "--runbook {origin} has errors against profile {}:\n{}",
+                profile.name,
+                errors.join("\n")
+            )));
+        }
+    };
+    for step in &runbook.steps {
+        if step.evidence.iter().any(|e| e.verifier.is_some()) {
+            return Err(Failure::host(format!(
+                "--runbook {origin}: step {} is proven by a model verifier, which arrives in part 2 of runbooks; this release cannot check it, so the run is not started",
+                step.id
+            )));
+        }
+    }
+    if profile.hook.is_none() {
+        return Err(Failure::host(format!(
+            "--runbook {origin}: profile {} has no [hook]: nothing would enforce the steps",
+            profile.name
+        )));
+    }
+    Ok(LoadedRunbook {
+        source: crate::profile::ProfileSource::of(path, &text),
+        path: path.canonicalize().unwrap_or_else(|_| path.to_path_buf()),
+        runbook,
+    })
+}
+
+/// The runbook's run: its directory and sockets (bound inside with the `stepproof` client),
+/// and its file read-only inside where the run could write it.
+fn prepare_runbook(
+    args: &Request,
+    loaded: &LoadedRunbook,
+    plan: &mut crate::sandbox::plan::SandboxPlan,
+    facts: &crate::sandbox::plan::HostFacts,
+    audit: Option<&AuditSink>,
+    cgroup: Option<&crate::supervisor::cgroup::RunCgroup>,
+) -> Result<crate::supervisor::runbook_run::RunbookRun, Failure> {
+    use crate::sandbox::plan::agent_layer::CONTROL_DIR;
+    use crate::sandbox::plan::{Access, MountOp};
+    let exe = std::env::current_exe()
+        .map_err(|e| Failure::host(format!("finding stepproof-run: {e}")))?;
+    let client = exe.with_file_name("stepproof");
+    if !client.is_file() {
+        return Err(Failure::host(format!(
+            "--runbook: the `stepproof` client is not installed beside stepproof-run ({})",
+            client.display()
+        )));
+    }
+    let Some(seal) = plan.mounts.iter().position(
+        |op| matches!(op, MountOp::SealReadOnly { dst } if dst.as_path() == std::path::Path::new(CONTROL_DIR)),
+    ) else {
+        return Err(Failure::host(
+            "--runbook: this plan has no agent layer (/run/stepproof) to carry the runbook's state",
+        ));
+    };
+    let profile = match &args.profile {
+        Some(p) => p
+            .canonicalize()
+            .unwrap_or_else(|_| p.clone())
+            .display()
+            .to_string(),
+        None => "default".to_string(),
+    };
+    let run = crate::supervisor::runbook_run::RunbookRun::prepare(
+        loaded.runbook.clone(),
+        audit,
+        &facts.run_dir,
+        (plan.identity.outside_uid, plan.identity.outside_gid),
+        &plan.home,
+        &plan.workspace,
+        crate::supervisor::runbook_run::EvidenceContext {
+            run_binary: exe,
+            profile,
+            workspace: plan.workspace.clone(),
+            run_dir: facts.run_dir.clone(),
+            ci: args.ci,
+            pre_approved: args.approve.clone(),
+            cgroup_dirs: cgroup.map(|c| c.dirs()).unwrap_or_default(),
+        },
+    )
+    .map_err(|e| Failure::host(format!("--runbook: {e}")))?;
+    plan.mounts.splice(
+        seal..seal,
+        [
+            MountOp::FromSupervisor {
+                src: run.dir(),
+                dst: crate::runbook::client::RUNBOOK_DIR.into(),
+                access: Access::ReadOnly,
+            },
+            MountOp::FromSupervisor {
+                src: client,
+                dst: std::path::Path::new(CONTROL_DIR).join("stepproof"),
+                access: Access::ReadOnly,
+            },
+        ],
+    );
+    // The runbook file, where the run could write it: read-only, its directories pinned (as
+    // the profile's files are); its hash is compared after the run.
+    if plan.isolation == crate::sandbox::plan::Isolation::Namespaces {
+        let roots = writable_roots(plan);
+        if let Some(root) = roots.iter().filter(|r| loaded.path.starts_with(r)).max() {
+            let rel = loaded.path.strip_prefix(root).unwrap_or(&loaded.path);
+            let parts: Vec<_> = rel.components().collect();
+            let mut dir = root.clone();
+            for part in &parts[..parts.len().saturating_sub(1)] {
+                dir.push(part);
+                plan.mounts.push(MountOp::PinInPlace { path: dir.clone() });
+            }
+            plan.mounts.push(MountOp::ReadOnlyInPlace {
+                path: loaded.path.clone(),
+            });
+        }
+    }
+    Ok(run)
 }
 
 /// A command that exists on the host but was not found inside: where it is, and that the

@@ -408,7 +408,12 @@ fn pre_tool_use(args: &Args, input: Result<HookInput, String>) -> Response {
                 input,
             ),
             Ok(policy) => (
-                evaluate_analysed(&policy, &input, needs.effects.as_deref()),
+                narrow_by_steps(
+                    &args.policy,
+                    evaluate_analysed(&policy, &input, needs.effects.as_deref()),
+                    &input,
+                    &needs,
+                ),
                 Some(policy),
                 input,
             ),
@@ -434,6 +439,62 @@ fn pre_tool_use(args: &Args, input: Result<HookInput, String>) -> Response {
     // large policy is measurable and buys nothing.
     std::mem::forget(policy);
     response
+}
+
+/// The directory beside the profile's policy where a run with a runbook publishes the open
+/// steps' policies (`policy-0`, `policy-1`, …, in the hook's format).
+pub const RUNBOOK_DIR_NAME: &str = "runbook";
+/// The most step policies read.
+const MAX_STEP_POLICIES: usize = 64;
+
+/// The profile's verdict narrowed by every open runbook step's policy (none when the run has
+/// no runbook: the first file is missing): the stricter decision wins, and a step's denial
+/// names the step and what it allows. A step policy that cannot be read denies.
+fn narrow_by_steps(
+    profile_policy: &Path,
+    verdict: Verdict,
+    input: &HookInput,
+    needs: &Needs,
+) -> Verdict {
+    if verdict.decision == Decision::Deny {
+        return verdict;
+    }
+    let Some(dir) = profile_policy.parent() else {
+        return verdict;
+    };
+    let dir = dir.join(RUNBOOK_DIR_NAME);
+    let mut verdict = verdict;
+    for n in 0..MAX_STEP_POLICIES {
+        let path = dir.join(format!("policy-{n}"));
+        let step = match load_policy_for(&path, needs) {
+            Ok(step) => step,
+            Err(LoadError::Read { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                break;
+            }
+            Err(e) => {
+                return Verdict::fail_closed(format!(
+                    "StepProof denied this call: {e} (rule fail-closed)."
+                ));
+            }
+        };
+        let narrowed = evaluate_analysed(&step, input, needs.effects.as_deref());
+        if narrowed.decision > verdict.decision {
+            verdict = Verdict {
+                reason: format!(
+                    "{} While {} is open, it allows {}.",
+                    narrowed.reason, step.profile, step.summary
+                ),
+                ..narrowed
+            };
+        }
+        std::mem::forget(step);
+        if verdict.decision == Decision::Deny {
+            break;
+        }
+    }
+    verdict
 }
 
 fn needs_of(input: &HookInput) -> Needs {

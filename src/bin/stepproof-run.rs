@@ -69,6 +69,15 @@ struct Args {
     /// Exit 122 when the command finished but the hook denied at least one call.
     #[arg(long)]
     fail_on_deny: bool,
+    /// Follow a runbook: the steps open one after another as the supervisor finds each one's
+    /// evidence holds; the hook enforces the profile narrowed by the open steps. Exit 117 when
+    /// a step's evidence did not hold and its attempts ran out, 116 when the run ended before
+    /// the last step.
+    #[arg(long, value_name = "FILE")]
+    runbook: Option<PathBuf>,
+    /// With --runbook: approve STEP's approval beforehand (a CI job; recorded). Repeatable.
+    #[arg(long, value_name = "STEP")]
+    approve: Vec<String>,
     /// (Internal) Run the built-in escape probes inside this profile's sandbox instead of a
     /// command; `stepproof selftest` uses it.
     #[arg(long, hide = true)]
@@ -116,6 +125,8 @@ fn main() {
         fail_on_deny: args.fail_on_deny,
         selftest: args.selftest,
         command: args.command,
+        runbook: args.runbook,
+        approve: args.approve,
     };
     std::process::exit(stepproof::run::run(&request));
 }

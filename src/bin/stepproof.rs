@@ -83,6 +83,22 @@ enum Command {
         #[command(subcommand)]
         action: stepproof::runbook::RunbookCommand,
     },
+    /// Inside a `stepproof-run --runbook` run: `status`, `complete [--step S] [--note …]` (ask
+    /// the supervisor to check the step's evidence; exit 0 passed, 1 not), `evidence FILE…`.
+    Step {
+        #[command(subcommand)]
+        action: stepproof::runbook::client::StepCommand,
+    },
+    /// At a host terminal: approve a runbook step waiting for approval in run RUN (the run's
+    /// directory name under ~/.local/state/stepproof/runs/, printed by the run).
+    Approve { run: String, step: String },
+    /// At a host terminal: deny a runbook step waiting for approval in run RUN.
+    Deny {
+        run: String,
+        step: String,
+        #[arg(long, default_value = "")]
+        reason: String,
+    },
     /// What StepProof keeps of Claude Code's sessions for a workspace between runs: `show`
     /// (transcripts, history, todos, plans, and auto-memory in full), `rm`, `list`.
     State {
@@ -166,6 +182,17 @@ fn login(args: &[std::ffi::OsString]) -> i32 {
     }
 }
 
+/// `stepproof approve|deny RUN STEP`, from the home's state directory.
+fn approval(run: &str, request: &stepproof::runbook::client::ApprovalRequest) -> i32 {
+    match host::gather_facts(None, false) {
+        Ok(facts) => stepproof::runbook::client::run_approval(&facts.home, run, request),
+        Err(e) => {
+            stepproof::say!("stepproof: {e}");
+            2
+        }
+    }
+}
+
 fn main() {
     let args = Args::parse();
     logging::init_logging(args.verbose);
@@ -174,6 +201,15 @@ fn main() {
         Command::Login { args } => login(&args),
         Command::Runbook { action } => stepproof::runbook::run_command(action),
         Command::State { action } => stepproof::state::run_command(action),
+        Command::Step { action } => stepproof::runbook::client::run_step_command(action),
+        Command::Approve { run, step } => approval(
+            &run,
+            &stepproof::runbook::client::ApprovalRequest::Approve { step },
+        ),
+        Command::Deny { run, step, reason } => approval(
+            &run,
+            &stepproof::runbook::client::ApprovalRequest::Deny { step, reason },
+        ),
         Command::ProbeAll {
             agent,
             private_home,

@@ -286,7 +286,8 @@ pub struct ProfileSource {
 }
 
 impl ProfileSource {
-    fn of(path: &Path, text: &str) -> ProfileSource {
+    /// The file at `path` as `text` was read from it: its absolute path and sha256.
+    pub fn of(path: &Path, text: &str) -> ProfileSource {
         let absolute = path
             .canonicalize()
             .or_else(|_| std::env::current_dir().map(|d| d.join(path)))

@@ -4,8 +4,10 @@
 //! (the document a reviewer reads, with the runbook's hash). Running one is the supervisor's.
 
 pub mod check;
+pub mod client;
 pub mod command;
 pub mod explain;
+pub mod policy;
 pub mod schema;
 
 pub use check::{Problem, Severity, check};

@@ -397,6 +397,8 @@ pub struct RunOptions<'a> {
         gateway::Upstream,
         std::sync::Arc<crate::supervisor::login::ModelLogin>,
     )>,
+    /// The runbook's run: its sockets are served while the sandbox runs.
+    pub runbook: Option<&'a crate::supervisor::runbook_run::RunbookRun>,
 }
 
 /// The gateway's upstream and the model login for a plan with a gateway (a credential the
@@ -653,6 +655,7 @@ fn launch(
         }
         _ => None,
     };
+    let runbook_servers = options.runbook.map(|run| run.serve());
     let watcher = options.watch.as_ref().and_then(|(targets, quarantine)| {
         crate::supervisor::watch::Watcher::start(&plan.workspace, targets.clone(), quarantine)
     });
@@ -781,6 +784,9 @@ fn launch(
         let _ = drain.join();
     }
     let hook_records = receiver.map(|r| r.shutdown());
+    if let Some(servers) = runbook_servers {
+        servers.shutdown();
+    }
     let report = AssuranceReport::new(plan, seccomp_report, enforcement);
     Ok(RunResult {
         outcome,

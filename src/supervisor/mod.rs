@@ -15,6 +15,7 @@ pub mod proposed;
 pub mod proxy;
 pub mod pty;
 pub mod relay;
+pub mod runbook_run;
 pub mod server_settings;
 pub mod session_state;
 pub mod sweep;

@@ -78,6 +78,21 @@ pub enum Outcome {
         command: Box<Outcome>,
         findings: Vec<crate::supervisor::sweep::Finding>,
     },
+    /// A runbook step's evidence did not hold and its attempts ran out (`on_fail` retry or
+    /// block): 117, whatever the command's own code was.
+    EvidenceFailed {
+        exit_code: i32,
+        command: Box<Outcome>,
+        step: String,
+    },
+    /// The runbook was abandoned before its last step (a step's `on_fail = "abandon"`, or the
+    /// command ended with steps open): 116.
+    Abandoned {
+        exit_code: i32,
+        command: Box<Outcome>,
+        /// The steps not passed.
+        open: Vec<String>,
+    },
 }
 
 pub const EXIT_DENIED: i32 = ExitCode::Denied.code();
@@ -99,7 +114,9 @@ impl Outcome {
             | Outcome::AuditIncomplete { exit_code, .. }
             | Outcome::Tampering { exit_code, .. }
             | Outcome::TimedOut { exit_code, .. }
-            | Outcome::Denied { exit_code, .. } => *exit_code,
+            | Outcome::Denied { exit_code, .. }
+            | Outcome::EvidenceFailed { exit_code, .. }
+            | Outcome::Abandoned { exit_code, .. } => *exit_code,
         }
     }
 

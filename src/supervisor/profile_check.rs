@@ -12,8 +12,23 @@ use std::path::PathBuf;
 
 /// The profile files under `writable_roots` whose content is not what was read at launch.
 pub fn changed_profile_files(profile: &Profile, writable_roots: &[PathBuf]) -> Vec<Finding> {
-    profile
-        .files
+    changed_files(&profile.files, writable_roots, "profile")
+}
+
+/// The runbook file (`--runbook`), when under `writable_roots` and not what was read at launch.
+pub fn changed_runbook_file(
+    file: &crate::profile::ProfileSource,
+    writable_roots: &[PathBuf],
+) -> Vec<Finding> {
+    changed_files(std::slice::from_ref(file), writable_roots, "runbook")
+}
+
+fn changed_files(
+    files: &[crate::profile::ProfileSource],
+    writable_roots: &[PathBuf],
+    what: &'static str,
+) -> Vec<Finding> {
+    files
         .iter()
         .filter(|f| writable_roots.iter().any(|r| f.path.starts_with(r)))
         .filter_map(|f| {
@@ -31,10 +46,16 @@ pub fn changed_profile_files(profile: &Profile, writable_roots: &[PathBuf]) -> V
                     file.take(MAX_PROFILE_BYTES + 1).read_to_end(&mut bytes)?;
                     Ok(hex::encode(Sha256::digest(&bytes)))
                 });
+            let runbook = what == "runbook";
             let (change, error) = match now {
                 Ok(hash) if hash == f.sha256 => return None,
+                Ok(_) if runbook => ("runbook-changed", None),
                 Ok(_) => ("profile-changed", None),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && runbook => {
+                    ("runbook-removed", None)
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => ("profile-removed", None),
+                Err(e) if runbook => ("runbook-replaced", Some(e.to_string())),
                 Err(e) => ("profile-replaced", Some(e.to_string())),
             };
             Some(Finding {
@@ -42,9 +63,11 @@ pub fn changed_profile_files(profile: &Profile, writable_roots: &[PathBuf]) -> V
                 change,
                 quarantined_to: None,
                 error,
-                detail: Some(
-                    "a file of the profile that confined this run (read-only inside)".into(),
-                ),
+                detail: Some(if runbook {
+                    "the runbook this run followed (read-only inside)".into()
+                } else {
+                    "a file of the profile that confined this run (read-only inside)".into()
+                }),
             })
         })
         .collect()

@@ -1,0 +1,1214 @@
+//! A runbook's run, held by the supervisor: which steps are open (a step opens when every step
+//! it depends on has passed), attempts, evidence and verdicts. Every transition is a record in
+//! the audit chain, and is published to the sandbox in a supervisor-owned directory bound
+//! read-only *as a directory* at `/run/stepproof/runbook` (`state.json`, and one compiled
+//! policy per open step, `policy-N`, that the hook intersects with the profile's), each file
+//! replaced atomically (a temporary name, then a rename), so the next hook call sees it.
+//!
+//! The agent acts on the run through `stepproof step …` over `step.sock` in that directory;
+//! a `complete` is a request, whoever sends it: the supervisor checks the evidence itself.
+//! A person approves at a host terminal (`stepproof approve RUN STEP`) over `approve.sock` in
+//! the run's directory, which no sandbox can reach.
+
+use crate::audit::sink::AuditSink;
+use crate::runbook::client::{APPROVAL_SOCKET, Answer, ApprovalRequest, STEP_SOCKET, StepRequest};
+use crate::runbook::{Evidence, OnFail, Runbook, Step};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use std::collections::{BTreeMap, HashMap};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// Output of a failing evidence command shown to the agent: its last this many bytes.
+pub const OUTPUT_SHOWN_BYTES: usize = 8 << 10;
+/// Output of an evidence command read at all (the digest covers what was read).
+const OUTPUT_READ_BYTES: u64 = 16 << 20;
+/// Files a `files_*` glob walks at most.
+const WALK_MAX_FILES: usize = 200_000;
+
+/// Where a step is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Waiting,
+    Open,
+    Passed,
+    Failed,
+}
+
+#[derive(Debug, Clone)]
+struct StepState {
+    status: Status,
+    attempts: u32,
+    /// `files_changed`: the workspace-relative paths the globs named when the step opened,
+    /// with their sha256.
+    baseline: BTreeMap<String, String>,
+    last_verdict: Option<String>,
+}
+
+/// How a runbook's run ended early.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ending {
+    /// A step's evidence did not hold and its attempts ran out (117).
+    Blocked { step: String },
+    /// A step with `on_fail = "abandon"` failed (116).
+    Abandoned { step: String },
+}
+
+/// What running evidence needs beyond the runbook.
+#[derive(Debug, Clone)]
+pub struct EvidenceContext {
+    /// `stepproof-run`, to run evidence commands in a fresh sandbox.
+    pub run_binary: PathBuf,
+    /// The profile the run uses: a file, or a built-in name.
+    pub profile: String,
+    /// The workspace on the host.
+    pub workspace: PathBuf,
+    /// The run's directory on the host (evidence runs' audit logs and the derived profile).
+    pub run_dir: PathBuf,
+    /// `--ci`: approvals are denied unless pre-approved.
+    pub ci: bool,
+    /// `--approve STEP`: steps whose approval a CI job gave beforehand.
+    pub pre_approved: Vec<String>,
+    /// The run's cgroup directories (the freezer), when it has some.
+    pub cgroup_dirs: Vec<PathBuf>,
+}
+
+struct Engine {
+    runbook: Runbook,
+    hash: String,
+    steps: Vec<StepState>,
+    audit: Option<AuditSink>,
+    /// The host directory bound at `/run/stepproof/runbook`.
+    dir: PathBuf,
+    /// The workspace and home as the sandbox sees them (what step policies are compiled for).
+    inside_home: PathBuf,
+    inside_workspace: PathBuf,
+    context: EvidenceContext,
+    ending: Option<Ending>,
+    policies_written: usize,
+    evidence_runs: u32,
+}
+
+/// Answers given at a host terminal, waited for by the step being completed.
+#[derive(Default)]
+struct Approvals {
+    answers: Mutex<HashMap<String, Result<(), String>>>,
+    arrived: Condvar,
+    waiting: Mutex<Option<String>>,
+}
+
+/// The run of one runbook.
+pub struct RunbookRun {
+    engine: Arc<Mutex<Engine>>,
+    approvals: Arc<Approvals>,
+    step_listener: Mutex<Option<UnixListener>>,
+    approval_listener: Mutex<Option<UnixListener>>,
+    run_id: String,
+}
+
+impl std::fmt::Debug for RunbookRun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunbookRun")
+            .field("run_id", &self.run_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The servers' threads, stopped at the end of the run.
+pub struct Serving {
+    threads: Vec<(PathBuf, std::thread::JoinHandle<()>)>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+}
+
+fn io_err(step: &str, path: &Path) -> impl FnOnce(std::io::Error) -> String {
+    let what = format!("{step} {}", path.display());
+    move |e| format!("{what}: {e}")
+}
+
+impl RunbookRun {
+    /// Makes the run's runbook directory (0755, the supervisor's) and both sockets: the step
+    /// socket owned by the sandbox user (`owner`), the approval socket by whoever runs the
+    /// supervisor. No thread is started here (the sandbox is cloned from this process later).
+    #[allow(clippy::too_many_arguments)]
+    pub fn prepare(
+        runbook: Runbook,
+        audit: Option<&AuditSink>,
+        run_dir: &Path,
+        owner: (u32, u32),
+        inside_home: &Path,
+        inside_workspace: &Path,
+        context: EvidenceContext,
+    ) -> Result<RunbookRun, String> {
+        let dir = run_dir.join("runbook");
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(run_dir)
+            .map_err(io_err("creating", run_dir))?;
+        std::fs::DirBuilder::new()
+            .mode(0o755)
+            .create(&dir)
+            .map_err(io_err("creating", &dir))?;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))
+            .map_err(io_err("chmod", &dir))?;
+        let step_socket = dir.join(STEP_SOCKET);
+        let step_listener =
+            UnixListener::bind(&step_socket).map_err(io_err("binding", &step_socket))?;
+        std::fs::set_permissions(&step_socket, std::fs::Permissions::from_mode(0o600))
+            .map_err(io_err("chmod", &step_socket))?;
+        std::os::unix::fs::lchown(&step_socket, Some(owner.0), Some(owner.1))
+            .map_err(io_err("chown", &step_socket))?;
+        let approval_socket = run_dir.join(APPROVAL_SOCKET);
+        let approval_listener =
+            UnixListener::bind(&approval_socket).map_err(io_err("binding", &approval_socket))?;
+        std::fs::set_permissions(&approval_socket, std::fs::Permissions::from_mode(0o600))
+            .map_err(io_err("chmod", &approval_socket))?;
+        let hash = runbook.hash();
+        let steps = runbook
+            .steps
+            .iter()
+            .map(|_| StepState {
+                status: Status::Waiting,
+                attempts: 0,
+                baseline: BTreeMap::new(),
+                last_verdict: None,
+            })
+            .collect();
+        let engine = Engine {
+            runbook,
+            hash,
+            steps,
+            audit: audit.map(AuditSink::clone_handle),
+            dir,
+            inside_home: inside_home.to_path_buf(),
+            inside_workspace: inside_workspace.to_path_buf(),
+            context,
+            ending: None,
+            policies_written: 0,
+            evidence_runs: 0,
+        };
+        Ok(RunbookRun {
+            engine: Arc::new(Mutex::new(engine)),
+            approvals: Arc::new(Approvals::default()),
+            step_listener: Mutex::new(Some(step_listener)),
+            approval_listener: Mutex::new(Some(approval_listener)),
+            run_id: run_dir
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+        })
+    }
+
+    /// The host directory bound at `/run/stepproof/runbook`.
+    pub fn dir(&self) -> PathBuf {
+        self.lock().dir.clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Engine> {
+        self.engine.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Opens the first steps (after the run-start record) and publishes the state.
+    pub fn start(&self) -> Result<(), String> {
+        let mut engine = self.lock();
+        engine.open_ready();
+        engine.publish()
+    }
+
+    /// Serves both sockets, each on a thread of its own (after the sandbox's clone).
+    pub fn serve(&self) -> Serving {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut threads = Vec::new();
+        let take = |slot: &Mutex<Option<UnixListener>>| {
+            slot.lock().unwrap_or_else(|e| e.into_inner()).take()
+        };
+        if let Some(listener) = take(&self.step_listener) {
+            let path = self.dir().join(STEP_SOCKET);
+            let engine = Arc::clone(&self.engine);
+            let approvals = Arc::clone(&self.approvals);
+            let stop = Arc::clone(&stop);
+            let run_id = self.run_id.clone();
+            threads.push((
+                path,
+                std::thread::spawn(move || {
+                    for stream in listener.incoming() {
+                        if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                            break;
+                        }
+                        if let Ok(stream) = stream {
+                            serve_step(&engine, &approvals, &run_id, stream);
+                        }
+                    }
+                }),
+            ));
+        }
+        if let Some(listener) = take(&self.approval_listener) {
+            let path = self.lock().context.run_dir.join(APPROVAL_SOCKET);
+            let engine = Arc::clone(&self.engine);
+            let approvals = Arc::clone(&self.approvals);
+            let stop = Arc::clone(&stop);
+            threads.push((
+                path,
+                std::thread::spawn(move || {
+                    for stream in listener.incoming() {
+                        if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                            break;
+                        }
+                        if let Ok(stream) = stream {
+                            serve_approval(&engine, &approvals, stream);
+                        }
+                    }
+                }),
+            ));
+        }
+        Serving { threads, stop }
+    }
+
+    /// The end of the run: an early ending, or the steps not passed (recorded as abandoned by
+    /// the supervisor, whatever the agent said).
+    pub fn finish(&self) -> Option<(Ending, Vec<String>)> {
+        let engine = self.lock();
+        let open: Vec<String> = engine
+            .runbook
+            .steps
+            .iter()
+            .zip(&engine.steps)
+            .filter(|(_, s)| s.status != Status::Passed)
+            .map(|(step, _)| step.id.to_string())
+            .collect();
+        let ending = match engine.ending.clone() {
+            Some(ending) => ending,
+            None if open.is_empty() => {
+                engine.record("runbook-complete", json!({ "runbook": engine.runbook.id }));
+                return None;
+            }
+            None => Ending::Abandoned {
+                step: open[0].clone(),
+            },
+        };
+        engine.record(
+            "runbook-ended",
+            json!({
+                "runbook": engine.runbook.id,
+                "ending": match &ending {
+                    Ending::Blocked { .. } => "evidence-failed",
+                    Ending::Abandoned { .. } => "abandoned",
+                },
+                "step": match &ending { Ending::Blocked { step } | Ending::Abandoned { step } => step },
+                "not_passed": open,
+            }),
+        );
+        Some((ending, open))
+    }
+}
+
+impl Serving {
+    /// Stops the servers (a connection to each wakes its accept).
+    pub fn shutdown(self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        for (path, thread) in self.threads {
+            let _ = UnixStream::connect(&path);
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Reads one JSON line, bounded.
+fn read_request(stream: &UnixStream) -> Result<Value, String> {
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+    let mut line = String::new();
+    BufReader::new(stream.take(crate::runbook::client::MAX_MESSAGE_BYTES))
+        .read_line(&mut line)
+        .map_err(|e| format!("reading the request: {e}"))?;
+    serde_json::from_str(&line).map_err(|e| format!("the request is not JSON: {e}"))
+}
+
+fn reply(mut stream: &UnixStream, answer: &Answer) {
+    let mut bytes = serde_json::to_vec(answer).unwrap_or_default();
+    bytes.push(b'\n');
+    let _ = stream.write_all(&bytes);
+}
+
+fn peer(stream: &UnixStream) -> Value {
+    match nix::sys::socket::getsockopt(stream, nix::sys::socket::sockopt::PeerCredentials) {
+        Ok(c) => json!({ "pid": c.pid(), "uid": c.uid() }),
+        Err(_) => Value::Null,
+    }
+}
+
+fn serve_step(
+    engine: &Arc<Mutex<Engine>>,
+    approvals: &Arc<Approvals>,
+    run_id: &str,
+    stream: UnixStream,
+) {
+    let lock = || engine.lock().unwrap_or_else(|e| e.into_inner());
+    let who = peer(&stream);
+    let raw = match read_request(&stream) {
+        Ok(raw) => raw,
+        Err(why) => {
+            lock().record_inside(
+                "runbook-request-refused",
+                json!({ "why": why, "peer": who }),
+            );
+            reply(&stream, &refused(&why));
+            return;
+        }
+    };
+    let request: StepRequest = match serde_json::from_value(raw.clone()) {
+        Ok(request) => request,
+        Err(e) => {
+            // A hand-made message claiming evidence, a verdict or an approval: not a request
+            // the supervisor takes, and on the record.
+            let why = format!(
+                "refused: not a request the supervisor takes ({e}); evidence, verdicts and approvals are the supervisor's and a person's, never a message's"
+            );
+            let mut shown = raw.to_string();
+            shown.truncate(4096);
+            lock().record_inside(
+                "runbook-request-refused",
+                json!({ "why": why, "message": shown, "peer": who }),
+            );
+            reply(&stream, &refused(&why));
+            return;
+        }
+    };
+    let answer = match request {
+        StepRequest::Status => {
+            let engine = lock();
+            engine.record_inside("runbook-status-requested", json!({ "peer": who }));
+            Answer {
+                ok: true,
+                message: engine.status_text(),
+                state: Some(engine.state_json()),
+            }
+        }
+        StepRequest::Evidence { files } => {
+            let engine = lock();
+            let hashed: Vec<Value> = files
+                .iter()
+                .take(256)
+                .map(|f| {
+                    let path = engine.context.workspace.join(f.trim_start_matches('/'));
+                    json!({ "path": f, "sha256": hash_file(&path).ok() })
+                })
+                .collect();
+            engine.record_inside(
+                "runbook-evidence-named",
+                json!({ "files": hashed, "peer": who }),
+            );
+            Answer {
+                ok: true,
+                message: "noted: the supervisor judges evidence by its own hashes when the step is completed".into(),
+                state: None,
+            }
+        }
+        StepRequest::Complete { step, note } => {
+            complete(engine, approvals, run_id, step.as_deref(), note, who)
+        }
+    };
+    reply(&stream, &answer);
+}
+
+fn refused(why: &str) -> Answer {
+    Answer {
+        ok: false,
+        message: why.to_string(),
+        state: None,
+    }
+}
+
+/// A completion request: attempt counted, every evidence item checked by the supervisor, the
+/// verdict recorded and published. The engine is unlocked while a command runs or an approval
+/// is awaited (the status stays answerable).
+fn complete(
+    engine: &Arc<Mutex<Engine>>,
+    approvals: &Arc<Approvals>,
+    run_id: &str,
+    step: Option<&str>,
+    note: Option<String>,
+    who: Value,
+) -> Answer {
+    let lock = || engine.lock().unwrap_or_else(|e| e.into_inner());
+    let (index, step, attempt) = {
+        let mut e = lock();
+        let open: Vec<usize> = (0..e.steps.len())
+            .filter(|&i| e.steps[i].status == Status::Open)
+            .collect();
+        let index = match step {
+            Some(id) => e.runbook.steps.iter().position(|s| s.id.as_str() == id),
+            None if open.len() == 1 => Some(open[0]),
+            None => None,
+        };
+        let Some(index) = index.filter(|i| open.contains(i)) else {
+            let why = match step {
+                Some(id) => format!(
+                    "step {id:?} is not open (open: {})",
+                    e.open_ids().join(", ")
+                ),
+                None if open.is_empty() => "no step is open".to_string(),
+                None => format!(
+                    "several steps are open ({}): name one with --step",
+                    e.open_ids().join(", ")
+                ),
+            };
+            e.record_inside(
+                "runbook-complete-refused",
+                json!({ "step": step, "why": why, "peer": who }),
+            );
+            return refused(&why);
+        };
+        e.steps[index].attempts += 1;
+        let attempt = e.steps[index].attempts;
+        let step = e.runbook.steps[index].clone();
+        e.record_inside(
+            "runbook-complete-requested",
+            json!({ "step": step.id, "attempt": attempt, "max_attempts": step.attempts(), "note": note, "peer": who }),
+        );
+        (index, step, attempt)
+    };
+    let mut failures = Vec::new();
+    for (n, item) in step.evidence.iter().enumerate() {
+        let (held, record, why) = check_item(engine, approvals, run_id, index, &step, item);
+        let e = lock();
+        let mut record = record;
+        record["step"] = json!(step.id);
+        record["attempt"] = json!(attempt);
+        record["item"] = json!(n);
+        record["held"] = json!(held);
+        e.record("runbook-evidence", record);
+        drop(e);
+        if !held {
+            failures.push(why);
+        }
+    }
+    let mut e = lock();
+    if failures.is_empty() {
+        e.steps[index].status = Status::Passed;
+        e.steps[index].last_verdict = Some("passed".into());
+        e.record(
+            "runbook-step-passed",
+            json!({ "step": step.id, "attempt": attempt }),
+        );
+        e.open_ready();
+        let published = e.publish();
+        let mut message = format!("step {} passed (attempt {attempt}).", step.id);
+        if let Err(why) = published {
+            message.push_str(&format!(" (publishing the state failed: {why})"));
+        }
+        let opened = e.open_ids();
+        if opened.is_empty() {
+            message.push_str(" No step is open: the runbook is complete.");
+        } else {
+            message.push_str(&format!(" Open now: {}.", opened.join(", ")));
+        }
+        return Answer {
+            ok: true,
+            message,
+            state: Some(e.state_json()),
+        };
+    }
+    let left = step.attempts().saturating_sub(attempt);
+    let why = failures.join("\n");
+    e.steps[index].last_verdict = Some("failed".into());
+    let final_failure = left == 0;
+    if final_failure {
+        e.steps[index].status = Status::Failed;
+        e.ending = Some(match step.on_fail() {
+            OnFail::Abandon => Ending::Abandoned {
+                step: step.id.to_string(),
+            },
+            OnFail::Retry | OnFail::Block => Ending::Blocked {
+                step: step.id.to_string(),
+            },
+        });
+    }
+    e.record(
+        "runbook-step-failed",
+        json!({
+            "step": step.id,
+            "attempt": attempt,
+            "attempts_left": left,
+            "final": final_failure,
+            "on_fail": step.on_fail().name(),
+        }),
+    );
+    let _ = e.publish();
+    let tail = if final_failure {
+        format!(
+            "No attempt is left (on_fail = {}): the run stops; every further tool call is denied.",
+            step.on_fail().name()
+        )
+    } else {
+        format!("{left} attempt(s) left; fix it and run `stepproof step complete` again.")
+    };
+    Answer {
+        ok: false,
+        message: format!(
+            "step {} NOT passed (attempt {attempt} of {}):\n{why}\n{tail}",
+            step.id,
+            step.attempts()
+        ),
+        state: Some(e.state_json()),
+    }
+}
+
+/// One evidence item: whether it held, its record, and why not.
+fn check_item(
+    engine: &Arc<Mutex<Engine>>,
+    approvals: &Arc<Approvals>,
+    run_id: &str,
+    index: usize,
+    step: &Step,
+    item: &Evidence,
+) -> (bool, Value, String) {
+    let lock = || engine.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(files) = &item.files_exist {
+        let workspace = lock().context.workspace.clone();
+        let mut missing = Vec::new();
+        let mut found = BTreeMap::new();
+        for glob in &files.paths {
+            let hits = walk_glob(&workspace, glob);
+            if hits.is_empty() {
+                missing.push(glob.clone());
+            }
+            found.extend(hits);
+        }
+        let held = missing.is_empty();
+        return (
+            held,
+            json!({ "kind": "files_exist", "paths": files.paths, "found": found, "missing": missing }),
+            format!("files_exist: nothing matches {}", missing.join(", ")),
+        );
+    }
+    if let Some(files) = &item.files_changed {
+        let (workspace, baseline) = {
+            let e = lock();
+            (e.context.workspace.clone(), e.steps[index].baseline.clone())
+        };
+        let mut unchanged = Vec::new();
+        let mut changed = Vec::new();
+        for glob in &files.paths {
+            let now = walk_glob(&workspace, glob);
+            let glob_changed: Vec<String> = now
+                .iter()
+                .filter(|(p, h)| baseline.get(*p) != Some(*h))
+                .map(|(p, _)| p.clone())
+                .chain(
+                    baseline
+                        .keys()
+                        .filter(|p| glob_matches(glob, p) && !now.contains_key(*p))
+                        .cloned(),
+                )
+                .collect();
+            if glob_changed.is_empty() {
+                unchanged.push(glob.clone());
+            }
+            changed.extend(glob_changed);
+        }
+        let held = unchanged.is_empty();
+        return (
+            held,
+            json!({ "kind": "files_changed", "paths": files.paths, "changed": changed, "unchanged": unchanged }),
+            format!(
+                "files_changed: nothing under {} changed since the step opened (by the supervisor's hashes)",
+                unchanged.join(", ")
+            ),
+        );
+    }
+    if let Some(command) = &item.command {
+        let (context, n) = {
+            let mut e = lock();
+            e.evidence_runs += 1;
+            (e.context.clone(), e.evidence_runs)
+        };
+        let ran = run_command_evidence(&context, step, command, n);
+        let held = ran.exit_code == Some(command.exit_code.unwrap_or(0));
+        let shown = String::from_utf8_lossy(tail(&ran.output, OUTPUT_SHOWN_BYTES)).into_owned();
+        let why = format!(
+            "command `{}` {} (wanted exit {}); its output (last {} bytes):\n{}",
+            command.run.join(" "),
+            match ran.exit_code {
+                Some(code) => format!("exited {code}"),
+                None => format!("did not finish: {}", ran.error.clone().unwrap_or_default()),
+            },
+            command.exit_code.unwrap_or(0),
+            OUTPUT_SHOWN_BYTES,
+            shown
+        );
+        return (
+            held,
+            json!({
+                "kind": "command",
+                "run": command.run,
+                "exit_code": ran.exit_code,
+                "expected_exit_code": command.exit_code.unwrap_or(0),
+                "duration_ms": ran.duration.as_millis() as u64,
+                "output_sha256": format!("sha256:{}", hex::encode(Sha256::digest(&ran.output))),
+                "output_bytes": ran.output.len(),
+                "network": command.network.unwrap_or(false),
+                "workspace": "overlay, upper layer thrown away",
+                "agent_frozen": ran.frozen,
+                "audit_log": crate::audit::text::path(&ran.audit_log),
+                "error": ran.error,
+            }),
+            why,
+        );
+    }
+    if let Some(approval) = &item.approval {
+        let (ci, pre) = {
+            let e = lock();
+            (
+                e.context.ci,
+                e.context.pre_approved.iter().any(|s| s == step.id.as_str()),
+            )
+        };
+        if ci || pre {
+            let held = pre;
+            return (
+                held,
+                json!({ "kind": "approval", "approvers": approval.approvers, "ci": ci, "pre_approved": pre, "by": if pre { "--approve" } else { "nobody" } }),
+                "approval: denied in --ci without pre-approval (`stepproof-run --ci --approve STEP`)"
+                    .to_string(),
+            );
+        }
+        let deadline = Instant::now() + Duration::from_secs(approval.deadline.seconds);
+        {
+            let e = lock();
+            e.record(
+                "runbook-approval-requested",
+                json!({ "step": step.id, "approvers": approval.approvers, "deadline": approval.deadline.render() }),
+            );
+        }
+        crate::say!(
+            "stepproof-run: step {} waits for approval by {} (deadline {}): `stepproof approve {run_id} {}` or `stepproof deny {run_id} {} --reason …`",
+            step.id,
+            approval.approvers,
+            approval.deadline.render(),
+            step.id,
+            step.id
+        );
+        *approvals.waiting.lock().unwrap_or_else(|e| e.into_inner()) = Some(step.id.to_string());
+        let mut answers = approvals.answers.lock().unwrap_or_else(|e| e.into_inner());
+        let answer = loop {
+            if let Some(answer) = answers.remove(step.id.as_str()) {
+                break Some(answer);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break None;
+            }
+            answers = approvals
+                .arrived
+                .wait_timeout(answers, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        };
+        drop(answers);
+        *approvals.waiting.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        let (held, by, why) = match answer {
+            Some(Ok(())) => (true, "approved", String::new()),
+            Some(Err(reason)) => (false, "denied", format!("approval: denied: {reason}")),
+            None => (
+                false,
+                "deadline",
+                format!(
+                    "approval: no answer before the deadline ({}): denied",
+                    approval.deadline.render()
+                ),
+            ),
+        };
+        return (
+            held,
+            json!({ "kind": "approval", "approvers": approval.approvers, "answer": by }),
+            why,
+        );
+    }
+    (
+        false,
+        json!({ "kind": "unsupported", "kinds": item.kinds() }),
+        format!(
+            "evidence of kind {} is not supported by this release",
+            item.kinds().join(", ")
+        ),
+    )
+}
+
+fn serve_approval(engine: &Arc<Mutex<Engine>>, approvals: &Arc<Approvals>, stream: UnixStream) {
+    let lock = || engine.lock().unwrap_or_else(|e| e.into_inner());
+    let who = peer(&stream);
+    let request = read_request(&stream).and_then(|raw| {
+        serde_json::from_value::<ApprovalRequest>(raw).map_err(|e| format!("not a request: {e}"))
+    });
+    let request = match request {
+        Ok(request) => request,
+        Err(why) => {
+            reply(&stream, &refused(&why));
+            return;
+        }
+    };
+    let (step, answer) = match &request {
+        ApprovalRequest::Approve { step } => (step.clone(), Ok(())),
+        ApprovalRequest::Deny { step, reason } => (step.clone(), Err(reason.clone())),
+    };
+    let waiting = approvals
+        .waiting
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    if waiting.as_deref() != Some(step.as_str()) {
+        let why = format!(
+            "step {step:?} is not waiting for approval{}",
+            waiting
+                .map(|w| format!(" (step {w} is)"))
+                .unwrap_or_default()
+        );
+        reply(&stream, &refused(&why));
+        return;
+    }
+    lock().record(
+        "runbook-approval",
+        json!({ "step": step, "approved": answer.is_ok(), "reason": answer.clone().err(), "peer": who, "from": "host terminal" }),
+    );
+    let approved = answer.is_ok();
+    approvals
+        .answers
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(step.clone(), answer);
+    approvals.arrived.notify_all();
+    reply(
+        &stream,
+        &Answer {
+            ok: true,
+            message: format!(
+                "step {step}: {}",
+                if approved { "approved" } else { "denied" }
+            ),
+            state: None,
+        },
+    );
+}
+
+impl Engine {
+    fn record(&self, kind: &str, body: Value) {
+        if let Some(audit) = &self.audit {
+            audit.record("supervisor", kind, &body);
+        }
+    }
+
+    /// A record of what arrived from inside the sandbox: `source: "sandbox"`, like the hook's.
+    fn record_inside(&self, kind: &str, mut body: Value) {
+        body["reported_from"] = json!("inside");
+        if let Some(audit) = &self.audit {
+            audit.record("sandbox", kind, &body);
+        }
+    }
+
+    fn open_ids(&self) -> Vec<String> {
+        self.runbook
+            .steps
+            .iter()
+            .zip(&self.steps)
+            .filter(|(_, s)| s.status == Status::Open)
+            .map(|(step, _)| step.id.to_string())
+            .collect()
+    }
+
+    /// Opens every waiting step whose dependencies have all passed.
+    fn open_ready(&mut self) {
+        if self.ending.is_some() {
+            return;
+        }
+        let passed: Vec<String> = self
+            .runbook
+            .steps
+            .iter()
+            .zip(&self.steps)
+            .filter(|(_, s)| s.status == Status::Passed)
+            .map(|(step, _)| step.id.to_string())
+            .collect();
+        for i in 0..self.steps.len() {
+            let step = &self.runbook.steps[i];
+            if self.steps[i].status != Status::Waiting
+                || !step.depends_on.iter().all(|d| passed.contains(d))
+            {
+                continue;
+            }
+            let baseline: BTreeMap<String, String> = step
+                .evidence
+                .iter()
+                .filter_map(|e| e.files_changed.as_ref())
+                .flat_map(|f| f.paths.iter())
+                .flat_map(|glob| walk_glob(&self.context.workspace, glob))
+                .collect();
+            self.steps[i].status = Status::Open;
+            self.steps[i].baseline = baseline;
+            let step = step.clone();
+            self.record(
+                "runbook-step-opened",
+                json!({
+                    "step": step.id,
+                    "title": step.title,
+                    "depends_on": step.depends_on,
+                    "allows": crate::runbook::policy::allows_text(&step),
+                    "baseline_files": self.steps[i].baseline.len(),
+                }),
+            );
+        }
+    }
+
+    fn state_json(&self) -> Value {
+        json!({
+            "runbook": self.runbook.id,
+            "title": self.runbook.title,
+            "hash": self.hash,
+            "open": self.open_ids(),
+            "ended": self.ending.as_ref().map(|e| match e {
+                Ending::Blocked { step } => json!({ "ending": "evidence-failed", "step": step }),
+                Ending::Abandoned { step } => json!({ "ending": "abandoned", "step": step }),
+            }),
+            "steps": self.runbook.steps.iter().zip(&self.steps).map(|(step, s)| json!({
+                "id": step.id,
+                "title": step.title,
+                "status": s.status,
+                "attempts": s.attempts,
+                "max_attempts": step.attempts(),
+                "depends_on": step.depends_on,
+                "instructions": step.instructions,
+                "acceptance": step.acceptance,
+                "allows": crate::runbook::policy::allows_text(step),
+                "last_verdict": s.last_verdict,
+            })).collect::<Vec<_>>(),
+        })
+    }
+
+    fn status_text(&self) -> String {
+        let mut out = format!("runbook {}: {}\n", self.runbook.id, self.runbook.title);
+        for (step, s) in self.runbook.steps.iter().zip(&self.steps) {
+            let status = match s.status {
+                Status::Waiting => "waiting",
+                Status::Open => "OPEN",
+                Status::Passed => "passed",
+                Status::Failed => "FAILED",
+            };
+            out.push_str(&format!(
+                "  {:8} {} — {} (attempts {}/{})\n",
+                status,
+                step.id,
+                step.title,
+                s.attempts,
+                step.attempts()
+            ));
+            if s.status == Status::Open {
+                for line in step.instructions.trim().lines() {
+                    out.push_str(&format!("           {line}\n"));
+                }
+                out.push_str(&format!(
+                    "           allows: {}\n",
+                    crate::runbook::policy::allows_text(step)
+                ));
+            }
+        }
+        out
+    }
+
+    /// Writes `state.json` and the open steps' policies, each atomically; then removes the
+    /// policies of steps no longer open, the last first (the hook reads them in order until
+    /// one is missing, so at no moment does it read fewer than it should).
+    fn publish(&mut self) -> Result<(), String> {
+        let state = serde_json::to_vec_pretty(&self.state_json()).map_err(|e| e.to_string())?;
+        write_atomic(&self.dir, "state.json", &state)?;
+        let mut policies = Vec::new();
+        if let Some(ending) = &self.ending {
+            // The run stops: a policy with no rule and a deny default, named for the step.
+            let step = match ending {
+                Ending::Blocked { step } | Ending::Abandoned { step } => step,
+            };
+            let config = stepproof_hook::config::HookConfig {
+                default: Some(stepproof_hook::Decision::Deny),
+                unknown: Some(stepproof_hook::Decision::Deny),
+                unknown_tool: Some(stepproof_hook::Decision::Deny),
+                summary: Some("nothing: the run has stopped".into()),
+                ..Default::default()
+            };
+            let context = stepproof_hook::policy::Context {
+                workspace: self.inside_workspace.clone(),
+                home: self.inside_home.clone(),
+                profile_name: format!(
+                    "runbook {}, stopped: step {step}'s evidence did not hold",
+                    self.runbook.id
+                ),
+            };
+            policies.push(
+                stepproof_hook::policy::compile(&config, &context).map_err(|e| e.to_string())?,
+            );
+        } else {
+            for (step, s) in self.runbook.steps.iter().zip(&self.steps) {
+                if s.status == Status::Open {
+                    policies.push(crate::runbook::policy::compile_step(
+                        &self.runbook,
+                        step,
+                        &self.inside_home,
+                        &self.inside_workspace,
+                    )?);
+                }
+            }
+        }
+        for (n, policy) in policies.iter().enumerate() {
+            let bytes = stepproof_hook::load::encode(policy).map_err(|e| e.to_string())?;
+            write_atomic(
+                &self.dir,
+                &crate::runbook::policy::policy_file_name(n),
+                &bytes,
+            )?;
+        }
+        for n in (policies.len()..self.policies_written.max(policies.len())).rev() {
+            let path = self.dir.join(crate::runbook::policy::policy_file_name(n));
+            match std::fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(format!("removing {}: {e}", path.display())),
+            }
+        }
+        self.policies_written = policies.len();
+        Ok(())
+    }
+}
+
+/// `dir/name` replaced atomically: written under a temporary name (0644), then renamed.
+fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), String> {
+    let tmp = dir.join(format!(".{name}.tmp"));
+    let path = dir.join(name);
+    let _ = std::fs::remove_file(&tmp);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&tmp)
+        .map_err(io_err("writing", &tmp))?;
+    file.write_all(bytes).map_err(io_err("writing", &tmp))?;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o644))
+        .map_err(io_err("chmod", &tmp))?;
+    std::fs::rename(&tmp, &path).map_err(io_err("renaming into place", &path))
+}
+
+fn hash_file(path: &Path) -> std::io::Result<String> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    let mut hasher = Sha256::new();
+    let mut file = file;
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        match file.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => hasher.update(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(hex::encode(hasher.finalize()))
+}
+
+/// Whether a workspace-relative path matches a glob (`*` within a component, `**` any number
+/// of components), as file rules match.
+fn glob_matches(glob: &str, relative: &str) -> bool {
+    stepproof_hook::pattern::PathGlob::new(0, &format!("/{}", glob.trim_start_matches("./")))
+        .matches(&format!("/{relative}"))
+}
+
+/// The regular files under `workspace` a glob names (links are not followed), with their
+/// sha256; bounded.
+fn walk_glob(workspace: &Path, glob: &str) -> BTreeMap<String, String> {
+    let mut found = BTreeMap::new();
+    let mut stack = vec![PathBuf::new()];
+    let mut seen = 0usize;
+    while let Some(rel) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(workspace.join(&rel)) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            seen += 1;
+            if seen > WALK_MAX_FILES {
+                return found;
+            }
+            let rel = rel.join(entry.file_name());
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            let Some(text) = rel.to_str() else { continue };
+            if kind.is_dir() {
+                stack.push(rel);
+            } else if kind.is_file()
+                && glob_matches(glob, text)
+                && let Ok(hash) = hash_file(&workspace.join(&rel))
+            {
+                found.insert(text.to_string(), hash);
+            }
+        }
+    }
+    found
+}
+
+fn tail(bytes: &[u8], n: usize) -> &[u8] {
+    &bytes[bytes.len().saturating_sub(n)..]
+}
+
+/// What an evidence command did.
+struct CommandRun {
+    exit_code: Option<i32>,
+    output: Vec<u8>,
+    duration: Duration,
+    error: Option<String>,
+    /// What was frozen meanwhile, in words.
+    frozen: String,
+    audit_log: PathBuf,
+}
+
+/// Runs an evidence command with `stepproof-run` itself, in a fresh sandbox under the run's
+/// profile with the workspace as an overlay whose upper layer is thrown away and (unless the
+/// item says) no network, while the agent's processes are frozen (cgroup v2 freezer) when the
+/// run has a cgroup.
+fn run_command_evidence(
+    context: &EvidenceContext,
+    step: &Step,
+    command: &crate::runbook::CommandEvidence,
+    n: u32,
+) -> CommandRun {
+    let started = Instant::now();
+    let audit_log = context
+        .run_dir
+        .join(format!("evidence-{}-{n}.jsonl", step.id));
+    let profile_path = context.run_dir.join(format!("evidence-{n}.toml"));
+    let extends = toml::Value::String(context.profile.clone()).to_string();
+    let mut derived = format!(
+        "name = \"runbook-evidence\"\nextends = {extends}\n[filesystem]\nworkspace = \"overlay\"\n"
+    );
+    if !command.network.unwrap_or(false) {
+        derived.push_str("[network]\nmode = \"none\"\n");
+    }
+    let fail = |error: String| CommandRun {
+        exit_code: None,
+        output: Vec::new(),
+        duration: started.elapsed(),
+        error: Some(error),
+        frozen: String::new(),
+        audit_log: audit_log.clone(),
+    };
+    if let Err(e) = std::fs::write(&profile_path, derived) {
+        return fail(format!("writing {}: {e}", profile_path.display()));
+    }
+    let frozen = freeze(&context.cgroup_dirs, true);
+    let timeout = command.timeout();
+    let child = std::process::Command::new(&context.run_binary)
+        .arg("--profile")
+        .arg(&profile_path)
+        .arg("--workspace")
+        .arg(&context.workspace)
+        .arg("--audit-log")
+        .arg(&audit_log)
+        .args(["--keep-runs", "all", "--timeout"])
+        .arg(format!("{}s", timeout.seconds))
+        .arg("--")
+        .args(&command.run)
+        .current_dir(&context.workspace)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn();
+    let result = match child {
+        Err(e) => fail(format!("starting {}: {e}", context.run_binary.display())),
+        Ok(mut child) => {
+            let mut stdout = child.stdout.take();
+            let mut stderr = child.stderr.take();
+            let err_thread = std::thread::spawn(move || {
+                let mut bytes = Vec::new();
+                if let Some(e) = stderr.as_mut() {
+                    let _ = e.take(OUTPUT_READ_BYTES).read_to_end(&mut bytes);
+                }
+                bytes
+            });
+            let mut output = Vec::new();
+            if let Some(o) = stdout.as_mut() {
+                let _ = o.take(OUTPUT_READ_BYTES).read_to_end(&mut output);
+            }
+            drop(stdout);
+            let status = child.wait();
+            output.extend(err_thread.join().unwrap_or_default());
+            match status {
+                Ok(status) => CommandRun {
+                    exit_code: Some(status.code().unwrap_or_else(|| {
+                        128 + std::os::unix::process::ExitStatusExt::signal(&status).unwrap_or(0)
+                    })),
+                    output,
+                    duration: started.elapsed(),
+                    error: None,
+                    frozen: String::new(),
+                    audit_log: audit_log.clone(),
+                },
+                Err(e) => fail(format!("waiting for the evidence run: {e}")),
+            }
+        }
+    };
+    freeze(&context.cgroup_dirs, false);
+    let _ = std::fs::remove_file(&profile_path);
+    CommandRun { frozen, ..result }
+}
+
+/// Freezes (or thaws) the run's cgroup v2 directories; says what it did.
+fn freeze(dirs: &[PathBuf], frozen: bool) -> String {
+    let files: Vec<PathBuf> = dirs
+        .iter()
+        .map(|d| d.join("cgroup.freeze"))
+        .filter(|f| f.exists())
+        .collect();
+    if files.is_empty() {
+        return "not frozen: the run has no cgroup v2 directory (no limits asked for one, or the host has none); the evidence ran on the workspace as it was when the command started".into();
+    }
+    let mut said = Vec::new();
+    for file in &files {
+        match std::fs::write(file, if frozen { "1" } else { "0" }) {
+            Ok(()) => said.push(format!("frozen: {}", file.display())),
+            Err(e) => said.push(format!("not frozen: {}: {e}", file.display())),
+        }
+    }
+    if frozen {
+        // The kernel freezes asynchronously: wait (briefly) until it says so.
+        for dir in dirs {
+            let events = dir.join("cgroup.events");
+            for _ in 0..200 {
+                match std::fs::read_to_string(&events) {
+                    Ok(text) if text.lines().any(|l| l == "frozen 1") => break,
+                    Ok(_) => std::thread::sleep(Duration::from_millis(5)),
+                    Err(_) => break,
+                }
+            }
+        }
+    }
+    said.join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs_match_like_file_rules() {
+        assert!(glob_matches("tests/**", "tests/a/b.rs"));
+        assert!(glob_matches("src/*.rs", "src/lib.rs"));
+        assert!(!glob_matches("src/*.rs", "src/a/lib.rs"));
+        assert!(glob_matches("**/*.md", "a/b/c.md"));
+        assert!(!glob_matches("tests/**", "src/x.rs"));
+    }
+}
