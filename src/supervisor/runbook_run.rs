@@ -1091,6 +1091,9 @@ fn run_command_evidence(
         .run_dir
         .join(format!("evidence-{}-{n}.jsonl", step.id));
     let profile_path = context.run_dir.join(format!("evidence-{n}.toml"));
+    // The run's own status: the supervisor's relay reaps every child of this process (its
+    // `waitpid(-1)`), so the exit code is read from the file, not from `wait`.
+    let status_file = context.run_dir.join(format!("evidence-{n}.status.json"));
     let extends = toml::Value::String(context.profile.clone()).to_string();
     let mut derived = format!(
         "name = \"runbook-evidence\"\nextends = {extends}\n[filesystem]\nworkspace = \"overlay\"\n"
@@ -1118,6 +1121,8 @@ fn run_command_evidence(
         .arg(&context.workspace)
         .arg("--audit-log")
         .arg(&audit_log)
+        .arg("--status-file")
+        .arg(&status_file)
         .args(["--keep-runs", "all", "--timeout"])
         .arg(format!("{}s", timeout.seconds))
         .arg("--")
@@ -1146,11 +1151,22 @@ fn run_command_evidence(
             drop(stdout);
             let status = child.wait();
             output.extend(err_thread.join().unwrap_or_default());
+            let from_file = std::fs::read(&status_file)
+                .ok()
+                .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+                .and_then(|v| v["exit_code"].as_i64())
+                .and_then(|c| i32::try_from(c).ok());
+            let _ = std::fs::remove_file(&status_file);
+            let status = match (from_file, status) {
+                (Some(code), _) => Ok(code),
+                (None, Ok(status)) => Ok(status.code().unwrap_or_else(|| {
+                    128 + std::os::unix::process::ExitStatusExt::signal(&status).unwrap_or(0)
+                })),
+                (None, Err(e)) => Err(e),
+            };
             match status {
-                Ok(status) => CommandRun {
-                    exit_code: Some(status.code().unwrap_or_else(|| {
-                        128 + std::os::unix::process::ExitStatusExt::signal(&status).unwrap_or(0)
-                    })),
+                Ok(code) => CommandRun {
+                    exit_code: Some(code),
                     output,
                     duration: started.elapsed(),
                     error: None,
