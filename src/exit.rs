@@ -7,9 +7,9 @@
 /// (`HostFailure`: this host lacks what the profile requires, or set-up failed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum ExitCode {
-    /// Reserved: a runbook was abandoned before its last step.
+    /// `--runbook`: the runbook was abandoned before its last step.
     RunbookAbandoned = 116,
-    /// Reserved: a runbook step's evidence did not hold when the supervisor checked it.
+    /// `--runbook`: a step's evidence did not hold and no attempt was left.
     EvidenceFailed = 117,
     /// A record of the run could not be written to the audit log: the start record (the
     /// command never ran), or a later one (the log ends at its last complete record; the status

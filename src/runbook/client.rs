@@ -23,8 +23,8 @@ pub const MAX_MESSAGE_BYTES: u64 = 1 << 20;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "lowercase", deny_unknown_fields)]
 pub enum StepRequest {
-    /// The run's state.
-    Status,
+    /// The run's state (a struct variant: extra fields are refused as with the others).
+    Status {},
     /// Ask the supervisor to check an open step's evidence (the only open one when unnamed).
     Complete {
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -104,7 +104,7 @@ pub enum StepCommand {
 /// Exit codes of the clients: 0 done/passed, 1 refused/not passed, 2 no runbook reachable.
 pub fn run_step_command(command: StepCommand) -> i32 {
     let request = match command {
-        StepCommand::Status => StepRequest::Status,
+        StepCommand::Status => StepRequest::Status {},
         StepCommand::Complete { step, note } => StepRequest::Complete { step, note },
         StepCommand::Evidence { files } => StepRequest::Evidence { files },
     };

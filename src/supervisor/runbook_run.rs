@@ -379,7 +379,7 @@ fn serve_step(
         }
     };
     let answer = match request {
-        StepRequest::Status => {
+        StepRequest::Status {} => {
             let engine = lock();
             engine.record_inside("runbook-status-requested", json!({ "peer": who }));
             Answer {
