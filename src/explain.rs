@@ -45,6 +45,14 @@ pub fn explain_text(profile: &Profile, plan: &SandboxPlan) -> String {
     ));
     if plan.network == NetworkMode::Allowlist {
         line(format!(
+            "network presets: {}",
+            if profile.network.presets.is_empty() {
+                "(none)".to_string()
+            } else {
+                profile.network.presets.join(" ")
+            }
+        ));
+        line(format!(
             "network allow: {}",
             profile.network.allow.hosts().join(" ")
         ));
