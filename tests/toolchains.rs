@@ -146,12 +146,12 @@ both!(go_builds_offline_on_ci, |w: &World| {
             ),
         ],
     );
-    // The build cache lands in the private home (~/.cache/go-build), never the host's.
+    // The build cache lands in StepProof's caches (GOCACHE), never the home's.
     builds(
         w,
         &ws,
         "a Go module",
-        "GOPROXY=off GOFLAGS=-mod=mod go test ./... && go build -o demo . && ./demo && test -d \"$HOME/.cache/go-build\"",
+        "GOPROXY=off GOFLAGS=-mod=mod go test ./... && go build -o demo . && ./demo && test \"$(go env GOCACHE)\" = /run/stepproof-caches/go-build && test -n \"$(ls /run/stepproof-caches/go-build)\" && test ! -e \"$HOME/.cache/go-build\"",
     );
     assert!(!w.home.join(".cache/go-build").exists());
 });
