@@ -101,6 +101,10 @@ pub struct ConnectionRecord {
     /// The request was refused; the record is written as an exfiltration attempt.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub placeholder_blocked: Option<String>,
+    /// A host the allow-list does not name: how it was shown and the profile key that would
+    /// allow it (for the notice the hook passes to the model; the rule says the same).
+    #[serde(skip)]
+    pub not_listed: Option<(String, String)>,
 }
 
 /// The status code of an HTTP/1.x status line at the start of `head`.
@@ -323,6 +327,7 @@ impl ProxyHandler {
         }
         let Some(entry) = self.allow.match_host(&target.host, target.port) else {
             let shown = shown_host(&target, &head);
+            record.not_listed = Some((shown.clone(), allow_hint(&target.host, target.port)));
             return self.deny(
                 client,
                 record,
