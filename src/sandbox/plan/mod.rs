@@ -1272,6 +1272,9 @@ fn hidden_env_files(
 
 /// Siblings of the workspace and of each ancestor up to the home: other people's projects.
 /// Dot-entries are configuration (the secret catalogue covers those that matter), not projects.
+/// A symbolic link is no project either (and a mount onto it would land on its target): what it
+/// points to is judged where it is — in the home, a sibling of some ancestor or a catalogued
+/// secret, hidden by its own rule; elsewhere, shown only if the view shows it.
 pub(crate) fn other_projects(
     workspace: &Path,
     home: &Path,
@@ -1287,7 +1290,8 @@ pub(crate) fn other_projects(
             for entry in entries.flatten() {
                 let path = entry.path();
                 let name = entry.file_name();
-                if path != current && !name.to_string_lossy().starts_with('.') {
+                let link = entry.file_type().is_ok_and(|t| t.is_symlink());
+                if path != current && !link && !name.to_string_lossy().starts_with('.') {
                     found.push(path);
                     if found.len() >= SCAN_ENTRY_LIMIT {
                         notes.push(format!(
@@ -1499,6 +1503,23 @@ mod tests {
             "{:?}",
             plan.notes
         );
+    }
+
+    /// A link beside the workspace is no project (a mount onto it would land on its target,
+    /// which the launch then failed to reach); its target is hidden by its own rule.
+    #[test]
+    fn links_beside_the_workspace_are_not_projects() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().canonicalize().unwrap();
+        let ws = home.join("src/proj/sub");
+        fs::create_dir_all(&ws).unwrap();
+        fs::create_dir_all(home.join("src/other")).unwrap();
+        std::os::unix::fs::symlink(home.join("src/other"), home.join("src/proj/link")).unwrap();
+        fs::create_dir_all(home.join("src/proj/sibling")).unwrap();
+        let found = other_projects(&ws, &home, &mut Vec::new());
+        assert!(found.contains(&home.join("src/proj/sibling")), "{found:?}");
+        assert!(found.contains(&home.join("src/other")), "{found:?}");
+        assert!(!found.contains(&home.join("src/proj/link")), "{found:?}");
     }
 
     /// A directory beside the workspace's ancestors that the profile names (read_only,
