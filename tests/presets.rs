@@ -166,7 +166,7 @@ fn fetches(
         .map(|e| e.path())
         .collect();
     assert_eq!(kept.len(), 1, "{name}: {kept:?}");
-    kept.into_iter().next().unwrap()
+    kept.into_iter().next().unwrap().join("tree")
 }
 
 /// Some file named `name` below `root`.

@@ -11,7 +11,7 @@ use crate::sandbox::plan::caches::{CACHES, PlannedCaches};
 pub use crate::supervisor::session_state::UNUSED_DAYS;
 use std::fs::{self, File, OpenOptions};
 use std::io;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -44,40 +44,67 @@ impl Caches {
             move |source| CachesError { step, path, source }
         };
         let root = &planned.host;
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(root)
-            .map_err(fail("creating the caches directory", root))?;
         let (uid, gid) = (plan.identity.outside_uid, plan.identity.outside_gid);
         let mut lock = None;
         if planned.kept {
-            // The markers are the supervisor's: written before the directory is handed over.
-            let workspace = root.join("workspace");
+            // The markers are the supervisor's, beside the tree the sandbox sees (a sandbox
+            // user who is the caller could otherwise replace them: a FIFO for the lock would
+            // stall the next prune).
+            let state = root.parent().unwrap_or(root);
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(state)
+                .map_err(fail("creating the caches directory", state))?;
+            let workspace = state.join("workspace");
             fs::write(&workspace, plan.workspace.as_os_str().as_encoded_bytes())
                 .map_err(fail("writing", &workspace))?;
-            let used = root.join("last-used");
+            let used = state.join("last-used");
             fs::write(&used, b"").map_err(fail("writing", &used))?;
-            let path = root.join("lock");
+            let path = state.join("lock");
             let file = OpenOptions::new()
                 .create(true)
                 .truncate(false)
                 .write(true)
                 .mode(0o600)
-                .custom_flags(libc::O_NOFOLLOW)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
                 .open(&path)
                 .map_err(fail("opening", &path))?;
             file.lock_shared().map_err(fail("locking", &path))?;
             lock = Some(file);
+            fs::set_permissions(state, fs::Permissions::from_mode(0o711))
+                .map_err(fail("chmod", state))?;
         }
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(root)
+            .map_err(fail("creating the caches directory", root))?;
         for (name, _) in CACHES {
             let dir = root.join(name);
             match fs::DirBuilder::new().mode(0o700).create(&dir) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Ok(()) => {
+                    std::os::unix::fs::lchown(&dir, Some(uid), Some(gid))
+                        .map_err(fail("chown", &dir))?;
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                    // Kept from an earlier run: the sandbox user's own directory, or refused
+                    // (another identity's files below it would be unwritable; chowning the top
+                    // alone would hide that, and the sandbox user's files are not ours to judge).
+                    let meta = fs::symlink_metadata(&dir).map_err(fail("reading", &dir))?;
+                    if !meta.is_dir() || meta.uid() != uid {
+                        return Err(CachesError {
+                            step: "using the kept cache",
+                            path: dir,
+                            source: io::Error::other(format!(
+                                "it is not a directory of the sandbox user (uid {uid}; found uid {}): remove it",
+                                meta.uid()
+                            )),
+                        });
+                    }
+                }
                 Err(e) => return Err(fail("creating", &dir)(e)),
             }
-            std::os::unix::fs::lchown(&dir, Some(uid), Some(gid)).map_err(fail("chown", &dir))?;
         }
         // The root stays the supervisor's (its markers with it); the sandbox user may enter it.
         fs::set_permissions(root, fs::Permissions::from_mode(0o711))
@@ -138,7 +165,11 @@ pub fn prune(root: &Path, now: SystemTime) -> Vec<PathBuf> {
         if !old {
             continue;
         }
-        let Ok(lock) = File::open(path.join("lock")) else {
+        let Ok(lock) = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(path.join("lock"))
+        else {
             continue;
         };
         if lock.try_lock().is_err() {

@@ -23,10 +23,15 @@ pub const CACHES: &[(&str, &str)] = &[
     ("go-build", "GOCACHE"),
 ];
 
+/// Below a workspace's caches directory, what the sandbox sees.
+pub const TREE: &str = "tree";
+
 /// The caches of a run: where they are on the host, and whether they outlive it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct PlannedCaches {
-    /// The directory bound at [`CACHES_DIR`].
+    /// The directory bound at [`CACHES_DIR`]: a kept one is `<id>/tree`, its markers (the
+    /// workspace, when it was last used, the lock) beside it in `<id>`, out of the sandbox's
+    /// reach.
     pub host: PathBuf,
     /// Kept for the workspace's next run (`~/.local/state/stepproof/caches/<id>`, pruned with
     /// the workspace's other state); else the run's own, removed when it ends.
@@ -34,11 +39,19 @@ pub struct PlannedCaches {
 }
 
 /// Where StepProof keeps a workspace's caches between runs: `~/.local/state/stepproof/caches/<id>`,
-/// `<id>` as for its sessions ([`super::agent_layer::sessions_dir`]).
-pub fn caches_dir(home: &Path, workspace: &Path) -> PathBuf {
-    let sessions = super::agent_layer::sessions_dir(home, workspace);
-    let id = sessions.file_name().map(PathBuf::from).unwrap_or_default();
-    home.join(crate::profile::STATE_DIR).join("caches").join(id)
+/// `<id>` the first 32 hex digits of the SHA-256 of the workspace's canonical path and the
+/// invoking uid. Per caller, not only per workspace: a root run given another user's home
+/// (`sudo -E`) writes its caches as StepProof's root-mode user, whose files that user's own runs
+/// could neither write nor remove; with its own directory neither run sees the other's.
+pub fn caches_dir(home: &Path, workspace: &Path, caller_uid: u32) -> PathBuf {
+    use sha2::Digest;
+    use std::os::unix::ffi::OsStrExt;
+    let mut digest = sha2::Sha256::new();
+    digest.update(workspace.as_os_str().as_bytes());
+    digest.update(format!("\0uid={caller_uid}").as_bytes());
+    home.join(crate::profile::STATE_DIR)
+        .join("caches")
+        .join(&hex::encode(digest.finalize())[..32])
 }
 
 /// The run's caches: the workspace's when the profile keeps state between runs
@@ -46,7 +59,7 @@ pub fn caches_dir(home: &Path, workspace: &Path) -> PathBuf {
 pub fn plan_caches(profile: &Profile, facts: &HostFacts) -> PlannedCaches {
     if profile.claude.keep_sessions {
         PlannedCaches {
-            host: caches_dir(&facts.home, &facts.workspace),
+            host: caches_dir(&facts.home, &facts.workspace, facts.uid).join(TREE),
             kept: true,
         }
     } else {
@@ -75,16 +88,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn caches_sit_beside_the_sessions_and_are_named_by_workspace() {
+    fn caches_are_named_by_workspace_and_caller() {
         let home = Path::new("/home/u");
-        let a = caches_dir(home, Path::new("/home/u/a"));
-        let sessions = super::super::agent_layer::sessions_dir(home, Path::new("/home/u/a"));
+        let a = caches_dir(home, Path::new("/home/u/a"), 1000);
         assert_eq!(
             a.parent().unwrap(),
             home.join(".local/state/stepproof/caches")
         );
-        assert_eq!(a.file_name(), sessions.file_name());
-        assert_ne!(a, caches_dir(home, Path::new("/home/u/b")));
+        let name = a.file_name().unwrap().to_str().unwrap();
+        assert!(name.len() == 32 && name.bytes().all(|b| b.is_ascii_hexdigit()));
+        assert_eq!(a, caches_dir(home, Path::new("/home/u/a"), 1000));
+        assert_ne!(a, caches_dir(home, Path::new("/home/u/b"), 1000));
+        // root with this home (sudo -E) has caches of its own.
+        assert_ne!(a, caches_dir(home, Path::new("/home/u/a"), 0));
         assert_eq!(
             per_run(Path::new("/r/1-2")),
             PlannedCaches {
