@@ -45,6 +45,14 @@ pub fn explain_text(profile: &Profile, plan: &SandboxPlan) -> String {
     ));
     if plan.network == NetworkMode::Allowlist {
         line(format!(
+            "network presets: {}",
+            if profile.network.presets.is_empty() {
+                "(none)".to_string()
+            } else {
+                profile.network.presets.join(" ")
+            }
+        ));
+        line(format!(
             "network allow: {}",
             profile.network.allow.hosts().join(" ")
         ));
@@ -66,6 +74,24 @@ pub fn explain_text(profile: &Profile, plan: &SandboxPlan) -> String {
         }
     ));
     line(format!("home: {}", plan.home.display()));
+    match &plan.caches {
+        Some(caches) => line(format!(
+            "caches: {} at {} ({}): {}",
+            caches.host.display(),
+            crate::sandbox::plan::caches::CACHES_DIR,
+            if caches.kept {
+                "the workspace's, kept between runs"
+            } else {
+                "the run's own, removed when it ends"
+            },
+            crate::sandbox::plan::caches::CACHES
+                .iter()
+                .map(|(_, var)| *var)
+                .collect::<Vec<_>>()
+                .join(" ")
+        )),
+        None => line("caches: the toolchains' own defaults (no mount namespace)".into()),
+    }
     line(format!("cwd: {}", plan.cwd.display()));
     if let Some(agent) = &plan.agent {
         line(match &agent.sessions {

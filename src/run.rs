@@ -289,6 +289,14 @@ fn carry_out(
     {
         agent.sessions = None;
     }
+    if (args.ci || args.selftest)
+        && let Some(run_dir) = &outputs.run_dir
+    {
+        plan.use_per_run_caches(run_dir);
+    }
+    // The build caches the plan binds, made now (a run's own removed when this goes).
+    let caches = crate::supervisor::caches::Caches::create(&plan)
+        .map_err(|e| Failure::host(format!("stepproof-run: {e}")))?;
     let command: Vec<OsString> = if args.selftest {
         crate::selftest::install_probe_binary(&mut plan).map_err(Failure::host)?
     } else {
@@ -631,6 +639,7 @@ fn carry_out(
         }
     }
     drop(scratch);
+    drop(caches);
     let wants_summary =
         args.ci || args.fail_on_deny || args.summary.is_some() || args.summary_json.is_some();
     if let Some(audit) = audit.as_ref().filter(|_| wants_summary) {
@@ -1005,6 +1014,11 @@ pub fn run(args: &Request) -> i32 {
                 std::time::SystemTime::now(),
             );
             tracing::debug!(removed = removed.len(), "unused session states removed");
+            let removed = crate::supervisor::caches::prune(
+                &state.join("caches"),
+                std::time::SystemTime::now(),
+            );
+            tracing::debug!(removed = removed.len(), "unused caches removed");
         }
     }
     launch::reap_children(std::time::Duration::from_secs(10));

@@ -1043,3 +1043,42 @@ both_claude!(
         assert_bearer(&mock, "sk-ant-oat01-interactive-login", false);
     }
 );
+
+// A host the allow-list does not name: git (like curl, cargo and npm) prints only "CONNECT
+// tunnel failed, response 403". The model reads, after the call, which host was refused and
+// the profile key that would allow it (PostToolUse additionalContext from the supervisor's
+// notices); the proxy's status line says the same.
+both_claude!(
+    a_refused_host_and_the_key_to_add_reach_the_model,
+    |w: &World| {
+        let mock = Mock::start(
+            w,
+            json!([
+                bash(
+                    "git init -q /tmp/r && git -C /tmp/r fetch https://registry.npmjs.org/no-such.git"
+                ),
+                text("fin")
+            ]),
+        );
+        let run = run_claude(w, &profile(w, &mock, true, ""), &[]);
+        assert!(run.status.success(), "{}", run.describe());
+        let result = mock.expect_result(&call_id(None, 0));
+        assert!(
+            result.text.contains("403"),
+            "git did not meet the proxy's refusal: {result:?}"
+        );
+        let raw = mock.raw();
+        assert!(
+            raw.contains("the sandbox's network proxy refused registry.npmjs.org (add preset")
+                && raw.contains("to network.presets"),
+            "the model was not told which host and key: {}",
+            run.describe()
+        );
+        let refused: Vec<_> = run
+            .records("network")
+            .into_iter()
+            .filter(|r| r["host"] == "registry.npmjs.org" && r["allowed"] == false)
+            .collect();
+        assert!(!refused.is_empty(), "{}", run.describe());
+    }
+);

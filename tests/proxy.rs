@@ -132,9 +132,10 @@ fn plain_http_needs_port_80_named() {
     );
     let reply = p.send(b"GET http://web.test/ HTTP/1.1\r\nHost: web.test\r\n\r\n");
     assert_eq!(reply.status, 403);
+    // Plain HTTP is allowed by an entry with port 80: that is the key the answer names.
     assert_eq!(
         reply.body(),
-        "StepProof: web.test is not in the network allow-list of this profile\n"
+        "StepProof: web.test is not in the network allow-list of this profile; add \"web.test:80\" to network.allow\n"
     );
     let r = p.record();
     assert!(!r.allowed);
@@ -150,13 +151,37 @@ fn denied_host_gets_a_clear_403_and_a_record() {
         &[],
         ScriptedResolver::new(&[]),
     );
-    for (target, shown) in [
-        ("api.evil.com:443", "api.evil.com"),
-        ("api.anthropic.com:8443", "api.anthropic.com:8443"),
-        ("example.com:443", "example.com"),
+    for (target, shown, add) in [
+        (
+            "api.evil.com:443",
+            "api.evil.com",
+            "add \"api.evil.com\" to network.allow",
+        ),
+        (
+            "api.anthropic.com:8443",
+            "api.anthropic.com:8443",
+            "add \"api.anthropic.com:8443\" to network.allow",
+        ),
+        (
+            "example.com:443",
+            "example.com",
+            "add \"example.com\" to network.allow",
+        ),
         (
             "api.anthropic.com.evil.com:443",
             "api.anthropic.com.evil.com",
+            "add \"api.anthropic.com.evil.com\" to network.allow",
+        ),
+        // A host of a preset: the preset is the key to add.
+        (
+            "registry.npmjs.org:443",
+            "registry.npmjs.org",
+            "add preset \"node\" to network.presets (or \"registry.npmjs.org\" to network.allow)",
+        ),
+        (
+            "REGISTRY.npmjs.org:8080",
+            "registry.npmjs.org:8080",
+            "add \"registry.npmjs.org:8080\" to network.allow",
         ),
     ] {
         let reply = p.connect(target);
@@ -166,10 +191,18 @@ fn denied_host_gets_a_clear_403_and_a_record() {
             "{}",
             reply.head
         );
+        // The status line's reason phrase is what Go and pip print: it names the host and
+        // the key; the body says the same.
+        let status_line = reply.head.lines().next().unwrap_or_default();
+        assert_eq!(
+            status_line,
+            format!("HTTP/1.1 403 StepProof refused {shown}: {add}"),
+            "{target}"
+        );
         let body = reply.body();
         assert_eq!(
             body,
-            format!("StepProof: {shown} is not in the network allow-list of this profile\n")
+            format!("StepProof: {shown} is not in the network allow-list of this profile; {add}\n")
         );
         let r = p.record();
         assert!(!r.allowed, "{r:?}");

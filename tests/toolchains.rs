@@ -1,7 +1,13 @@
 //! Typical Rust, Node, Python and Go projects build and test offline inside `ci`, whose home
-//! shows only what `home_allow` lists. Rust runs as root only (rustup's toolchains live under
-//! /root, which the test user cannot reach); Node, Python and Go come from the system
-//! (Debian's packages; `scripts/test` installs `golang-go`) and run as both.
+//! shows only what `home_allow` lists and whose build caches start empty (StepProof's own, per
+//! run): so the projects here have no registry dependency (`tests/presets.rs` fetches those
+//! through the proxy). Rust runs as root only (rustup's toolchains live under /root, which the
+//! test user cannot reach; the test shows the toolchain that built it read-only); Node, Python
+//! and Go come from the system (Debian's packages; `scripts/test` installs `golang-go`) and run
+//! as both.
+//!
+//! Each script runs under `set -e` one command a line (a failure on the left of `&&` would not
+//! stop it) and prints a result the test checks.
 
 mod support;
 
@@ -25,21 +31,23 @@ fn write_files(root: &Path, files: &[(&str, &str)]) {
     }
 }
 
-/// Runs `script` in `ws` (a directory in the workspace) on `ci`, and checks it printed `done`.
-fn builds(w: &World, ws: &Path, what: &str, script: &str) {
+/// Runs `script` in `ws` (a directory in the workspace) on `profile`, and checks it printed the
+/// line `want` and then `done`.
+fn builds(w: &World, profile: &str, ws: &Path, what: &str, script: &str, want: &str) {
     chown_tree(&w.home, w.owner);
-    let profile = ci_profile();
     let out = w
         .command(
-            &["--profile", &profile, "--workspace", ws.to_str().unwrap()],
+            &["--profile", profile, "--workspace", ws.to_str().unwrap()],
             &["/bin/sh", "-c", &format!("set -e\n{script}\necho done")],
         )
         .current_dir(ws)
         .output()
         .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
     assert!(
-        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("done"),
-        "{what} does not build offline on ci: {}",
+        out.status.success() && lines.contains(&want) && lines.last() == Some(&"done"),
+        "{what} does not build offline on ci (wanted {want:?}): {}",
         describe(&out)
     );
 }
@@ -49,36 +57,57 @@ fn rust_builds_offline_on_ci_as_root() {
     let Some(w) = World::new(Who::Root) else {
         return;
     };
-    let cargo_home = Path::new("/root/.cargo");
-    if !cargo_home.join("bin/cargo").exists() {
-        skip_or_fail("rustup's cargo is not in /root/.cargo/bin");
+    // The toolchain that built these tests (rustup's, under /root), shown read-only inside:
+    // the test home has no ~/.rustup of its own.
+    let cargo = Path::new(env!("CARGO"));
+    let Some(toolchain) = cargo
+        .parent()
+        .and_then(Path::parent)
+        .filter(|t| t.join("bin/rustc").exists())
+    else {
+        skip_or_fail(&format!("no rustc beside {}", cargo.display()));
         return;
-    }
+    };
     let ws = w.workspace.join("rust");
     write_files(
         &ws,
         &[
             (
                 "Cargo.toml",
-                "[package]\nname = \"demo\"\nversion = \"0.1.0\"\nedition = \"2021\"\n[dependencies]\nlibc = \"0.2\"\n",
+                "[package]\nname = \"demo\"\nversion = \"0.1.0\"\nedition = \"2021\"\n[dependencies]\nhelper = { path = \"helper\" }\n",
             ),
             (
                 "src/main.rs",
-                "fn main() { println!(\"{}\", unsafe { libc::getpid() } > 0); }\n#[test]\nfn works() { assert!(true); }\n",
+                "fn main() {\n    println!(\"answer {}\", helper::answer());\n}\n#[test]\nfn works() {\n    assert_eq!(helper::answer(), 42);\n}\n",
             ),
+            (
+                "helper/Cargo.toml",
+                "[package]\nname = \"helper\"\nversion = \"0.1.0\"\nedition = \"2021\"\n",
+            ),
+            ("helper/src/lib.rs", "pub fn answer() -> u32 {\n    42\n}\n"),
         ],
     );
-    // The lock file of StepProof itself names a libc the registry cache holds (it was built).
-    fs::copy(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.lock"),
-        ws.join("Cargo.lock"),
+    let profile = w.base.join("ci-rust.toml");
+    fs::write(
+        &profile,
+        format!(
+            "extends = \"ci\"\n[filesystem]\nread_only = [{:?}]\n",
+            toolchain.to_str().unwrap()
+        ),
     )
     .unwrap();
+    // CARGO_HOME is the run's own, empty cache: a registry dependency could not resolve
+    // offline, a path dependency does.
     builds(
         &w,
+        profile.to_str().unwrap(),
         &ws,
-        "a Rust project with a registry dependency",
-        "PATH=$HOME/.cargo/bin:$PATH cargo test --offline -q && ./target/debug/demo",
+        "a Rust project with a path dependency",
+        &format!(
+            "export PATH={}/bin:$PATH\ntest \"$CARGO_HOME\" = /run/stepproof-caches/cargo\ncargo test --offline -q\ncargo build --offline -q\n./target/debug/demo",
+            toolchain.display()
+        ),
+        "answer 42",
     );
 }
 
@@ -100,9 +129,11 @@ both!(node_tests_run_offline_on_ci, |w: &World| {
     );
     builds(
         w,
+        &ci_profile(),
         &ws,
         "a Node project",
         "npm test --offline --no-update-notifier",
+        "ok",
     );
 });
 
@@ -112,6 +143,7 @@ both!(python_tests_run_offline_on_ci, |w: &World| {
         &ws,
         &[
             ("demo/__init__.py", "def add(a, b):\n    return a + b\n"),
+            ("tests/__init__.py", ""),
             (
                 "tests/test_demo.py",
                 "import unittest\nfrom demo import add\nclass T(unittest.TestCase):\n    def test_add(self):\n        self.assertEqual(add(1, 2), 3)\n",
@@ -120,9 +152,11 @@ both!(python_tests_run_offline_on_ci, |w: &World| {
     );
     builds(
         w,
+        &ci_profile(),
         &ws,
         "a Python project",
-        "/usr/bin/python3 -m unittest discover -s tests -t . && /usr/bin/python3 -m compileall -q demo",
+        "/usr/bin/python3 -m unittest discover -s tests -t .\n/usr/bin/python3 -m compileall -q demo\ntest -f demo/__pycache__/__init__.cpython-*.pyc && echo compiled",
+        "compiled",
     );
 });
 
@@ -146,12 +180,14 @@ both!(go_builds_offline_on_ci, |w: &World| {
             ),
         ],
     );
-    // The build cache lands in the private home (~/.cache/go-build), never the host's.
+    // The build cache lands in StepProof's caches (GOCACHE), never the home's.
     builds(
         w,
+        &ci_profile(),
         &ws,
         "a Go module",
-        "GOPROXY=off GOFLAGS=-mod=mod go test ./... && go build -o demo . && ./demo && test -d \"$HOME/.cache/go-build\"",
+        "export GOPROXY=off GOFLAGS=-mod=mod\ngo test ./...\ngo build -o demo .\n./demo\ntest \"$(go env GOCACHE)\" = /run/stepproof-caches/go-build\ntest -n \"$(ls /run/stepproof-caches/go-build)\"\ntest ! -e \"$HOME/.cache/go-build\"",
+        "3",
     );
     assert!(!w.home.join(".cache/go-build").exists());
 });

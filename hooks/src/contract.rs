@@ -4,7 +4,7 @@
 //! | --- | --- | --- |
 //! | PreToolUse | the decision JSON; deny also exits 2 with the reason on stderr | deny, exit 2 |
 //! | ConfigChange | refuse the reload: exit 2 | refuse |
-//! | PostToolUse, PostToolUseFailure | an evidence record; `additionalContext` after a Bash call the kernel refused as read-only | exit 0, failure record |
+//! | PostToolUse, PostToolUseFailure | an evidence record; `additionalContext` after a Bash call the kernel refused as read-only, or during which the proxy refused a host (the supervisor's notices) | exit 0, failure record |
 //! | SessionStart, UserPromptSubmit, PreCompact | `additionalContext` | exit 0, no context |
 //! | anything else (Stop, SessionEnd, …) | nothing | exit 0: exit 2 on Stop loops the agent |
 //!
@@ -141,6 +141,9 @@ pub struct HookInput {
     /// PostToolUseFailure: the error.
     #[serde(default)]
     pub error: Option<Value>,
+    /// PostToolUse: how long the tool ran, in milliseconds.
+    #[serde(default)]
+    pub duration_ms: Option<Value>,
     /// Inside a subagent: its id and type (the audit record says which agent asked).
     #[serde(default)]
     pub agent_id: Option<Value>,
@@ -318,7 +321,13 @@ pub fn respond(args: &Args, stdin: &[u8]) -> Response {
         "PreToolUse" => pre_tool_use(args, input),
         "ConfigChange" => config_change(args, input.ok()),
         "PostToolUse" | "PostToolUseFailure" => {
-            let context = input.as_ref().ok().and_then(read_only_context);
+            let context = input.as_ref().ok().and_then(|input| {
+                let parts: Vec<String> = [read_only_context(input), refused_hosts_notice(input)]
+                    .into_iter()
+                    .flatten()
+                    .collect();
+                (!parts.is_empty()).then(|| parts.join("\n\n"))
+            });
             let mut response = observe(args, &event, input, evidence);
             if let Some(context) = context {
                 response.stdout = json!({
@@ -639,6 +648,79 @@ pub fn read_only_context(input: &HookInput) -> Option<String> {
     Some(context)
 }
 
+/// Where the supervisor lists the hosts its proxy refused (read-only inside; see the
+/// supervisor's `agent_layer::NOTICES_DIR`): `<unix ms>\t<host>\t<key to add>` a line.
+pub const REFUSED_HOSTS_FILE: &str = "/run/stepproof/notices/refused-hosts";
+/// The most of it read (the supervisor stops appending at this size).
+const MAX_NOTICES_READ: u64 = 64 << 10;
+/// Refusals this long before a call began still count as its own (clocks, process start).
+const NOTICE_SLACK_MS: u128 = 2_000;
+
+/// After a Bash call: the hosts the proxy refused while it ran, read from
+/// [`REFUSED_HOSTS_FILE`] (only for Bash, so the other calls pay nothing).
+fn refused_hosts_notice(input: &HookInput) -> Option<String> {
+    if input.tool_name.as_deref() != Some("Bash") {
+        return None;
+    }
+    let mut text = String::new();
+    std::fs::File::open(REFUSED_HOSTS_FILE)
+        .ok()?
+        .take(MAX_NOTICES_READ)
+        .read_to_string(&mut text)
+        .ok()?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_millis();
+    refused_hosts_context(input, &text, now)
+}
+
+/// What the model reads about the hosts refused during the call: the hosts in `notices` whose
+/// time falls in the call (PostToolUse: its `duration_ms`; PostToolUseFailure, which has none:
+/// the command's `timeout`, two minutes unless set), each with the profile key that would allow
+/// it. `None` when there are none.
+pub fn refused_hosts_context(input: &HookInput, notices: &str, now_ms: u128) -> Option<String> {
+    let ran_ms = input
+        .duration_ms
+        .as_ref()
+        .and_then(Value::as_u64)
+        .or_else(|| {
+            input
+                .tool_input
+                .as_ref()
+                .and_then(|i| i.get("timeout"))
+                .and_then(Value::as_u64)
+                .map(|t| t.min(600_000))
+        })
+        .unwrap_or(120_000);
+    let since = now_ms.saturating_sub(u128::from(ran_ms) + NOTICE_SLACK_MS);
+    let mut refused: Vec<(&str, &str)> = Vec::new();
+    for line in notices.lines() {
+        let mut fields = line.splitn(3, '\t');
+        let (Some(at), Some(host), Some(hint)) = (fields.next(), fields.next(), fields.next())
+        else {
+            continue;
+        };
+        let Ok(at) = at.parse::<u128>() else { continue };
+        if at >= since && at <= now_ms + NOTICE_SLACK_MS && !refused.iter().any(|(h, _)| *h == host)
+        {
+            refused.push((host, hint));
+        }
+    }
+    if refused.is_empty() {
+        return None;
+    }
+    let listed: Vec<String> = refused
+        .iter()
+        .take(MAX_NAMED_READ_ONLY)
+        .map(|(host, hint)| format!("{host} ({hint})"))
+        .collect();
+    Some(format!(
+        "StepProof: during this command the sandbox's network proxy refused {}: not in this profile's network allow-list. That is what \"CONNECT tunnel failed, response 403\" (or a 403 from the proxy) means here; retrying or another tool will not get through. Tell the user which host the task needs and the profile setting that would allow it; do not try to work around the allow-list.",
+        listed.join(", ")
+    ))
+}
+
 fn failure_record(event: &str, why: &str, policy: Option<&CompiledPolicy>) -> Value {
     let mut record = base_record("failure", event, &HookInput::default(), policy);
     record["error"] = json!(why);
@@ -859,6 +941,38 @@ fn sha256_file(path: &Path) -> std::io::Result<String> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn refused_hosts_of_the_call_reach_the_model_once_each() {
+        let input = |v: Value| serde_json::from_value::<HookInput>(v).unwrap();
+        let now = 1_000_000_000u128;
+        let notices = format!(
+            "{}\tearly.example\tadd \"early.example\" to network.allow\n{}\tregistry.npmjs.org\tadd preset \"node\" to network.presets (or \"registry.npmjs.org\" to network.allow)\nnot a line\n{}\tregistry.npmjs.org\tsame\n",
+            now - 60_000,
+            now - 3_000,
+            now - 1_000
+        );
+        let bash = input(
+            json!({"tool_name": "Bash", "duration_ms": 5_000, "tool_input": {"command": "npm install"}}),
+        );
+        let text = refused_hosts_context(&bash, &notices, now).unwrap();
+        assert!(
+            text.contains("registry.npmjs.org (add preset \"node\" to network.presets"),
+            "{text}"
+        );
+        assert_eq!(text.matches("registry.npmjs.org (").count(), 1, "{text}");
+        assert!(!text.contains("early.example"), "{text}");
+        // A failure has no duration: the command's timeout is the window.
+        let failed = input(
+            json!({"tool_name": "Bash", "tool_input": {"command": "curl", "timeout": 90_000}, "error": "Exit code 56"}),
+        );
+        let text = refused_hosts_context(&failed, &notices, now).unwrap();
+        assert!(text.contains("early.example"), "{text}");
+        // Nothing refused during the call: nothing said.
+        let quick = input(json!({"tool_name": "Bash", "duration_ms": 10}));
+        assert_eq!(refused_hosts_context(&quick, &notices, now + 10_000), None);
+    }
+
     use super::*;
 
     #[test]

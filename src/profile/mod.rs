@@ -6,6 +6,7 @@ pub mod claude_settings;
 pub mod credentials;
 pub mod limits;
 mod paths;
+pub mod presets;
 
 pub use paths::{PathSpec, PathSpecError};
 
@@ -270,6 +271,8 @@ struct NetworkFile {
     mode: Option<NetworkMode>,
     #[serde(default)]
     allow: Vec<String>,
+    /// Replaced whole by a child profile that sets it (narrowing is safe), unlike `allow`.
+    presets: Option<Vec<String>>,
     #[serde(default)]
     allow_addresses: Vec<String>,
     proxy_port: Option<u16>,
@@ -370,6 +373,8 @@ pub struct Process {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Network {
     pub mode: NetworkMode,
+    /// `network.presets`, by name; their hosts are in `allow`.
+    pub presets: Vec<String>,
     /// For `allowlist`: the names (and special addresses) the proxy lets through.
     pub allow: AllowList,
     pub proxy_port: u16,
@@ -745,7 +750,9 @@ fn append_unique<T: Eq + std::hash::Hash>(mut base: Vec<T>, more: Vec<T>) -> Vec
 }
 
 /// A child layer overrides scalars it sets; lists are unions, so that extending a profile can
-/// never silently un-hide a secret or un-protect a path.
+/// never silently un-hide a secret or un-protect a path. `network.presets` is the exception: a
+/// child that sets it replaces it, so that `ci` and `strict` do not inherit default's downloads
+/// (narrowing the network is safe).
 fn merge(base: ProfileFile, child: ProfileFile) -> ProfileFile {
     let mut set_env = base.process.set_env;
     set_env.extend(child.process.set_env);
@@ -801,6 +808,7 @@ fn merge(base: ProfileFile, child: ProfileFile) -> ProfileFile {
         network: NetworkFile {
             mode: child.network.mode.or(base.network.mode),
             allow: append_unique(base.network.allow, child.network.allow),
+            presets: child.network.presets.or(base.network.presets),
             allow_addresses: append_unique(
                 base.network.allow_addresses,
                 child.network.allow_addresses,
@@ -970,6 +978,12 @@ fn resolve(file: ProfileFile, origins: Vec<String>) -> Result<Profile, String> {
         },
         network: {
             let mut allow_entries = file.network.allow;
+            let presets = file.network.presets.unwrap_or_default();
+            for host in presets::hosts_of(&presets)? {
+                if !allow_entries.contains(&host) {
+                    allow_entries.push(host);
+                }
+            }
             let credentials = file.network.credentials;
             credentials::check(&credentials, &mut allow_entries)?;
             let allow = AllowList::new(allow_entries, file.network.allow_addresses)
@@ -1005,6 +1019,7 @@ fn resolve(file: ProfileFile, origins: Vec<String>) -> Result<Profile, String> {
             }
             Network {
                 mode,
+                presets,
                 allow,
                 proxy_port,
                 gateway: file.network.gateway,
@@ -1167,6 +1182,55 @@ mod tests {
                 "{text}: {shown}"
             );
         }
+    }
+
+    /// Presets allow their hosts; a child profile that sets `presets` replaces the list (ci and
+    /// strict set none, so default's never reach them); an unknown name is placed at its line.
+    #[test]
+    fn presets_allow_their_hosts_and_a_child_replaces_them() {
+        let allowed = |p: &Profile, name: &str| {
+            p.network
+                .allow
+                .compiled()
+                .match_host(&allow::Host::Name(name.into()), 443)
+                .is_some()
+        };
+        let default = Profile::builtin_default().unwrap();
+        assert_eq!(default.network.presets, ["rust", "python", "go"]);
+        for host in [
+            "index.crates.io",
+            "static.crates.io",
+            "pypi.org",
+            "proxy.golang.org",
+        ] {
+            assert!(allowed(&default, host), "{host}");
+        }
+        // Upload hosts are in no default preset.
+        for host in [
+            "registry.npmjs.org",
+            "github.com",
+            "upload.pypi.org",
+            "crates.io",
+        ] {
+            assert!(!allowed(&default, host), "{host}");
+        }
+        for name in ["ci", "strict"] {
+            let p = load_text(&format!("extends = \"{name}\"\n")).unwrap();
+            assert!(p.network.presets.is_empty(), "{name}");
+            assert!(!allowed(&p, "index.crates.io"), "{name}");
+            assert!(allowed(&p, "api.anthropic.com"), "{name}");
+        }
+        let child = load_text("extends = \"ci\"\n[network]\npresets = [\"node\"]\n").unwrap();
+        assert_eq!(child.network.presets, ["node"]);
+        assert!(allowed(&child, "registry.npmjs.org") && !allowed(&child, "pypi.org"));
+        assert_ne!(child.policy_hash(), default.policy_hash());
+        let err = load_text("[network]\nallow = []\npresets = [\n \"rust\",\n \"ruby\",\n]\n")
+            .unwrap_err();
+        assert!(
+            matches!(err, ProfileError::Syntax { line: 5, .. })
+                && err.to_string().contains("unknown preset \"ruby\""),
+            "{err}"
+        );
     }
 
     #[test]

@@ -101,6 +101,14 @@ pub fn prepare(
     }
     // The workspace's kept sessions, history, memory, todos and plans (when the profile keeps
     // them): before the ownership below, which covers them.
+    // The supervisor's notices to the hook: readable by the sandbox user, written only here.
+    let notices = crate::sandbox::plan::agent_layer::notices_dir(&state.run_dir);
+    fs::DirBuilder::new()
+        .mode(0o755)
+        .create(&notices)
+        .map_err(fail("creating", &notices))?;
+    fs::set_permissions(&notices, fs::Permissions::from_mode(0o755))
+        .map_err(fail("chmod", &notices))?;
     crate::supervisor::session_state::seed(state);
     // Empty, and read-only inside (the plan binds them so): nothing in them runs before a
     // command.

@@ -278,17 +278,74 @@ fn start_proxy(
     allow: crate::profile::allow::CompiledAllowList,
     broker: Option<std::sync::Arc<credentials::Broker>>,
     audit: Option<&AuditSink>,
+    notices: Option<std::path::PathBuf>,
 ) -> (proxy::ProxyHandle, std::thread::JoinHandle<()>) {
     let (tx, rx) = std::sync::mpsc::channel::<proxy::ConnectionRecord>();
-    let handle = proxy::serve_with_credentials(
-        listener,
-        allow,
-        std::sync::Arc::new(proxy::SystemResolver),
-        tx,
-        broker,
-    );
-    let drain = drain_records("network", rx, audit);
+    let handle = proxy::serve_with_credentials(listener, allow, proxy_resolver(), tx, broker);
+    let drain = drain_records("network", rx, audit, notices);
     (handle, drain)
+}
+
+/// The resolver the proxy uses: the system's, or for tests only the caller's own
+/// `STEPPROOF_TEST_RESOLVE=name=address,…` (names it lists go to those addresses; the rest to
+/// the system's resolver). It is the caller's environment: whoever sets it could as well run
+/// the proxy's traffic anywhere, and the addresses it names are still checked against
+/// `allow_addresses` like any other.
+fn proxy_resolver() -> std::sync::Arc<dyn proxy::Resolver> {
+    match std::env::var("STEPPROOF_TEST_RESOLVE") {
+        Ok(spec) if !spec.is_empty() => std::sync::Arc::new(TestResolver::parse(&spec)),
+        _ => std::sync::Arc::new(proxy::SystemResolver),
+    }
+}
+
+/// `STEPPROOF_TEST_RESOLVE`'s names and addresses (malformed entries are ignored).
+struct TestResolver(Vec<(String, std::net::IpAddr)>);
+
+impl TestResolver {
+    fn parse(spec: &str) -> TestResolver {
+        TestResolver(
+            spec.split(',')
+                .filter_map(|entry| {
+                    let (name, ip) = entry.split_once('=')?;
+                    Some((name.trim().to_ascii_lowercase(), ip.trim().parse().ok()?))
+                })
+                .collect(),
+        )
+    }
+}
+
+impl proxy::Resolver for TestResolver {
+    fn resolve(&self, host: &str, port: u16) -> std::io::Result<Vec<std::net::SocketAddr>> {
+        match self.0.iter().find(|(name, _)| name == host) {
+            Some((_, ip)) => Ok(vec![std::net::SocketAddr::new(*ip, port)]),
+            None => proxy::SystemResolver.resolve(host, port),
+        }
+    }
+}
+
+/// The most the refused-hosts notice file grows to; later refusals are only in the audit log.
+const MAX_NOTICES: u64 = 64 << 10;
+
+/// Appends a refused host to the notices the hook reads (`agent_layer::NOTICES_DIR`).
+fn notice_refused(file: &std::path::Path, shown: &str, hint: &str) {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    if std::fs::metadata(file).is_ok_and(|m| m.len() >= MAX_NOTICES) {
+        return;
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    let line = format!("{now}\t{shown}\t{hint}\n");
+    let opened = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(file);
+    if let Ok(mut f) = opened {
+        let _ = f.write_all(line.as_bytes());
+    }
 }
 
 /// Writes every record of a proxy or gateway to the audit log, from a thread of its own.
@@ -296,10 +353,14 @@ fn drain_records(
     kind: &'static str,
     rx: std::sync::mpsc::Receiver<proxy::ConnectionRecord>,
     audit: Option<&AuditSink>,
+    notices: Option<std::path::PathBuf>,
 ) -> std::thread::JoinHandle<()> {
     let audit = audit.map(|a| a.clone_handle());
     std::thread::spawn(move || {
         for record in rx {
+            if let (Some(file), Some((shown, hint))) = (&notices, &record.not_listed) {
+                notice_refused(file, shown, hint);
+            }
             tracing::info!(
                 host = %record.host,
                 port = record.port,
@@ -331,7 +392,7 @@ fn start_gateway(
 ) -> (gateway::GatewayHandle, std::thread::JoinHandle<()>) {
     let (tx, rx) = std::sync::mpsc::channel::<proxy::ConnectionRecord>();
     let handle = gateway::serve_gateway(listener, upstream, login, settings, tx);
-    (handle, drain_records("gateway", rx, audit))
+    (handle, drain_records("gateway", rx, audit, None))
 }
 
 /// The per-run scratch directory a plan names (hosts without a mount namespace, where /tmp is
@@ -700,6 +761,11 @@ fn launch(
     drop(ours.network_namespace);
     drop(seed);
     // 12. What the init sends back: the proxy's socket, the gateway's, the command's terminal.
+    //     The proxy's refusals also go to the hook's notices (an agent's run).
+    let notices = plan
+        .agent
+        .as_ref()
+        .map(|a| crate::sandbox::plan::agent_layer::notices_dir(&a.run_dir).join("refused-hosts"));
     let mut allow = Some(plan.allow.compiled().clone());
     let proxy = match &ours.proxy {
         Some(channel) => fdpass::receive_fd(channel)
@@ -712,6 +778,7 @@ fn launch(
                     allow,
                     broker.clone(),
                     audit,
+                    notices.clone(),
                 )
             }),
         None => None,
@@ -720,7 +787,7 @@ fn launch(
     let proxy = match (proxy, host_proxy_listener) {
         (None, Some(listener)) => allow
             .take()
-            .map(|allow| start_proxy(listener, allow, broker.clone(), audit)),
+            .map(|allow| start_proxy(listener, allow, broker.clone(), audit, notices.clone())),
         (proxy, _) => proxy,
     };
     let gateway = match (&ours.gateway, gateway_config) {

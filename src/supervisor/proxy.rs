@@ -101,6 +101,10 @@ pub struct ConnectionRecord {
     /// The request was refused; the record is written as an exfiltration attempt.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub placeholder_blocked: Option<String>,
+    /// A host the allow-list does not name: how it was shown and the profile key that would
+    /// allow it (for the notice the hook passes to the model; the rule says the same).
+    #[serde(skip)]
+    pub not_listed: Option<(String, String)>,
 }
 
 /// The status code of an HTTP/1.x status line at the start of `head`.
@@ -202,7 +206,7 @@ impl Handler for ProxyHandler {
 /// A refusal: status, reason phrase, and the one-line body (also the record's rule).
 struct Refusal {
     code: u16,
-    phrase: &'static str,
+    phrase: std::borrow::Cow<'static, str>,
     body: String,
 }
 
@@ -219,7 +223,42 @@ fn elsewhere_refusal(name: &str) -> Refusal {
 }
 
 fn refusal(code: u16, phrase: &'static str, body: String) -> Refusal {
-    Refusal { code, phrase, body }
+    Refusal {
+        code,
+        phrase: phrase.into(),
+        body,
+    }
+}
+
+/// The refusal of a host the allow-list does not name. Most clients show only the status
+/// (`CONNECT tunnel failed, response 403`), some the reason phrase (Go, pip): the phrase itself
+/// says what was refused and which profile key would allow it (`shown` is a normalised name or
+/// address and a port, so it is plain ASCII without spaces).
+fn not_listed_refusal(shown: &str, host: &Host, port: u16) -> Refusal {
+    let add = allow_hint(host, port);
+    Refusal {
+        code: 403,
+        phrase: format!("StepProof refused {shown}: {add}").into(),
+        body: format!("StepProof: {shown} is not in the network allow-list of this profile; {add}"),
+    }
+}
+
+/// Which profile key would allow `host:port`: the preset that lists it, else `network.allow`
+/// (an allow entry without a port means 443).
+pub fn allow_hint(host: &Host, port: u16) -> String {
+    let name = host.to_string();
+    let entry = if port == 443 {
+        name.clone()
+    } else {
+        format!("{name}:{port}")
+    };
+    match crate::profile::presets::containing(&name).next() {
+        Some(preset) if port == 443 => format!(
+            "add preset \"{}\" to network.presets (or \"{entry}\" to network.allow)",
+            preset.name
+        ),
+        _ => format!("add \"{entry}\" to network.allow"),
+    }
 }
 
 /// What the client asked for, once its head has been read and checked.
@@ -288,14 +327,11 @@ impl ProxyHandler {
         }
         let Some(entry) = self.allow.match_host(&target.host, target.port) else {
             let shown = shown_host(&target, &head);
+            record.not_listed = Some((shown.clone(), allow_hint(&target.host, target.port)));
             return self.deny(
                 client,
                 record,
-                refusal(
-                    403,
-                    "Forbidden",
-                    format!("StepProof: {shown} is not in the network allow-list of this profile"),
-                ),
+                not_listed_refusal(&shown, &target.host, target.port),
             );
         };
         record.rule = format!("allow {entry}");
@@ -356,7 +392,7 @@ impl ProxyHandler {
             record.rule = r.body.clone();
         }
         record.status = Some(r.code);
-        refuse(client, r.code, r.phrase, &r.body, DRAIN);
+        refuse(client, r.code, &r.phrase, &r.body, DRAIN);
     }
 
     /// Resolves once, checks each address, and connects to the first that is allowed and

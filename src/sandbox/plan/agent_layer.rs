@@ -13,6 +13,13 @@ pub const CONTROL_DIR: &str = "/run/stepproof";
 pub const HOOK_BINARY: &str = "/run/stepproof/stepproof-hook";
 pub const POLICY_FILE: &str = "/run/stepproof/policy";
 pub const AUDIT_SOCKET: &str = "/run/stepproof/audit.sock";
+/// The supervisor's notices to the hook (read-only inside): `refused-hosts`, one line per host
+/// the proxy refused, `<unix ms>\t<host>\t<the profile key that would allow it>`.
+pub const NOTICES_DIR: &str = "/run/stepproof/notices";
+/// The notices directory in the run directory, on the host.
+pub fn notices_dir(run_dir: &Path) -> PathBuf {
+    run_dir.join("notices")
+}
 /// `CLAUDE_CONFIG_DIR` inside: the per-run config directory, writable.
 pub const CONFIG_DIR: &str = "/run/claude-config";
 /// Claude Code's managed-settings directory: inside, StepProof's alone (a read-only tmpfs).
@@ -479,6 +486,11 @@ pub fn plan_agent(
         MountOp::FromSupervisor {
             src: state.hook_socket.clone(),
             dst: AUDIT_SOCKET.into(),
+            access: Access::ReadOnly,
+        },
+        MountOp::FromSupervisor {
+            src: notices_dir(&facts.run_dir),
+            dst: NOTICES_DIR.into(),
             access: Access::ReadOnly,
         },
         MountOp::SealReadOnly {

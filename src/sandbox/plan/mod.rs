@@ -7,6 +7,7 @@
 //! Landlock rules alone ([`degraded`]).
 
 pub mod agent_layer;
+pub mod caches;
 pub mod credentials;
 pub mod degraded;
 pub mod env;
@@ -257,6 +258,9 @@ pub struct SandboxPlan {
     /// A per-run scratch directory (degraded hosts, where /tmp is the host's): named here,
     /// created by the launch and removed after the run (`supervisor::launch::ScratchDir`).
     pub scratch_dir: Option<PathBuf>,
+    /// The build caches (`caches::CACHES`), bound read-write at `caches::CACHES_DIR`: created by
+    /// the launch, removed after the run unless kept for the workspace.
+    pub caches: Option<crate::sandbox::plan::caches::PlannedCaches>,
     pub profile: String,
     pub policy_hash: String,
     pub identity: Identity,
@@ -801,6 +805,20 @@ fn plan_with<S: IsolationStrategy>(
         }
         env.sort();
     }
+    // The build caches are StepProof's, never the host's (a mount of the namespace view; a
+    // degraded host keeps the toolchains' defaults, in the read-only home). A variable the
+    // profile sets itself wins.
+    let caches = (S::ISOLATION == Isolation::Namespaces)
+        .then(|| crate::sandbox::plan::caches::plan_caches(profile, facts));
+    if caches.is_some() {
+        for (name, value) in crate::sandbox::plan::caches::cache_env() {
+            if !profile.process.set_env.contains_key(&name) {
+                env.retain(|(n, _)| *n != name);
+                env.push((name, value));
+            }
+        }
+        env.sort();
+    }
     // Where /tmp is the host's, TMPDIR names the per-run directory.
     if let Some(scratch) = &realized.scratch_dir {
         for (name, value) in env.iter_mut() {
@@ -823,6 +841,7 @@ fn plan_with<S: IsolationStrategy>(
         isolation: S::ISOLATION,
         losses: realized.losses,
         scratch_dir: realized.scratch_dir,
+        caches,
         profile: profile.name.clone(),
         policy_hash: profile.policy_hash(),
         identity,
@@ -1105,6 +1124,23 @@ pub(crate) fn check_workspace(
 }
 
 impl SandboxPlan {
+    /// Caches that start empty and go with the run (unattended runs, the self-test): the
+    /// mount's source and the plan's record of it both change.
+    pub fn use_per_run_caches(&mut self, run_dir: &Path) {
+        let Some(caches) = &mut self.caches else {
+            return;
+        };
+        let fresh = crate::sandbox::plan::caches::per_run(run_dir);
+        for op in &mut self.mounts {
+            if let MountOp::FromSupervisor { src, .. } = op
+                && *src == caches.host
+            {
+                *src = fresh.host.clone();
+            }
+        }
+        *caches = fresh;
+    }
+
     /// Everything a run of this plan can write on the host, the workspace first: the view's
     /// read-write binds (writable extras), the agent's config directory, and, without a mount
     /// namespace, what Landlock grants for writing (the per-run scratch directory included):
@@ -1113,6 +1149,9 @@ impl SandboxPlan {
     pub fn writable_host_paths(&self) -> Vec<PathBuf> {
         let mut paths = vec![self.workspace.clone()];
         paths.extend(writable_binds(&self.mounts));
+        if let Some(caches) = &self.caches {
+            paths.push(caches.host.clone());
+        }
         if let Some(agent) = &self.agent {
             paths.push(agent.config_dir.clone());
         }
@@ -1233,6 +1272,9 @@ fn hidden_env_files(
 
 /// Siblings of the workspace and of each ancestor up to the home: other people's projects.
 /// Dot-entries are configuration (the secret catalogue covers those that matter), not projects.
+/// A symbolic link is no project either (and a mount onto it would land on its target): what it
+/// points to is judged where it is — in the home, a sibling of some ancestor or a catalogued
+/// secret, hidden by its own rule; elsewhere, shown only if the view shows it.
 pub(crate) fn other_projects(
     workspace: &Path,
     home: &Path,
@@ -1248,7 +1290,8 @@ pub(crate) fn other_projects(
             for entry in entries.flatten() {
                 let path = entry.path();
                 let name = entry.file_name();
-                if path != current && !name.to_string_lossy().starts_with('.') {
+                let link = entry.file_type().is_ok_and(|t| t.is_symlink());
+                if path != current && !link && !name.to_string_lossy().starts_with('.') {
                     found.push(path);
                     if found.len() >= SCAN_ENTRY_LIMIT {
                         notes.push(format!(
@@ -1460,6 +1503,23 @@ mod tests {
             "{:?}",
             plan.notes
         );
+    }
+
+    /// A link beside the workspace is no project (a mount onto it would land on its target,
+    /// which the launch then failed to reach); its target is hidden by its own rule.
+    #[test]
+    fn links_beside_the_workspace_are_not_projects() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().canonicalize().unwrap();
+        let ws = home.join("src/proj/sub");
+        fs::create_dir_all(&ws).unwrap();
+        fs::create_dir_all(home.join("src/other")).unwrap();
+        std::os::unix::fs::symlink(home.join("src/other"), home.join("src/proj/link")).unwrap();
+        fs::create_dir_all(home.join("src/proj/sibling")).unwrap();
+        let found = other_projects(&ws, &home, &mut Vec::new());
+        assert!(found.contains(&home.join("src/proj/sibling")), "{found:?}");
+        assert!(found.contains(&home.join("src/other")), "{found:?}");
+        assert!(!found.contains(&home.join("src/proj/link")), "{found:?}");
     }
 
     /// A directory beside the workspace's ancestors that the profile names (read_only,

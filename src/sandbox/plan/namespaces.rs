@@ -129,6 +129,12 @@ impl IsolationStrategy for MountView {
                 access: Access::ReadOnly,
             });
         }
+        // The build caches, StepProof's own (the launch creates the directory).
+        self.mounts.push(MountOp::FromSupervisor {
+            src: crate::sandbox::plan::caches::plan_caches(scope.profile, scope.facts).host,
+            dst: crate::sandbox::plan::caches::CACHES_DIR.into(),
+            access: Access::ReadWrite,
+        });
         self.mounts.push(MountOp::Symlink {
             target: "../run".into(),
             dst: "/var/run".into(),

@@ -1,0 +1,232 @@
+//! The build caches of a run on the host (`sandbox::plan::caches`): made before the launch,
+//! owned by the user the sandbox writes as; a run's own caches are removed when it ends, a
+//! workspace's kept ones are marked used and pruned with the workspace's other state after
+//! [`UNUSED_DAYS`] days unused.
+//!
+//! Go makes its module cache read-only (directories 0555): removal makes each directory
+//! writable first, never following a link.
+
+use crate::sandbox::plan::SandboxPlan;
+use crate::sandbox::plan::caches::{CACHES, PlannedCaches};
+pub use crate::supervisor::session_state::UNUSED_DAYS;
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+/// The caches of a running launch; dropping it removes a run's own caches (not a workspace's).
+#[derive(Debug)]
+pub struct Caches {
+    planned: PlannedCaches,
+    /// Held (shared) while the run uses a workspace's caches: [`prune`] skips a locked one.
+    _lock: Option<File>,
+}
+
+/// A step of making the caches that failed, with its path.
+#[derive(Debug, thiserror::Error)]
+#[error("{step} {path}: {source}")]
+pub struct CachesError {
+    pub step: &'static str,
+    pub path: PathBuf,
+    pub source: io::Error,
+}
+
+impl Caches {
+    /// Makes the directories the plan binds (each cache's own below it), owned by the user the
+    /// sandbox writes as; a kept one is marked used now and says whose it is.
+    pub fn create(plan: &SandboxPlan) -> Result<Option<Caches>, CachesError> {
+        let Some(planned) = plan.caches.clone() else {
+            return Ok(None);
+        };
+        let fail = |step: &'static str, path: &Path| {
+            let path = path.to_path_buf();
+            move |source| CachesError { step, path, source }
+        };
+        let root = &planned.host;
+        let (uid, gid) = (plan.identity.outside_uid, plan.identity.outside_gid);
+        let mut lock = None;
+        if planned.kept {
+            // The markers are the supervisor's, beside the tree the sandbox sees (a sandbox
+            // user who is the caller could otherwise replace them: a FIFO for the lock would
+            // stall the next prune).
+            let state = root.parent().unwrap_or(root);
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(state)
+                .map_err(fail("creating the caches directory", state))?;
+            let workspace = state.join("workspace");
+            fs::write(&workspace, plan.workspace.as_os_str().as_encoded_bytes())
+                .map_err(fail("writing", &workspace))?;
+            let used = state.join("last-used");
+            fs::write(&used, b"").map_err(fail("writing", &used))?;
+            let path = state.join("lock");
+            let file = OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+                .open(&path)
+                .map_err(fail("opening", &path))?;
+            file.lock_shared().map_err(fail("locking", &path))?;
+            lock = Some(file);
+            fs::set_permissions(state, fs::Permissions::from_mode(0o711))
+                .map_err(fail("chmod", state))?;
+        }
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(root)
+            .map_err(fail("creating the caches directory", root))?;
+        for (name, _) in CACHES {
+            let dir = root.join(name);
+            match fs::DirBuilder::new().mode(0o700).create(&dir) {
+                Ok(()) => {
+                    std::os::unix::fs::lchown(&dir, Some(uid), Some(gid))
+                        .map_err(fail("chown", &dir))?;
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                    // Kept from an earlier run: the sandbox user's own directory, or refused
+                    // (another identity's files below it would be unwritable; chowning the top
+                    // alone would hide that, and the sandbox user's files are not ours to judge).
+                    let meta = fs::symlink_metadata(&dir).map_err(fail("reading", &dir))?;
+                    if !meta.is_dir() || meta.uid() != uid {
+                        return Err(CachesError {
+                            step: "using the kept cache",
+                            path: dir,
+                            source: io::Error::other(format!(
+                                "it is not a directory of the sandbox user (uid {uid}; found uid {}): remove it",
+                                meta.uid()
+                            )),
+                        });
+                    }
+                }
+                Err(e) => return Err(fail("creating", &dir)(e)),
+            }
+        }
+        // The root stays the supervisor's (its markers with it); the sandbox user may enter it.
+        fs::set_permissions(root, fs::Permissions::from_mode(0o711))
+            .map_err(fail("chmod", root))?;
+        Ok(Some(Caches {
+            planned,
+            _lock: lock,
+        }))
+    }
+}
+
+impl Drop for Caches {
+    fn drop(&mut self) {
+        if !self.planned.kept {
+            let _ = remove_tree(&self.planned.host);
+        }
+    }
+}
+
+/// Removes `path` and everything below it, making each directory writable first (Go's module
+/// cache is read-only); a link is removed, never followed.
+pub fn remove_tree(path: &Path) -> io::Result<()> {
+    let meta = fs::symlink_metadata(path)?;
+    if !meta.is_dir() {
+        return fs::remove_file(path);
+    }
+    if meta.permissions().mode() & 0o700 != 0o700 {
+        fs::set_permissions(path, fs::Permissions::from_mode(0o700))?;
+    }
+    for entry in fs::read_dir(path)? {
+        remove_tree(&entry?.path())?;
+    }
+    fs::remove_dir(path)
+}
+
+/// Removes the caches of workspaces no run used for [`UNUSED_DAYS`] days (by their
+/// `last-used`) from `root` (`~/.local/state/stepproof/caches`), skipping one a run holds;
+/// returns what was removed. Nothing else there is touched.
+pub fn prune(root: &Path, now: SystemTime) -> Vec<PathBuf> {
+    let mut removed = Vec::new();
+    let Ok(entries) = fs::read_dir(root) else {
+        return removed;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let shaped = name.len() == 32 && name.as_encoded_bytes().iter().all(u8::is_ascii_hexdigit);
+        if !shaped || !entry.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let path = entry.path();
+        let used = fs::symlink_metadata(path.join("last-used"))
+            .or_else(|_| fs::symlink_metadata(&path))
+            .and_then(|m| m.modified());
+        let old = used
+            .ok()
+            .and_then(|t| now.duration_since(t).ok())
+            .is_some_and(|age| age > Duration::from_secs(UNUSED_DAYS * 86_400));
+        if !old {
+            continue;
+        }
+        let Ok(lock) = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(path.join("lock"))
+        else {
+            continue;
+        };
+        if lock.try_lock().is_err() {
+            continue;
+        }
+        if remove_tree(&path).is_ok() {
+            removed.push(path);
+        }
+    }
+    removed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn read_only_trees_are_removed_and_links_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = dir.path().join("outside");
+        fs::create_dir(&outside).unwrap();
+        fs::write(outside.join("keep"), b"x").unwrap();
+        let tree = dir.path().join("tree");
+        let module = tree.join("go-mod/example.com/m@v1.0.0");
+        fs::create_dir_all(&module).unwrap();
+        fs::write(module.join("go.mod"), b"module m\n").unwrap();
+        std::os::unix::fs::symlink(&outside, tree.join("go-mod/link")).unwrap();
+        for d in [&module, &module.parent().unwrap().to_path_buf()] {
+            fs::set_permissions(d, fs::Permissions::from_mode(0o555)).unwrap();
+        }
+        remove_tree(&tree).unwrap();
+        assert!(!tree.exists());
+        assert!(outside.join("keep").exists());
+    }
+
+    #[test]
+    fn unused_caches_are_pruned_and_held_ones_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = SystemTime::now();
+        let long_ago = now - Duration::from_secs((UNUSED_DAYS + 1) * 86_400);
+        let make = |name: &str, used: SystemTime| {
+            let path = dir.path().join(name);
+            fs::create_dir_all(path.join("go-mod/x")).unwrap();
+            fs::set_permissions(path.join("go-mod/x"), fs::Permissions::from_mode(0o555)).unwrap();
+            fs::write(path.join("lock"), b"").unwrap();
+            let f = File::create(path.join("last-used")).unwrap();
+            f.set_modified(used).unwrap();
+            path
+        };
+        let old = make("0123456789abcdef0123456789abcdef", long_ago);
+        let held = make("00000000000000000000000000000000", long_ago);
+        let fresh = make("fedcba9876543210fedcba9876543210", now);
+        let other = make("notes", long_ago);
+        let lock = File::open(held.join("lock")).unwrap();
+        lock.lock_shared().unwrap();
+        assert_eq!(prune(dir.path(), now), std::slice::from_ref(&old));
+        assert!(held.is_dir() && fresh.is_dir() && other.is_dir() && !old.exists());
+        drop(lock);
+    }
+}
