@@ -57,6 +57,9 @@ pub struct Request {
     pub runbook: Option<PathBuf>,
     /// `--approve STEP`: approvals a CI job gives beforehand (recorded).
     pub approve: Vec<String>,
+    /// `--runbook-fresh`: start the runbook afresh instead of continuing an earlier run of it
+    /// in this workspace (recorded).
+    pub runbook_fresh: bool,
 }
 
 /// The audit log: a failure to open the one asked for with `--audit-log` stops the run; the
@@ -371,6 +374,7 @@ fn carry_out(
                     "path": crate::audit::text::path(&r.path),
                     "steps": r.runbook.steps.len(),
                     "pre_approved": args.approve,
+                    "fresh": args.runbook_fresh,
                 })),
             }),
         );
@@ -749,6 +753,49 @@ fn prepare_runbook(
             .to_string(),
         None => "default".to_string(),
     };
+    // An earlier run of this runbook here that ended with steps open is continued, its state
+    // rebuilt from its verified audit chain.
+    let continued = if args.runbook_fresh {
+        None
+    } else {
+        use crate::supervisor::runbook_continue::{Found, find};
+        match find(
+            &facts.run_dir,
+            &loaded.runbook,
+            &loaded.runbook.hash(),
+            &crate::audit::text::path(&plan.workspace),
+        )
+        .map_err(|e| Failure::refused(format!("--runbook: {e}")))?
+        {
+            Found::Nothing => None,
+            Found::NotContinued(why) => {
+                crate::say!("stepproof-run: runbook {}: {why}", loaded.runbook.id);
+                None
+            }
+            Found::Continue(earlier) => {
+                let passed: Vec<&str> = loaded
+                    .runbook
+                    .steps
+                    .iter()
+                    .zip(&earlier.steps)
+                    .filter(|(_, s)| s.passed)
+                    .map(|(step, _)| step.id.as_str())
+                    .collect();
+                crate::say!(
+                    "stepproof-run: runbook {}: continuing run {} (its audit log verified, head {}); passed already: {}",
+                    loaded.runbook.id,
+                    earlier.run_id,
+                    earlier.head,
+                    if passed.is_empty() {
+                        "none".to_string()
+                    } else {
+                        passed.join(", ")
+                    }
+                );
+                Some(earlier)
+            }
+        }
+    };
     let run = crate::supervisor::runbook_run::RunbookRun::prepare(
         loaded.runbook.clone(),
         audit,
@@ -765,6 +812,7 @@ fn prepare_runbook(
             pre_approved: args.approve.clone(),
             cgroup_dirs: cgroup.map(|c| c.dirs()).unwrap_or_default(),
         },
+        continued,
     )
     .map_err(|e| Failure::host(format!("--runbook: {e}")))?;
     plan.mounts.splice(

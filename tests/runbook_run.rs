@@ -301,3 +301,146 @@ both!(verifier_evidence_and_errors_stop_the_launch, |w: &World| {
     );
     let _ = RUN;
 });
+
+fn line_hash_of_last(text: &str) -> String {
+    use sha2::Digest;
+    let last = text.lines().last().unwrap();
+    hex::encode(sha2::Sha256::digest(last.as_bytes()))
+}
+
+/// The log under the home's run directories whose `run-start` names a runbook (the killed
+/// run's: its supervisor never said where its log was).
+fn runbook_logs(w: &World) -> Vec<PathBuf> {
+    let runs = w.home.join(".local/state/stepproof/runs");
+    let mut logs: Vec<PathBuf> = fs::read_dir(&runs)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path().join("audit.jsonl"))
+        .filter(|log| {
+            fs::read_to_string(log).is_ok_and(|t| {
+                t.lines().any(|l| {
+                    serde_json::from_str::<serde_json::Value>(l)
+                        .is_ok_and(|r| r["kind"] == "run-start" && r["runbook"]["id"].is_string())
+                })
+            })
+        })
+        .collect();
+    logs.sort();
+    logs
+}
+
+both!(
+    a_killed_run_is_continued_from_its_verified_log,
+    |w: &World| {
+        let first = r#"S=/run/stepproof/stepproof
+echo fixed > code.txt
+$S step complete; echo "complete-1=$?"
+echo step1-done
+sleep 60
+"#;
+        setup(w, "1h", first);
+        let mut child = w
+            .command(&["--runbook", "runbook.toml"], &["/bin/sh", "agent.sh"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let mut said = String::new();
+        for line in BufReader::new(stdout).lines() {
+            let line = line.unwrap();
+            said.push_str(&line);
+            said.push('\n');
+            if line == "step1-done" {
+                // The supervisor dies mid-run: no run-end, no runbook-ended.
+                nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(child.id() as i32),
+                    nix::sys::signal::Signal::SIGKILL,
+                )
+                .unwrap();
+                break;
+            }
+        }
+        let _ = child.wait();
+        assert!(said.contains("complete-1=0"), "{said}");
+        let logs = runbook_logs(w);
+        assert_eq!(logs.len(), 1, "{logs:?}");
+        let earlier = logs[0].clone();
+        let kinds_before = kinds(&earlier);
+        assert!(
+            !kinds_before.iter().any(|k| k == "run-end"),
+            "{kinds_before:?}"
+        );
+        let text = fs::read_to_string(&earlier).unwrap();
+        let head = line_hash_of_last(&text);
+
+        // A tampered earlier log: refused, nothing runs.
+        let second = r#"S=/run/stepproof/stepproof
+$S step status
+echo new > notes/a.md
+$S step complete --step notes; echo "complete-notes=$?"
+$S step complete --step gate; echo "complete-gate=$?"
+"#;
+        fs::write(w.workspace.join("agent.sh"), second).unwrap();
+        support::chown_tree(&w.workspace, w.owner);
+        let tampered = text.replacen("\"attempt\":1", "\"attempt\":2", 1);
+        assert_ne!(tampered, text);
+        fs::write(&earlier, &tampered).unwrap();
+        let out = run(w, &["--ci", "--approve", "gate"]);
+        assert_eq!(out.status.code(), Some(120), "{}", describe(&out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("cannot be continued") && err.contains("--runbook-fresh"),
+            "{}",
+            describe(&out)
+        );
+        assert!(!String::from_utf8_lossy(&out.stdout).contains("complete-notes"));
+
+        // The log as it was: continued, step 1 passed and step 2 open.
+        fs::write(&earlier, &text).unwrap();
+        let out = run(w, &["--ci", "--approve", "gate"]);
+        let all = describe(&out);
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("continuing run"),
+            "{all}"
+        );
+        assert!(stdout.contains("passed   write"), "{all}");
+        assert!(stdout.contains("OPEN     notes"), "{all}");
+        assert!(stdout.contains("complete-notes=0"), "{all}");
+        assert!(stdout.contains("complete-gate=0"), "{all}");
+        assert_eq!(out.status.code(), Some(0), "{all}");
+        let log = audit_log(&String::from_utf8_lossy(&out.stderr));
+        verify(&log);
+        let records = records(&log);
+        let continued = records
+            .iter()
+            .find(|r| r["kind"] == "runbook-continued")
+            .unwrap_or_else(|| panic!("no runbook-continued: {all}"));
+        assert_eq!(continued["log_head"], head.as_str(), "{continued}");
+        assert_eq!(continued["state"][0]["status"], "passed", "{continued}");
+        assert_eq!(continued["state"][0]["attempts"], 1, "{continued}");
+        assert_eq!(continued["state"][1]["status"], "open", "{continued}");
+        // The first step did not open again.
+        let opened: Vec<&str> = records
+            .iter()
+            .filter(|r| r["kind"] == "runbook-step-opened")
+            .filter_map(|r| r["step"].as_str())
+            .collect();
+        assert_eq!(opened, ["notes", "gate"], "{all}");
+
+        // Completed: the next run starts afresh.
+        setup(w, "1h", "/run/stepproof/stepproof step status\n");
+        let out = run(w, &["--ci"]);
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("completed the runbook: starting afresh"),
+            "{}",
+            describe(&out)
+        );
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("OPEN     write"),
+            "{}",
+            describe(&out)
+        );
+    }
+);

@@ -55,6 +55,27 @@ fn parse_name(name: &str) -> Option<(u64, u32)> {
     Some((secs.parse().ok()?, pid.parse().ok()?))
 }
 
+/// The run directories in `runs` (`<seconds>-<pid>`, directories, never a link), newest first.
+pub fn run_dirs(runs: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = fs::read_dir(runs) else {
+        return Vec::new();
+    };
+    let mut found: Vec<(u64, u32, PathBuf)> = entries
+        .flatten()
+        .filter_map(|entry| {
+            let name = entry.file_name();
+            let (secs, pid) = parse_name(name.to_str()?)?;
+            entry
+                .file_type()
+                .ok()
+                .filter(fs::FileType::is_dir)
+                .map(|_| (secs, pid, entry.path()))
+        })
+        .collect();
+    found.sort_unstable_by_key(|&(secs, pid, _)| std::cmp::Reverse((secs, pid)));
+    found.into_iter().map(|(_, _, p)| p).collect()
+}
+
 /// Applies the retention rule to the directory holding `own` (the current run's directory):
 /// returns the run directories removed, and those that could not be (with why).
 pub fn prune(own: &Path, keep: Keep) -> (Vec<PathBuf>, Vec<(PathBuf, std::io::Error)>) {

@@ -79,6 +79,11 @@ struct Args {
     /// With --runbook: approve STEP's approval beforehand (a CI job; recorded). Repeatable.
     #[arg(long, value_name = "STEP")]
     approve: Vec<String>,
+    /// With --runbook: start afresh, even where an earlier run of this runbook in this
+    /// workspace ended with steps open (by default it is continued, its state rebuilt from its
+    /// verified audit log; a broken log refuses to continue). Recorded.
+    #[arg(long, requires = "runbook")]
+    runbook_fresh: bool,
     /// (Internal) Run the built-in escape probes inside this profile's sandbox instead of a
     /// command; `stepproof selftest` uses it.
     #[arg(long, hide = true)]
@@ -128,6 +133,7 @@ fn main() {
         command: args.command,
         runbook: args.runbook,
         approve: args.approve,
+        runbook_fresh: args.runbook_fresh,
     };
     std::process::exit(stepproof::run::run(&request));
 }

@@ -16,6 +16,7 @@ pub mod proposed;
 pub mod proxy;
 pub mod pty;
 pub mod relay;
+pub mod runbook_continue;
 pub mod runbook_run;
 pub mod server_settings;
 pub mod session_state;

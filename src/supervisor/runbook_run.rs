@@ -48,7 +48,13 @@ struct StepState {
     /// with their sha256.
     baseline: BTreeMap<String, String>,
     last_verdict: Option<String>,
+    /// A continued run: the baseline the earlier run took when it opened this step.
+    restored_baseline: Option<BTreeMap<String, String>>,
 }
+
+/// Baselines up to this many files go into the `runbook-step-opened` record (so that a
+/// continued run judges `files_changed` against them); a larger one is taken again.
+const BASELINE_RECORDED_MAX: usize = 1024;
 
 /// How a runbook's run ended early.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,6 +98,8 @@ struct Engine {
     ending: Option<Ending>,
     policies_written: usize,
     evidence_runs: u32,
+    /// The earlier run this one continues.
+    continued: Option<crate::supervisor::runbook_continue::Earlier>,
 }
 
 /// Answers given at a host terminal, waited for by the step being completed.
@@ -143,6 +151,7 @@ impl RunbookRun {
         inside_home: &Path,
         inside_workspace: &Path,
         context: EvidenceContext,
+        continued: Option<crate::supervisor::runbook_continue::Earlier>,
     ) -> Result<RunbookRun, String> {
         let dir = run_dir.join("runbook");
         std::fs::DirBuilder::new()
@@ -177,6 +186,7 @@ impl RunbookRun {
                 attempts: 0,
                 baseline: BTreeMap::new(),
                 last_verdict: None,
+                restored_baseline: None,
             })
             .collect();
         let engine = Engine {
@@ -191,6 +201,7 @@ impl RunbookRun {
             ending: None,
             policies_written: 0,
             evidence_runs: 0,
+            continued,
         };
         Ok(RunbookRun {
             engine: Arc::new(Mutex::new(engine)),
@@ -216,6 +227,7 @@ impl RunbookRun {
     /// Opens the first steps (after the run-start record) and publishes the state.
     pub fn start(&self) -> Result<(), String> {
         let mut engine = self.lock();
+        engine.restore();
         engine.open_ready();
         engine.publish()
     }
@@ -796,6 +808,42 @@ fn serve_approval(engine: &Arc<Mutex<Engine>>, approvals: &Arc<Approvals>, strea
 }
 
 impl Engine {
+    /// A continued run: the earlier run's passed steps, attempts and verdicts, and the
+    /// baselines of its open steps (which open again), on the record before anything opens.
+    fn restore(&mut self) {
+        let Some(earlier) = self.continued.clone() else {
+            return;
+        };
+        let ids: Vec<String> = self
+            .runbook
+            .steps
+            .iter()
+            .map(|s| s.id.to_string())
+            .collect();
+        for (state, rebuilt) in self.steps.iter_mut().zip(&earlier.steps) {
+            state.attempts = rebuilt.attempts;
+            state.last_verdict = rebuilt.last_verdict.clone();
+            if rebuilt.passed {
+                state.status = Status::Passed;
+            } else if rebuilt.was_open {
+                state.restored_baseline = rebuilt.baseline.clone();
+            }
+        }
+        self.record(
+            "runbook-continued",
+            json!({
+                "runbook": self.runbook.id,
+                "hash": self.hash,
+                "continues": earlier.run_id,
+                "log": crate::audit::text::path(&earlier.log),
+                "log_head": earlier.head,
+                "log_records": earlier.records,
+                "earlier_ended": if earlier.ended_cleanly { "run-end recorded" } else { "no run-end: killed or crashed" },
+                "state": crate::supervisor::runbook_continue::state_record(&earlier, &ids),
+            }),
+        );
+    }
+
     fn record(&self, kind: &str, body: Value) {
         if let Some(audit) = &self.audit {
             audit.record("supervisor", kind, &body);
@@ -840,13 +888,16 @@ impl Engine {
             {
                 continue;
             }
-            let baseline: BTreeMap<String, String> = step
-                .evidence
-                .iter()
-                .filter_map(|e| e.files_changed.as_ref())
-                .flat_map(|f| f.paths.iter())
-                .flat_map(|glob| walk_glob(&self.context.workspace, glob))
-                .collect();
+            let restored = self.steps[i].restored_baseline.take();
+            let baseline_restored = restored.is_some();
+            let baseline: BTreeMap<String, String> = restored.unwrap_or_else(|| {
+                step.evidence
+                    .iter()
+                    .filter_map(|e| e.files_changed.as_ref())
+                    .flat_map(|f| f.paths.iter())
+                    .flat_map(|glob| walk_glob(&self.context.workspace, glob))
+                    .collect()
+            });
             self.steps[i].status = Status::Open;
             self.steps[i].baseline = baseline;
             let step = step.clone();
@@ -858,6 +909,9 @@ impl Engine {
                     "depends_on": step.depends_on,
                     "allows": crate::runbook::policy::allows_text(&step),
                     "baseline_files": self.steps[i].baseline.len(),
+                    "baseline": (self.steps[i].baseline.len() <= BASELINE_RECORDED_MAX)
+                        .then(|| &self.steps[i].baseline),
+                    "baseline_from_earlier_run": baseline_restored,
                 }),
             );
         }

@@ -1,0 +1,286 @@
+//! Continuing a runbook's run: a run of the same runbook in the same workspace that ended with
+//! steps open (the command exited, was killed or timed out, or the supervisor itself was
+//! killed) is continued by the next `stepproof-run --runbook`. Its state — which steps passed,
+//! attempts, last verdicts, the baselines of the steps that were open — is rebuilt from the
+//! earlier run's audit log after its hash chain is verified (as `stepproof audit verify`
+//! does), from the supervisor's own records only (anything from inside is `source: "sandbox"`
+//! and decides nothing), never from a state file.
+//!
+//! The earlier run is the newest run directory under the state dir whose log has a `run-start`
+//! with this runbook's id and this workspace. Not continued (a fresh start, said on stderr):
+//! no such run; its runbook had another hash (the file changed); it completed the runbook; it
+//! was stopped by a step whose evidence did not hold (117) or that abandons (116). Refused
+//! (the launch stops): its chain is broken, or its log cannot be read, or another process is
+//! still writing it — unless `--runbook-fresh` asks for a fresh start.
+
+use crate::audit::chain::{self, LogLine, Status as ChainStatus};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::fs::TryLockError;
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
+
+/// One step as the earlier run left it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RebuiltStep {
+    pub passed: bool,
+    /// Open when the earlier run ended (it opens again at once).
+    pub was_open: bool,
+    pub attempts: u32,
+    pub last_verdict: Option<String>,
+    /// The supervisor's hashes taken when the step opened (for `files_changed`), when the
+    /// record carried them.
+    pub baseline: Option<BTreeMap<String, String>>,
+}
+
+/// The earlier run being continued.
+#[derive(Debug, Clone)]
+pub struct Earlier {
+    /// Its run directory's name.
+    pub run_id: String,
+    pub log: PathBuf,
+    /// The verified head of its log (hash of the last line).
+    pub head: String,
+    pub records: u64,
+    /// The earlier run's log was complete (`run-end` written) or cut short (killed).
+    pub ended_cleanly: bool,
+    /// Per step of the runbook, in file order.
+    pub steps: Vec<RebuiltStep>,
+}
+
+/// What the search found.
+#[derive(Debug)]
+pub enum Found {
+    /// No earlier run of this runbook in this workspace.
+    Nothing,
+    /// One, continued.
+    Continue(Earlier),
+    /// One, not continued, and why (said on stderr; the run starts fresh).
+    NotContinued(String),
+}
+
+/// What a log says about the last run of this runbook in it.
+#[derive(Default)]
+struct Scan {
+    matched: bool,
+    hash: String,
+    steps: Vec<RebuiltStep>,
+    completed: bool,
+    stopped: Option<String>,
+    ended_cleanly: bool,
+}
+
+/// Finds the earlier run among the run directories beside `own` (the current run's), and
+/// rebuilds its state. `Err`: a run that must not be continued silently (broken chain,
+/// unreadable log, still being written).
+pub fn find(
+    own: &Path,
+    runbook: &crate::runbook::Runbook,
+    hash: &str,
+    workspace: &str,
+) -> Result<Found, String> {
+    let Some(runs) = own.parent() else {
+        return Ok(Found::Nothing);
+    };
+    let step_ids: Vec<String> = runbook.steps.iter().map(|s| s.id.to_string()).collect();
+    for dir in crate::audit::runs::run_dirs(runs) {
+        if dir == own {
+            continue;
+        }
+        let log = dir.join("audit.jsonl");
+        // Never through a link; a run directory without a log (an evidence run's, one whose
+        // log went elsewhere) is passed over.
+        match std::fs::symlink_metadata(&log) {
+            Ok(m) if m.is_file() => {}
+            _ => continue,
+        }
+        let run_id = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let file = crate::regular_file::open(&log)
+            .map_err(|e| format!("reading the earlier run's log {}: {e}", log.display()))?;
+        let scan = scan(&file, runbook.id.as_str(), workspace, &step_ids)
+            .map_err(|e| format!("reading the earlier run's log {}: {e}", log.display()))?;
+        if !scan.matched {
+            continue;
+        }
+        // The earlier run of this runbook here: its chain first.
+        let file = crate::regular_file::open(&log)
+            .map_err(|e| format!("reading the earlier run's log {}: {e}", log.display()))?;
+        let report = chain::verify(BufReader::new(&file), None)
+            .map_err(|e| format!("reading the earlier run's log {}: {e}", log.display()))?;
+        if report.status == ChainStatus::Broken {
+            let broken = report
+                .broken
+                .as_ref()
+                .map(|b| format!("line {}: {}", b.line, b.problem))
+                .unwrap_or_default();
+            return Err(format!(
+                "the earlier run {run_id} of runbook {} in this workspace cannot be continued: its audit log {} is broken ({broken}), so its state cannot be trusted. Start afresh with --runbook-fresh (recorded), or look at it with `stepproof audit verify {}`",
+                runbook.id,
+                log.display(),
+                log.display()
+            ));
+        }
+        if matches!(file.try_lock_shared(), Err(TryLockError::WouldBlock)) {
+            return Err(format!(
+                "the earlier run {run_id} of runbook {} in this workspace is still being written ({}): wait for it to end, or start afresh with --runbook-fresh",
+                runbook.id,
+                log.display()
+            ));
+        }
+        let _ = file.unlock();
+        if scan.hash != hash {
+            return Ok(Found::NotContinued(format!(
+                "the runbook changed since run {run_id} (hash {} then, {hash} now): not continued, starting afresh",
+                scan.hash
+            )));
+        }
+        if scan.completed {
+            return Ok(Found::NotContinued(format!(
+                "run {run_id} completed the runbook: starting afresh"
+            )));
+        }
+        if let Some(step) = scan.stopped {
+            return Ok(Found::NotContinued(format!(
+                "run {run_id} was stopped by step {step} (its evidence did not hold and no attempt was left, or it abandons): a stopped run is not continued, starting afresh"
+            )));
+        }
+        return Ok(Found::Continue(Earlier {
+            run_id,
+            log,
+            head: report.head,
+            records: report.records,
+            ended_cleanly: scan.ended_cleanly,
+            steps: scan.steps,
+        }));
+    }
+    Ok(Found::Nothing)
+}
+
+/// Reads a log once, one line at a time: the last `run-start` of this runbook in this
+/// workspace, and the supervisor's runbook records after it.
+fn scan(
+    file: &std::fs::File,
+    id: &str,
+    workspace: &str,
+    step_ids: &[String],
+) -> std::io::Result<Scan> {
+    let mut scan = Scan::default();
+    let mut inside = false;
+    chain::for_each_line(BufReader::new(file), |line| {
+        let LogLine::Terminated(bytes) = line else {
+            return true;
+        };
+        let Ok(record) = serde_json::from_slice::<Value>(bytes) else {
+            return true;
+        };
+        // What came from inside decides nothing.
+        if record["source"] != "supervisor" {
+            return true;
+        }
+        let kind = record["kind"].as_str().unwrap_or_default();
+        if kind == "run-start" {
+            inside = record["runbook"]["id"] == id && record["workspace"] == workspace;
+            if inside {
+                scan = Scan {
+                    matched: true,
+                    hash: record["runbook"]["hash"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                    steps: vec![RebuiltStep::default(); step_ids.len()],
+                    ..Scan::default()
+                };
+            }
+            return true;
+        }
+        if inside {
+            apply(&mut scan, kind, &record, step_ids);
+        }
+        true
+    })?;
+    Ok(scan)
+}
+
+fn apply(scan: &mut Scan, kind: &str, record: &Value, step_ids: &[String]) {
+    let index = record["step"]
+        .as_str()
+        .and_then(|s| step_ids.iter().position(|id| id == s));
+    let attempt = record["attempt"]
+        .as_u64()
+        .and_then(|a| u32::try_from(a).ok());
+    match (kind, index) {
+        ("run-end", _) => scan.ended_cleanly = true,
+        ("runbook-complete", _) => scan.completed = true,
+        ("runbook-continued", _) => {
+            for step in record["state"].as_array().into_iter().flatten() {
+                let Some(i) = step["step"]
+                    .as_str()
+                    .and_then(|s| step_ids.iter().position(|id| id == s))
+                else {
+                    continue;
+                };
+                let s = &mut scan.steps[i];
+                s.passed = step["status"] == "passed";
+                s.attempts = step["attempts"]
+                    .as_u64()
+                    .and_then(|a| u32::try_from(a).ok())
+                    .unwrap_or(0);
+                s.last_verdict = step["last_verdict"].as_str().map(str::to_string);
+            }
+        }
+        ("runbook-ended", _) => {
+            if record["ending"] == "evidence-failed" {
+                scan.stopped = record["step"].as_str().map(str::to_string);
+            }
+        }
+        ("runbook-step-opened", Some(i)) => {
+            let s = &mut scan.steps[i];
+            s.was_open = true;
+            s.baseline = record["baseline"].as_object().map(|m| {
+                m.iter()
+                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                    .collect()
+            });
+        }
+        ("runbook-evidence", Some(i)) => {
+            let s = &mut scan.steps[i];
+            s.attempts = s.attempts.max(attempt.unwrap_or(0));
+        }
+        ("runbook-step-passed", Some(i)) => {
+            let s = &mut scan.steps[i];
+            s.passed = true;
+            s.was_open = false;
+            s.attempts = s.attempts.max(attempt.unwrap_or(0));
+            s.last_verdict = Some("passed".into());
+        }
+        ("runbook-step-failed", Some(i)) => {
+            let s = &mut scan.steps[i];
+            s.attempts = s.attempts.max(attempt.unwrap_or(0));
+            s.last_verdict = Some("failed".into());
+            if record["final"] == true {
+                scan.stopped = record["step"].as_str().map(str::to_string);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The `runbook-continued` record's state: what the continuing run starts from.
+pub fn state_record(earlier: &Earlier, step_ids: &[String]) -> Value {
+    json!(
+        step_ids
+            .iter()
+            .zip(&earlier.steps)
+            .map(|(id, s)| json!({
+                "step": id,
+                "status": if s.passed { "passed" } else if s.was_open { "open" } else { "waiting" },
+                "attempts": s.attempts,
+                "last_verdict": s.last_verdict,
+                "baseline_kept": s.baseline.is_some(),
+            }))
+            .collect::<Vec<_>>()
+    )
+}
