@@ -231,10 +231,8 @@ fn apply(scan: &mut Scan, kind: &str, record: &Value, step_ids: &[String]) {
                 s.last_verdict = step["last_verdict"].as_str().map(str::to_string);
             }
         }
-        ("runbook-ended", _) => {
-            if record["ending"] == "evidence-failed" {
-                scan.stopped = record["step"].as_str().map(str::to_string);
-            }
+        ("runbook-ended", _) if record["ending"] == "evidence-failed" => {
+            scan.stopped = record["step"].as_str().map(str::to_string);
         }
         ("runbook-step-opened", Some(i)) => {
             let s = &mut scan.steps[i];
