@@ -87,6 +87,8 @@ pub struct Summary {
     pub denials_total: u64,
     pub network_total: u64,
     pub sweep_total: u64,
+    /// The runbook's steps, when the run followed one.
+    pub runbook: crate::audit::runbook_steps::StepTable,
 }
 
 /// Entries of each list a summary keeps (a job page has room for a table, not for a log).
@@ -142,6 +144,7 @@ impl Summary {
 
     /// One record of the log.
     fn add(&mut self, record: Value) {
+        self.runbook.add(&record);
         let kind = record["kind"].as_str().unwrap_or_default();
         let source = record["source"].as_str().unwrap_or_default();
         match (source, kind) {
@@ -243,6 +246,11 @@ impl Summary {
                 self.inside_not_written
             ));
         }
+        md.push_str(
+            &self
+                .runbook
+                .markdown(|text| cell(&Value::String(text.to_string()))),
+        );
         md.push_str("### Enforced\n\n");
         for line in &self.enforced {
             md.push_str(&format!("- {line}\n"));

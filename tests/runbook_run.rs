@@ -133,7 +133,24 @@ fn run(w: &World, extra: &[&str]) -> Output {
 
 both!(a_runbook_runs_step_by_step, |w: &World| {
     setup(w, "1h", &agent_script());
-    let out = run(w, &["--ci", "--approve", "gate"]);
+    let out_dir = w.base.join("out");
+    fs::create_dir_all(&out_dir).unwrap();
+    fs::set_permissions(
+        &out_dir,
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let summary = out_dir.join("summary.md");
+    let out = run(
+        w,
+        &[
+            "--ci",
+            "--approve",
+            "gate",
+            "--summary",
+            summary.to_str().unwrap(),
+        ],
+    );
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let all = describe(&out);
     // A denied call names the step and what it allows.
@@ -199,6 +216,43 @@ both!(a_runbook_runs_step_by_step, |w: &World| {
         .iter()
         .find(|r| r["kind"] == "runbook-evidence" && r["pre_approved"] == true);
     assert!(approval.is_some(), "pre-approval recorded");
+
+    // The timeline: each runbook record on its line, then the steps.
+    let shown = std::process::Command::new(STEPPROOF)
+        .args(["audit", "show"])
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert!(shown.status.success(), "{}", describe(&shown));
+    let shown = String::from_utf8_lossy(&shown.stdout).into_owned();
+    for row in [
+        "runbook-step-opened step write · Fix the code",
+        "runbook-complete-requested step write · attempt 1",
+        "step write · attempt 1 · command `sh -c",
+        "exit 1 (wanted 0) in ",
+        "step write · attempt 1 · FAILED, 2 attempt(s) left",
+        "step write · attempt 2 · passed",
+        "runbook three-steps (sha256:",
+        ", ended: complete",
+        "step write            passed   attempts 2 · ",
+        "step notes            passed   attempts 1 · ",
+        "step gate             passed   attempts 1 · ",
+        "evidence: files_changed notes/*.md (1 changed) · held",
+        "evidence: approval by the tester: pre-approved (--approve) · held",
+    ] {
+        assert!(shown.contains(row), "{row:?} not in:\n{shown}");
+    }
+    // The CI summary: a table of the steps.
+    let md = fs::read_to_string(&summary).unwrap();
+    for row in [
+        "### Runbook `three-steps`",
+        "| step | verdict | attempts | evidence (last attempt) | duration |",
+        "| `write` | passed | 2 | files_exist code.txt · held<br>command `sh -c",
+        "exit 0 (wanted 0) in ",
+        "| `gate` | passed | 1 | approval by the tester: pre-approved (--approve) · held | ",
+    ] {
+        assert!(md.contains(row), "{row:?} not in:\n{md}");
+    }
 });
 
 both!(ci_denies_an_approval_without_pre_approval, |w: &World| {

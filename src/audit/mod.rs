@@ -40,6 +40,7 @@ pub const STATE_DIR: &str = ".local/state/stepproof";
 pub mod chain;
 pub mod command;
 pub mod receiver;
+pub mod runbook_steps;
 pub mod runs;
 pub mod show;
 pub mod sink;

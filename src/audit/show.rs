@@ -185,6 +185,7 @@ pub fn summarize(source: &str, kind: &str, record: &Map<String, Value>) -> Strin
             }
             join(&parts)
         }
+        (_, kind) if kind.starts_with("runbook-") => runbook_summary(kind, record),
         ("supervisor", "refused-peer") => format!(
             "REFUSED pid {} uid {} exe {} at {}: {}",
             s(record, "pid"),
@@ -244,6 +245,76 @@ pub fn summarize(source: &str, kind: &str, record: &Map<String, Value>) -> Strin
         _ => compact(record, &["seq", "prev", "ts_ms", "source", "kind"]),
     };
     printable(&summary)
+}
+
+/// A runbook record in one line: the step, the attempt, and what it says.
+fn runbook_summary(kind: &str, record: &Map<String, Value>) -> String {
+    let s = |key: &str| field(record, key);
+    let mut parts = Vec::new();
+    if record.contains_key("step") {
+        parts.push(format!("step {}", s("step")));
+    }
+    if record.contains_key("attempt") {
+        parts.push(format!("attempt {}", s("attempt")));
+    }
+    match kind {
+        "runbook-step-opened" => parts.push(s("title")),
+        "runbook-evidence" => {
+            let held = if record.get("held") == Some(&Value::Bool(true)) {
+                "held"
+            } else {
+                "NOT held"
+            };
+            // The item's kind: the envelope's `kind` moved it to `body_kind`.
+            let item = s("body_kind");
+            if let Some(Value::Array(run)) = record.get("run") {
+                parts.push(format!(
+                    "command `{}` exit {} (wanted {}) in {} ms",
+                    run.iter().map(plain).collect::<Vec<_>>().join(" "),
+                    s("exit_code"),
+                    s("expected_exit_code"),
+                    s("duration_ms")
+                ));
+            } else {
+                parts.push(item);
+            }
+            parts.push(held.to_string());
+        }
+        "runbook-step-failed" => parts.push(format!(
+            "FAILED, {} attempt(s) left{}",
+            s("attempts_left"),
+            if record.get("final") == Some(&Value::Bool(true)) {
+                format!(", final (on_fail {})", s("on_fail"))
+            } else {
+                String::new()
+            }
+        )),
+        "runbook-step-passed" => parts.push("passed".into()),
+        "runbook-approval" => parts.push(if record.get("approved") == Some(&Value::Bool(true)) {
+            "approved".into()
+        } else {
+            format!("denied: {}", s("reason"))
+        }),
+        "runbook-approval-requested" => parts.push(format!(
+            "approvers {}, deadline {}",
+            s("approvers"),
+            s("deadline")
+        )),
+        "runbook-continued" => parts.push(format!(
+            "continues run {} (log head {})",
+            s("continues"),
+            s("log_head")
+        )),
+        "runbook-ended" => parts.push(format!("ended: {}", s("ending"))),
+        "runbook-complete" => parts.push("complete".into()),
+        _ => parts.push(compact(
+            record,
+            &[
+                "seq", "prev", "ts_ms", "source", "kind", "step", "attempt", "peer",
+            ],
+        )),
+    }
+    join(&parts)
 }
 
 /// The first `n` characters (records are untrusted: never cut inside a character).
@@ -359,6 +430,8 @@ pub fn render_text(timeline: &Timeline) -> String {
 pub struct TextTimeline {
     day: String,
     sandbox: bool,
+    /// The runbook's steps, printed after the records.
+    steps: crate::audit::runbook_steps::StepTable,
 }
 
 impl TextTimeline {
@@ -373,6 +446,9 @@ impl TextTimeline {
             self.day = date;
         }
         self.sandbox |= e.source == "sandbox";
+        if let Some(record) = &e.record {
+            self.steps.add(record);
+        }
         let seq = e.seq.map_or("?".to_string(), |s| s.to_string());
         let _ = writeln!(
             out,
@@ -383,7 +459,7 @@ impl TextTimeline {
     }
 
     pub fn end(&self, chain: &ChainReport) -> String {
-        let mut out = String::new();
+        let mut out = self.steps.text();
         if self.sandbox {
             out.push_str(
                 "(sandbox: reported from inside the sandbox by the hook binary; it shows what \

@@ -1,0 +1,364 @@
+//! A runbook's steps as a run's audit log tells them: when each opened, its attempts, the
+//! evidence of its last attempt (a command's exit code and duration), approvals, its verdict and
+//! how long it took. Built from the supervisor's records only (what came from inside decides
+//! nothing); `stepproof audit show` prints it as text after the timeline, the CI summary as a
+//! table. Bounded: at most [`MAX_STEPS`] steps and [`MAX_ITEMS`] evidence items per step.
+
+use serde_json::Value;
+use std::fmt::Write as _;
+
+pub const MAX_STEPS: usize = 256;
+pub const MAX_ITEMS: usize = 32;
+
+/// One step's row.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct StepRow {
+    pub step: String,
+    pub title: String,
+    /// waiting | open | passed | failed (from a continued run's state too).
+    pub status: String,
+    pub attempts: u64,
+    /// The evidence of the last attempt, in words.
+    pub evidence: Vec<String>,
+    pub approvals: Vec<String>,
+    /// When it opened in this run (ms since the epoch), and when its verdict came.
+    #[serde(skip)]
+    opened_ms: Option<u64>,
+    #[serde(skip)]
+    verdict_ms: Option<u64>,
+    /// From its opening to its verdict, in this run.
+    pub duration_ms: Option<u64>,
+    #[serde(skip)]
+    evidence_attempt: u64,
+}
+
+/// The steps of the (last) runbook run in a log.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct StepTable {
+    pub runbook: String,
+    pub hash: String,
+    /// The earlier run this one continued, and its log head.
+    pub continues: Option<String>,
+    pub steps: Vec<StepRow>,
+    /// How the runbook ended: complete, evidence-failed, abandoned (none: no end recorded).
+    pub ending: Option<String>,
+}
+
+/// A value as short text, terminal controls escaped (records are untrusted text).
+fn text(v: &Value) -> String {
+    crate::audit::show::printable(&match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "?".into(),
+        other => other.to_string(),
+    })
+}
+
+impl StepTable {
+    pub fn is_empty(&self) -> bool {
+        self.runbook.is_empty()
+    }
+
+    fn row(&mut self, id: &str) -> Option<&mut StepRow> {
+        if let Some(i) = self.steps.iter().position(|r| r.step == id) {
+            return Some(&mut self.steps[i]);
+        }
+        if self.steps.len() >= MAX_STEPS {
+            return None;
+        }
+        self.steps.push(StepRow {
+            step: id.to_string(),
+            status: "waiting".into(),
+            ..StepRow::default()
+        });
+        self.steps.last_mut()
+    }
+
+    /// One record of the log (a `run-start` begins a new table).
+    pub fn add(&mut self, record: &Value) {
+        if record["source"] != "supervisor" {
+            return;
+        }
+        let kind = record["kind"].as_str().unwrap_or_default();
+        let ts = record["ts_ms"].as_u64();
+        if kind == "run-start" {
+            *self = StepTable::default();
+            if let Some(r) = record["runbook"].as_object() {
+                self.runbook = r.get("id").map(text).unwrap_or_default();
+                self.hash = r.get("hash").map(text).unwrap_or_default();
+            }
+            return;
+        }
+        if self.is_empty() || !kind.starts_with("runbook-") {
+            return;
+        }
+        match kind {
+            "runbook-continued" => {
+                self.continues = Some(format!(
+                    "run {} (log head {})",
+                    text(&record["continues"]),
+                    text(&record["log_head"])
+                ));
+                for s in record["state"].as_array().into_iter().flatten() {
+                    if let Some(row) = self.row(&text(&s["step"])) {
+                        row.status = text(&s["status"]);
+                        row.attempts = s["attempts"].as_u64().unwrap_or(0);
+                    }
+                }
+                return;
+            }
+            "runbook-complete" => {
+                self.ending = Some("complete".into());
+                return;
+            }
+            "runbook-ended" => {
+                self.ending = Some(text(&record["ending"]));
+                return;
+            }
+            _ => {}
+        }
+        let Some(step) = record["step"].as_str().map(crate::audit::show::printable) else {
+            return;
+        };
+        let Some(row) = self.row(&step) else { return };
+        let attempt = record["attempt"].as_u64().unwrap_or(0);
+        match kind {
+            "runbook-step-opened" => {
+                row.title = text(&record["title"]);
+                row.status = "open".into();
+                row.opened_ms = ts;
+            }
+            "runbook-evidence" => {
+                if attempt != row.evidence_attempt {
+                    row.evidence.clear();
+                    row.evidence_attempt = attempt;
+                }
+                row.attempts = row.attempts.max(attempt);
+                if row.evidence.len() < MAX_ITEMS {
+                    row.evidence.push(evidence_text(record));
+                }
+            }
+            "runbook-approval" => {
+                row.approvals.push(if record["approved"] == true {
+                    "approved at a host terminal".to_string()
+                } else {
+                    format!("denied at a host terminal: {}", text(&record["reason"]))
+                });
+            }
+            "runbook-step-passed" | "runbook-step-failed" => {
+                row.attempts = row.attempts.max(attempt);
+                let passed = kind == "runbook-step-passed";
+                row.status = if passed {
+                    "passed".into()
+                } else if record["final"] == true {
+                    "failed".into()
+                } else {
+                    "open".into()
+                };
+                if passed || record["final"] == true {
+                    row.verdict_ms = ts;
+                    row.duration_ms = row.opened_ms.zip(ts).map(|(a, b)| b.saturating_sub(a));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Plain text, after the timeline of `stepproof audit show`.
+    pub fn text(&self) -> String {
+        let mut out = String::new();
+        if self.is_empty() {
+            return out;
+        }
+        let _ = writeln!(
+            out,
+            "runbook {} ({}){}:",
+            self.runbook,
+            self.hash,
+            self.ending
+                .as_deref()
+                .map(|e| format!(", ended: {e}"))
+                .unwrap_or_else(|| ", no end recorded".into())
+        );
+        if let Some(c) = &self.continues {
+            let _ = writeln!(out, "  continues {c}");
+        }
+        for r in &self.steps {
+            let _ = writeln!(
+                out,
+                "  step {:<16} {:<8} attempts {}{}{}",
+                r.step,
+                r.status,
+                r.attempts,
+                r.duration_ms
+                    .map(|d| format!(" · {}", duration(d)))
+                    .unwrap_or_default(),
+                if r.title.is_empty() {
+                    String::new()
+                } else {
+                    format!(" · {}", r.title)
+                }
+            );
+            for e in &r.evidence {
+                let _ = writeln!(out, "      evidence: {e}");
+            }
+            for a in &r.approvals {
+                let _ = writeln!(out, "      approval: {a}");
+            }
+        }
+        out
+    }
+
+    /// A markdown table, for the CI summary.
+    pub fn markdown(&self, cell: impl Fn(&str) -> String) -> String {
+        let mut md = String::new();
+        if self.is_empty() {
+            return md;
+        }
+        let _ = write!(
+            md,
+            "\n### Runbook `{}`\n\n`{}` · {}{}\n\n",
+            cell(&self.runbook),
+            cell(&self.hash),
+            self.ending
+                .as_deref()
+                .map(|e| format!("ended: **{}**", cell(e)))
+                .unwrap_or_else(|| "no end recorded".into()),
+            self.continues
+                .as_deref()
+                .map(|c| format!(" · continues {}", cell(c)))
+                .unwrap_or_default()
+        );
+        md.push_str(
+            "| step | verdict | attempts | evidence (last attempt) | duration |\n| --- | --- | --- | --- | --- |\n",
+        );
+        for r in &self.steps {
+            let mut evidence: Vec<String> = r.evidence.iter().map(|e| cell(e)).collect();
+            evidence.extend(r.approvals.iter().map(|a| cell(a)));
+            let _ = writeln!(
+                md,
+                "| `{}` | {} | {} | {} | {} |",
+                cell(&r.step),
+                cell(&r.status),
+                r.attempts,
+                if evidence.is_empty() {
+                    "—".to_string()
+                } else {
+                    evidence.join("<br>")
+                },
+                r.duration_ms.map(duration).unwrap_or_else(|| "—".into())
+            );
+        }
+        md
+    }
+}
+
+fn duration(ms: u64) -> String {
+    if ms < 10_000 {
+        format!("{:.1} s", ms as f64 / 1000.0)
+    } else {
+        format!("{} s", ms / 1000)
+    }
+}
+
+fn evidence_text(r: &Value) -> String {
+    let held = if r["held"] == true {
+        "held"
+    } else {
+        "NOT held"
+    };
+    // The item's kind: the envelope's `kind` moved it to `body_kind`.
+    match r["body_kind"].as_str().unwrap_or_default() {
+        "command" => format!(
+            "command `{}` exit {} (wanted {}) in {} · {held}",
+            r["run"]
+                .as_array()
+                .map(|a| a.iter().map(text).collect::<Vec<_>>().join(" "))
+                .unwrap_or_default(),
+            text(&r["exit_code"]),
+            text(&r["expected_exit_code"]),
+            r["duration_ms"]
+                .as_u64()
+                .map(duration)
+                .unwrap_or_else(|| "?".into()),
+        ),
+        "files_exist" => format!(
+            "files_exist {} · {held}",
+            r["paths"]
+                .as_array()
+                .map(|a| a.iter().map(text).collect::<Vec<_>>().join(", "))
+                .unwrap_or_default()
+        ),
+        "files_changed" => format!(
+            "files_changed {} ({} changed) · {held}",
+            r["paths"]
+                .as_array()
+                .map(|a| a.iter().map(text).collect::<Vec<_>>().join(", "))
+                .unwrap_or_default(),
+            r["changed"].as_array().map_or(0, Vec::len)
+        ),
+        "approval" => format!(
+            "approval by {}: {} · {held}",
+            text(&r["approvers"]),
+            if r["pre_approved"] == true {
+                "pre-approved (--approve)".to_string()
+            } else if r["ci"] == true {
+                "--ci without pre-approval".to_string()
+            } else {
+                text(&r["answer"])
+            }
+        ),
+        other => format!("{other} · {held}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_runs_steps_become_rows() {
+        let mut t = StepTable::default();
+        for r in [
+            json!({"source":"supervisor","kind":"run-start","runbook":{"id":"rb","hash":"sha256:ab"}}),
+            json!({"source":"supervisor","kind":"runbook-step-opened","ts_ms":1000,"step":"a","title":"First"}),
+            json!({"source":"sandbox","kind":"runbook-step-passed","step":"a","attempt":9}),
+            json!({"source":"supervisor","kind":"runbook-evidence","step":"a","attempt":1,"body_kind":"files_exist","paths":["x"],"held":false}),
+            json!({"source":"supervisor","kind":"runbook-step-failed","step":"a","attempt":1,"final":false}),
+            json!({"source":"supervisor","kind":"runbook-evidence","body_kind":"command","step":"a","attempt":2,"held":true,
+                   "run":["make","test"],"exit_code":0,"expected_exit_code":0,"duration_ms":1500}),
+            json!({"source":"supervisor","kind":"runbook-step-passed","ts_ms":4000,"step":"a","attempt":2}),
+            json!({"source":"supervisor","kind":"runbook-step-opened","ts_ms":4000,"step":"b","title":"Gate"}),
+            json!({"source":"supervisor","kind":"runbook-approval","step":"b","approved":true}),
+            json!({"source":"supervisor","kind":"runbook-ended","ending":"abandoned"}),
+        ] {
+            t.add(&r);
+        }
+        let text = t.text();
+        assert!(
+            text.contains("runbook rb (sha256:ab), ended: abandoned"),
+            "{text}"
+        );
+        assert!(
+            text.contains("step a                passed   attempts 2 · 3.0 s · First"),
+            "{text}"
+        );
+        assert!(
+            text.contains("evidence: command `make test` exit 0 (wanted 0) in 1.5 s · held"),
+            "{text}"
+        );
+        assert!(
+            text.contains("step b                open     attempts 0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("approval: approved at a host terminal"),
+            "{text}"
+        );
+        let md = t.markdown(|s| s.replace('|', "\\|"));
+        assert!(
+            md.contains("| `a` | passed | 2 | command `make test` exit 0 (wanted 0) in 1.5 s · held | 3.0 s |"),
+            "{md}"
+        );
+    }
+}
