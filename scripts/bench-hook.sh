@@ -24,6 +24,11 @@
 # page cache dropped and paged in again by a first run. Timing the linker's output (as this
 # script did before) gives about the second table's ratios.
 #
+# "200 rules + runbook": the same 200-rule policy with a runbook step open, i.e. a `runbook/`
+# directory beside the policy holding `policy-0` (a 10-rule step policy the hook intersects
+# with the profile's, then the missing `policy-1` ends the list), against the 200-rule policy
+# without a runbook (one failed open of `runbook/policy-0`). Target: within 5 %.
+#
 # usage: scripts/bench-hook.sh [RUNS]   (default 200; env CARGO_TARGET_DIR is honoured)
 set -euo pipefail
 
@@ -62,6 +67,11 @@ for n in 10 200 2000 default; do
         -p stepproof-hook --example bench_policy -- "$n" /work/project > "$work/policy-$n"
 done
 
+# A run with a runbook: the profile's policy and, beside it, the open step's.
+mkdir -p "$work/with-runbook/runbook"
+cp "$work/policy-200" "$work/with-runbook/policy"
+cp "$work/policy-10" "$work/with-runbook/runbook/policy-0"
+
 cat > "$work/input.json" <<'JSON'
 {"session_id":"bench","transcript_path":"/tmp/t.jsonl","cwd":"/work/project","hook_event_name":"PreToolUse","permission_mode":"default","tool_name":"Bash","tool_input":{"command":"cargo test --workspace 2>&1 | tail -20","description":"Run the tests"},"tool_use_id":"toolu_bench"}
 JSON
@@ -71,6 +81,8 @@ for n in 10 200 2000 default; do
     "$hook" --policy "$work/policy-$n" < "$work/input.json" | grep -q '"allow"' \
         || { echo "the hook did not allow the benchmark input with $n rules" >&2; exit 1; }
 done
+"$hook" --policy "$work/with-runbook/policy" < "$work/input.json" | grep -q '"allow"' \
+    || { echo "the hook did not allow the benchmark input with a runbook step open" >&2; exit 1; }
 
 # One interleaved series; prints the table under the title $1.
 measure() {
@@ -80,7 +92,8 @@ measure() {
         "$hook" --policy "$work/policy-10" :: \
         "$hook" --policy "$work/policy-200" :: \
         "$hook" --policy "$work/policy-2000" :: \
-        "$hook" --policy "$work/policy-default")
+        "$hook" --policy "$work/policy-default" :: \
+        "$hook" --policy "$work/with-runbook/policy")
     stub="${medians[0]}"
     printf '%s: %s runs interleaved, medians of whole-process wall time\n' "$1" "$runs"
     printf '%-16s %10s us\n' "stub (static C)" "$stub"
@@ -97,6 +110,11 @@ measure() {
             "$(stat -c %s "$work/policy-$n")"
         i=$((i + 1))
     done
+    # A runbook step open against the same 200 rules without a runbook.
+    printf '%-16s %10s us  %5.2fx the stub, %5.3fx hook-200 without a runbook (target <= 1.05)\n' \
+        "200 + runbook" "${medians[$i]}" \
+        "$(awk -v a="${medians[$i]}" -v b="$stub" 'BEGIN { print a / b }')" \
+        "$(awk -v a="${medians[$i]}" -v b="${medians[2]}" 'BEGIN { print a / b }')"
 }
 
 measure "just installed"
