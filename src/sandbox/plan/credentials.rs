@@ -33,6 +33,15 @@ pub struct PlannedCredential {
     pub placeholder: String,
 }
 
+/// Whether the run needs its CA and the trust files inside: the proxy terminates TLS for the
+/// hosts of credential rules and for read-only hosts (`network.read_only`, the presets' upload
+/// hosts), which only the proxy of `allowlist` reaches.
+pub fn needs_trust(profile: &Profile) -> bool {
+    !profile.network.credentials.is_empty()
+        || (profile.network.mode == crate::profile::NetworkMode::Allowlist
+            && !profile.network.read_only.is_empty())
+}
+
 /// The placeholders and the refusals: credential rules are honoured only from profile files
 /// outside the workspace (a cloned repository's profile must not run host commands or read host
 /// files into headers), and only where the sandbox has its own /run (namespaces).
@@ -94,13 +103,15 @@ pub fn source_variables(profile: &Profile) -> Vec<String> {
         .collect()
 }
 
-/// The variables that wire the placeholders and the run's CA in, given the environment so far
-/// (a caller's own `GIT_CONFIG_COUNT` entries are kept; ours follow them).
+/// The variables that wire the placeholders and the run's CA in (`trust`: the plan binds the
+/// trust files), given the environment so far (a caller's own `GIT_CONFIG_COUNT` entries are
+/// kept; ours follow them).
 pub fn credential_env(
     planned: &[PlannedCredential],
+    trust: bool,
     env: &[(String, String)],
 ) -> Vec<(String, String)> {
-    if planned.is_empty() {
+    if !trust {
         return Vec::new();
     }
     let bundle = format!("{TRUST_DIR}/{BUNDLE_FILE}");
@@ -186,9 +197,14 @@ mod tests {
 
     #[test]
     fn the_environment_points_at_the_bundle_and_the_placeholders() {
-        assert!(credential_env(&[], &[]).is_empty());
+        assert!(credential_env(&[], false, &[]).is_empty());
+        // Read-only hosts alone: the trust variables, nothing else.
+        let trust_only = credential_env(&[], true, &[]);
+        assert_eq!(trust_only.len(), 7, "{trust_only:?}");
+        assert!(trust_only.iter().all(|(_, v)| v.starts_with(TRUST_DIR)));
         let env = credential_env(
             &[rule("a", true, Some("GH_TOKEN")), rule("b", false, None)],
+            true,
             &[("GIT_CONFIG_COUNT".into(), "1".into())],
         );
         let get = |n: &str| env.iter().find(|(k, _)| k == n).map(|(_, v)| v.as_str());
