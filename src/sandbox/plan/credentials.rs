@@ -122,6 +122,9 @@ pub fn credential_env(
         "GIT_SSL_CAINFO",
         "CARGO_HTTP_CAINFO",
         "PIP_CERT",
+        // npm reads its own `cafile` (Debian's global npmrc names the system bundle), which
+        // replaces node's roots and NODE_EXTRA_CA_CERTS; the environment outranks an npmrc.
+        "npm_config_cafile",
     ]
     .iter()
     .map(|name| (name.to_string(), bundle.clone()))
@@ -200,7 +203,7 @@ mod tests {
         assert!(credential_env(&[], false, &[]).is_empty());
         // Read-only hosts alone: the trust variables, nothing else.
         let trust_only = credential_env(&[], true, &[]);
-        assert_eq!(trust_only.len(), 7, "{trust_only:?}");
+        assert_eq!(trust_only.len(), 8, "{trust_only:?}");
         assert!(trust_only.iter().all(|(_, v)| v.starts_with(TRUST_DIR)));
         let env = credential_env(
             &[rule("a", true, Some("GH_TOKEN")), rule("b", false, None)],

@@ -659,6 +659,15 @@ fn plan_with<S: IsolationStrategy>(
         });
         let trust = S::ISOLATION == Isolation::Namespaces && credentials::needs_trust(profile);
         for (name, value) in credentials::credential_env(&credentials, trust, env) {
+            if value.starts_with(credentials::TRUST_DIR)
+                && let Some((_, before)) = env.iter().find(|(n, v)| *n == name && *v != value)
+            {
+                // The bundle holds the caller's own SSL_CERT_FILE (or the system's roots) and
+                // the run's CA; a file the profile named is not in it.
+                notes.push(format!(
+                    "process: {name}={before} is replaced by the run's CA bundle ({value}: stepproof-run's SSL_CERT_FILE or the system's roots, and the run's CA)"
+                ));
+            }
             env.retain(|(n, _)| *n != name);
             env.push((name, value));
         }
