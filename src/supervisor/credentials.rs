@@ -729,7 +729,40 @@ fn plan_run_dir(plan: &SandboxPlan) -> Option<&Path> {
     })
 }
 
-/// The bundle (system roots, then the run's CA) and the CA alone, world-readable in a fresh
+/// The certificate blocks of the PEM file stepproof-run's variable `var` names (empty when
+/// unset or unreadable, with a note).
+fn caller_pem_certificates(var: &str, notes: &mut Vec<String>) -> String {
+    const BEGIN: &str = "-----BEGIN CERTIFICATE-----";
+    const END: &str = "-----END CERTIFICATE-----";
+    let Some(path) = std::env::var_os(var).filter(|p| !p.is_empty()) else {
+        return String::new();
+    };
+    let path = std::path::PathBuf::from(path);
+    let text = match crate::regular_file::read_to_string(&path, BUNDLE_MAX_BYTES) {
+        Ok(text) => text,
+        Err(e) => {
+            notes.push(format!(
+                "credentials: {var} {}: {e}; the sandbox's {var} trusts the run's CA only",
+                path.display()
+            ));
+            return String::new();
+        }
+    };
+    let mut out = String::new();
+    let mut rest = text.as_str();
+    while let Some(start) = rest.find(BEGIN) {
+        let Some(len) = rest[start..].find(END) else {
+            break;
+        };
+        out.push_str(&rest[start..start + len + END.len()]);
+        out.push('\n');
+        rest = &rest[start + len + END.len()..];
+    }
+    out
+}
+
+/// The bundle (system roots, then the run's CA) and the CA alone (after the caller's
+/// `NODE_EXTRA_CA_CERTS`), world-readable in a fresh
 /// directory (never over one that exists: a name taken beforehand stops the launch).
 fn write_trust_files(
     dir: &Path,
@@ -765,9 +798,13 @@ fn write_trust_files(
         ),
     }
     bundle.push_str(authority.certificate_pem());
+    // NODE_EXTRA_CA_CERTS names this file inside: the caller's own extra CAs (a corporate CA)
+    // stay trusted beside the run's.
+    let mut node_extra = caller_pem_certificates("NODE_EXTRA_CA_CERTS", notes);
+    node_extra.push_str(authority.certificate_pem());
     for (name, contents) in [
         (BUNDLE_FILE, bundle.as_str()),
-        (RUN_CA_FILE, authority.certificate_pem()),
+        (RUN_CA_FILE, node_extra.as_str()),
     ] {
         let path = dir.join(name);
         let mut file = std::fs::OpenOptions::new()

@@ -15,7 +15,8 @@ pub const TRUST_DIR: &str = "/run/stepproof-trust";
 /// The system roots followed by the run's CA: for `SSL_CERT_FILE` and its kin, which replace
 /// the trust store rather than add to it.
 pub const BUNDLE_FILE: &str = "ca-bundle.pem";
-/// The run's CA alone: for `NODE_EXTRA_CA_CERTS`, which adds to node's own roots.
+/// The run's CA (after the certificates of `stepproof-run`'s own `NODE_EXTRA_CA_CERTS`): for
+/// `NODE_EXTRA_CA_CERTS`, which adds to node's own roots.
 pub const RUN_CA_FILE: &str = "run-ca.pem";
 /// Every placeholder starts with this: what a reader of a log or an environment recognises.
 pub const PLACEHOLDER_PREFIX: &str = "stepproof-placeholder-";
