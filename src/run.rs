@@ -247,12 +247,13 @@ fn carry_out(
     // What the plan names, made now (and removed when this goes, whatever happens next).
     let scratch = launch::ScratchDir::create(&plan).map_err(|e| Failure::host(e.to_string()))?;
     // The model login (the gateway's): found before the plan is final, because the
-    // organisation's server-managed settings are fetched with it (when Claude Code on this host
-    // would fetch them) and carried in as a managed drop-in.
+    // organisation's server-managed settings are fetched with it (when the command is Claude
+    // Code and Claude Code on this host would fetch them) and carried in as a managed drop-in.
     let gateway = launch::prepare_gateway(&plan).map_err(Failure::host)?;
     if let Some((upstream, login)) = &gateway
         && plan.agent.is_some()
         && !args.selftest
+        && crate::sandbox::plan::agent_layer::command_is_claude(&args.command)
     {
         crate::supervisor::server_settings::at_launch(&mut plan, &upstream.host, login);
     }
