@@ -438,29 +438,37 @@ impl Profile {
                         Some(dir) => dir.join(&parent),
                         None => PathBuf::from(&parent),
                     };
-                    if !parent_path.exists() {
-                        let (line, column) = texts
-                            .last()
-                            .and_then(|(_, t)| {
-                                locate_setting(t, &["extends"], None).map(|at| line_column(t, at))
-                            })
-                            .unwrap_or((1, 1));
-                        return Err(ProfileError::Syntax {
-                            origin,
-                            line,
-                            column,
-                            message: format!(
-                                "extends = {parent:?}: no built-in profile of that name ({}) and no file at {}",
-                                BUILTIN
-                                    .iter()
-                                    .map(|(n, _)| *n)
-                                    .collect::<Vec<_>>()
-                                    .join(", "),
-                                parent_path.display()
-                            ),
-                        });
+                    // Whatever is wrong with the file `extends` names is said at that line.
+                    let (line, column) = texts
+                        .last()
+                        .and_then(|(_, t)| {
+                            locate_setting(t, &["extends"], None).map(|at| line_column(t, at))
+                        })
+                        .unwrap_or((1, 1));
+                    let at_extends = |message: String| ProfileError::Syntax {
+                        origin: origin.clone(),
+                        line,
+                        column,
+                        message: format!("extends = {parent:?}: {message}"),
+                    };
+                    if parent.trim().is_empty() {
+                        return Err(at_extends(
+                            "empty: name a built-in profile or a file".to_string(),
+                        ));
                     }
-                    let source = file_source(&parent_path)?;
+                    if !parent_path.exists() {
+                        return Err(at_extends(format!(
+                            "no built-in profile of that name ({}) and no file at {}",
+                            BUILTIN
+                                .iter()
+                                .map(|(n, _)| *n)
+                                .collect::<Vec<_>>()
+                                .join(", "),
+                            parent_path.display()
+                        )));
+                    }
+                    let source =
+                        file_source(&parent_path).map_err(|e| at_extends(e.to_string()))?;
                     files.push(ProfileSource::of(&parent_path, &source.1));
                     source
                 }
@@ -1326,6 +1334,21 @@ mod tests {
             err.contains("fifo.toml: is not a regular file (a FIFO)"),
             "{err}"
         );
+        // Said at the `extends` line, as is an empty name (the profile's own directory) or
+        // a directory.
+        assert!(err.starts_with(&format!("{}:2:", child.display())), "{err}");
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        for (extends, says) in [
+            ("", "empty: name a built-in profile or a file"),
+            ("sub", "is not a regular file (a directory)"),
+        ] {
+            std::fs::write(&child, format!("name = \"c\"\n\nextends = \"{extends}\"\n")).unwrap();
+            let err = Profile::load(Some(&child)).unwrap_err().to_string();
+            assert!(
+                err.starts_with(&format!("{}:3:", child.display())) && err.contains(says),
+                "{extends:?}: {err}"
+            );
+        }
 
         let big = dir.path().join("big.toml");
         let mut text = "name = \"big\"\n".to_string();
