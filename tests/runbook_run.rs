@@ -498,3 +498,72 @@ $S step complete --step gate; echo "complete-gate=$?"
         );
     }
 );
+
+const FREEZE_RUNBOOK: &str = r#"
+id = "freeze"
+title = "Evidence on one state"
+owner = "tests"
+
+[[steps]]
+id = "check"
+title = "Check"
+instructions = "Ask for completion"
+[[steps.evidence]]
+command = { run = ["sh", "-c", "sleep 1; true"] }
+"#;
+
+// The agent's background loop writes a tick every 50 ms; while the evidence command runs
+// (~1 s) the agent's processes are frozen, so the ticks show a gap over that window, and
+// continue after it (thawed).
+both!(the_agent_is_frozen_while_evidence_runs, |w: &World| {
+    fs::write(w.workspace.join("runbook.toml"), FREEZE_RUNBOOK).unwrap();
+    fs::write(
+        w.workspace.join("agent.sh"),
+        r#"( while :; do date +%s%N >> ticks.txt; sleep 0.05; done ) &
+LOOP=$!
+sleep 0.5
+/run/stepproof/stepproof step complete; echo "complete=$?"
+sleep 0.5
+kill $LOOP
+"#,
+    )
+    .unwrap();
+    support::chown_tree(&w.workspace, w.owner);
+    let out = run(w, &[]);
+    let all = describe(&out);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("complete=0"),
+        "{all}"
+    );
+    let log = audit_log(&String::from_utf8_lossy(&out.stderr));
+    verify(&log);
+    let records = records(&log);
+    let evidence = records
+        .iter()
+        .find(|r| r["kind"] == "runbook-evidence" && r.get("agent_frozen").is_some())
+        .unwrap_or_else(|| panic!("no command evidence record: {records:?}"));
+    if evidence["frozen"] != true {
+        // Only where the host gives this user no cgroup to freeze in: the record says why.
+        let why = evidence["agent_frozen"].as_str().unwrap_or_default();
+        assert!(
+            matches!(w.who, Who::User) && why.starts_with("not frozen: the run has no cgroup"),
+            "{evidence}"
+        );
+        println!("skipped: the freezer check as the test user ({why})");
+        return;
+    }
+    let ticks: Vec<u64> = fs::read_to_string(w.workspace.join("ticks.txt"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect();
+    let gaps: Vec<(u64, usize)> = ticks
+        .windows(2)
+        .enumerate()
+        .map(|(i, p)| (p[1].saturating_sub(p[0]), i))
+        .collect();
+    let (gap, at) = gaps.iter().copied().max().expect("ticks");
+    assert!(gap >= 800_000_000, "largest gap {gap} ns in {ticks:?}");
+    // Thawed afterwards: the loop went on ticking after the gap.
+    assert!(ticks.len() > at + 3, "no ticks after the gap: {ticks:?}");
+});

@@ -82,6 +82,8 @@ pub struct EvidenceContext {
     pub pre_approved: Vec<String>,
     /// The run's cgroup directories (the freezer), when it has some.
     pub cgroup_dirs: Vec<PathBuf>,
+    /// Why the run has no freezer, when the host could not give it one.
+    pub no_freezer: Option<String>,
 }
 
 struct Engine {
@@ -665,7 +667,8 @@ fn check_item(
                 "output_bytes": ran.output.len(),
                 "network": command.network.unwrap_or(false),
                 "workspace": "overlay, upper layer thrown away",
-                "agent_frozen": ran.frozen,
+                "frozen": ran.frozen.0,
+                "agent_frozen": ran.frozen.1,
                 "audit_log": crate::audit::text::path(&ran.audit_log),
                 "error": ran.error,
             }),
@@ -1125,8 +1128,8 @@ struct CommandRun {
     output: Vec<u8>,
     duration: Duration,
     error: Option<String>,
-    /// What was frozen meanwhile, in words.
-    frozen: String,
+    /// Whether the agent's processes were frozen meanwhile, and what was, in words.
+    frozen: (bool, String),
     audit_log: PathBuf,
 }
 
@@ -1160,13 +1163,13 @@ fn run_command_evidence(
         output: Vec::new(),
         duration: started.elapsed(),
         error: Some(error),
-        frozen: String::new(),
+        frozen: (false, String::new()),
         audit_log: audit_log.clone(),
     };
     if let Err(e) = std::fs::write(&profile_path, derived) {
         return fail(format!("writing {}: {e}", profile_path.display()));
     }
-    let frozen = freeze(&context.cgroup_dirs, true);
+    let frozen = freeze(&context.cgroup_dirs, true, context.no_freezer.as_deref());
     let timeout = command.timeout();
     let child = std::process::Command::new(&context.run_binary)
         .arg("--profile")
@@ -1224,49 +1227,84 @@ fn run_command_evidence(
                     output,
                     duration: started.elapsed(),
                     error: None,
-                    frozen: String::new(),
+                    frozen: (false, String::new()),
                     audit_log: audit_log.clone(),
                 },
                 Err(e) => fail(format!("waiting for the evidence run: {e}")),
             }
         }
     };
-    freeze(&context.cgroup_dirs, false);
+    freeze(&context.cgroup_dirs, false, None);
     let _ = std::fs::remove_file(&profile_path);
     CommandRun { frozen, ..result }
 }
 
-/// Freezes (or thaws) the run's cgroup v2 directories; says what it did.
-fn freeze(dirs: &[PathBuf], frozen: bool) -> String {
-    let files: Vec<PathBuf> = dirs
-        .iter()
-        .map(|d| d.join("cgroup.freeze"))
-        .filter(|f| f.exists())
-        .collect();
-    if files.is_empty() {
-        return "not frozen: the run has no cgroup v2 directory (no limits asked for one, or the host has none); the evidence ran on the workspace as it was when the command started".into();
-    }
+/// Freezes (or thaws) the run's cgroups — v2 `cgroup.freeze`, v1 `freezer.state` — and waits
+/// (up to a second) until the kernel says they are; says whether every one was, and what.
+fn freeze(dirs: &[PathBuf], frozen: bool, no_freezer: Option<&str>) -> (bool, String) {
     let mut said = Vec::new();
-    for file in &files {
-        match std::fs::write(file, if frozen { "1" } else { "0" }) {
-            Ok(()) => said.push(format!("frozen: {}", file.display())),
-            Err(e) => said.push(format!("not frozen: {}: {e}", file.display())),
-        }
-    }
-    if frozen {
-        // The kernel freezes asynchronously: wait (briefly) until it says so.
-        for dir in dirs {
+    let mut all = true;
+    let mut any = false;
+    for dir in dirs {
+        let (file, value, done): (PathBuf, &str, Box<dyn Fn() -> bool>) = if dir
+            .join("cgroup.freeze")
+            .exists()
+        {
             let events = dir.join("cgroup.events");
-            for _ in 0..200 {
-                match std::fs::read_to_string(&events) {
-                    Ok(text) if text.lines().any(|l| l == "frozen 1") => break,
-                    Ok(_) => std::thread::sleep(Duration::from_millis(5)),
-                    Err(_) => break,
-                }
-            }
+            let want = if frozen { "frozen 1" } else { "frozen 0" };
+            (
+                dir.join("cgroup.freeze"),
+                if frozen { "1" } else { "0" },
+                Box::new(move || {
+                    std::fs::read_to_string(&events).is_ok_and(|t| t.lines().any(|l| l == want))
+                }),
+            )
+        } else if dir.join("freezer.state").exists() {
+            let state = dir.join("freezer.state");
+            let want = if frozen { "FROZEN" } else { "THAWED" };
+            (
+                state.clone(),
+                want,
+                Box::new(move || std::fs::read_to_string(&state).is_ok_and(|t| t.trim() == want)),
+            )
+        } else {
+            continue;
+        };
+        any = true;
+        if let Err(e) = std::fs::write(&file, value) {
+            all = false;
+            said.push(format!(
+                "not frozen: writing {value} to {}: {e}",
+                file.display()
+            ));
+            continue;
+        }
+        // The kernel freezes asynchronously (v1 says FREEZING meanwhile).
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while !done() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if done() {
+            said.push(format!("{}: {}", file.display(), value));
+        } else {
+            all = false;
+            said.push(format!(
+                "{}: wrote {value}, but the kernel did not confirm it within a second",
+                file.display()
+            ));
         }
     }
-    said.join("; ")
+    if !any {
+        return (
+            false,
+            format!(
+                "not frozen: the run has no cgroup with a freezer ({}); the evidence ran on the \
+                 workspace as it was when the command started",
+                no_freezer.unwrap_or("no cgroup v1 freezer or v2 directory")
+            ),
+        );
+    }
+    (all, said.join("; "))
 }
 
 #[cfg(test)]
