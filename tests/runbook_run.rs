@@ -567,3 +567,86 @@ kill $LOOP
     // Thawed afterwards: the loop went on ticking after the gap.
     assert!(ticks.len() > at + 3, "no ticks after the gap: {ticks:?}");
 });
+
+const LEDGER_RUNBOOK: &str = r#"
+id = "ledger"
+title = "Writes attributed"
+owner = "tests"
+
+[[steps]]
+id = "notes"
+title = "Write notes"
+instructions = "Change notes/a.md"
+[[steps.evidence]]
+files_changed = { paths = ["notes/*.md"] }
+"#;
+
+/// Claude Code's PostToolUse input for a Write of `notes/a.md`, through the real hook.
+const POST_WRITE: &str = r#"printf '%s' '{"hook_event_name":"PostToolUse","session_id":"s","tool_use_id":"toolu_TAG","tool_name":"Write","tool_input":{"file_path":"'"$PWD"'/notes/a.md","content":"x"},"tool_response":{"type":"update","filePath":"'"$PWD"'/notes/a.md"},"cwd":"'"$PWD"'"}' | /run/stepproof/stepproof-hook --audit-socket /run/stepproof/audit.sock; echo "post-TAG=$?""#;
+
+// The PostToolUse ledger attributes a write to the step open when it was made; a ledger entry
+// claiming a write the supervisor's hashes do not confirm does not make files_changed hold.
+both!(
+    the_ledger_attributes_writes_but_never_proves,
+    |w: &World| {
+        fs::write(w.workspace.join("runbook.toml"), LEDGER_RUNBOOK).unwrap();
+        fs::create_dir_all(w.workspace.join("notes")).unwrap();
+        fs::write(w.workspace.join("notes/a.md"), "old\n").unwrap();
+        fs::write(
+        w.workspace.join("agent.sh"),
+        format!(
+            "{}\n/run/stepproof/stepproof step complete; echo \"complete-1=$?\"\necho new > notes/a.md\n{}\n/run/stepproof/stepproof step complete; echo \"complete-2=$?\"\n",
+            POST_WRITE.replace("TAG", "claim"),
+            POST_WRITE.replace("TAG", "real"),
+        ),
+    )
+    .unwrap();
+        support::chown_tree(&w.workspace, w.owner);
+        let out = run(w, &[]);
+        let all = describe(&out);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        for line in ["post-claim=0", "post-real=0", "complete-2=0"] {
+            assert!(stdout.contains(line), "{line}: {all}");
+        }
+        assert!(
+            !stdout.contains("complete-1=0"),
+            "a claim alone passed: {all}"
+        );
+        let log = audit_log(&String::from_utf8_lossy(&out.stderr));
+        verify(&log);
+        let records = records(&log);
+        let evidence: Vec<&serde_json::Value> = records
+            .iter()
+            .filter(|r| r["kind"] == "runbook-evidence" && r.get("attributed_to").is_some())
+            .collect();
+        assert_eq!(evidence.len(), 2, "{records:?}");
+        // First attempt: the ledger claims a write, the file is as it was when the step opened.
+        let first = evidence[0];
+        assert_eq!(first["held"], false, "{first}");
+        let claim = &first["attributed_to"][0];
+        let inside: Vec<&serde_json::Value> = records
+            .iter()
+            .filter(|r| r["source"] == "sandbox")
+            .collect();
+        assert_eq!(
+            claim["tool_use_id"], "toolu_claim",
+            "{first}\n{inside:?}\n{all}"
+        );
+        assert_eq!(claim["step"], "notes", "{first}");
+        assert_eq!(claim["reported_from"], "inside", "{first}");
+        assert_eq!(claim["path"], "notes/a.md", "{first}");
+        // Second: the real write, named with its step and confirmed by the supervisor's hash.
+        let second = evidence[1];
+        assert_eq!(second["held"], true, "{second}");
+        let real = second["attributed_to"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["tool_use_id"] == "toolu_real")
+            .unwrap_or_else(|| panic!("{second}"));
+        assert_eq!(real["open_steps"], serde_json::json!(["notes"]), "{second}");
+        assert_eq!(real["matches_supervisor_hash"], true, "{second}");
+        let new_hash = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(b"new\n"));
+        assert_eq!(real["sha256"], new_hash.as_str(), "{second}");
+    }
+);

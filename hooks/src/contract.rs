@@ -785,6 +785,9 @@ fn evidence(event: &str, input: &HookInput, policy: Option<&CompiledPolicy>) -> 
         }
         _ => {}
     }
+    if let Some(open) = open_steps() {
+        record["open_steps"] = json!(open);
+    }
     if event == "PostToolUseFailure" {
         record["error"] = match &input.error {
             Some(Value::String(s)) => json!(s),
@@ -925,18 +928,63 @@ fn hex(bytes: &[u8]) -> String {
     out
 }
 
+/// The ledger hashes at most this much of a file; a larger one is recorded without a hash.
+const LEDGER_HASH_MAX_BYTES: u64 = 64 << 20;
+
+/// The sha256 of a regular file the tool wrote: the last component is not followed (a link
+/// is refused), a FIFO or device is not opened for reading (O_NONBLOCK, then refused as not a
+/// regular file), a file over 64 MiB is not hashed.
 fn sha256_file(path: &Path) -> std::io::Result<String> {
-    let mut file = std::fs::File::open(path)?;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    if meta.len() > LEDGER_HASH_MAX_BYTES {
+        return Err(std::io::Error::other(format!(
+            "larger than {LEDGER_HASH_MAX_BYTES} bytes ({}), not hashed",
+            meta.len()
+        )));
+    }
     let mut hasher = Sha256::new();
     let mut buffer = vec![0u8; 64 * 1024];
+    let mut reader = (&mut file).take(LEDGER_HASH_MAX_BYTES + 1);
     loop {
-        let n = file.read(&mut buffer)?;
+        let n = reader.read(&mut buffer)?;
         if n == 0 {
             break;
         }
         hasher.update(&buffer[..n]);
     }
     Ok(hex(&hasher.finalize()))
+}
+
+/// The runbook's state inside the sandbox (`stepproof-run --runbook`), bound read-only.
+const RUNBOOK_STATE: &str = "/run/stepproof/runbook/state.json";
+
+/// The runbook steps open when the tool ran, from the runbook's read-only `state.json` —
+/// read only when the runbook directory exists (a run without a runbook costs one stat).
+fn open_steps() -> Option<Vec<String>> {
+    let dir = Path::new(RUNBOOK_STATE).parent()?;
+    if !dir.is_dir() {
+        return None;
+    }
+    let file = std::fs::File::open(RUNBOOK_STATE).ok()?;
+    let mut text = String::new();
+    file.take(1 << 20).read_to_string(&mut text).ok()?;
+    let state: Value = serde_json::from_str(&text).ok()?;
+    Some(
+        state
+            .get("open")?
+            .as_array()?
+            .iter()
+            .filter_map(|s| s.as_str().map(str::to_string))
+            .collect(),
+    )
 }
 
 #[cfg(test)]

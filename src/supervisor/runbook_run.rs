@@ -594,9 +594,10 @@ fn check_item(
             found.extend(hits);
         }
         let held = missing.is_empty();
+        let attributed_to = attributions(&lock(), step.id.as_str(), &files.paths, &found);
         return (
             held,
-            json!({ "kind": "files_exist", "paths": files.paths, "found": found, "missing": missing }),
+            json!({ "kind": "files_exist", "paths": files.paths, "found": found, "missing": missing, "attributed_to": attributed_to }),
             format!("files_exist: nothing matches {}", missing.join(", ")),
         );
     }
@@ -607,8 +608,10 @@ fn check_item(
         };
         let mut unchanged = Vec::new();
         let mut changed = Vec::new();
+        let mut current = BTreeMap::new();
         for glob in &files.paths {
             let now = walk_glob(&workspace, glob);
+            current.extend(now.clone());
             let glob_changed: Vec<String> = now
                 .iter()
                 .filter(|(p, h)| baseline.get(*p) != Some(*h))
@@ -626,9 +629,10 @@ fn check_item(
             changed.extend(glob_changed);
         }
         let held = unchanged.is_empty();
+        let attributed_to = attributions(&lock(), step.id.as_str(), &files.paths, &current);
         return (
             held,
-            json!({ "kind": "files_changed", "paths": files.paths, "changed": changed, "unchanged": unchanged }),
+            json!({ "kind": "files_changed", "paths": files.paths, "changed": changed, "unchanged": unchanged, "attributed_to": attributed_to }),
             format!(
                 "files_changed: nothing under {} changed since the step opened (by the supervisor's hashes)",
                 unchanged.join(", ")
@@ -1076,6 +1080,74 @@ fn hash_file(path: &Path) -> std::io::Result<String> {
         }
     }
     Ok(hex::encode(hasher.finalize()))
+}
+
+/// At most this many ledger entries are named per evidence item (the newest).
+const ATTRIBUTIONS_MAX: usize = 64;
+
+/// The evidence ledger's entries for a files item: the hook's PostToolUse records (from
+/// inside, `source: "sandbox"`) of writes made while `step` was open to a file the globs name,
+/// read back from the run's own audit log. They only attribute: each says whether the file's
+/// content now is what the supervisor hashed (`matches_supervisor_hash`); the verdict never
+/// depends on them.
+fn attributions(
+    e: &Engine,
+    step: &str,
+    globs: &[String],
+    current: &BTreeMap<String, String>,
+) -> Vec<Value> {
+    let Some(audit) = &e.audit else {
+        return Vec::new();
+    };
+    let Ok(file) = std::fs::File::open(audit.path()) else {
+        return Vec::new();
+    };
+    let mut found = std::collections::VecDeque::new();
+    for line in std::io::BufRead::lines(std::io::BufReader::new(file)).map_while(Result::ok) {
+        // Cheap filter before parsing: only the hook's evidence records with a path.
+        if !line.contains("\"evidence\"") || !line.contains("\"path\"") {
+            continue;
+        }
+        let Ok(r) = serde_json::from_str::<Value>(&line) else {
+            continue;
+        };
+        if r["source"] != "sandbox" || r["kind"] != "evidence" {
+            continue;
+        }
+        // The hook's own record, as it sent it.
+        let r = &r["reported"];
+        let in_step = r["open_steps"]
+            .as_array()
+            .is_some_and(|open| open.iter().any(|s| s == step));
+        let Some(path) = r["path"].as_str() else {
+            continue;
+        };
+        let Ok(relative) = Path::new(path).strip_prefix(&e.inside_workspace) else {
+            continue;
+        };
+        let Some(relative) = relative.to_str() else {
+            continue;
+        };
+        if !in_step || !globs.iter().any(|g| glob_matches(g, relative)) {
+            continue;
+        }
+        let sha256 = r["sha256"].as_str();
+        found.push_back(json!({
+            "path": relative,
+            "tool": r["tool"],
+            "sha256": sha256,
+            "step": step,
+            "open_steps": r["open_steps"],
+            "tool_use_id": r["tool_use_id"],
+            "ts_ms": r["ts_ms"],
+            "reported_from": "inside",
+            "matches_supervisor_hash": sha256.is_some() && current.get(relative).map(String::as_str) == sha256,
+        }));
+        if found.len() > ATTRIBUTIONS_MAX {
+            found.pop_front();
+        }
+    }
+    found.into()
 }
 
 /// Whether a workspace-relative path matches a glob (`*` within a component, `**` any number
