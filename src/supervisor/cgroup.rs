@@ -1192,7 +1192,14 @@ pub fn remove_stale(host: &CgroupHost) -> Vec<PathBuf> {
             let path = entry.path();
             // symlink_metadata: a link is never a directory here, whatever it points to.
             let is_dir = fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_dir());
-            if !is_dir || !holds_no_process(&path) {
+            if !is_dir {
+                continue;
+            }
+            if !holds_no_process(&path) {
+                // A run whose supervisor was killed while a runbook's evidence command ran may
+                // be left frozen, and a frozen task on cgroup v1 cannot even die: thaw it, so
+                // the kill its processes were sent reaches them (the directory goes next time).
+                thaw_stale(&path);
                 continue;
             }
             // rmdir removes only an empty directory (on cgroupfs: one without processes or
@@ -1220,6 +1227,24 @@ fn pid_is_dead(pid: u32) -> bool {
 
 /// On cgroupfs every cgroup has a `cgroup.procs`; a directory without one is not a cgroup and
 /// holds no process (rmdir then removes it only when it is empty anyway).
+/// Thaws a stale run's cgroup if it is frozen: `freezer.state` (v1) or `cgroup.freeze` (v2).
+fn thaw_stale(dir: &Path) {
+    let v1 = dir.join("freezer.state");
+    if read_bounded(&v1, READ_LIMIT).is_ok_and(|state| state.trim() != "THAWED") {
+        match write_file(&v1, "THAWED") {
+            Ok(()) => tracing::info!(dir = %dir.display(), "stale frozen cgroup thawed"),
+            Err(e) => tracing::warn!(dir = %dir.display(), error = %e, "thawing a stale cgroup"),
+        }
+    }
+    let v2 = dir.join("cgroup.freeze");
+    if read_bounded(&v2, READ_LIMIT).is_ok_and(|state| state.trim() == "1") {
+        match write_file(&v2, "0") {
+            Ok(()) => tracing::info!(dir = %dir.display(), "stale frozen cgroup thawed"),
+            Err(e) => tracing::warn!(dir = %dir.display(), error = %e, "thawing a stale cgroup"),
+        }
+    }
+}
+
 fn holds_no_process(dir: &Path) -> bool {
     match read_bounded(&dir.join("cgroup.procs"), READ_LIMIT) {
         Ok(text) => text.trim().is_empty(),
@@ -2069,6 +2094,13 @@ mod tests {
         fs::create_dir(&live).unwrap();
         let busy = own.join(format!("stepproof-{dead}-ef56"));
         put(&busy.join("cgroup.procs"), "123\n");
+        // Killed while frozen for an evidence command: thawed, kept until it is empty.
+        let frozen = own.join(format!("stepproof-{dead}-f7e2"));
+        put(&frozen.join("cgroup.procs"), "124\n");
+        put(&frozen.join("freezer.state"), "FROZEN\n");
+        let frozen_v2 = own.join(format!("stepproof-{dead}-f7e3"));
+        put(&frozen_v2.join("cgroup.procs"), "125\n");
+        put(&frozen_v2.join("cgroup.freeze"), "1\n");
         let unrelated = [
             own.join("stepproof-junk"),
             own.join(format!("stepproof-{dead}-")),
@@ -2093,6 +2125,15 @@ mod tests {
         assert!(!stale.exists() && !stale_leaf.exists());
         assert!(live.is_dir());
         assert!(busy.is_dir());
+        assert_eq!(
+            fs::read_to_string(frozen.join("freezer.state")).unwrap(),
+            "THAWED"
+        );
+        assert_eq!(
+            fs::read_to_string(frozen_v2.join("cgroup.freeze")).unwrap(),
+            "0"
+        );
+        assert!(!busy.join("freezer.state").exists());
         for u in &unrelated {
             assert!(u.is_dir(), "{}", u.display());
         }
