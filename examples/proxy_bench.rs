@@ -265,6 +265,7 @@ mod tls {
                 tls,
             )],
             authority: Some(RunAuthority::generate().expect("run CA")),
+            read_only: Vec::new(),
             elsewhere: Vec::new(),
         });
         let authority = broker.authority.as_ref().expect("run CA");

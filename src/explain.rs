@@ -56,6 +56,12 @@ pub fn explain_text(profile: &Profile, plan: &SandboxPlan) -> String {
             "network allow: {}",
             profile.network.allow.hosts().join(" ")
         ));
+        if !plan.read_only.is_empty() {
+            line(format!(
+                "network read-only (GET and HEAD; TLS terminated with the run's CA): {}",
+                plan.read_only.join(" ")
+            ));
+        }
         if !profile.network.allow.addresses().is_empty() {
             line(format!(
                 "network allow_addresses: {}",

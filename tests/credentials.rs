@@ -13,6 +13,7 @@ use base64::Engine as _;
 use net::*;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::{ClientConfig, ClientConnection, RootCertStore, ServerConfig, StreamOwned};
+use std::cell::RefCell;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -22,13 +23,14 @@ use std::time::Duration;
 use stepproof::profile::CredentialRule;
 use stepproof::profile::allow::AllowList;
 use stepproof::supervisor::credentials::{
-    Broker, FixedSecret, RunAuthority, Secret, ServiceCredential,
+    Broker, FixedSecret, ReadOnlyHost, RunAuthority, Secret, ServiceCredential,
 };
 use stepproof::supervisor::gateway;
 use stepproof::supervisor::proxy::{self, ConnectionRecord, ProxyHandle};
 
 const TOKEN: &str = "ghs_REAL-token-never-inside-4f9a";
 const OTHER_TOKEN: &str = "other-REAL-secret-81be";
+const NPM_TOKEN: &str = "npm_REAL-publish-token-77c1";
 /// The model login's placeholder: only the gateway accepts it, the proxy blocks it anywhere.
 const MODEL_PLACEHOLDER: &str =
     "sk-ant-oat01-STEPPROOF-PLACEHOLDER-00112233445566778899aabbccddeeff";
@@ -66,6 +68,7 @@ fn start_origin() -> Origin {
         "git.test".to_string(),
         "other.test".to_string(),
         "plain.test".to_string(),
+        "npm.test".to_string(),
         "127.0.0.1".to_string(),
     ])
     .unwrap();
@@ -215,8 +218,9 @@ struct Setup {
     records: Mutex<Receiver<ConnectionRecord>>,
 }
 
-/// The proxy with two credential rules (git.test, other.test) and a host without one
-/// (plain.test), all resolving to the origin; plain HTTP to web.test reaches it too.
+/// The proxy with two credential rules (git.test, other.test), a host without one
+/// (plain.test) and a read-only host (npm.test, GET and HEAD, with a rule for PUT under /pub/),
+/// all resolving to the origin; plain HTTP to web.test reaches it too.
 fn setup() -> Setup {
     let origin = start_origin();
     let port = origin.addr.port();
@@ -237,6 +241,13 @@ fn setup() -> Setup {
         None,
         "header = \"Authorization\"\nformat = \"Bearer {}\"",
     );
+    let npm = rule(
+        "npmpub",
+        &format!("npm.test:{port}"),
+        &["/pub/"],
+        Some(&["PUT"]),
+        "header = \"Authorization\"\nformat = \"Bearer {}\"",
+    );
     let broker = Arc::new(Broker {
         credentials: vec![
             ServiceCredential::new(
@@ -249,10 +260,21 @@ fn setup() -> Setup {
                 other,
                 placeholder("other"),
                 Arc::new(FixedSecret(Secret::new(OTHER_TOKEN.into()))),
-                tls,
+                tls.clone(),
+            ),
+            ServiceCredential::new(
+                npm,
+                placeholder("npmpub"),
+                Arc::new(FixedSecret(Secret::new(NPM_TOKEN.into()))),
+                tls.clone(),
             ),
         ],
         authority: Some(RunAuthority::generate().unwrap()),
+        read_only: vec![ReadOnlyHost {
+            host: stepproof::profile::allow::Host::Name("npm.test".into()),
+            port,
+            tls,
+        }],
         elsewhere: vec![("model-login".into(), MODEL_PLACEHOLDER.into())],
     });
     let allow = AllowList::new(
@@ -261,6 +283,7 @@ fn setup() -> Setup {
             format!("other.test:{port}"),
             format!("plain.test:{port}"),
             format!("web.test:{port}"),
+            format!("npm.test:{port}"),
         ],
         vec!["127.0.0.1".into()],
     )
@@ -270,6 +293,7 @@ fn setup() -> Setup {
         ("other.test", &["127.0.0.1"]),
         ("plain.test", &["127.0.0.1"]),
         ("web.test", &["127.0.0.1"]),
+        ("npm.test", &["127.0.0.1"]),
     ]);
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let proxy_addr = listener.local_addr().unwrap();
@@ -691,6 +715,205 @@ fn hosts_without_a_rule_stay_end_to_end_tunnels() {
     let mut roots = RootCertStore::empty();
     roots.add(s.origin.ca.clone()).unwrap();
     assert!(s.tls_through("git.test", roots).is_err());
+}
+
+/// A read-only host (the node preset's registry.npmjs.org): TLS terminated with the run's CA,
+/// GET and HEAD forwarded with nothing added, every other method refused with a 403 that
+/// names the method and the host, before any onward connection, and recorded; so are
+/// method-override headers and parameters, a body on GET, and plain HTTP. A credential rule of
+/// the host lifts the restriction for its own scope only.
+#[test]
+fn a_read_only_host_takes_get_and_head_only() {
+    let s = setup();
+    let port = s.port();
+    let host = format!("npm.test:{port}");
+    // GET and HEAD on one kept-alive connection: forwarded, the client's own header kept
+    // (a read is no upload), nothing added.
+    let mut tls = s.inside("npm.test");
+    let (status, seen) = exchange(
+        &mut tls,
+        &format!(
+            "GET /left-pad HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer agent-own\r\n\r\n"
+        ),
+    );
+    assert_eq!(status, 200, "{seen}");
+    assert!(seen.starts_with("GET /left-pad HTTP/1.1\r\n"), "{seen}");
+    assert!(
+        seen.contains("Bearer agent-own") && !seen.contains(NPM_TOKEN),
+        "{seen}"
+    );
+    tls.write_all(format!("HEAD /left-pad HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes())
+        .unwrap();
+    let (status, head) = read_head(&mut tls);
+    assert_eq!(status, 200, "{head}");
+    // Content-Length: 0 is no body.
+    let (status, seen) = exchange(
+        &mut tls,
+        &format!("GET /a HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\n\r\n"),
+    );
+    assert_eq!(status, 200, "{seen}");
+    // On the same connection, a PUT after the reads is refused; the connection ends.
+    let (status, why) = exchange(
+        &mut tls,
+        &format!("PUT /left-pad HTTP/1.1\r\nHost: {host}\r\nContent-Length: 2\r\n\r\n{{}}"),
+    );
+    assert_eq!(status, 403, "{why}");
+    drop(tls);
+
+    let onward_before = s.origin.accepted.load(Ordering::SeqCst);
+    // (method, what the reason says): each must be in a refused request's record at the end.
+    let expected: RefCell<Vec<(String, String)>> =
+        RefCell::new(vec![("PUT".into(), "PUT refused; an upload needs".into())]);
+    let refused = |request: String, expect: &str| {
+        let mut tls = s.inside("npm.test");
+        tls.write_all(request.as_bytes()).unwrap();
+        tls.flush().unwrap();
+        let (status, head) = read_head(&mut tls);
+        let mut body = String::new();
+        let _ = tls.read_to_string(&mut body);
+        assert_eq!(status, 403, "{request:?}: {head}{body}");
+        assert!(
+            head.contains(" to npm.test: read-only host\r\n") && body.contains(expect),
+            "{request:?}: {head}{body}"
+        );
+        let method = request.split(' ').next().unwrap().to_string();
+        expected.borrow_mut().push((method, expect.to_string()));
+    };
+    // Every other method, as written: methods are case-sensitive (`get` is not GET).
+    for method in [
+        "PUT", "POST", "DELETE", "PATCH", "OPTIONS", "TRACE", "PROPFIND", "get", "Get", "head",
+        "put",
+    ] {
+        refused(
+            format!(
+                "{method} /-/user/org.couchdb.user:x HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\n\r\n"
+            ),
+            &format!("{method} refused; an upload needs a [[network.credentials]] rule"),
+        );
+    }
+    // The reason phrase names the method (what npm and curl show).
+    {
+        let mut tls = s.inside("npm.test");
+        tls.write_all(format!("DELETE /x HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes())
+            .unwrap();
+        let (_, head) = read_head(&mut tls);
+        assert!(
+            head.starts_with(
+                "HTTP/1.1 403 StepProof refused DELETE to npm.test: read-only host\r\n"
+            ),
+            "{head}"
+        );
+    }
+    // Method overrides, whatever the request line says, in any letter case.
+    for header in [
+        "X-HTTP-Method-Override: PUT",
+        "x-http-method-override: DELETE",
+        "X-Http-Method: PUT",
+        "X-Method-Override: PATCH",
+    ] {
+        let name = header.split(':').next().unwrap();
+        refused(
+            format!("GET /x HTTP/1.1\r\nHost: {host}\r\n{header}\r\n\r\n"),
+            &format!("method-override header ({name})"),
+        );
+    }
+    for target in [
+        "/x?_method=PUT",
+        "/x?a=1&_METHOD=delete",
+        "/x?%5Fmethod=PUT",
+        "/x?x-http-method-override=PUT",
+    ] {
+        refused(
+            format!("GET {target} HTTP/1.1\r\nHost: {host}\r\n\r\n"),
+            "method-override parameter",
+        );
+    }
+    // A body on GET or HEAD: not a read.
+    refused(
+        format!("GET /x HTTP/1.1\r\nHost: {host}\r\nContent-Length: 5\r\n\r\nhello"),
+        "with a body is refused",
+    );
+    refused(
+        format!(
+            "HEAD /x HTTP/1.1\r\nHost: {host}\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
+        ),
+        "with a body is refused",
+    );
+    // None of the refused requests opened an onward connection.
+    assert_eq!(s.origin.accepted.load(Ordering::SeqCst), onward_before);
+
+    // Plain HTTP to the read-only host: refused, GET included (a pipelined request would pass
+    // unread behind the first).
+    for method in ["GET", "PUT"] {
+        let mut tcp = TcpStream::connect(s.proxy_addr).unwrap();
+        tcp.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        tcp.write_all(
+            format!("{method} http://{host}/x HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes(),
+        )
+        .unwrap();
+        let (status, head) = read_head(&mut tcp);
+        assert_eq!(status, 403, "{head}");
+        expected
+            .borrow_mut()
+            .push((method.into(), "plain HTTP refused".into()));
+    }
+    assert_eq!(s.origin.accepted.load(Ordering::SeqCst), onward_before);
+
+    // The host's own credential rule covers PUT under /pub/: allowed there, with its token in
+    // place of the client's; outside its scope the restriction holds.
+    let mut tls = s.inside("npm.test");
+    let (status, seen) = exchange(
+        &mut tls,
+        &format!(
+            "PUT /pub/pkg HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer agent-own\r\nContent-Length: 2\r\n\r\n{{}}"
+        ),
+    );
+    assert_eq!(status, 200, "{seen}");
+    assert!(
+        seen.contains(&format!("Authorization: Bearer {NPM_TOKEN}")) && !seen.contains("agent-own"),
+        "{seen}"
+    );
+    let (status, _) = exchange(
+        &mut tls,
+        &format!("POST /pub/pkg HTTP/1.1\r\nHost: {host}\r\nContent-Length: 0\r\n\r\n"),
+    );
+    assert_eq!(status, 403);
+    drop(tls);
+    let records = s.finish();
+    let put = records
+        .iter()
+        .find(|r| r.method == "PUT" && r.path.as_deref() == Some("/pub/pkg"))
+        .expect("the PUT's record");
+    assert!(
+        put.allowed && put.credential.as_deref() == Some("npmpub"),
+        "{put:?}"
+    );
+    expected
+        .borrow_mut()
+        .push(("POST".into(), "POST refused".into()));
+    // Each refusal is recorded: not allowed, 403, the method, the host, the reason.
+    for (method, expect) in expected.borrow().iter() {
+        assert!(
+            records.iter().any(|r| r.method == *method
+                && !r.allowed
+                && r.status == Some(403)
+                && r.host == "npm.test"
+                && r.port == port
+                && r.rule.contains(expect.as_str())),
+            "{method} {expect}: {records:#?}"
+        );
+    }
+    // The GETs and the HEAD went through, recorded as allowed.
+    assert!(
+        records
+            .iter()
+            .filter(|r| (r.method == "GET" || r.method == "HEAD")
+                && r.allowed
+                && r.status == Some(200))
+            .count()
+            >= 3,
+        "{records:#?}"
+    );
 }
 
 // ───────────────────────── end to end: git push through stepproof-run ─────────────────────────

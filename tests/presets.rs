@@ -2,8 +2,12 @@
 //! dependencies inside the sandbox, through the real allow-list proxy, from a stand-in on the
 //! host's loopback (`support/registry.rs`) that answers for the preset's real names
 //! (`STEPPROOF_TEST_RESOLVE`, the caller's own test resolver, sends them there; the profile
-//! admits the stand-in's address and points the tools at its test CA). The default profile's
-//! presets (rust, python, go) are the ones used; node is opt-in.
+//! admits the stand-in's address). The default profile's presets (rust, python, go, node) are
+//! the ones used. The tools trust the stand-in's test CA through the sandbox's CA bundle, which
+//! holds stepproof-run's own `SSL_CERT_FILE` (the caller's, here the test CA) and the run's CA:
+//! the default's read-only host (npm's registry) is reached through the proxy's TLS
+//! termination, which trusts the test CA onward through the caller's
+//! `STEPPROOF_TEST_ONWARD_CA` (tests only). `npm publish` is refused there, and recorded.
 //!
 //! Each run also checks the caches: the downloads land in StepProof's per-workspace caches
 //! (`~/.local/state/stepproof/caches/<id>`), and the host's home — its cargo registry, Go module
@@ -25,9 +29,9 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use support::*;
 
-/// A profile on top of `default` (its presets) that admits the stand-in's address, shows the
-/// test CA (and `read_only`), and points every tool at the CA; `network` is added to
-/// `[network]` (a preset list, for node).
+/// A profile on top of `default` (its presets) that admits the stand-in's address and shows the
+/// test CA (and `read_only`); `network` is added to `[network]`. The tools' CA variables are
+/// StepProof's (its bundle), not set here.
 fn profile(w: &World, reg: &Registry, read_only: &[&Path], network: &str) -> String {
     let ca = reg.ca.to_str().unwrap();
     let mut shown = vec![format!("{ca:?}")];
@@ -41,8 +45,7 @@ fn profile(w: &World, reg: &Registry, read_only: &[&Path], network: &str) -> Str
         &path,
         format!(
             "extends = \"default\"\n[filesystem]\nread_only = [{}]\n\
-             [network]\nallow_addresses = [\"{}\"]\n{network}\n\
-             [process]\nset_env = {{ CARGO_HTTP_CAINFO = {ca:?}, SSL_CERT_FILE = {ca:?}, PIP_CERT = {ca:?}, npm_config_cafile = {ca:?} }}\n",
+             [network]\nallow_addresses = [\"{}\"]\n{network}\n",
             shown.join(", "),
             reg.ip,
         ),
@@ -98,7 +101,8 @@ fn snapshot(root: &Path, skip: &[PathBuf]) -> BTreeMap<PathBuf, String> {
 
 /// Runs `script` in a fresh project `ws` (files `files`) on `profile` with the stand-in as the
 /// registry; checks it printed `want`, that the host home is unchanged outside the workspace
-/// and StepProof's state, and returns StepProof's caches directory of the workspace.
+/// and StepProof's state, and returns StepProof's caches directory of the workspace and the
+/// run's output.
 fn fetches(
     w: &World,
     reg: &Registry,
@@ -107,7 +111,7 @@ fn fetches(
     files: &[(&str, &str)],
     script: &str,
     want: &str,
-) -> PathBuf {
+) -> (PathBuf, std::process::Output) {
     let ws = w.workspace.join(name);
     for (rel, body) in files {
         let p = ws.join(rel);
@@ -138,6 +142,10 @@ fn fetches(
             &["/bin/sh", "-c", &format!("set -e\n{script}")],
         )
         .env("STEPPROOF_TEST_RESOLVE", reg.resolve())
+        // The sandbox's bundle: this CA (as the caller's own trust) and the run's.
+        .env("SSL_CERT_FILE", &reg.ca)
+        // The proxy's onward trust for read-only hosts (tests only).
+        .env("STEPPROOF_TEST_ONWARD_CA", &reg.ca)
         .current_dir(&ws)
         .output()
         .unwrap();
@@ -166,7 +174,7 @@ fn fetches(
         .map(|e| e.path())
         .collect();
     assert_eq!(kept.len(), 1, "{name}: {kept:?}");
-    kept.into_iter().next().unwrap().join("tree")
+    (kept.into_iter().next().unwrap().join("tree"), out)
 }
 
 /// Some file named `name` below `root`.
@@ -247,7 +255,7 @@ fn rust_fetches_from_the_sparse_index_as_root() {
         ],
     );
     let profile = profile(&w, &reg, &[toolchain], "");
-    let caches = fetches(
+    let (caches, _) = fetches(
         &w,
         &reg,
         &profile,
@@ -330,7 +338,7 @@ both!(go_downloads_modules_from_the_module_proxy, |w: &World| {
     let profile = profile(w, &reg, &[], "");
     // GOSUMDB=off is this test's choice: the stand-in serves the module proxy, not a checksum
     // database (sum.golang.org's signed tree); go.sum is still written from the download.
-    let caches = fetches(
+    let (caches, _) = fetches(
         w,
         &reg,
         &profile,
@@ -407,7 +415,7 @@ both!(python_installs_from_the_simple_index, |w: &World| {
         ],
     );
     let profile = profile(w, &reg, &[], "");
-    let caches = fetches(
+    let (caches, _) = fetches(
         w,
         &reg,
         &profile,
@@ -477,9 +485,9 @@ both!(
                 ),
             ],
         );
-        // node is opt-in: the default's presets do not list it.
-        let profile = profile(w, &reg, &[], "presets = [\"node\"]");
-        let caches = fetches(
+        // The default's presets: node's registry is read-only (GET and HEAD).
+        let profile = profile(w, &reg, &[], "");
+        let (caches, out) = fetches(
             w,
             &reg,
             &profile,
@@ -488,9 +496,41 @@ both!(
                 "package.json",
                 "{\"name\":\"demo\",\"version\":\"1.0.0\",\"dependencies\":{\"sptiny\":\"^1.0.0\"}}\n",
             )],
-            "npm install --no-audit --no-fund --no-update-notifier\n\
-         node -e 'console.log(\"answer\", require(\"sptiny\")())'",
+            "test \"$NODE_EXTRA_CA_CERTS\" = /run/stepproof-trust/run-ca.pem\n\
+         npm install --no-audit --no-fund --no-update-notifier\n\
+         node -e 'console.log(\"answer\", require(\"sptiny\")())'\n\
+         printf '//registry.npmjs.org/:_authToken=npm_agent_own_token\\n' > /tmp/npmrc\n\
+         if NPM_CONFIG_USERCONFIG=/tmp/npmrc npm publish --no-update-notifier > /tmp/publish.out 2>&1; then echo published; exit 1; fi\n\
+         cat /tmp/publish.out\n\
+         grep -q 'StepProof refused PUT to registry.npmjs.org: read-only host' /tmp/publish.out\n\
+         code=$(curl -sS -o /tmp/put.out -w '%{http_code}' -X PUT --data '{}' https://registry.npmjs.org/sptiny)\n\
+         test \"$code\" = 403\n\
+         grep -q 'read-only in this profile (GET and HEAD): PUT refused' /tmp/put.out\n\
+         echo publish refused",
             "answer 42",
+        );
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("publish refused"),
+            "{}",
+            describe(&out)
+        );
+        // Nothing but GETs reached the stand-in.
+        let seen = reg.requests();
+        assert!(seen.iter().all(|r| r.starts_with("GET ")), "{seen:#?}");
+        // The refusals are in the audit log: method, host, reason.
+        let audit = audit_log_of(&out);
+        let refused: Vec<&str> = audit
+            .lines()
+            .filter(|l| {
+                l.contains("\"method\":\"PUT\"") && l.contains("\"host\":\"registry.npmjs.org\"")
+            })
+            .collect();
+        assert!(
+            refused.len() >= 2
+                && refused.iter().all(|l| l.contains("\"allowed\":false")
+                    && l.contains("\"status\":403")
+                    && l.contains("read-only in this profile")),
+            "{refused:#?}"
         );
         assert!(reg.served("registry.npmjs.org", tarball));
         let lock = fs::read_to_string(w.workspace.join("node/package-lock.json")).unwrap();
@@ -502,3 +542,13 @@ both!(
         );
     }
 );
+
+fn audit_log_of(out: &std::process::Output) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let path = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("stepproof-run: audit log "))
+        .and_then(|rest| rest.split(" head ").next())
+        .unwrap_or_else(|| panic!("no audit log named in:\n{stderr}"));
+    fs::read_to_string(path).unwrap()
+}

@@ -273,6 +273,9 @@ struct NetworkFile {
     allow: Vec<String>,
     /// Replaced whole by a child profile that sets it (narrowing is safe), unlike `allow`.
     presets: Option<Vec<String>>,
+    /// Hosts reached with GET and HEAD only (the proxy terminates TLS and reads each request).
+    #[serde(default)]
+    read_only: Vec<String>,
     #[serde(default)]
     allow_addresses: Vec<String>,
     proxy_port: Option<u16>,
@@ -377,6 +380,11 @@ pub struct Network {
     pub presets: Vec<String>,
     /// For `allowlist`: the names (and special addresses) the proxy lets through.
     pub allow: AllowList,
+    /// Hosts (`host` for port 443, else `host:port`; in `allow` too) the proxy lets through
+    /// with GET and HEAD only: the read-only hosts of the presets and `network.read_only`. The
+    /// proxy terminates TLS for them with the run's CA. Left out of the policy hash when empty.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub read_only: Vec<String>,
     pub proxy_port: u16,
     pub gateway: Option<GatewayConfig>,
     /// Service credentials the proxy adds at the boundary (`[[network.credentials]]`); left out
@@ -809,6 +817,7 @@ fn merge(base: ProfileFile, child: ProfileFile) -> ProfileFile {
             mode: child.network.mode.or(base.network.mode),
             allow: append_unique(base.network.allow, child.network.allow),
             presets: child.network.presets.or(base.network.presets),
+            read_only: append_unique(base.network.read_only, child.network.read_only),
             allow_addresses: append_unique(
                 base.network.allow_addresses,
                 child.network.allow_addresses,
@@ -984,6 +993,25 @@ fn resolve(file: ProfileFile, origins: Vec<String>) -> Result<Profile, String> {
                     allow_entries.push(host);
                 }
             }
+            let mut read_only: Vec<String> = Vec::new();
+            let written = presets::read_only_of(&presets)
+                .into_iter()
+                .chain(file.network.read_only.iter().cloned());
+            for entry in written {
+                let (host, port) = allow::host::parse_authority(&entry, Some(443))
+                    .map_err(|e| format!("network.read_only: \"{entry}\": {e}"))?;
+                let normal = if port == 443 {
+                    host.to_string()
+                } else {
+                    format!("{host}:{port}")
+                };
+                if !read_only.contains(&normal) {
+                    read_only.push(normal);
+                }
+                if !allow_entries.contains(&entry) {
+                    allow_entries.push(entry);
+                }
+            }
             let credentials = file.network.credentials;
             credentials::check(&credentials, &mut allow_entries)?;
             let allow = AllowList::new(allow_entries, file.network.allow_addresses)
@@ -1021,6 +1049,7 @@ fn resolve(file: ProfileFile, origins: Vec<String>) -> Result<Profile, String> {
                 mode,
                 presets,
                 allow,
+                read_only,
                 proxy_port,
                 gateway: file.network.gateway,
                 credentials,
@@ -1196,7 +1225,10 @@ mod tests {
                 .is_some()
         };
         let default = Profile::builtin_default().unwrap();
-        assert_eq!(default.network.presets, ["rust", "python", "go"]);
+        assert_eq!(default.network.presets, ["rust", "python", "go", "node"]);
+        // npm's registry is in, read-only (GET and HEAD through the proxy's TLS termination).
+        assert!(allowed(&default, "registry.npmjs.org"));
+        assert_eq!(default.network.read_only, ["registry.npmjs.org"]);
         for host in [
             "index.crates.io",
             "static.crates.io",
@@ -1205,24 +1237,46 @@ mod tests {
         ] {
             assert!(allowed(&default, host), "{host}");
         }
-        // Upload hosts are in no default preset.
-        for host in [
-            "registry.npmjs.org",
-            "github.com",
-            "upload.pypi.org",
-            "crates.io",
-        ] {
+        // The other upload hosts are in no default preset.
+        for host in ["github.com", "upload.pypi.org", "crates.io"] {
             assert!(!allowed(&default, host), "{host}");
         }
         for name in ["ci", "strict"] {
             let p = load_text(&format!("extends = \"{name}\"\n")).unwrap();
             assert!(p.network.presets.is_empty(), "{name}");
+            assert!(p.network.read_only.is_empty(), "{name}");
+            assert!(!allowed(&p, "registry.npmjs.org"), "{name}");
             assert!(!allowed(&p, "index.crates.io"), "{name}");
             assert!(allowed(&p, "api.anthropic.com"), "{name}");
         }
         let child = load_text("extends = \"ci\"\n[network]\npresets = [\"node\"]\n").unwrap();
         assert_eq!(child.network.presets, ["node"]);
         assert!(allowed(&child, "registry.npmjs.org") && !allowed(&child, "pypi.org"));
+        assert_eq!(child.network.read_only, ["registry.npmjs.org"]);
+        // `network.read_only` names more such hosts (allowed, GET and HEAD only); a bad entry
+        // is refused.
+        let own = load_text(
+            "extends = \"ci\"\n[network]\nread_only = [\"Mirror.Example:8443\", \"registry.npmjs.org\"]\n",
+        )
+        .unwrap();
+        assert_eq!(
+            own.network.read_only,
+            ["mirror.example:8443", "registry.npmjs.org"]
+        );
+        assert!(
+            own.network
+                .allow
+                .compiled()
+                .match_host(&allow::Host::Name("mirror.example".into()), 8443)
+                .is_some()
+        );
+        for bad in ["*.example.com", "a b", "x.example:0", ""] {
+            let err = load_text(&format!("[network]\nread_only = [{bad:?}]\n")).unwrap_err();
+            assert!(
+                err.to_string().contains("network.read_only"),
+                "{bad}: {err}"
+            );
+        }
         assert_ne!(child.policy_hash(), default.policy_hash());
         let err = load_text("[network]\nallow = []\npresets = [\n \"rust\",\n \"ruby\",\n]\n")
             .unwrap_err();

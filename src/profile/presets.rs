@@ -1,19 +1,24 @@
 //! Network presets: named sets of hosts a profile allows in one line (`network.presets`). Each
 //! preset lists download-only hosts, and says which way out each one leaves (SECURITY.md repeats
 //! it): a host that also takes uploads with a token the agent could bring itself (npm's
-//! registry, `github.com`, `upload.pypi.org`, the `crates.io` API) is in a preset only when the
-//! preset says so (`uploads`), and the default profile lists no such preset.
+//! registry, `github.com`, `upload.pypi.org`, the `crates.io` API) is in a preset only
+//! restricted to [`READ_METHODS`] (`read_only`): the proxy terminates TLS for it with the run's
+//! CA, reads each request and refuses every other method (an upload needs a credential rule).
 
-/// One preset: its name, what it is for, its hosts (port 443), and whether a host of it
-/// accepts uploads.
+/// The methods a read-only host is reached with.
+pub const READ_METHODS: &[&str] = &["GET", "HEAD"];
+
+/// One preset: its name, what it is for, its hosts (port 443), and which of them are reached
+/// read-only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Preset {
     pub name: &'static str,
     pub summary: &'static str,
     pub hosts: &'static [&'static str],
-    /// A host of this preset also accepts uploads (a publish with a token the agent could bring
-    /// itself): never in the default profile.
-    pub uploads: bool,
+    /// The hosts of this preset that also accept uploads (a publish with a token the agent
+    /// could bring itself): reached with [`READ_METHODS`] only, through the proxy's TLS
+    /// termination.
+    pub read_only: &'static [&'static str],
 }
 
 /// Every preset, in the order `explain` and the README list them.
@@ -26,19 +31,19 @@ pub const PRESETS: &[Preset] = &[
             "static.crates.io",
             "static.rust-lang.org",
         ],
-        uploads: false,
+        read_only: &[],
     },
     Preset {
         name: "python",
         summary: "PyPI's simple index and its files (pip, uv, poetry)",
         hosts: &["pypi.org", "files.pythonhosted.org"],
-        uploads: false,
+        read_only: &[],
     },
     Preset {
         name: "go",
         summary: "the Go module proxy and checksum database (GOPROXY, GOSUMDB, GOTOOLCHAIN)",
         hosts: &["proxy.golang.org", "sum.golang.org"],
-        uploads: false,
+        read_only: &[],
     },
     Preset {
         name: "github",
@@ -49,13 +54,13 @@ pub const PRESETS: &[Preset] = &[
             "objects.githubusercontent.com",
             "release-assets.githubusercontent.com",
         ],
-        uploads: false,
+        read_only: &[],
     },
     Preset {
         name: "node",
-        summary: "npm's registry (it also accepts `npm publish` with a token: not in the default)",
+        summary: "npm's registry, GET and HEAD only (it also accepts `npm publish` with a token)",
         hosts: &["registry.npmjs.org"],
-        uploads: true,
+        read_only: &["registry.npmjs.org"],
     },
 ];
 
@@ -76,6 +81,15 @@ pub fn names() -> String {
         .map(|p| format!("\"{}\"", p.name))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// The read-only hosts of `presets` (names already checked by [`hosts_of`]).
+pub fn read_only_of(presets: &[String]) -> Vec<String> {
+    presets
+        .iter()
+        .filter_map(|name| find(name))
+        .flat_map(|p| p.read_only.iter().map(|h| (*h).to_owned()))
+        .collect()
 }
 
 /// The allow entries of `presets` (checked: each name is known, none twice).
@@ -115,8 +129,11 @@ mod tests {
                     "{host}"
                 );
             }
+            for host in p.read_only {
+                assert!(p.hosts.contains(host), "{host}");
+            }
         }
-        // The hosts the issue names as upload hosts are in no download-only preset.
+        // The hosts the issue names as upload hosts are in a preset only read-only.
         for upload in [
             "registry.npmjs.org",
             "github.com",
@@ -124,7 +141,10 @@ mod tests {
             "crates.io",
             "api.github.com",
         ] {
-            assert!(containing(upload).all(|p| p.uploads), "{upload}");
+            assert!(
+                containing(upload).all(|p| p.read_only.contains(&upload)),
+                "{upload}"
+            );
         }
     }
 

@@ -9,6 +9,7 @@
 
 use crate::profile::allow::Host;
 use crate::profile::credentials::{Injection, SourceSpec};
+use crate::profile::presets::READ_METHODS;
 use crate::sandbox::plan::SandboxPlan;
 use crate::sandbox::plan::credentials::{BUNDLE_FILE, RUN_CA_FILE, trust_dir};
 use base64::Engine as _;
@@ -322,33 +323,121 @@ impl RunAuthority {
     }
 }
 
+/// A host the proxy lets through with [`READ_METHODS`] only: it terminates TLS for it (adding
+/// no credential unless a rule of its own covers the request) so that it can read each method.
+pub struct ReadOnlyHost {
+    pub host: Host,
+    pub port: u16,
+    /// Trust for the onward connection: the web roots (and, for tests only, the caller's
+    /// `STEPPROOF_TEST_ONWARD_CA`).
+    pub tls: Arc<ClientConfig>,
+}
+
+impl fmt::Debug for ReadOnlyHost {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ReadOnlyHost({}:{})", self.host, self.port)
+    }
+}
+
+/// Headers that ask a server to take the request as another method than its request line's
+/// (Rails, Laravel, Google's and Microsoft's APIs, many frameworks): refused on read-only hosts.
+pub const METHOD_OVERRIDE_HEADERS: &[&str] = &[
+    "x-http-method-override",
+    "x-http-method",
+    "x-method-override",
+];
+/// Query parameters that do the same (`?_method=PUT`).
+const METHOD_OVERRIDE_PARAMS: &[&str] = &["_method", "x-http-method-override"];
+
 /// What the proxy asks about credentials: which hosts it terminates, what to add to a request,
-/// which placeholders a request carries.
+/// which placeholders a request carries, which methods a read-only host takes.
 #[derive(Debug)]
 pub struct Broker {
     pub credentials: Vec<ServiceCredential>,
-    /// The run's CA: made only when some rule needs TLS terminated.
+    /// The run's CA: made only when some rule or read-only host needs TLS terminated (`None`
+    /// with read-only hosts where the sandbox has no private /run for it: the proxy refuses
+    /// them).
     pub authority: Option<RunAuthority>,
+    /// Hosts reached with [`READ_METHODS`] only.
+    pub read_only: Vec<ReadOnlyHost>,
     /// Placeholders of credentials added elsewhere (the model login, at the gateway), by the
     /// credential's name: never sent through the proxy, wherever to.
     pub elsewhere: Vec<(String, String)>,
 }
 
 impl Broker {
-    /// Whether the proxy terminates TLS for `host:port` (some rule names it).
+    /// Whether the proxy terminates TLS for `host:port` (some rule names it, or it is
+    /// read-only).
     pub fn terminates(&self, host: &Host, port: u16) -> bool {
         self.credentials
             .iter()
             .any(|c| c.host == *host && c.port == port)
+            || self.is_read_only(host, port)
+    }
+
+    /// Whether `host:port` is reached with [`READ_METHODS`] only.
+    pub fn is_read_only(&self, host: &Host, port: u16) -> bool {
+        self.read_only
+            .iter()
+            .any(|r| r.host == *host && r.port == port)
     }
 
     /// The TLS client configuration for the onward connection to `host:port`: that of its
-    /// first rule.
+    /// first rule, else the read-only host's.
     pub fn upstream_tls(&self, host: &Host, port: u16) -> Option<Arc<ClientConfig>> {
         self.credentials
             .iter()
             .find(|c| c.host == *host && c.port == port)
             .map(|c| c.tls.clone())
+            .or_else(|| {
+                self.read_only
+                    .iter()
+                    .find(|r| r.host == *host && r.port == port)
+                    .map(|r| r.tls.clone())
+            })
+    }
+
+    /// Why a request to a read-only host is refused, if it is: a method other than
+    /// [`READ_METHODS`] (as written: methods are case-sensitive, `get` is not `GET`) that no
+    /// credential rule of the host covers, or a method-override header or query parameter
+    /// (whatever the method). `None` for other hosts.
+    pub fn read_only_refusal(
+        &self,
+        host: &Host,
+        port: u16,
+        method: &str,
+        target: &str,
+        headers: &[(String, Vec<u8>)],
+    ) -> Option<String> {
+        if !self.is_read_only(host, port) {
+            return None;
+        }
+        let shown = if port == 443 {
+            host.to_string()
+        } else {
+            format!("{host}:{port}")
+        };
+        if let Some((name, _)) = headers.iter().find(|(name, _)| {
+            METHOD_OVERRIDE_HEADERS
+                .iter()
+                .any(|o| name.eq_ignore_ascii_case(o))
+        }) {
+            return Some(format!(
+                "StepProof: {shown} is read-only in this profile (GET and HEAD): a request with a method-override header ({name}) is refused; recorded"
+            ));
+        }
+        if let Some(param) = override_param(target) {
+            return Some(format!(
+                "StepProof: {shown} is read-only in this profile (GET and HEAD): a request with a method-override parameter ({param}) is refused; recorded"
+            ));
+        }
+        if READ_METHODS.contains(&method) || self.matching(host, port, method, target).is_some() {
+            return None;
+        }
+        Some(format!(
+            "StepProof: {shown} is read-only in this profile (GET and HEAD): {} refused; an upload needs a [[network.credentials]] rule for {shown} whose scope covers it (the proxy adds the token; one brought inside is never sent); recorded",
+            method.escape_debug()
+        ))
     }
 
     /// The first credential whose scope covers the request.
@@ -391,6 +480,19 @@ impl Broker {
             .find(|(_, placeholder)| holds(&texts, placeholder))
             .map(|(name, _)| name.as_str())
     }
+}
+
+/// A method-override parameter in the query of `target`, by name (letter case ignored, the
+/// name percent-decoded).
+fn override_param(target: &str) -> Option<String> {
+    let query = target.split_once('?')?.1;
+    query.split(['&', ';']).find_map(|pair| {
+        let name = pair.split('=').next().unwrap_or_default();
+        let decoded = String::from_utf8_lossy(&percent_decode(name)).to_ascii_lowercase();
+        METHOD_OVERRIDE_PARAMS
+            .contains(&decoded.as_str())
+            .then(|| name.escape_debug().to_string())
+    })
 }
 
 /// What a placeholder is looked for in: the request target and every header value, as written
@@ -488,7 +590,7 @@ pub struct Prepared {
 /// binds them; `None` for a plan without credentials. Refused: a source that cannot be read, a
 /// secret that the sandbox's environment would carry anyway.
 pub fn prepare(plan: &SandboxPlan) -> Result<Option<Prepared>, String> {
-    if plan.credentials.is_empty() {
+    if plan.credentials.is_empty() && plan.read_only.is_empty() {
         return Ok(None);
     }
     let mut notes = Vec::new();
@@ -538,34 +640,129 @@ pub fn prepare(plan: &SandboxPlan) -> Result<Option<Prepared>, String> {
             tls,
         ));
     }
-    let authority = RunAuthority::generate()?;
-    write_trust_files(&trust_dir(plan_run_dir(plan)?), &authority, &mut notes)?;
+    let read_only = read_only_hosts(&plan.read_only, &mut notes)?;
+    let authority = match plan_run_dir(plan) {
+        Some(run_dir) => {
+            let authority = RunAuthority::generate()?;
+            write_trust_files(&trust_dir(run_dir), &authority, &mut notes)?;
+            Some(authority)
+        }
+        None if !credentials.is_empty() => {
+            return Err("the plan has credential rules but no trust mount".into());
+        }
+        None => {
+            // Without a private /run (no namespaces) the CA could not reach the sandbox: the
+            // proxy refuses the read-only hosts rather than tunnel to them unread.
+            notes.push(format!(
+                "network: read-only hosts {} are refused: no private /run for the run's CA",
+                plan.read_only.join(", ")
+            ));
+            None
+        }
+    };
     Ok(Some(Prepared {
         broker: Arc::new(Broker {
             credentials,
-            authority: Some(authority),
+            authority,
+            read_only,
             elsewhere: Vec::new(),
         }),
         notes,
     }))
 }
 
-/// The run directory the plan's trust mount comes from.
-fn plan_run_dir(plan: &SandboxPlan) -> Result<&Path, String> {
-    plan.mounts
+/// For tests only: a PEM file of CAs the proxy trusts beside the web roots on its onward
+/// connections to read-only hosts (a registry stand-in with a test CA). It is
+/// `stepproof-run`'s caller's own environment, like `STEPPROOF_TEST_RESOLVE`: whoever sets it
+/// could as well run the proxy's traffic anywhere; never a profile key.
+pub const TEST_ONWARD_CA_VAR: &str = "STEPPROOF_TEST_ONWARD_CA";
+
+/// The read-only hosts, parsed, with the onward trust: the web roots (and the caller's
+/// [`TEST_ONWARD_CA_VAR`]).
+fn read_only_hosts(
+    entries: &[String],
+    notes: &mut Vec<String>,
+) -> Result<Vec<ReadOnlyHost>, String> {
+    if entries.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut roots =
+        rustls::RootCertStore::from_iter(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    if let Some(path) = std::env::var_os(TEST_ONWARD_CA_VAR).filter(|p| !p.is_empty()) {
+        use rustls::pki_types::pem::PemObject;
+        let path = std::path::PathBuf::from(path);
+        let fail = |e: &dyn fmt::Display| format!("{TEST_ONWARD_CA_VAR} {}: {e}", path.display());
+        for cert in rustls::pki_types::CertificateDer::pem_file_iter(&path).map_err(|e| fail(&e))? {
+            roots
+                .add(cert.map_err(|e| fail(&e))?)
+                .map_err(|e| fail(&e))?;
+        }
+        notes.push(format!(
+            "network: read-only hosts also trust {} onward ({TEST_ONWARD_CA_VAR}, for tests only)",
+            path.display()
+        ));
+    }
+    let tls = crate::supervisor::gateway::client_config(roots).map_err(|e| e.to_string())?;
+    entries
         .iter()
-        .find_map(|op| match op {
-            crate::sandbox::plan::MountOp::FromSupervisor { src, dst, .. }
-                if dst == Path::new(crate::sandbox::plan::credentials::TRUST_DIR) =>
-            {
-                src.parent()
-            }
-            _ => None,
+        .map(|entry| {
+            let (host, port) = crate::profile::allow::host::parse_authority(entry, Some(443))
+                .map_err(|e| format!("network.read_only \"{entry}\": {e}"))?;
+            Ok(ReadOnlyHost {
+                host,
+                port,
+                tls: tls.clone(),
+            })
         })
-        .ok_or_else(|| "the plan has credential rules but no trust mount".to_string())
+        .collect()
 }
 
-/// The bundle (system roots, then the run's CA) and the CA alone, world-readable in a fresh
+/// The run directory the plan's trust mount comes from (none without namespaces).
+fn plan_run_dir(plan: &SandboxPlan) -> Option<&Path> {
+    plan.mounts.iter().find_map(|op| match op {
+        crate::sandbox::plan::MountOp::FromSupervisor { src, dst, .. }
+            if dst == Path::new(crate::sandbox::plan::credentials::TRUST_DIR) =>
+        {
+            src.parent()
+        }
+        _ => None,
+    })
+}
+
+/// The certificate blocks of the PEM file stepproof-run's variable `var` names (empty when
+/// unset or unreadable, with a note).
+fn caller_pem_certificates(var: &str, notes: &mut Vec<String>) -> String {
+    const BEGIN: &str = "-----BEGIN CERTIFICATE-----";
+    const END: &str = "-----END CERTIFICATE-----";
+    let Some(path) = std::env::var_os(var).filter(|p| !p.is_empty()) else {
+        return String::new();
+    };
+    let path = std::path::PathBuf::from(path);
+    let text = match crate::regular_file::read_to_string(&path, BUNDLE_MAX_BYTES) {
+        Ok(text) => text,
+        Err(e) => {
+            notes.push(format!(
+                "credentials: {var} {}: {e}; the sandbox's {var} trusts the run's CA only",
+                path.display()
+            ));
+            return String::new();
+        }
+    };
+    let mut out = String::new();
+    let mut rest = text.as_str();
+    while let Some(start) = rest.find(BEGIN) {
+        let Some(len) = rest[start..].find(END) else {
+            break;
+        };
+        out.push_str(&rest[start..start + len + END.len()]);
+        out.push('\n');
+        rest = &rest[start + len + END.len()..];
+    }
+    out
+}
+
+/// The bundle (system roots, then the run's CA) and the CA alone (after the caller's
+/// `NODE_EXTRA_CA_CERTS`), world-readable in a fresh
 /// directory (never over one that exists: a name taken beforehand stops the launch).
 fn write_trust_files(
     dir: &Path,
@@ -601,9 +798,13 @@ fn write_trust_files(
         ),
     }
     bundle.push_str(authority.certificate_pem());
+    // NODE_EXTRA_CA_CERTS names this file inside: the caller's own extra CAs (a corporate CA)
+    // stay trusted beside the run's.
+    let mut node_extra = caller_pem_certificates("NODE_EXTRA_CA_CERTS", notes);
+    node_extra.push_str(authority.certificate_pem());
     for (name, contents) in [
         (BUNDLE_FILE, bundle.as_str()),
-        (RUN_CA_FILE, authority.certificate_pem()),
+        (RUN_CA_FILE, node_extra.as_str()),
     ] {
         let path = dir.join(name);
         let mut file = std::fs::OpenOptions::new()
@@ -683,6 +884,7 @@ mod tests {
                 crate::supervisor::gateway::webpki_client_config().unwrap(),
             )],
             authority: Some(authority),
+            read_only: Vec::new(),
             elsewhere: Vec::new(),
         };
         let none: &[(String, Vec<u8>)] = &[];
@@ -757,6 +959,17 @@ mod tests {
             .unwrap();
         assert!(!Arc::ptr_eq(&a, &ip));
         assert_eq!(a.alpn_protocols, vec![b"http/1.1".to_vec()]);
-        eprintln!("run CA generated in {generated:?}");
+        // The launch's other cost: the bundle (the system's roots and the CA) and the CA alone.
+        let dir = tempfile::tempdir().unwrap();
+        let started = Instant::now();
+        let mut notes = Vec::new();
+        write_trust_files(&dir.path().join("trust"), &authority, &mut notes).unwrap();
+        let written = started.elapsed();
+        let bundle = std::fs::read_to_string(dir.path().join("trust").join(BUNDLE_FILE)).unwrap();
+        assert!(bundle.ends_with(authority.certificate_pem()));
+        eprintln!(
+            "run CA generated in {generated:?}; trust files ({} bytes) written in {written:?}",
+            bundle.len()
+        );
     }
 }

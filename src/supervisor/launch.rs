@@ -560,7 +560,7 @@ fn launch(
     };
     //    The service credentials: each secret read outside, the run's CA made and its public
     //    half written where the plan binds it (before the handed paths are opened); a source
-    //    that cannot be read stops the launch here.
+    //    that cannot be read stops the launch here. Read-only hosts need the CA as well.
     let credentials = credentials::prepare(plan).map_err(LaunchError::Credentials)?;
     if let (Some(prepared), Some(audit)) = (&credentials, audit) {
         let rules: Vec<serde_json::Value> = prepared
@@ -580,7 +580,11 @@ fn launch(
         audit.record(
             "supervisor",
             "service-credentials",
-            &serde_json::json!({ "rules": rules, "notes": prepared.notes }),
+            &serde_json::json!({
+                "rules": rules,
+                "read_only": plan.read_only,
+                "notes": prepared.notes,
+            }),
         );
     }
     // The model login's placeholders only the gateway accepts: the proxy blocks them anywhere.
@@ -603,6 +607,7 @@ fn launch(
         None => Some(std::sync::Arc::new(credentials::Broker {
             credentials: Vec::new(),
             authority: None,
+            read_only: Vec::new(),
             elsewhere: model_placeholders,
         })),
     };

@@ -335,11 +335,29 @@ impl ProxyHandler {
             );
         };
         record.rule = format!("allow {entry}");
+        if target.path.is_some()
+            && let Some(broker) = &self.broker
+            && broker.is_read_only(&target.host, target.port)
+        {
+            // Plain HTTP would leave the requests after the first unread.
+            return self.deny(
+                client,
+                record,
+                refusal(
+                    403,
+                    "Forbidden",
+                    format!(
+                        "StepProof: {} is read-only in this profile: reached over HTTPS (CONNECT) only, where the proxy reads each request; plain HTTP refused",
+                        shown_host(&target, &head)
+                    ),
+                ),
+            );
+        }
         if target.path.is_none()
             && let Some(broker) = &self.broker
             && broker.terminates(&target.host, target.port)
         {
-            // A host with a credential rule: TLS ends here, each request is read.
+            // A host with a credential rule, or read-only: TLS ends here, each request is read.
             let broker = broker.clone();
             return terminate::serve(self, &broker, client, input, &target, sockets, record);
         }

@@ -15,7 +15,8 @@ pub const TRUST_DIR: &str = "/run/stepproof-trust";
 /// The system roots followed by the run's CA: for `SSL_CERT_FILE` and its kin, which replace
 /// the trust store rather than add to it.
 pub const BUNDLE_FILE: &str = "ca-bundle.pem";
-/// The run's CA alone: for `NODE_EXTRA_CA_CERTS`, which adds to node's own roots.
+/// The run's CA (after the certificates of `stepproof-run`'s own `NODE_EXTRA_CA_CERTS`): for
+/// `NODE_EXTRA_CA_CERTS`, which adds to node's own roots.
 pub const RUN_CA_FILE: &str = "run-ca.pem";
 /// Every placeholder starts with this: what a reader of a log or an environment recognises.
 pub const PLACEHOLDER_PREFIX: &str = "stepproof-placeholder-";
@@ -31,6 +32,15 @@ pub struct PlannedCredential {
     pub rule: CredentialRule,
     /// What the sandbox holds instead of the secret: `stepproof-placeholder-<name>-<hex>`.
     pub placeholder: String,
+}
+
+/// Whether the run needs its CA and the trust files inside: the proxy terminates TLS for the
+/// hosts of credential rules and for read-only hosts (`network.read_only`, the presets' upload
+/// hosts), which only the proxy of `allowlist` reaches.
+pub fn needs_trust(profile: &Profile) -> bool {
+    !profile.network.credentials.is_empty()
+        || (profile.network.mode == crate::profile::NetworkMode::Allowlist
+            && !profile.network.read_only.is_empty())
 }
 
 /// The placeholders and the refusals: credential rules are honoured only from profile files
@@ -94,13 +104,15 @@ pub fn source_variables(profile: &Profile) -> Vec<String> {
         .collect()
 }
 
-/// The variables that wire the placeholders and the run's CA in, given the environment so far
-/// (a caller's own `GIT_CONFIG_COUNT` entries are kept; ours follow them).
+/// The variables that wire the placeholders and the run's CA in (`trust`: the plan binds the
+/// trust files), given the environment so far (a caller's own `GIT_CONFIG_COUNT` entries are
+/// kept; ours follow them).
 pub fn credential_env(
     planned: &[PlannedCredential],
+    trust: bool,
     env: &[(String, String)],
 ) -> Vec<(String, String)> {
-    if planned.is_empty() {
+    if !trust {
         return Vec::new();
     }
     let bundle = format!("{TRUST_DIR}/{BUNDLE_FILE}");
@@ -111,6 +123,9 @@ pub fn credential_env(
         "GIT_SSL_CAINFO",
         "CARGO_HTTP_CAINFO",
         "PIP_CERT",
+        // npm reads its own `cafile` (Debian's global npmrc names the system bundle), which
+        // replaces node's roots and NODE_EXTRA_CA_CERTS; the environment outranks an npmrc.
+        "npm_config_cafile",
     ]
     .iter()
     .map(|name| (name.to_string(), bundle.clone()))
@@ -186,9 +201,14 @@ mod tests {
 
     #[test]
     fn the_environment_points_at_the_bundle_and_the_placeholders() {
-        assert!(credential_env(&[], &[]).is_empty());
+        assert!(credential_env(&[], false, &[]).is_empty());
+        // Read-only hosts alone: the trust variables, nothing else.
+        let trust_only = credential_env(&[], true, &[]);
+        assert_eq!(trust_only.len(), 8, "{trust_only:?}");
+        assert!(trust_only.iter().all(|(_, v)| v.starts_with(TRUST_DIR)));
         let env = credential_env(
             &[rule("a", true, Some("GH_TOKEN")), rule("b", false, None)],
+            true,
             &[("GIT_CONFIG_COUNT".into(), "1".into())],
         );
         let get = |n: &str| env.iter().find(|(k, _)| k == n).map(|(_, v)| v.as_str());

@@ -266,6 +266,12 @@ impl IsolationStrategy for LandlockView {
                     "network allowlist: no network namespace; Landlock allows TCP connect only to port {} (the proxy, on any address) and no bind; UDP and unix sockets are not restricted",
                     profile.network.proxy_port
                 ));
+                if !profile.network.read_only.is_empty() {
+                    self.losses.push(format!(
+                        "network read-only hosts ({}): no private /run for the run's CA, so the proxy cannot read their requests and refuses them",
+                        profile.network.read_only.join(", ")
+                    ));
+                }
                 Some(TcpPolicy {
                     bind: Vec::new(),
                     connect: vec![profile.network.proxy_port],

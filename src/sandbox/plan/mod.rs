@@ -278,6 +278,10 @@ pub struct SandboxPlan {
     /// Service credentials the proxy adds (`[[network.credentials]]`), each with this run's
     /// placeholder; the values are read by the supervisor at launch, never planned.
     pub credentials: Vec<crate::sandbox::plan::credentials::PlannedCredential>,
+    /// Hosts the proxy lets through with GET and HEAD only (`allowlist`: the profile's
+    /// `network.read_only`, the presets' upload hosts), TLS terminated with the run's CA.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub read_only: Vec<String>,
     /// With the gateway: the login variables and `ANTHROPIC_BASE_URL` kept outside, for the
     /// supervisor (never printed: values may be secrets).
     #[serde(skip)]
@@ -653,7 +657,17 @@ fn plan_with<S: IsolationStrategy>(
             }
             !source
         });
-        for (name, value) in credentials::credential_env(&credentials, env) {
+        let trust = S::ISOLATION == Isolation::Namespaces && credentials::needs_trust(profile);
+        for (name, value) in credentials::credential_env(&credentials, trust, env) {
+            if value.starts_with(credentials::TRUST_DIR)
+                && let Some((_, before)) = env.iter().find(|(n, v)| *n == name && *v != value)
+            {
+                // The bundle holds the caller's own SSL_CERT_FILE (or the system's roots) and
+                // the run's CA; a file the profile named is not in it.
+                notes.push(format!(
+                    "process: {name}={before} is replaced by the run's CA bundle ({value}: stepproof-run's SSL_CERT_FILE or the system's roots, and the run's CA)"
+                ));
+            }
             env.retain(|(n, _)| *n != name);
             env.push((name, value));
         }
@@ -860,6 +874,11 @@ fn plan_with<S: IsolationStrategy>(
             g
         }),
         credentials,
+        read_only: if profile.network.mode == crate::profile::NetworkMode::Allowlist {
+            profile.network.read_only.clone()
+        } else {
+            Vec::new()
+        },
         workspace,
         workspace_mode,
         home,

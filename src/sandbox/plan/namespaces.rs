@@ -120,7 +120,7 @@ impl IsolationStrategy for MountView {
             size_mib: Some(16),
         });
         self.mounts.append(&mut self.agent_mounts);
-        if !scope.profile.network.credentials.is_empty() {
+        if crate::sandbox::plan::credentials::needs_trust(scope.profile) {
             // The run's CA (public) and the bundle that trusts it, written by the supervisor at
             // launch; its key never leaves the supervisor.
             self.mounts.push(MountOp::FromSupervisor {

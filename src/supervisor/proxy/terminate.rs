@@ -1,7 +1,9 @@
-//! TLS termination for hosts with a credential rule (and only those): the proxy answers the
-//! CONNECT, speaks TLS to the client with a leaf certificate of the run's CA, reads each HTTP/1.1
-//! request, checks it, adds the credential where a rule's scope covers it, and forwards it over
-//! a verified TLS connection to the host that was checked. Responses stream back as they come.
+//! TLS termination for hosts with a credential rule and for read-only hosts (and only those):
+//! the proxy answers the CONNECT, speaks TLS to the client with a leaf certificate of the run's
+//! CA, reads each HTTP/1.1 request, checks it, adds the credential where a rule's scope covers
+//! it, and forwards it over a verified TLS connection to the host that was checked. Responses
+//! stream back as they come. A read-only host takes GET and HEAD without a body and without a
+//! method override; anything else is refused (unless a credential rule of its own covers it).
 //!
 //! Per request: the target must be origin-form and the one `Host` header must name the CONNECT
 //! host and port, or the request is refused with nothing added; a placeholder outside its own
@@ -97,9 +99,28 @@ pub(super) fn serve(
     record: &mut ConnectionRecord,
 ) {
     record.allowed = true;
-    record
-        .rule
-        .push_str("; TLS terminated here (this host has credential rules)");
+    let read_only = broker.is_read_only(&target.host, target.port);
+    record.rule.push_str(if read_only {
+        "; TLS terminated here (read-only host: GET and HEAD)"
+    } else {
+        "; TLS terminated here (this host has credential rules)"
+    });
+    if read_only && broker.authority.is_none() {
+        // No CA the sandbox trusts (no private /run): the requests cannot be read, so the host
+        // is not reached at all.
+        return proxy.deny(
+            client,
+            record,
+            super::refusal(
+                403,
+                "Forbidden",
+                format!(
+                    "StepProof: {} is read-only in this profile, and without namespaces the proxy cannot read its requests: refused",
+                    target.host
+                ),
+            ),
+        );
+    }
     let config = match broker
         .authority
         .as_ref()
@@ -210,6 +231,25 @@ impl Exchange<'_, '_> {
         false
     }
 
+    /// The refusal of a request to a read-only host: 403, the reason phrase naming the method
+    /// and the host (most clients show only the status line), recorded as not allowed.
+    fn refuse_read_only(&self, record: &mut ConnectionRecord, method: &str, why: String) -> bool {
+        record.allowed = false;
+        record.rule = why.clone();
+        let method: String = method
+            .chars()
+            .filter(|c| c.is_ascii_graphic())
+            .take(32)
+            .collect();
+        let phrase = format!(
+            "StepProof refused {method} to {}: read-only host",
+            self.target.host
+        );
+        record.status = Some(403);
+        let _ = write_status(&mut &*self.side, 403, &phrase, &format!("{why}\n"));
+        false
+    }
+
     /// Serves one request. `None`: the connection ended before a request began.
     fn serve_request(
         &self,
@@ -311,6 +351,13 @@ impl Exchange<'_, '_> {
                 ),
             ));
         }
+        // A read-only host: GET and HEAD (or what a credential rule of its own covers).
+        if let Some(why) =
+            self.broker
+                .read_only_refusal(host, port, &head.method, &head.target, &head.headers)
+        {
+            return Some(self.refuse_read_only(record, &head.method, why));
+        }
         let framing = match http::body_framing(&head.headers, Framing::None) {
             Ok(framing) => framing,
             Err(why) => {
@@ -318,6 +365,22 @@ impl Exchange<'_, '_> {
                 return Some(self.refuse(record, 400, "Bad Request", &format!("StepProof: {why}")));
             }
         };
+        if self.broker.is_read_only(host, port)
+            && !matches!(framing, Framing::None | Framing::Length(0))
+            && self
+                .broker
+                .matching(host, port, &head.method, &head.target)
+                .is_none()
+        {
+            return Some(self.refuse_read_only(
+                record,
+                &head.method,
+                format!(
+                    "StepProof: {host} is read-only in this profile (GET and HEAD without a body): a {} request with a body is refused; recorded",
+                    head.method.escape_debug()
+                ),
+            ));
+        }
         let credential = self.broker.matching(host, port, &head.method, &head.target);
         let mut dropped: Vec<String> = DROPPED.iter().map(|h| h.to_string()).collect();
         let credential_line = match credential {
@@ -446,7 +509,7 @@ impl Exchange<'_, '_> {
         let tls = self
             .broker
             .upstream_tls(&target.host, target.port)
-            .ok_or_else(|| format!("no credential rule for {}", target.host))?;
+            .ok_or_else(|| format!("no onward trust for {}", target.host))?;
         let name = match &target.host {
             crate::profile::allow::Host::Name(n) => {
                 ServerName::try_from(n.clone()).map_err(|e| format!("upstream host `{n}`: {e}"))?
