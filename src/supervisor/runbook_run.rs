@@ -944,6 +944,7 @@ impl Engine {
                 "instructions": step.instructions,
                 "acceptance": step.acceptance,
                 "allows": crate::runbook::policy::allows_text(step),
+                "denied_words": crate::runbook::policy::denied_words(step),
                 "last_verdict": s.last_verdict,
             })).collect::<Vec<_>>(),
         })
