@@ -954,9 +954,22 @@ pub fn orientation_text(state: &Value) -> String {
         if !instructions.is_empty() {
             text.push_str(&format!("\nInstructions: {instructions}"));
         }
-        let acceptance = str_of(step, "acceptance").trim();
+        // A list of criteria (a single string is taken too).
+        let acceptance: Vec<&str> = match step.get("acceptance") {
+            Some(Value::Array(items)) => items
+                .iter()
+                .filter_map(Value::as_str)
+                .map(str::trim)
+                .filter(|c| !c.is_empty())
+                .collect(),
+            Some(Value::String(c)) if !c.trim().is_empty() => vec![c.trim()],
+            _ => Vec::new(),
+        };
         if !acceptance.is_empty() {
-            text.push_str(&format!("\nAcceptance: {acceptance}"));
+            text.push_str("\nAcceptance:");
+            for criterion in acceptance {
+                text.push_str(&format!("\n- {criterion}"));
+            }
         }
         text.push_str(&format!(
             "\nWhile it is open it allows {}.",

@@ -790,17 +790,17 @@ fn write_runbook_state(setup: &Setup) -> PathBuf {
         "steps": [
             { "id": "schema", "title": "Design the schema", "status": "passed", "attempts": 1,
               "max_attempts": 1, "depends_on": [], "instructions": "Write docs/schema.md.",
-              "acceptance": "", "allows": "what the profile allows (it names no allow rule)",
+              "acceptance": [], "allows": "what the profile allows (it names no allow rule)",
               "denied_words": [], "last_verdict": "passed" },
             { "id": "migrate", "title": "Write the migration", "status": "open", "attempts": 1,
               "max_attempts": 3, "depends_on": ["schema"],
               "instructions": "Write db/migrations/0007_orders.sql from docs/schema.md.",
-              "acceptance": "The migration applies to an empty database.",
+              "acceptance": ["The migration applies to an empty database.", "It can be rolled back."],
               "allows": "only bash `sqlite3 *`; writing `db/**`; other kinds as the profile says",
               "denied_words": ["git push", "rm"], "last_verdict": "failed" },
             { "id": "pr", "title": "Open the PR", "status": "waiting", "attempts": 0,
               "max_attempts": 1, "depends_on": ["migrate"], "instructions": "Open a PR.",
-              "acceptance": "", "allows": "", "denied_words": [], "last_verdict": null }
+              "acceptance": [], "allows": "", "denied_words": [], "last_verdict": null }
         ]
     });
     std::fs::write(dir.join("state.json"), state.to_string()).expect("write state");
@@ -856,7 +856,7 @@ fn a_runbook_orients_the_model_at_session_start_and_compaction() {
             "runbook 'schema-migration' (Add the orders table)",
             "Open step 'migrate': Write the migration (attempt 2 of 3)",
             "Instructions: Write db/migrations/0007_orders.sql from docs/schema.md.",
-            "Acceptance: The migration applies to an empty database.",
+            "Acceptance:\n- The migration applies to an empty database.\n- It can be rolled back.",
             "allows only bash `sqlite3 *`; writing `db/**`",
             "schema passed, last verdict passed",
             "migrate open, last verdict failed",
