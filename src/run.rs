@@ -329,6 +329,9 @@ fn carry_out(
         profile.assurance == crate::sandbox::landlock::Assurance::Strict,
         std::path::Path::new("/proc"),
         &nonce,
+        // A runbook run always gets a freezer where the host can give one: its evidence
+        // commands run while the agent's processes are frozen.
+        runbook.is_some(),
     )
     .map_err(Failure::host)?;
     for dropped in &limits.dropped {
@@ -344,6 +347,7 @@ fn carry_out(
             &facts,
             audit.as_ref(),
             limits.cgroup.as_ref(),
+            limits.no_freezer.clone(),
         )?),
         None => None,
     };
@@ -727,6 +731,7 @@ fn prepare_runbook(
     facts: &crate::sandbox::plan::HostFacts,
     audit: Option<&AuditSink>,
     cgroup: Option<&crate::supervisor::cgroup::RunCgroup>,
+    no_freezer: Option<String>,
 ) -> Result<crate::supervisor::runbook_run::RunbookRun, Failure> {
     use crate::sandbox::plan::agent_layer::CONTROL_DIR;
     use crate::sandbox::plan::{Access, MountOp};
@@ -812,6 +817,7 @@ fn prepare_runbook(
             ci: args.ci,
             pre_approved: args.approve.clone(),
             cgroup_dirs: cgroup.map(|c| c.dirs()).unwrap_or_default(),
+            no_freezer,
         },
         continued,
     )

@@ -1082,3 +1082,73 @@ both_claude!(
         assert!(!refused.is_empty(), "{}", run.describe());
     }
 );
+
+// Runbooks: Claude Code starts oriented. The first request the model receives already names
+// the open step and what it allows (the UserPromptSubmit observer, from the supervisor's
+// read-only state.json), and not the waiting step's instructions. Observed on 2.1.328 in `-p`:
+// the SessionStart observer's additionalContext (the profile's text, and now the open step's
+// instructions) does not reach the first request, so the instructions are not asserted here.
+both_claude!(
+    a_runbook_run_starts_with_the_open_step_in_context,
+    |w: &World| {
+        fs::write(
+            w.workspace.join("runbook.toml"),
+            r#"id = "oriented"
+title = "Oriented from the start"
+owner = "tests"
+
+[[steps]]
+id = "draft"
+title = "Draft the notes"
+instructions = "Write notes.md listing the three open questions"
+acceptance = ["notes.md exists"]
+[[steps.allow.bash]]
+id = "only-echo"
+reason = "this step only writes with echo"
+commands = ["echo *"]
+[[steps.evidence]]
+files_exist = { paths = ["notes.md"] }
+
+[[steps]]
+id = "later"
+title = "Later"
+instructions = "Publish the notes somewhere far away"
+depends_on = ["draft"]
+[[steps.evidence]]
+files_exist = { paths = ["notes.md"] }
+"#,
+        )
+        .unwrap();
+        chown_tree(&w.workspace, w.owner);
+        let mock = Mock::start(w, json!([text("fin")]));
+        let run = run_claude_as(
+            w,
+            &Launch {
+                run_args: &["--runbook", "runbook.toml"],
+                ..Launch::default()
+            },
+            &profile(w, &mock, true, ""),
+            &[],
+        );
+        let requests = mock.messages_requests();
+        let first = requests
+            .first()
+            .unwrap_or_else(|| panic!("no request reached the mock: {}", run.describe()))
+            .to_string();
+        assert!(
+            first.contains(
+                "Runbook 'oriented', open step 'draft' (Draft the notes): it allows only bash `echo *`; other kinds as the profile says."
+            ),
+            "the open step is not in the first request: {first}\n{}",
+            run.describe()
+        );
+        assert!(!first.contains("Publish the notes"), "{first}");
+        // The agent exited with the step open: the supervisor records the run as abandoned.
+        assert!(
+            run.stderr
+                .contains("runbook abandoned before its last step"),
+            "{}",
+            run.describe()
+        );
+    }
+);

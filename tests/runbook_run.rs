@@ -23,6 +23,10 @@ instructions = "Make code.txt say fixed"
 id = "only-echo"
 reason = "this step only writes with echo"
 commands = ["echo *", "cat *"]
+[[steps.deny.bash]]
+id = "no-rm"
+reason = "nothing is removed in this step"
+commands = ["rm *"]
 [[steps.evidence]]
 files_exist = { paths = ["code.txt"] }
 [[steps.evidence]]
@@ -103,9 +107,14 @@ fn kinds(log: &Path) -> Vec<String> {
 
 const HOOK_CALL: &str = r#"printf '%s' '{"hook_event_name":"PreToolUse","session_id":"s","tool_name":"Bash","tool_input":{"command":"rm -rf build"},"cwd":"'"$PWD"'"}' | /run/stepproof/stepproof-hook --audit-socket /run/stepproof/audit.sock; echo "hook-exit=$?""#;
 
+/// The observer hooks Claude Code runs at session start and on a prompt, as it runs them.
+const ORIENTATION_CALLS: &str = r#"printf '%s' '{"hook_event_name":"SessionStart","session_id":"s","source":"startup","cwd":"'"$PWD"'"}' | /run/stepproof/stepproof-hook --event SessionStart; echo "start-exit=$?"
+printf '%s' '{"hook_event_name":"UserPromptSubmit","session_id":"s","prompt":"then rm the build dir","cwd":"'"$PWD"'"}' | /run/stepproof/stepproof-hook --event UserPromptSubmit; echo "prompt-exit=$?""#;
+
 fn agent_script() -> String {
     format!(
         r#"S=/run/stepproof/stepproof
+{ORIENTATION_CALLS}
 {HOOK_CALL}
 python3 -c 'import socket; s=socket.socket(socket.AF_UNIX); s.connect("/run/stepproof/runbook/step.sock"); s.sendall(b"{{\"op\":\"complete\",\"verdict\":\"passed\"}}\n"); print("forged:", s.recv(4096).decode())'
 $S step complete --note first; echo "complete-1=$?"
@@ -153,6 +162,34 @@ both!(a_runbook_runs_step_by_step, |w: &World| {
     );
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let all = describe(&out);
+    // The observers orient the agent from the read-only state: the open step's instructions
+    // and what it allows at session start, one line and the denied word on a prompt.
+    assert!(
+        text.contains("start-exit=0") && text.contains("prompt-exit=0"),
+        "{all}"
+    );
+    let contexts: Vec<String> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| {
+            v["hookSpecificOutput"]["additionalContext"]
+                .as_str()
+                .map(str::to_string)
+        })
+        .collect();
+    assert_eq!(contexts.len(), 2, "{all}");
+    assert!(
+        contexts[0].contains("Open step 'write': Fix the code")
+            && contexts[0].contains("Instructions: Make code.txt say fixed")
+            && contexts[0].contains("`echo *`"),
+        "{all}"
+    );
+    assert!(
+        contexts[1].contains("open step 'write' (Fix the code)")
+            && contexts[1].contains("Note: step 'write' denies `rm`")
+            && !contexts[1].contains("Instructions:"),
+        "{all}"
+    );
     // A denied call names the step and what it allows.
     assert!(text.contains("hook-exit=2"), "{all}");
     assert!(
@@ -496,5 +533,157 @@ $S step complete --step gate; echo "complete-gate=$?"
             "{}",
             describe(&out)
         );
+    }
+);
+
+const FREEZE_RUNBOOK: &str = r#"
+id = "freeze"
+title = "Evidence on one state"
+owner = "tests"
+
+[[steps]]
+id = "check"
+title = "Check"
+instructions = "Ask for completion"
+[[steps.evidence]]
+command = { run = ["sh", "-c", "sleep 1; true"] }
+"#;
+
+// The agent's background loop writes a tick every 50 ms; while the evidence command runs
+// (~1 s) the agent's processes are frozen, so the ticks show a gap over that window, and
+// continue after it (thawed).
+both!(the_agent_is_frozen_while_evidence_runs, |w: &World| {
+    fs::write(w.workspace.join("runbook.toml"), FREEZE_RUNBOOK).unwrap();
+    fs::write(
+        w.workspace.join("agent.sh"),
+        r#"( while :; do date +%s%N >> ticks.txt; sleep 0.05; done ) &
+LOOP=$!
+sleep 0.5
+/run/stepproof/stepproof step complete; echo "complete=$?"
+sleep 0.5
+kill $LOOP
+"#,
+    )
+    .unwrap();
+    support::chown_tree(&w.workspace, w.owner);
+    let out = run(w, &[]);
+    let all = describe(&out);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("complete=0"),
+        "{all}"
+    );
+    let log = audit_log(&String::from_utf8_lossy(&out.stderr));
+    verify(&log);
+    let records = records(&log);
+    let evidence = records
+        .iter()
+        .find(|r| r["kind"] == "runbook-evidence" && r.get("agent_frozen").is_some())
+        .unwrap_or_else(|| panic!("no command evidence record: {records:?}"));
+    if evidence["frozen"] != true {
+        // Only where the host gives this user no cgroup to freeze in: the record says why.
+        let why = evidence["agent_frozen"].as_str().unwrap_or_default();
+        assert!(
+            matches!(w.who, Who::User) && why.starts_with("not frozen: the run has no cgroup"),
+            "{evidence}"
+        );
+        println!("skipped: the freezer check as the test user ({why})");
+        return;
+    }
+    let ticks: Vec<u64> = fs::read_to_string(w.workspace.join("ticks.txt"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect();
+    let gaps: Vec<(u64, usize)> = ticks
+        .windows(2)
+        .enumerate()
+        .map(|(i, p)| (p[1].saturating_sub(p[0]), i))
+        .collect();
+    let (gap, at) = gaps.iter().copied().max().expect("ticks");
+    assert!(gap >= 800_000_000, "largest gap {gap} ns in {ticks:?}");
+    // Thawed afterwards: the loop went on ticking after the gap.
+    assert!(ticks.len() > at + 3, "no ticks after the gap: {ticks:?}");
+});
+
+const LEDGER_RUNBOOK: &str = r#"
+id = "ledger"
+title = "Writes attributed"
+owner = "tests"
+
+[[steps]]
+id = "notes"
+title = "Write notes"
+instructions = "Change notes/a.md"
+[[steps.evidence]]
+files_changed = { paths = ["notes/*.md"] }
+"#;
+
+/// Claude Code's PostToolUse input for a Write of `notes/a.md`, through the real hook.
+const POST_WRITE: &str = r#"printf '%s' '{"hook_event_name":"PostToolUse","session_id":"s","tool_use_id":"toolu_TAG","tool_name":"Write","tool_input":{"file_path":"'"$PWD"'/notes/a.md","content":"x"},"tool_response":{"type":"update","filePath":"'"$PWD"'/notes/a.md"},"cwd":"'"$PWD"'"}' | /run/stepproof/stepproof-hook --audit-socket /run/stepproof/audit.sock; echo "post-TAG=$?""#;
+
+// The PostToolUse ledger attributes a write to the step open when it was made; a ledger entry
+// claiming a write the supervisor's hashes do not confirm does not make files_changed hold.
+both!(
+    the_ledger_attributes_writes_but_never_proves,
+    |w: &World| {
+        fs::write(w.workspace.join("runbook.toml"), LEDGER_RUNBOOK).unwrap();
+        fs::create_dir_all(w.workspace.join("notes")).unwrap();
+        fs::write(w.workspace.join("notes/a.md"), "old\n").unwrap();
+        fs::write(
+        w.workspace.join("agent.sh"),
+        format!(
+            "{}\n/run/stepproof/stepproof step complete; echo \"complete-1=$?\"\necho new > notes/a.md\n{}\n/run/stepproof/stepproof step complete; echo \"complete-2=$?\"\n",
+            POST_WRITE.replace("TAG", "claim"),
+            POST_WRITE.replace("TAG", "real"),
+        ),
+    )
+    .unwrap();
+        support::chown_tree(&w.workspace, w.owner);
+        let out = run(w, &[]);
+        let all = describe(&out);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        for line in ["post-claim=0", "post-real=0", "complete-2=0"] {
+            assert!(stdout.contains(line), "{line}: {all}");
+        }
+        assert!(
+            !stdout.contains("complete-1=0"),
+            "a claim alone passed: {all}"
+        );
+        let log = audit_log(&String::from_utf8_lossy(&out.stderr));
+        verify(&log);
+        let records = records(&log);
+        let evidence: Vec<&serde_json::Value> = records
+            .iter()
+            .filter(|r| r["kind"] == "runbook-evidence" && r.get("attributed_to").is_some())
+            .collect();
+        assert_eq!(evidence.len(), 2, "{records:?}");
+        // First attempt: the ledger claims a write, the file is as it was when the step opened.
+        let first = evidence[0];
+        assert_eq!(first["held"], false, "{first}");
+        let claim = &first["attributed_to"][0];
+        let inside: Vec<&serde_json::Value> = records
+            .iter()
+            .filter(|r| r["source"] == "sandbox")
+            .collect();
+        assert_eq!(
+            claim["tool_use_id"], "toolu_claim",
+            "{first}\n{inside:?}\n{all}"
+        );
+        assert_eq!(claim["step"], "notes", "{first}");
+        assert_eq!(claim["reported_from"], "inside", "{first}");
+        assert_eq!(claim["path"], "notes/a.md", "{first}");
+        // Second: the real write, named with its step and confirmed by the supervisor's hash.
+        let second = evidence[1];
+        assert_eq!(second["held"], true, "{second}");
+        let real = second["attributed_to"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|a| a["tool_use_id"] == "toolu_real")
+            .unwrap_or_else(|| panic!("{second}"));
+        assert_eq!(real["open_steps"], serde_json::json!(["notes"]), "{second}");
+        assert_eq!(real["matches_supervisor_hash"], true, "{second}");
+        let new_hash = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(b"new\n"));
+        assert_eq!(real["sha256"], new_hash.as_str(), "{second}");
     }
 );

@@ -24,7 +24,11 @@
 //! (hex of the file's content after the change, null with `error` when it cannot be read); for
 //! Bash, `command`, `exit_status` (integer or null when Claude Code did not report one),
 //! `interrupted`, `stdout_sha256`, `stderr_sha256`; for PostToolUseFailure also `error` (the
-//! error text Claude Code reported). Failure records add `error`.
+//! error text Claude Code reported). The file is hashed without following a link at its name,
+//! only when it is a regular file of at most 64 MiB (else `sha256` null and `error`). Under
+//! `stepproof-run --runbook` every evidence record adds `open_steps` (the step ids open when the
+//! tool ran, from `/run/stepproof/runbook/state.json`, read only when that directory exists).
+//! Failure records add `error`.
 //!
 //! These records are *reported from inside*: the agent can run the hook binary itself, so they
 //! show what was decided, not who asked. A send that fails or takes longer than the timeout

@@ -5,7 +5,8 @@
 //! | PreToolUse | the decision JSON; deny also exits 2 with the reason on stderr | deny, exit 2 |
 //! | ConfigChange | refuse the reload: exit 2 | refuse |
 //! | PostToolUse, PostToolUseFailure | an evidence record; `additionalContext` after a Bash call the kernel refused as read-only, or during which the proxy refused a host (the supervisor's notices) | exit 0, failure record |
-//! | SessionStart, UserPromptSubmit, PreCompact | `additionalContext` | exit 0, no context |
+//! | SessionStart, UserPromptSubmit, PreCompact | `additionalContext` (with a runbook: its open steps; a prompt gets one line per open step) | exit 0, no context |
+//! | SubagentStart, SubagentStop | with a runbook, a record naming `agent_id`/`agent_type` | exit 0 |
 //! | anything else (Stop, SessionEnd, …) | nothing | exit 0: exit 2 on Stop loops the agent |
 //!
 //! Everything here is pure (bytes in, `Response` out) so tests can drive it without a process;
@@ -154,6 +155,9 @@ pub struct HookInput {
     pub source: Option<Value>,
     #[serde(default)]
     pub file_path: Option<Value>,
+    /// UserPromptSubmit: what the user typed.
+    #[serde(default)]
+    pub prompt: Option<Value>,
 }
 
 /// Judges a PreToolUse input: missing fields deny (fail closed).
@@ -350,6 +354,12 @@ pub fn respond(args: &Args, stdin: &[u8]) -> Response {
         }
         // The end of a turn: the audit log learns that asks still open were not approved.
         "Stop" => observe(args, &event, input, turn),
+        // Dispatches and results of subagents, recorded while a runbook runs.
+        "SubagentStart" | "SubagentStop"
+            if runbook_dir(&args.policy).is_some_and(|d| d.is_dir()) =>
+        {
+            observe(args, &event, input, subagent)
+        }
         _ => Response::silent(),
     }
 }
@@ -785,6 +795,9 @@ fn evidence(event: &str, input: &HookInput, policy: Option<&CompiledPolicy>) -> 
         }
         _ => {}
     }
+    if let Some(open) = open_steps() {
+        record["open_steps"] = json!(open);
+    }
     if event == "PostToolUseFailure" {
         record["error"] = match &input.error {
             Some(Value::String(s)) => json!(s),
@@ -806,16 +819,30 @@ fn exit_status_from_error(error: Option<&Value>) -> Option<i64> {
 }
 
 fn context(args: &Args, event: &str, input: Result<HookInput, String>) -> Response {
-    let Ok(policy) = load_policy_for(&args.policy, &Needs::minimal()) else {
+    let Ok(input) = input else {
         return Response::silent();
     };
-    if input.is_err() {
-        return Response::silent();
-    }
+    let policy = load_policy_for(&args.policy, &Needs::minimal()).ok();
+    // Read only when the runbook directory exists: without a runbook this costs one stat.
+    let state = runbook_dir(&args.policy)
+        .filter(|d| d.is_dir())
+        .and_then(|d| read_runbook_state(&d));
+    let runbook = state.as_ref().and_then(|state| match event {
+        "UserPromptSubmit" => prompt_reminder(
+            state,
+            input.prompt.as_ref().and_then(Value::as_str).unwrap_or(""),
+        ),
+        _ => Some(orientation_text(state)),
+    });
+    let text = match (policy.as_ref().map(context_text), runbook) {
+        (Some(profile), Some(runbook)) => format!("{profile}\n\n{runbook}"),
+        (Some(text), None) | (None, Some(text)) => text,
+        (None, None) => return Response::silent(),
+    };
     let answer = json!({
         "hookSpecificOutput": {
             "hookEventName": event,
-            "additionalContext": context_text(&policy),
+            "additionalContext": text,
         }
     });
     Response {
@@ -854,6 +881,167 @@ pub fn context_text(policy: &CompiledPolicy) -> String {
     ));
     text.push_str(" A denial names its rule; do not try to get around it, ask the user instead.");
     text
+}
+
+/// The runbook directory beside the profile's policy (`/run/stepproof/runbook` inside).
+fn runbook_dir(policy: &Path) -> Option<PathBuf> {
+    Some(policy.parent()?.join(RUNBOOK_DIR_NAME))
+}
+
+/// The largest `state.json` read.
+const MAX_STATE_BYTES: u64 = 1 << 20;
+
+/// The runbook's read-only `state.json` in `dir`; `None` when it cannot be read as JSON (an
+/// observer then says nothing of the runbook rather than something wrong).
+fn read_runbook_state(dir: &Path) -> Option<Value> {
+    let file = std::fs::File::open(dir.join("state.json")).ok()?;
+    let mut bytes = Vec::new();
+    file.take(MAX_STATE_BYTES).read_to_end(&mut bytes).ok()?;
+    serde_json::from_slice::<Value>(&bytes)
+        .ok()
+        .filter(Value::is_object)
+}
+
+fn str_of<'a>(value: &'a Value, key: &str) -> &'a str {
+    value.get(key).and_then(Value::as_str).unwrap_or("")
+}
+
+/// The state's steps that are open, in runbook order.
+fn open_steps_of(state: &Value) -> Vec<&Value> {
+    state
+        .get("steps")
+        .and_then(Value::as_array)
+        .map(|steps| {
+            steps
+                .iter()
+                .filter(|s| str_of(s, "status") == "open")
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// What the model is told of the runbook at session start, after a `/clear` and around a
+/// compaction: the runbook, its open steps with their instructions, acceptance criteria and
+/// what they allow, where every step stands and the last verdicts, and how to complete a step.
+pub fn orientation_text(state: &Value) -> String {
+    let mut text = format!(
+        "This run follows the StepProof runbook '{}' ({}). The supervisor outside the sandbox holds its state; only it decides when a step is complete.",
+        str_of(state, "runbook"),
+        str_of(state, "title"),
+    );
+    if let Some(ended) = state.get("ended").filter(|e| !e.is_null()) {
+        text.push_str(&format!(
+            "\nThe run has stopped ({} at step {}): no tool call is allowed any more.",
+            str_of(ended, "ending"),
+            str_of(ended, "step"),
+        ));
+    }
+    let open = open_steps_of(state);
+    if open.is_empty() && state.get("ended").is_none_or(Value::is_null) {
+        text.push_str("\nNo step is open.");
+    }
+    for step in &open {
+        text.push_str(&format!(
+            "\n\nOpen step '{}': {} (attempt {} of {}).",
+            str_of(step, "id"),
+            str_of(step, "title"),
+            step.get("attempts").and_then(Value::as_u64).unwrap_or(0) + 1,
+            step.get("max_attempts")
+                .and_then(Value::as_u64)
+                .unwrap_or(1),
+        ));
+        let instructions = str_of(step, "instructions").trim();
+        if !instructions.is_empty() {
+            text.push_str(&format!("\nInstructions: {instructions}"));
+        }
+        // A list of criteria (a single string is taken too).
+        let acceptance: Vec<&str> = match step.get("acceptance") {
+            Some(Value::Array(items)) => items
+                .iter()
+                .filter_map(Value::as_str)
+                .map(str::trim)
+                .filter(|c| !c.is_empty())
+                .collect(),
+            Some(Value::String(c)) if !c.trim().is_empty() => vec![c.trim()],
+            _ => Vec::new(),
+        };
+        if !acceptance.is_empty() {
+            text.push_str("\nAcceptance:");
+            for criterion in acceptance {
+                text.push_str(&format!("\n- {criterion}"));
+            }
+        }
+        text.push_str(&format!(
+            "\nWhile it is open it allows {}.",
+            str_of(step, "allows")
+        ));
+    }
+    if let Some(steps) = state.get("steps").and_then(Value::as_array) {
+        let standing: Vec<String> = steps
+            .iter()
+            .map(|s| {
+                let verdict = s
+                    .get("last_verdict")
+                    .and_then(Value::as_str)
+                    .map(|v| format!(", last verdict {v}"))
+                    .unwrap_or_default();
+                format!("{} {}{verdict}", str_of(s, "id"), str_of(s, "status"))
+            })
+            .collect();
+        if !standing.is_empty() {
+            text.push_str(&format!("\n\nSteps: {}.", standing.join("; ")));
+        }
+    }
+    text.push_str(
+        "\nWhen the open step's work is done, ask for its completion with `stepproof step complete STEP` (`stepproof step status` shows the run): the supervisor checks the evidence itself.",
+    );
+    text
+}
+
+/// The line added to a prompt while a step is open: the step and what it allows, and a notice
+/// when the prompt names, as whole words, a command a step rule denies. `None` when no step is
+/// open.
+pub fn prompt_reminder(state: &Value, prompt: &str) -> Option<String> {
+    let open = open_steps_of(state);
+    if open.is_empty() {
+        return None;
+    }
+    let words: Vec<&str> = prompt
+        .split(|c: char| !(c.is_alphanumeric() || matches!(c, '_' | '-' | '.' | '/')))
+        .filter(|w| !w.is_empty())
+        .map(|w| w.rsplit('/').next().unwrap_or(w))
+        .collect();
+    let mut lines = Vec::new();
+    for step in &open {
+        lines.push(format!(
+            "Runbook '{}', open step '{}' ({}): it allows {}.",
+            str_of(state, "runbook"),
+            str_of(step, "id"),
+            str_of(step, "title"),
+            str_of(step, "allows"),
+        ));
+        let denied = step
+            .get("denied_words")
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        for phrase in denied.iter().filter_map(Value::as_str) {
+            let phrase: Vec<&str> = phrase.split_whitespace().collect();
+            if !phrase.is_empty() && words.windows(phrase.len()).any(|w| w == phrase.as_slice()) {
+                lines.push(format!(
+                    "Note: step '{}' denies `{}`; such a call will be refused while the step is open.",
+                    str_of(step, "id"),
+                    phrase.join(" "),
+                ));
+            }
+        }
+    }
+    Some(lines.join("\n"))
+}
+
+/// A subagent dispatched or finished, while a runbook runs (`agent_id`, `agent_type`).
+fn subagent(event: &str, input: &HookInput, policy: Option<&CompiledPolicy>) -> Value {
+    base_record("subagent", event, input, policy)
 }
 
 /// A turn's boundary (a prompt submitted, the agent stopped): what it tells the audit log is
@@ -925,18 +1113,63 @@ fn hex(bytes: &[u8]) -> String {
     out
 }
 
+/// The ledger hashes at most this much of a file; a larger one is recorded without a hash.
+const LEDGER_HASH_MAX_BYTES: u64 = 64 << 20;
+
+/// The sha256 of a regular file the tool wrote: the last component is not followed (a link
+/// is refused), a FIFO or device is not opened for reading (O_NONBLOCK, then refused as not a
+/// regular file), a file over 64 MiB is not hashed.
 fn sha256_file(path: &Path) -> std::io::Result<String> {
-    let mut file = std::fs::File::open(path)?;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    if meta.len() > LEDGER_HASH_MAX_BYTES {
+        return Err(std::io::Error::other(format!(
+            "larger than {LEDGER_HASH_MAX_BYTES} bytes ({}), not hashed",
+            meta.len()
+        )));
+    }
     let mut hasher = Sha256::new();
     let mut buffer = vec![0u8; 64 * 1024];
+    let mut reader = (&mut file).take(LEDGER_HASH_MAX_BYTES + 1);
     loop {
-        let n = file.read(&mut buffer)?;
+        let n = reader.read(&mut buffer)?;
         if n == 0 {
             break;
         }
         hasher.update(&buffer[..n]);
     }
     Ok(hex(&hasher.finalize()))
+}
+
+/// The runbook's state inside the sandbox (`stepproof-run --runbook`), bound read-only.
+const RUNBOOK_STATE: &str = "/run/stepproof/runbook/state.json";
+
+/// The runbook steps open when the tool ran, from the runbook's read-only `state.json` —
+/// read only when the runbook directory exists (a run without a runbook costs one stat).
+fn open_steps() -> Option<Vec<String>> {
+    let dir = Path::new(RUNBOOK_STATE).parent()?;
+    if !dir.is_dir() {
+        return None;
+    }
+    let file = std::fs::File::open(RUNBOOK_STATE).ok()?;
+    let mut text = String::new();
+    file.take(1 << 20).read_to_string(&mut text).ok()?;
+    let state: Value = serde_json::from_str(&text).ok()?;
+    Some(
+        state
+            .get("open")?
+            .as_array()?
+            .iter()
+            .filter_map(|s| s.as_str().map(str::to_string))
+            .collect(),
+    )
 }
 
 #[cfg(test)]

@@ -775,3 +775,250 @@ fn a_closed_standard_fd_is_reopened_on_dev_null() {
     assert_eq!(target.as_deref(), Some(Path::new("/dev/null")));
     assert_eq!(status.code(), Some(2), "empty input is denied");
 }
+
+/// A runbook's `state.json` as the supervisor writes it (src/supervisor/runbook_run.rs,
+/// `state_json`), beside `setup`'s policy: `schema` passed, `migrate` open.
+fn write_runbook_state(setup: &Setup) -> PathBuf {
+    let dir = setup.dir.path().join("runbook");
+    std::fs::create_dir_all(&dir).expect("mkdir runbook");
+    let state = serde_json::json!({
+        "runbook": "schema-migration",
+        "title": "Add the orders table",
+        "hash": "ab12",
+        "open": ["migrate"],
+        "ended": null,
+        "steps": [
+            { "id": "schema", "title": "Design the schema", "status": "passed", "attempts": 1,
+              "max_attempts": 1, "depends_on": [], "instructions": "Write docs/schema.md.",
+              "acceptance": [], "allows": "what the profile allows (it names no allow rule)",
+              "denied_words": [], "last_verdict": "passed" },
+            { "id": "migrate", "title": "Write the migration", "status": "open", "attempts": 1,
+              "max_attempts": 3, "depends_on": ["schema"],
+              "instructions": "Write db/migrations/0007_orders.sql from docs/schema.md.",
+              "acceptance": ["The migration applies to an empty database.", "It can be rolled back."],
+              "allows": "only bash `sqlite3 *`; writing `db/**`; other kinds as the profile says",
+              "denied_words": ["git push", "rm"], "last_verdict": "failed" },
+            { "id": "pr", "title": "Open the PR", "status": "waiting", "attempts": 0,
+              "max_attempts": 1, "depends_on": ["migrate"], "instructions": "Open a PR.",
+              "acceptance": [], "allows": "", "denied_words": [], "last_verdict": null }
+        ]
+    });
+    std::fs::write(dir.join("state.json"), state.to_string()).expect("write state");
+    dir
+}
+
+fn with_field(setup: &Setup, fixture: &str, key: &str, value: &str) -> Vec<u8> {
+    let mut input: Value = serde_json::from_slice(&setup.fixture(fixture)).expect("fixture");
+    input[key] = Value::from(value);
+    input.to_string().into_bytes()
+}
+
+fn context_of(r: &Run) -> String {
+    assert_eq!((r.code, r.stderr.as_str()), (0, ""), "{}", r.stdout);
+    r.json()["hookSpecificOutput"]["additionalContext"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[test]
+fn a_runbook_orients_the_model_at_session_start_and_compaction() {
+    let setup = Setup::new("default");
+    let policy = setup.policy.to_str().expect("utf8");
+    // Without a runbook: the profile's context alone, no word of a runbook.
+    let before = context_of(&run_fixture(&setup, "session_start.json"));
+    assert!(
+        before.contains("'default'") && !before.contains("runbook"),
+        "{before}"
+    );
+    write_runbook_state(&setup);
+    let mut inputs: Vec<(String, Vec<u8>)> = ["startup", "resume", "clear", "compact"]
+        .iter()
+        .map(|s| {
+            (
+                format!("SessionStart/{s}"),
+                with_field(&setup, "session_start.json", "source", s),
+            )
+        })
+        .collect();
+    inputs.push(("PreCompact".into(), setup.fixture("pre_compact.json")));
+    for (what, input) in inputs {
+        let r = run(&["--policy", policy], &input);
+        let event = what.split('/').next().unwrap_or_default();
+        assert_eq!(
+            r.json()["hookSpecificOutput"]["hookEventName"],
+            event,
+            "{what}"
+        );
+        let context = context_of(&r);
+        for needle in [
+            "'default'",
+            "runbook 'schema-migration' (Add the orders table)",
+            "Open step 'migrate': Write the migration (attempt 2 of 3)",
+            "Instructions: Write db/migrations/0007_orders.sql from docs/schema.md.",
+            "Acceptance:\n- The migration applies to an empty database.\n- It can be rolled back.",
+            "allows only bash `sqlite3 *`; writing `db/**`",
+            "schema passed, last verdict passed",
+            "migrate open, last verdict failed",
+            "pr waiting",
+            "stepproof step complete",
+        ] {
+            assert!(
+                context.contains(needle),
+                "{what}: {needle:?} missing in {context}"
+            );
+        }
+        // Only the open step's instructions.
+        assert!(!context.contains("Open a PR."), "{what}: {context}");
+    }
+}
+
+#[test]
+fn a_prompt_gets_the_open_step_and_a_notice_of_denied_words() {
+    let setup = Setup::new("default");
+    let policy = setup.policy.to_str().expect("utf8");
+    let prompt = |text: &str| {
+        context_of(&run(
+            &["--policy", policy],
+            &with_field(&setup, "user_prompt_submit.json", "prompt", text),
+        ))
+    };
+    let before = prompt("then git push it");
+    assert!(
+        !before.contains("runbook") && !before.contains("Note:"),
+        "{before}"
+    );
+    write_runbook_state(&setup);
+    let line = "Runbook 'schema-migration', open step 'migrate' (Write the migration): it allows only bash `sqlite3 *`; writing `db/**`; other kinds as the profile says.";
+    let plain = prompt("Fix the failing test in src/lib.rs");
+    assert!(plain.contains(line) && !plain.contains("Note:"), "{plain}");
+    // Not the whole instructions on every prompt.
+    assert!(!plain.contains("Instructions:"), "{plain}");
+    let pushed = prompt("When it works, git push it to origin");
+    assert!(pushed.contains(line), "{pushed}");
+    assert!(
+        pushed.contains("Note: step 'migrate' denies `git push`"),
+        "{pushed}"
+    );
+    assert!(!pushed.contains("denies `rm`"), "{pushed}");
+    let removed = prompt("rm the old file, via /bin/rm if need be");
+    assert!(removed.contains("denies `rm`"), "{removed}");
+    // Exact words only: `git pushed`, `rmdir`, `git` then `push` apart, `confirm` do not count.
+    for text in [
+        "I git pushed it",
+        "rmdir build",
+        "git status, then push",
+        "confirm",
+    ] {
+        let r = prompt(text);
+        assert!(r.contains(line) && !r.contains("Note:"), "{text}: {r}");
+    }
+    // No open step: no line (a state with every step passed).
+    let dir = setup.dir.path().join("runbook");
+    std::fs::write(
+        dir.join("state.json"),
+        r#"{"runbook":"r","title":"t","open":[],"ended":null,"steps":[{"id":"a","status":"passed","denied_words":["git push"]}]}"#,
+    )
+    .expect("write");
+    let done = prompt("git push");
+    assert!(
+        !done.contains("Runbook 'r'") && !done.contains("Note:"),
+        "{done}"
+    );
+    // A damaged state: the observer still answers, exit 0, with the profile's context.
+    std::fs::write(dir.join("state.json"), "{not json").expect("write");
+    let damaged = prompt("git push");
+    assert!(
+        damaged.contains("'default'") && !damaged.contains("Runbook"),
+        "{damaged}"
+    );
+}
+
+#[test]
+fn subagents_are_recorded_with_their_id_and_type_while_a_runbook_runs() {
+    let setup = Setup::new("default");
+    let policy = setup.policy.to_str().expect("utf8");
+    let socket = setup.dir.path().join("audit.sock");
+    let listener = UnixListener::bind(&socket).expect("bind");
+    let sock = socket.to_str().expect("utf8");
+    // Without a runbook: silent, and no record (the listener would see a connection).
+    for fixture in ["subagent_start.json", "subagent_stop.json"] {
+        let r = run(
+            &["--policy", policy, "--audit-socket", sock],
+            &setup.fixture(fixture),
+        );
+        assert_eq!((r.code, r.stdout.as_str(), r.stderr.as_str()), (0, "", ""));
+    }
+    listener.set_nonblocking(true).expect("nonblocking");
+    let pending = listener.accept();
+    assert!(
+        pending
+            .as_ref()
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock),
+        "a record without a runbook: {pending:?}"
+    );
+    listener.set_nonblocking(false).expect("blocking");
+    write_runbook_state(&setup);
+    let collector = collect_records(listener, 2);
+    for fixture in ["subagent_start.json", "subagent_stop.json"] {
+        let r = run(
+            &["--policy", policy, "--audit-socket", sock],
+            &setup.fixture(fixture),
+        );
+        assert_eq!((r.code, r.stdout.as_str(), r.stderr.as_str()), (0, "", ""));
+    }
+    let records = collector.join().expect("collector");
+    assert_eq!(records.len(), 2, "{records:#?}");
+    for (record, event) in records.iter().zip(["SubagentStart", "SubagentStop"]) {
+        assert_eq!(record["kind"], "subagent", "{record}");
+        assert_eq!(record["event"], event);
+        assert_eq!(record["agent_id"], "agent-7");
+        assert_eq!(record["agent_type"], "Explore");
+    }
+}
+
+/// Median wall time of `n` runs of the hook on `input`.
+fn median_run(args: &[&str], input: &[u8], n: usize) -> Duration {
+    let mut times: Vec<Duration> = (0..n)
+        .map(|_| {
+            let start = std::time::Instant::now();
+            let r = run(args, input);
+            let took = start.elapsed();
+            assert_eq!(r.code, 0);
+            took
+        })
+        .collect();
+    times.sort();
+    times[n / 2]
+}
+
+// Observers must answer in under 2 ms (RUNBOOKS.md, "Speed"). Whole-process times of this
+// (debug) build include the spawn, so what is asserted is what the runbook adds: each
+// observer with a runbook against the same call without one.
+#[test]
+fn runbook_observers_add_well_under_two_milliseconds() {
+    let setup = Setup::new("default");
+    let policy = setup.policy.to_str().expect("utf8");
+    let args = ["--policy", policy];
+    let inputs = [
+        ("SessionStart", setup.fixture("session_start.json")),
+        ("PreCompact", setup.fixture("pre_compact.json")),
+        (
+            "UserPromptSubmit",
+            with_field(&setup, "user_prompt_submit.json", "prompt", "git push it"),
+        ),
+        ("SubagentStart", setup.fixture("subagent_start.json")),
+    ];
+    let dir = setup.dir.path().join("runbook");
+    for (event, input) in &inputs {
+        let _ = std::fs::remove_dir_all(&dir);
+        let without = median_run(&args, input, 41);
+        write_runbook_state(&setup);
+        let with = median_run(&args, input, 41);
+        eprintln!("{event}: {with:?} with a runbook, {without:?} without (median of 41 runs)");
+        assert!(
+            with < without + Duration::from_millis(2),
+            "{event}: {with:?} with a runbook, {without:?} without"
+        );
+    }
+}

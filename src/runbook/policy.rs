@@ -85,6 +85,32 @@ pub fn allows_text(step: &Step) -> String {
     }
 }
 
+/// The commands the step's `deny` bash rules name, in words: each pattern's command name and
+/// the plain words after it up to the first wildcard or option (`git push *` → `git push`,
+/// `/usr/bin/rm -rf *` → `rm`), deduplicated in rule order. The hook's UserPromptSubmit
+/// reminder says so when a prompt contains one of them as whole words.
+pub fn denied_words(step: &Step) -> Vec<String> {
+    let plain = |w: &str| !w.is_empty() && !w.starts_with('-') && !w.contains(['*', '?', '[', ']']);
+    let mut found: Vec<String> = Vec::new();
+    for pattern in step.deny.bash.iter().flat_map(|r| &r.commands) {
+        let mut words = pattern.split_whitespace();
+        let Some(first) = words.next() else {
+            continue;
+        };
+        let name = first.rsplit('/').next().unwrap_or(first);
+        if !plain(name) {
+            continue;
+        }
+        let mut phrase = vec![name];
+        phrase.extend(words.take_while(|w| plain(w)));
+        let phrase = phrase.join(" ");
+        if !found.contains(&phrase) {
+            found.push(phrase);
+        }
+    }
+    found
+}
+
 /// The step's rules as a `[hook]` section with the catch-alls described above.
 pub fn step_hook_config(step: &Step) -> HookConfig {
     let mut config = step.allow.to_hook(Decision::Allow);
@@ -210,6 +236,16 @@ mod tests {
         )
         .unwrap();
         policy.check(tool, &input, &CallContext::default()).decision
+    }
+
+    #[test]
+    fn denied_words_are_the_plain_command_names_of_deny_rules() {
+        let (_, s) = step(
+            "[[steps.deny.bash]]\nid = \"d\"\nreason = \"r\"\ncommands = [\"git push *\", \"/usr/bin/rm -rf *\", \"git commit *\", \"c* *\"]\n",
+        );
+        assert_eq!(denied_words(&s), ["git push", "rm", "git commit"]);
+        let (_, s) = step("");
+        assert!(denied_words(&s).is_empty());
     }
 
     #[test]

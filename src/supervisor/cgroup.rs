@@ -17,6 +17,8 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, Instant};
 
+/// The v1 controller that freezes a run's processes while a runbook's evidence command runs.
+pub const FREEZER: &str = "freezer";
 /// Every directory this module makes starts with it, so that a stale one can be recognised.
 const NAME_PREFIX: &str = "stepproof-";
 /// The nonce of the v2 leaf the supervisor moves itself into (see [`Place::V2`]).
@@ -128,7 +130,9 @@ impl CgroupHost {
                 continue;
             }
             for controller in controllers.split(',') {
-                if !LimitKind::ALL.iter().any(|k| k.controller() == controller) {
+                if controller != FREEZER
+                    && !LimitKind::ALL.iter().any(|k| k.controller() == controller)
+                {
                     continue;
                 }
                 let found = mounts
@@ -591,8 +595,58 @@ pub struct RunLimits {
     pub dropped: Vec<String>,
     /// Stale cgroups of earlier runs removed on the way.
     pub removed_stale: Vec<PathBuf>,
-    /// The created cgroup (none when nothing could be enforced).
+    /// The created cgroup (none when nothing could be enforced and no freezer was asked for).
     pub cgroup: Option<RunCgroup>,
+    /// A freezer was asked for (a runbook run) and the run has none: why.
+    pub no_freezer: Option<String>,
+}
+
+/// Gives the run a cgroup its processes can be frozen in: its v2 directory when it has one
+/// (`cgroup.freeze`), otherwise `<own freezer cgroup>/<name>` in the v1 freezer hierarchy
+/// (`freezer.state`), made here without limits. Says why not when the host cannot.
+pub fn add_freezer(
+    host: &CgroupHost,
+    name: &str,
+    cgroup: &mut Option<RunCgroup>,
+) -> Result<PathBuf, String> {
+    if let Some(v2) = cgroup
+        .as_ref()
+        .and_then(|c| c.made.iter().find(|m| m.version == Version::V2))
+    {
+        return Ok(v2.dir.clone());
+    }
+    let Some(h) = host.v1.get(FREEZER) else {
+        return Err(
+            "this host mounts no cgroup v1 freezer hierarchy and the run has no cgroup v2 \
+             directory (no limit asked for one)"
+                .into(),
+        );
+    };
+    check_run_name(name).map_err(|why| format!("creating a cgroup named {name:?}: {why}"))?;
+    let dir = h.own_dir.join(name);
+    if let Some(m) = cgroup
+        .as_ref()
+        .and_then(|c| c.made.iter().find(|m| m.dir == dir))
+    {
+        return Ok(m.dir.clone());
+    }
+    can_create_in(&h.own_dir).map_err(|e| {
+        format!(
+            "cannot create a cgroup in {} (the supervisor's own freezer cgroup): {e}",
+            h.own_dir.display()
+        )
+    })?;
+    make_dir(&dir, &|_| Ok(())).map_err(|e| e.to_string())?;
+    let run = cgroup.get_or_insert_with(|| RunCgroup {
+        made: Vec::new(),
+        supervisor_leaf: None,
+    });
+    run.made.push(MadeDir {
+        dir: dir.clone(),
+        version: Version::V1,
+        kinds: Vec::new(),
+    });
+    Ok(dir)
 }
 
 /// Plans and creates the run's cgroup. A limit the profile names is required: under
@@ -604,9 +658,10 @@ pub fn prepare(
     strict: bool,
     proc: &Path,
     nonce: &str,
+    freezer: bool,
 ) -> Result<RunLimits, String> {
     let limits = CgroupLimits::from(request);
-    if limits == CgroupLimits::default() {
+    if limits == CgroupLimits::default() && !freezer {
         // Nothing asked (an interactive run on the defaults): no cgroup, nothing to look at.
         return Ok(RunLimits {
             plan: CgroupPlan {
@@ -617,6 +672,7 @@ pub fn prepare(
             dropped: Vec::new(),
             removed_stale: Vec::new(),
             cgroup: None,
+            no_freezer: None,
         });
     }
     let host = CgroupHost::discover(proc);
@@ -669,11 +725,18 @@ pub fn prepare(
     } else {
         None
     };
+    let mut cgroup = cgroup;
+    let no_freezer = if freezer {
+        add_freezer(&host, &plan.name, &mut cgroup).err()
+    } else {
+        None
+    };
     Ok(RunLimits {
         plan,
         dropped,
         removed_stale,
         cgroup,
+        no_freezer,
     })
 }
 
@@ -1129,7 +1192,14 @@ pub fn remove_stale(host: &CgroupHost) -> Vec<PathBuf> {
             let path = entry.path();
             // symlink_metadata: a link is never a directory here, whatever it points to.
             let is_dir = fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_dir());
-            if !is_dir || !holds_no_process(&path) {
+            if !is_dir {
+                continue;
+            }
+            if !holds_no_process(&path) {
+                // A run whose supervisor was killed while a runbook's evidence command ran may
+                // be left frozen, and a frozen task on cgroup v1 cannot even die: thaw it, so
+                // the kill its processes were sent reaches them (the directory goes next time).
+                thaw_stale(&path);
                 continue;
             }
             // rmdir removes only an empty directory (on cgroupfs: one without processes or
@@ -1157,6 +1227,24 @@ fn pid_is_dead(pid: u32) -> bool {
 
 /// On cgroupfs every cgroup has a `cgroup.procs`; a directory without one is not a cgroup and
 /// holds no process (rmdir then removes it only when it is empty anyway).
+/// Thaws a stale run's cgroup if it is frozen: `freezer.state` (v1) or `cgroup.freeze` (v2).
+fn thaw_stale(dir: &Path) {
+    let v1 = dir.join("freezer.state");
+    if read_bounded(&v1, READ_LIMIT).is_ok_and(|state| state.trim() != "THAWED") {
+        match write_file(&v1, "THAWED") {
+            Ok(()) => tracing::info!(dir = %dir.display(), "stale frozen cgroup thawed"),
+            Err(e) => tracing::warn!(dir = %dir.display(), error = %e, "thawing a stale cgroup"),
+        }
+    }
+    let v2 = dir.join("cgroup.freeze");
+    if read_bounded(&v2, READ_LIMIT).is_ok_and(|state| state.trim() == "1") {
+        match write_file(&v2, "0") {
+            Ok(()) => tracing::info!(dir = %dir.display(), "stale frozen cgroup thawed"),
+            Err(e) => tracing::warn!(dir = %dir.display(), error = %e, "thawing a stale cgroup"),
+        }
+    }
+}
+
 fn holds_no_process(dir: &Path) -> bool {
     match read_bounded(&dir.join("cgroup.procs"), READ_LIMIT) {
         Ok(text) => text.trim().is_empty(),
@@ -2006,6 +2094,13 @@ mod tests {
         fs::create_dir(&live).unwrap();
         let busy = own.join(format!("stepproof-{dead}-ef56"));
         put(&busy.join("cgroup.procs"), "123\n");
+        // Killed while frozen for an evidence command: thawed, kept until it is empty.
+        let frozen = own.join(format!("stepproof-{dead}-f7e2"));
+        put(&frozen.join("cgroup.procs"), "124\n");
+        put(&frozen.join("freezer.state"), "FROZEN\n");
+        let frozen_v2 = own.join(format!("stepproof-{dead}-f7e3"));
+        put(&frozen_v2.join("cgroup.procs"), "125\n");
+        put(&frozen_v2.join("cgroup.freeze"), "1\n");
         let unrelated = [
             own.join("stepproof-junk"),
             own.join(format!("stepproof-{dead}-")),
@@ -2030,6 +2125,15 @@ mod tests {
         assert!(!stale.exists() && !stale_leaf.exists());
         assert!(live.is_dir());
         assert!(busy.is_dir());
+        assert_eq!(
+            fs::read_to_string(frozen.join("freezer.state")).unwrap(),
+            "THAWED"
+        );
+        assert_eq!(
+            fs::read_to_string(frozen_v2.join("cgroup.freeze")).unwrap(),
+            "0"
+        );
+        assert!(!busy.join("freezer.state").exists());
         for u in &unrelated {
             assert!(u.is_dir(), "{}", u.display());
         }

@@ -82,6 +82,8 @@ pub struct EvidenceContext {
     pub pre_approved: Vec<String>,
     /// The run's cgroup directories (the freezer), when it has some.
     pub cgroup_dirs: Vec<PathBuf>,
+    /// Why the run has no freezer, when the host could not give it one.
+    pub no_freezer: Option<String>,
 }
 
 struct Engine {
@@ -592,9 +594,10 @@ fn check_item(
             found.extend(hits);
         }
         let held = missing.is_empty();
+        let attributed_to = attributions(&lock(), step.id.as_str(), &files.paths, &found);
         return (
             held,
-            json!({ "kind": "files_exist", "paths": files.paths, "found": found, "missing": missing }),
+            json!({ "kind": "files_exist", "paths": files.paths, "found": found, "missing": missing, "attributed_to": attributed_to }),
             format!("files_exist: nothing matches {}", missing.join(", ")),
         );
     }
@@ -605,8 +608,10 @@ fn check_item(
         };
         let mut unchanged = Vec::new();
         let mut changed = Vec::new();
+        let mut current = BTreeMap::new();
         for glob in &files.paths {
             let now = walk_glob(&workspace, glob);
+            current.extend(now.clone());
             let glob_changed: Vec<String> = now
                 .iter()
                 .filter(|(p, h)| baseline.get(*p) != Some(*h))
@@ -624,9 +629,10 @@ fn check_item(
             changed.extend(glob_changed);
         }
         let held = unchanged.is_empty();
+        let attributed_to = attributions(&lock(), step.id.as_str(), &files.paths, &current);
         return (
             held,
-            json!({ "kind": "files_changed", "paths": files.paths, "changed": changed, "unchanged": unchanged }),
+            json!({ "kind": "files_changed", "paths": files.paths, "changed": changed, "unchanged": unchanged, "attributed_to": attributed_to }),
             format!(
                 "files_changed: nothing under {} changed since the step opened (by the supervisor's hashes)",
                 unchanged.join(", ")
@@ -665,7 +671,8 @@ fn check_item(
                 "output_bytes": ran.output.len(),
                 "network": command.network.unwrap_or(false),
                 "workspace": "overlay, upper layer thrown away",
-                "agent_frozen": ran.frozen,
+                "frozen": ran.frozen.0,
+                "agent_frozen": ran.frozen.1,
                 "audit_log": crate::audit::text::path(&ran.audit_log),
                 "error": ran.error,
             }),
@@ -937,6 +944,7 @@ impl Engine {
                 "instructions": step.instructions,
                 "acceptance": step.acceptance,
                 "allows": crate::runbook::policy::allows_text(step),
+                "denied_words": crate::runbook::policy::denied_words(step),
                 "last_verdict": s.last_verdict,
             })).collect::<Vec<_>>(),
         })
@@ -1075,6 +1083,74 @@ fn hash_file(path: &Path) -> std::io::Result<String> {
     Ok(hex::encode(hasher.finalize()))
 }
 
+/// At most this many ledger entries are named per evidence item (the newest).
+const ATTRIBUTIONS_MAX: usize = 64;
+
+/// The evidence ledger's entries for a files item: the hook's PostToolUse records (from
+/// inside, `source: "sandbox"`) of writes made while `step` was open to a file the globs name,
+/// read back from the run's own audit log. They only attribute: each says whether the file's
+/// content now is what the supervisor hashed (`matches_supervisor_hash`); the verdict never
+/// depends on them.
+fn attributions(
+    e: &Engine,
+    step: &str,
+    globs: &[String],
+    current: &BTreeMap<String, String>,
+) -> Vec<Value> {
+    let Some(audit) = &e.audit else {
+        return Vec::new();
+    };
+    let Ok(file) = std::fs::File::open(audit.path()) else {
+        return Vec::new();
+    };
+    let mut found = std::collections::VecDeque::new();
+    for line in std::io::BufRead::lines(std::io::BufReader::new(file)).map_while(Result::ok) {
+        // Cheap filter before parsing: only the hook's evidence records with a path.
+        if !line.contains("\"evidence\"") || !line.contains("\"path\"") {
+            continue;
+        }
+        let Ok(r) = serde_json::from_str::<Value>(&line) else {
+            continue;
+        };
+        if r["source"] != "sandbox" || r["kind"] != "evidence" {
+            continue;
+        }
+        // The hook's own record, as it sent it.
+        let r = &r["reported"];
+        let in_step = r["open_steps"]
+            .as_array()
+            .is_some_and(|open| open.iter().any(|s| s == step));
+        let Some(path) = r["path"].as_str() else {
+            continue;
+        };
+        let Ok(relative) = Path::new(path).strip_prefix(&e.inside_workspace) else {
+            continue;
+        };
+        let Some(relative) = relative.to_str() else {
+            continue;
+        };
+        if !in_step || !globs.iter().any(|g| glob_matches(g, relative)) {
+            continue;
+        }
+        let sha256 = r["sha256"].as_str();
+        found.push_back(json!({
+            "path": relative,
+            "tool": r["tool"],
+            "sha256": sha256,
+            "step": step,
+            "open_steps": r["open_steps"],
+            "tool_use_id": r["tool_use_id"],
+            "ts_ms": r["ts_ms"],
+            "reported_from": "inside",
+            "matches_supervisor_hash": sha256.is_some() && current.get(relative).map(String::as_str) == sha256,
+        }));
+        if found.len() > ATTRIBUTIONS_MAX {
+            found.pop_front();
+        }
+    }
+    found.into()
+}
+
 /// Whether a workspace-relative path matches a glob (`*` within a component, `**` any number
 /// of components), as file rules match.
 fn glob_matches(glob: &str, relative: &str) -> bool {
@@ -1125,8 +1201,8 @@ struct CommandRun {
     output: Vec<u8>,
     duration: Duration,
     error: Option<String>,
-    /// What was frozen meanwhile, in words.
-    frozen: String,
+    /// Whether the agent's processes were frozen meanwhile, and what was, in words.
+    frozen: (bool, String),
     audit_log: PathBuf,
 }
 
@@ -1160,13 +1236,13 @@ fn run_command_evidence(
         output: Vec::new(),
         duration: started.elapsed(),
         error: Some(error),
-        frozen: String::new(),
+        frozen: (false, String::new()),
         audit_log: audit_log.clone(),
     };
     if let Err(e) = std::fs::write(&profile_path, derived) {
         return fail(format!("writing {}: {e}", profile_path.display()));
     }
-    let frozen = freeze(&context.cgroup_dirs, true);
+    let frozen = freeze(&context.cgroup_dirs, true, context.no_freezer.as_deref());
     let timeout = command.timeout();
     let child = std::process::Command::new(&context.run_binary)
         .arg("--profile")
@@ -1224,49 +1300,84 @@ fn run_command_evidence(
                     output,
                     duration: started.elapsed(),
                     error: None,
-                    frozen: String::new(),
+                    frozen: (false, String::new()),
                     audit_log: audit_log.clone(),
                 },
                 Err(e) => fail(format!("waiting for the evidence run: {e}")),
             }
         }
     };
-    freeze(&context.cgroup_dirs, false);
+    freeze(&context.cgroup_dirs, false, None);
     let _ = std::fs::remove_file(&profile_path);
     CommandRun { frozen, ..result }
 }
 
-/// Freezes (or thaws) the run's cgroup v2 directories; says what it did.
-fn freeze(dirs: &[PathBuf], frozen: bool) -> String {
-    let files: Vec<PathBuf> = dirs
-        .iter()
-        .map(|d| d.join("cgroup.freeze"))
-        .filter(|f| f.exists())
-        .collect();
-    if files.is_empty() {
-        return "not frozen: the run has no cgroup v2 directory (no limits asked for one, or the host has none); the evidence ran on the workspace as it was when the command started".into();
-    }
+/// Freezes (or thaws) the run's cgroups — v2 `cgroup.freeze`, v1 `freezer.state` — and waits
+/// (up to a second) until the kernel says they are; says whether every one was, and what.
+fn freeze(dirs: &[PathBuf], frozen: bool, no_freezer: Option<&str>) -> (bool, String) {
     let mut said = Vec::new();
-    for file in &files {
-        match std::fs::write(file, if frozen { "1" } else { "0" }) {
-            Ok(()) => said.push(format!("frozen: {}", file.display())),
-            Err(e) => said.push(format!("not frozen: {}: {e}", file.display())),
-        }
-    }
-    if frozen {
-        // The kernel freezes asynchronously: wait (briefly) until it says so.
-        for dir in dirs {
+    let mut all = true;
+    let mut any = false;
+    for dir in dirs {
+        let (file, value, done): (PathBuf, &str, Box<dyn Fn() -> bool>) = if dir
+            .join("cgroup.freeze")
+            .exists()
+        {
             let events = dir.join("cgroup.events");
-            for _ in 0..200 {
-                match std::fs::read_to_string(&events) {
-                    Ok(text) if text.lines().any(|l| l == "frozen 1") => break,
-                    Ok(_) => std::thread::sleep(Duration::from_millis(5)),
-                    Err(_) => break,
-                }
-            }
+            let want = if frozen { "frozen 1" } else { "frozen 0" };
+            (
+                dir.join("cgroup.freeze"),
+                if frozen { "1" } else { "0" },
+                Box::new(move || {
+                    std::fs::read_to_string(&events).is_ok_and(|t| t.lines().any(|l| l == want))
+                }),
+            )
+        } else if dir.join("freezer.state").exists() {
+            let state = dir.join("freezer.state");
+            let want = if frozen { "FROZEN" } else { "THAWED" };
+            (
+                state.clone(),
+                want,
+                Box::new(move || std::fs::read_to_string(&state).is_ok_and(|t| t.trim() == want)),
+            )
+        } else {
+            continue;
+        };
+        any = true;
+        if let Err(e) = std::fs::write(&file, value) {
+            all = false;
+            said.push(format!(
+                "not frozen: writing {value} to {}: {e}",
+                file.display()
+            ));
+            continue;
+        }
+        // The kernel freezes asynchronously (v1 says FREEZING meanwhile).
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while !done() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if done() {
+            said.push(format!("{}: {}", file.display(), value));
+        } else {
+            all = false;
+            said.push(format!(
+                "{}: wrote {value}, but the kernel did not confirm it within a second",
+                file.display()
+            ));
         }
     }
-    said.join("; ")
+    if !any {
+        return (
+            false,
+            format!(
+                "not frozen: the run has no cgroup with a freezer ({}); the evidence ran on the \
+                 workspace as it was when the command started",
+                no_freezer.unwrap_or("no cgroup v1 freezer or v2 directory")
+            ),
+        );
+    }
+    (all, said.join("; "))
 }
 
 #[cfg(test)]

@@ -79,6 +79,9 @@ const EVENTS: &[(&str, bool, bool)] = &[
     ("PreCompact", false, false),
     ("Stop", false, false),
     ("SessionEnd", false, false),
+    // Recorded with `agent_id`/`agent_type` while a runbook runs; silent otherwise.
+    ("SubagentStart", false, false),
+    ("SubagentStop", false, false),
 ];
 
 /// What the supervisor prepares on the host for the agent, and reads back after the run.
