@@ -13,7 +13,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 /// The caches of a running launch; dropping it removes a run's own caches (not a workspace's).
 #[derive(Debug)]
@@ -144,47 +144,13 @@ pub fn remove_tree(path: &Path) -> io::Result<()> {
 /// `last-used`) from `root` (`~/.local/state/stepproof/caches`), skipping one a run holds;
 /// returns what was removed. Nothing else there is touched.
 pub fn prune(root: &Path, now: SystemTime) -> Vec<PathBuf> {
-    let mut removed = Vec::new();
-    let Ok(entries) = fs::read_dir(root) else {
-        return removed;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let shaped = name.len() == 32 && name.as_encoded_bytes().iter().all(u8::is_ascii_hexdigit);
-        if !shaped || !entry.file_type().is_ok_and(|t| t.is_dir()) {
-            continue;
-        }
-        let path = entry.path();
-        let used = fs::symlink_metadata(path.join("last-used"))
-            .or_else(|_| fs::symlink_metadata(&path))
-            .and_then(|m| m.modified());
-        let old = used
-            .ok()
-            .and_then(|t| now.duration_since(t).ok())
-            .is_some_and(|age| age > Duration::from_secs(UNUSED_DAYS * 86_400));
-        if !old {
-            continue;
-        }
-        let Ok(lock) = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-            .open(path.join("lock"))
-        else {
-            continue;
-        };
-        if lock.try_lock().is_err() {
-            continue;
-        }
-        if remove_tree(&path).is_ok() {
-            removed.push(path);
-        }
-    }
-    removed
+    crate::supervisor::session_state::prune_unused(root, now, remove_tree)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn read_only_trees_are_removed_and_links_not_followed() {

@@ -696,6 +696,18 @@ fn newest_lines_within(text: &[u8], cap: u64) -> &[u8] {
 /// holds; returns what was removed. Nothing else there is touched, and a link is never
 /// followed.
 pub fn prune(root: &Path, now: SystemTime) -> Vec<PathBuf> {
+    prune_unused(root, now, |path| fs::remove_dir_all(path))
+}
+
+/// What [`prune`] and the build caches' prune share: each `<32 hex digits>` directory of
+/// `root` whose `last-used` (or, without one, the directory itself) is older than
+/// [`UNUSED_DAYS`] days and whose `lock` no run holds (opened without following a link or
+/// waiting on a FIFO) is removed with `remove`; returns what was removed.
+pub(crate) fn prune_unused(
+    root: &Path,
+    now: SystemTime,
+    remove: impl Fn(&Path) -> std::io::Result<()>,
+) -> Vec<PathBuf> {
     let mut removed = Vec::new();
     let Ok(entries) = fs::read_dir(root) else {
         return removed;
@@ -717,13 +729,17 @@ pub fn prune(root: &Path, now: SystemTime) -> Vec<PathBuf> {
         if !old {
             continue;
         }
-        let Ok(lock) = File::open(path.join("lock")) else {
+        let Ok(lock) = fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(path.join("lock"))
+        else {
             continue;
         };
         if lock.try_lock().is_err() {
             continue;
         }
-        if fs::remove_dir_all(&path).is_ok() {
+        if remove(&path).is_ok() {
             removed.push(path);
         }
     }
