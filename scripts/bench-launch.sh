@@ -99,58 +99,7 @@ fi
 # each launch from before fork() to after waitpid(); prints one duration in ns per line.
 # Any launch that does not exit 0 is an error (exit 2).
 command -v gcc >/dev/null || die "gcc not found (needed for the launch timer)"
-cat >"$work/timer.c" <<'EOF'
-#define _GNU_SOURCE
-#include <fcntl.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
-
-static long long now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-int main(int argc, char **argv) {
-    if (argc < 3) {
-        fprintf(stderr, "usage: timer N CMD [ARGS...]\n");
-        return 2;
-    }
-    long n = strtol(argv[1], NULL, 10);
-    int null = open("/dev/null", O_RDWR | O_CLOEXEC);
-    if (n <= 0 || null < 0) {
-        fprintf(stderr, "timer: bad N or no /dev/null\n");
-        return 2;
-    }
-    long long *t = calloc((size_t)n, sizeof *t);
-    if (!t) return 2;
-    for (long i = 0; i < n; i++) {
-        long long t0 = now_ns();
-        pid_t pid = fork();
-        if (pid < 0) { perror("timer: fork"); return 2; }
-        if (pid == 0) {
-            dup2(null, 0); dup2(null, 1); dup2(null, 2);
-            execv(argv[2], argv + 2);
-            _exit(127);
-        }
-        int status;
-        if (waitpid(pid, &status, 0) < 0) { perror("timer: waitpid"); return 2; }
-        t[i] = now_ns() - t0;
-        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-            fprintf(stderr, "timer: %s: launch %ld: %s %d\n", argv[2], i + 1,
-                    WIFEXITED(status) ? "exit status" : "killed by signal",
-                    WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
-            return 2;
-        }
-    }
-    for (long i = 0; i < n; i++) printf("%lld\n", t[i]);
-    return 0;
-}
-EOF
-gcc -O2 -Wall -o "$work/timer" "$work/timer.c" || die "compiling the timer failed"
+gcc -O2 -Wall -o "$work/timer" "$here/bench-timer.c" || die "compiling the timer failed"
 
 # --- the three commands ------------------------------------------------------------------
 bare_cmd=(/bin/true)

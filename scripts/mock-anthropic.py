@@ -41,6 +41,7 @@ import json
 import ssl
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 LOCK = threading.Lock()
@@ -139,7 +140,7 @@ class Handler(BaseHTTPRequestHandler):
         self.reply_json(200, {})
 
     def record(self, body):
-        entry = {"method": self.command, "path": self.path,
+        entry = {"method": self.command, "path": self.path, "t_ms": time.time() * 1000,
                  "headers": {k.lower(): v for k, v in self.headers.items()}, "body": body}
         with LOCK, open(self.server.record_path, "a") as f:
             f.write(json.dumps(entry) + "\n")
