@@ -29,6 +29,10 @@ impl Runbook {
                 }
             }
         }
+        if let Some(verifiers) = &mut canonical.verifiers {
+            verifiers.timeout = Some(verifiers.timeout());
+            verifiers.max_tokens = Some(verifiers.max_tokens());
+        }
         canonical
     }
 
@@ -80,6 +84,30 @@ pub fn explain_text(runbook: &Runbook, order: &[usize], profile: &Profile) -> St
         for text in runbook.description.trim().lines() {
             line(format!("  {text}"));
         }
+    }
+    if let Some(v) = &runbook.verifiers {
+        line(String::new());
+        line(
+            "Model verifiers (a separate Claude Code run per verification: workspace read-only, no writing tool; a model that cannot be reached falls to the next, past the last: inconclusive):"
+                .into(),
+        );
+        for tier in [2u8, 3] {
+            let models = v.models(tier);
+            line(format!(
+                "  tier {tier} ({}): {}",
+                if tier == 2 { "fast" } else { "thorough" },
+                if models.is_empty() {
+                    "no model".to_string()
+                } else {
+                    models.join(" → ")
+                }
+            ));
+        }
+        line(format!(
+            "  each verification: at most {} and {} tokens, inside the run's own --timeout",
+            v.timeout().render(),
+            v.max_tokens()
+        ));
     }
     line(String::new());
     line(format!(
@@ -237,7 +265,7 @@ fn evidence_text(item: &Evidence) -> String {
     }
     if let Some(v) = &item.verifier {
         return format!(
-            "model verifier, tier {} (judges the acceptance criteria; not run yet: stepproof-run refuses it)",
+            "model verifier, tier {} (a separate read-only Claude Code run judges the acceptance criteria with the supervisor's evidence; pass, fail or inconclusive)",
             v.tier
         );
     }
