@@ -194,6 +194,34 @@ fn each_broken_file_class_gives_its_exact_error() {
             ),
             "10:14: error: step `a`: verifier tier 1 does not exist",
         ),
+        (
+            "a verifier tier without models",
+            format!(
+                "{HEAD}{}",
+                step("a", "acceptance = [\"x\"]\n[[steps.evidence]]\nverifier = { tier = 2 }\n")
+            ),
+            "10:14: error: step `a`: verifier tier 2 names no model: add `[verifiers]`",
+        ),
+        (
+            "a model name that could read as an option",
+            format!("{HEAD}[verifiers]\ntier2 = [\"a\", \"-x\"]\n{VERIFIED_STEP}"),
+            "5:15: error: verifiers.tier2: \"-x\" is not a model name",
+        ),
+        (
+            "a model twice in a chain",
+            format!("{HEAD}[verifiers]\ntier2 = [\"a\", \"a\"]\n{VERIFIED_STEP}"),
+            "5:15: error: verifiers.tier2 names \"a\" twice",
+        ),
+        (
+            "an unknown key in [verifiers]",
+            format!("{HEAD}[verifiers]\nmodels = [\"a\"]\n{VERIFIED_STEP}"),
+            "5:1: error: unknown field `models`, expected one of `tier2`, `tier3`, `timeout`, `max_tokens`",
+        ),
+        (
+            "a verifier token budget of nothing",
+            format!("{HEAD}[verifiers]\ntier2 = [\"a\"]\nmax_tokens = 0\n{VERIFIED_STEP}"),
+            "6:1: error: verifiers.max_tokens = 0",
+        ),
     ];
     let good_file = write(&good);
     let out = stepproof(&["runbook", "check", good_file.path.to_str().unwrap()]);
@@ -220,10 +248,13 @@ fn each_broken_file_class_gives_its_exact_error() {
     }
 }
 
+/// A step with a command and a tier 2 verifier (after a `[verifiers]` table).
+const VERIFIED_STEP: &str = "[[steps]]\nid = \"a\"\ntitle = \"t\"\ninstructions = \"i\"\nacceptance = [\"x\"]\n[[steps.evidence]]\nverifier = { tier = 2 }\n[[steps.evidence]]\ncommand = { run = [\"true\"] }\n";
+
 #[test]
-fn verifier_evidence_is_accepted_with_a_note_and_a_warning_when_alone() {
+fn a_step_proven_by_a_verifier_alone_is_warned_about() {
     let text = format!(
-        "{HEAD}[[steps]]\nid = \"a\"\ntitle = \"t\"\ninstructions = \"i\"\nacceptance = [\"x\"]\nevidence = [{{ verifier = {{ tier = 3 }} }}]\n"
+        "{HEAD}[[steps]]\nid = \"a\"\ntitle = \"t\"\ninstructions = \"i\"\nacceptance = [\"x\"]\nevidence = [{{ verifier = {{ tier = 3 }} }}]\n[verifiers]\ntier3 = [\"model-a\", \"model-b\"]\ntimeout = \"2m\"\n"
     );
     let file = write(&text);
     let name = file.path.display().to_string();
@@ -232,16 +263,23 @@ fn verifier_evidence_is_accepted_with_a_note_and_a_warning_when_alone() {
     let shown = stdout(&out);
     assert!(
         shown.contains(&format!(
-            "{name}:9:15: note: step `a`: verifier evidence is accepted here, but `stepproof-run --runbook` refuses to run it (exit 125)"
+            "{name}:4:1: warning: step `a` is proven by model verifiers only: a verifier reads what the worker wrote"
         )),
         "{shown}"
     );
-    assert!(
-        shown.contains(&format!(
-            "{name}:4:1: warning: step `a` is proven by model verifiers only"
-        )),
-        "{shown}"
-    );
+    assert!(!shown.contains("refuses to run it"), "{shown}");
+    // The reviewer's document names the chain and the bounds.
+    let out = stepproof(&["runbook", "explain", &name]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let shown = stdout(&out);
+    for line in [
+        "  tier 3 (thorough): model-a → model-b",
+        "  tier 2 (fast): no model",
+        "  each verification: at most 2m and 200000 tokens, inside the run's own --timeout",
+        "     - model verifier, tier 3 (a separate read-only Claude Code run",
+    ] {
+        assert!(shown.contains(line), "{line:?} not in:\n{shown}");
+    }
 }
 
 #[test]
