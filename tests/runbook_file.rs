@@ -329,7 +329,7 @@ fn the_examples_against_other_profiles() {
     ]);
     assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
     let wanted = format!(
-        "{}:52:20: error: step `fix`: allow rule `build-and-test`: `cargo test *` tries to widen the profile: profile `strict` denies it (its default for calls no rule matches); a step only narrows the profile, so this rule can never let anything through",
+        "{}:63:20: error: step `fix`: allow rule `build-and-test`: `cargo test *` tries to widen the profile: profile `strict` denies it (its default for calls no rule matches); a step only narrows the profile, so this rule can never let anything through",
         path.display()
     );
     assert!(
@@ -482,6 +482,22 @@ fn validate(root: &Value, schema: &Value, value: &Value, at: &str, errors: &mut 
                     fail(errors, format!("fewer than {rule} items"));
                 }
             }
+            "maxItems" => {
+                if value
+                    .as_array()
+                    .is_some_and(|a| (a.len() as u64) > rule.as_u64().unwrap())
+                {
+                    fail(errors, format!("more than {rule} items"));
+                }
+            }
+            "uniqueItems" => {
+                assert_eq!(rule, &Value::Bool(true));
+                if let Some(a) = value.as_array()
+                    && a.iter().enumerate().any(|(i, x)| a[..i].contains(x))
+                {
+                    fail(errors, "an item twice".to_string());
+                }
+            }
             "minimum" | "maximum" => {
                 if let Some(n) = value.as_i64() {
                     let bound = rule.as_i64().unwrap();
@@ -538,6 +554,18 @@ fn the_schema_accepts_the_examples_and_refuses_what_check_refuses() {
         (
             base.replacen("command = { run = [\"cargo\", \"test\", \"--quiet\"], exit_code = 101, timeout = \"15m\" }", "command = { exit_code = 101 }", 1),
             "missing \"run\"",
+        ),
+        (base.replace("tier2 = [", "tier4 = ["), "unknown key tier4"),
+        (
+            base.replace(
+                "tier2 = [\"claude-haiku-4-5\", \"claude-sonnet-4-5\"]",
+                "tier2 = [\"claude-haiku-4-5\", \"claude-haiku-4-5\"]",
+            ),
+            "an item twice",
+        ),
+        (
+            base.replace("max_tokens = 200000", "max_tokens = 0"),
+            "outside minimum 1",
         ),
     ] {
         let mut errors = Vec::new();

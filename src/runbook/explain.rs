@@ -345,4 +345,25 @@ evidence = [{ files_exist = { paths = ["y"] } }]
             assert_ne!(parse(&change).unwrap().hash(), a, "{change}");
         }
     }
+
+    /// `[verifiers]` is in the hash: its defaults written out, its chains in their order.
+    #[test]
+    fn verifiers_are_in_the_hash() {
+        let with = |table: &str| parse(&format!("{ONE}[verifiers]\n{table}")).unwrap().hash();
+        let a = with("tier2 = [\"m1\", \"m2\"]\n");
+        assert_ne!(a, parse(ONE).unwrap().hash());
+        assert_eq!(
+            a,
+            with("tier2 = [\"m1\", \"m2\"]\ntimeout = \"300s\"\nmax_tokens = 200000\n")
+        );
+        for change in [
+            "tier2 = [\"m2\", \"m1\"]\n",
+            "tier2 = [\"m1\"]\n",
+            "tier3 = [\"m1\", \"m2\"]\n",
+            "tier2 = [\"m1\", \"m2\"]\ntimeout = \"4m\"\n",
+            "tier2 = [\"m1\", \"m2\"]\nmax_tokens = 1000\n",
+        ] {
+            assert_ne!(with(change), a, "{change}");
+        }
+    }
 }
