@@ -40,12 +40,14 @@ The object form also takes
                                                    error (`type` in the error body), or,
                                                    with {"turns": [...]}, from those turns
                                                    (tool ids `toolu_mock_mMODEL_…`): per-model
-                                                   answers, e.g. a verifier's fallback chain.
+                                                   answers, e.g. a verifier's fallback chain;
+                                                   "delay": SECONDS waits that long first.
 With --tls-cert/--tls-key it serves HTTPS (a test CA's certificate for the host).
 """
 import argparse
 import json
 import ssl
+import time
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -197,6 +199,7 @@ class Handler(BaseHTTPRequestHandler):
             return
         if per_model is not None:
             script, thread = per_model.get("turns", []), f"m{body.get('model')}_"
+            time.sleep(per_model.get("delay", 0))
         turn = script[index] if index < len(script) else {"text": "done"}
         port = str(self.server.server_address[1])
         turn = json.loads(json.dumps(turn).replace("@PORT@", port))

@@ -31,6 +31,15 @@ const WRITING: &[&str] = &[
 ];
 
 fn runbook(on_fail: &str, tier: u8, models: &[&str]) -> String {
+    runbook_bounded(
+        on_fail,
+        tier,
+        models,
+        "timeout = \"90s\"\nmax_tokens = 50000",
+    )
+}
+
+fn runbook_bounded(on_fail: &str, tier: u8, models: &[&str], bounds: &str) -> String {
     let models: Vec<String> = models.iter().map(|m| format!("\"{m}\"")).collect();
     format!(
         r#"
@@ -40,8 +49,7 @@ owner = "tests"
 
 [verifiers]
 tier{tier} = [{models}]
-timeout = "90s"
-max_tokens = 50000
+{bounds}
 
 [[steps]]
 id = "fix"
@@ -434,3 +442,111 @@ both_claude!(an_unreachable_chain_is_inconclusive, |w: &World| {
         .unwrap();
     assert_eq!(ended["ending"], "abandoned", "{ended}");
 });
+
+/// The verifier evidence record and the attempts' (model, outcome) of a run's log.
+fn verification(log: &Path) -> (Value, Vec<(String, String, String)>) {
+    let records = audit_records(log);
+    let evidence = records
+        .iter()
+        .find(|r| r["kind"] == "runbook-evidence" && r["verdict"].is_string())
+        .cloned()
+        .unwrap_or(Value::Null);
+    let attempts = records
+        .iter()
+        .filter(|r| r["kind"] == "runbook-verifier-attempt")
+        .map(|a| {
+            assert_transcript_digest(a);
+            (
+                a["model"].as_str().unwrap_or_default().to_string(),
+                a["outcome"].as_str().unwrap_or_default().to_string(),
+                a["detail"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    (evidence, attempts)
+}
+
+// Past its token budget the verifier run is stopped and its verdict, whatever it would have
+// been, is inconclusive (the mock reports 11 tokens a message; the budget is 15).
+both_claude!(
+    a_verifier_past_its_token_budget_is_inconclusive,
+    |w: &World| {
+        let mock = Mock::start(
+            w,
+            json!({ "models": { "verifier-fast": verdict_turns("pass", &["fine"], &w.workspace) } }),
+        );
+        setup(
+            w,
+            &runbook_bounded(
+                "block",
+                2,
+                &["verifier-fast", "verifier-other"],
+                "max_tokens = 15",
+            ),
+            Some(SHELL_WORKER),
+        );
+        let (out, log) = shell_run(w, &verifier_profile(w, &mock));
+        let all = describe(&out);
+        assert_eq!(out.status.code(), Some(117), "{all}");
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("used up the token budget"),
+            "{all}"
+        );
+        verify_chain(&log);
+        let (evidence, attempts) = verification(&log);
+        assert_eq!(evidence["verdict"], "inconclusive", "{evidence}");
+        // The budget ends the verification: the next model is not tried.
+        assert_eq!(attempts.len(), 1, "{attempts:?}");
+        assert_eq!(
+            (attempts[0].0.as_str(), attempts[0].1.as_str()),
+            ("verifier-fast", "over-budget"),
+            "{attempts:?}"
+        );
+        assert!(requests_of(&mock, "verifier-other").is_empty());
+    }
+);
+
+// A model that does not answer in its share of the time is ended and the next one answers.
+both_claude!(
+    a_hanging_model_times_out_and_the_next_answers,
+    |w: &World| {
+        let mock = Mock::start(
+            w,
+            json!({ "models": {
+            "verifier-slow": { "delay": 60, "turns": [text("{\"verdict\":\"fail\",\"reasons\":[\"late\"]}")] },
+            "verifier-fast": verdict_turns("pass", &["code.txt says fixed"], &w.workspace),
+        } }),
+        );
+        setup(
+            w,
+            &runbook_bounded(
+                "block",
+                2,
+                &["verifier-slow", "verifier-fast"],
+                "timeout = \"20s\"",
+            ),
+            Some(SHELL_WORKER),
+        );
+        let (out, log) = shell_run(w, &verifier_profile(w, &mock));
+        let all = describe(&out);
+        assert_eq!(out.status.code(), Some(0), "{all}");
+        verify_chain(&log);
+        let (evidence, attempts) = verification(&log);
+        assert_eq!(evidence["verdict"], "pass", "{evidence}");
+        assert_eq!(evidence["model"], "verifier-fast", "{evidence}");
+        let outcomes: Vec<(&str, &str)> = attempts
+            .iter()
+            .map(|(m, o, _)| (m.as_str(), o.as_str()))
+            .collect();
+        assert_eq!(
+            outcomes,
+            [
+                ("verifier-slow", "unreachable"),
+                ("verifier-fast", "verdict")
+            ],
+            "{attempts:?}"
+        );
+        assert!(attempts[0].2.contains("timed out"), "{attempts:?}");
+        assert!(!requests_of(&mock, "verifier-slow").is_empty());
+    }
+);

@@ -646,7 +646,14 @@ fn check_verifier(
         );
     }
     let frozen = freeze(&context.cgroup_dirs, true, context.no_freezer.as_deref());
-    let verification = runbook_verifier::verify(&context, &verifiers, &request, n, &mut |r| {
+    let launcher = runbook_verifier::Launcher {
+        run_binary: context.run_binary.clone(),
+        profile: context.profile.clone(),
+        workspace: context.workspace.clone(),
+        run_dir: context.run_dir.clone(),
+        deadline: context.deadline,
+    };
+    let verification = runbook_verifier::verify(&launcher, &verifiers, &request, n, &mut |r| {
         lock().record("runbook-verifier-attempt", r.clone());
     });
     freeze(&context.cgroup_dirs, false, None);

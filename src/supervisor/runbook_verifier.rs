@@ -14,7 +14,6 @@
 //! audit chain with the model and the outcome.
 
 use crate::runbook::{Runbook, Step, Verifiers};
-use crate::supervisor::runbook_run::EvidenceContext;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -148,6 +147,22 @@ pub fn parse_verdict(text: &str) -> Result<(Verdict, Vec<String>), String> {
     Ok((answer.verdict, reasons))
 }
 
+/// Where and how verifier runs start (the runbook run's evidence context, in part).
+#[derive(Debug, Clone)]
+pub struct Launcher {
+    /// `stepproof-run`, started again for each verifier run.
+    pub run_binary: PathBuf,
+    /// The run's profile (a file, or a built-in name), extended with a read-only workspace.
+    pub profile: String,
+    /// The workspace on the host.
+    pub workspace: PathBuf,
+    /// The run's directory: the derived profile, the agent definition, the transcripts and the
+    /// verifier runs' audit logs.
+    pub run_dir: PathBuf,
+    /// When the run's own `--timeout` ends it.
+    pub deadline: Option<Instant>,
+}
+
 /// What to verify: the step, its tier, and the evidence the supervisor gathered in this
 /// attempt (its records, as in the audit chain).
 pub struct Request<'a> {
@@ -239,9 +254,10 @@ pub fn prompt(request: &Request<'_>) -> String {
 }
 
 /// Runs the tier's chain until a model answers (or the time, the tokens or the models run
-/// out). `record` is called with each attempt's record as it ends (the audit chain).
+/// out); each model gets an equal share of the time left. `record` is called with each
+/// attempt's record as it ends (the audit chain).
 pub fn verify(
-    context: &EvidenceContext,
+    context: &Launcher,
     verifiers: &Verifiers,
     request: &Request<'_>,
     n: u32,
@@ -282,7 +298,9 @@ pub fn verify(
     };
     let prompt = prompt(request);
     for (k, model) in models.iter().enumerate() {
-        let left = deadline.saturating_duration_since(Instant::now());
+        // Each model gets an equal share of the time left, so that one that hangs leaves the
+        // rest of the chain its turn.
+        let left = deadline.saturating_duration_since(Instant::now()) / (models.len() - k) as u32;
         if left < Duration::from_secs(1) {
             reasons_unreachable.push(format!("{model}: not tried, no time left"));
             let skipped = json!({
@@ -388,7 +406,7 @@ struct Files {
 }
 
 impl Files {
-    fn write(context: &EvidenceContext, request: &Request<'_>, n: u32) -> Result<Files, String> {
+    fn write(context: &Launcher, request: &Request<'_>, n: u32) -> Result<Files, String> {
         let base = format!("verifier-{}-{}-{n}", request.step.id, request.attempt);
         let profile = context.run_dir.join(format!("{base}.toml"));
         let agent = context.run_dir.join(format!("{base}-agent.md"));
@@ -472,7 +490,7 @@ pub fn claude_argv(model: &str, prompt: &str) -> Vec<String> {
 
 #[allow(clippy::too_many_arguments)]
 fn run_one(
-    context: &EvidenceContext,
+    context: &Launcher,
     files: &Files,
     request: &Request<'_>,
     model: &str,
