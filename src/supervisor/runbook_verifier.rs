@@ -327,7 +327,7 @@ pub fn verify(
             Outcome::Verdict(v, _) => v.name().to_string(),
             Outcome::Unparseable(why) | Outcome::Unreachable(why) => why.clone(),
             Outcome::OverBudget(used) => {
-                format!("{used} tokens used, the budget left was {}", budget)
+                format!("{used} tokens used, over the budget of {budget}")
             }
         };
         let attempt = json!({
@@ -479,7 +479,11 @@ pub fn claude_argv(model: &str, prompt: &str) -> Vec<String> {
         "stream-json",
         "--verbose",
         "--no-session-persistence",
+        // No MCP server and no settings of the workspace's (`.mcp.json`, `.claude/settings*.json`
+        // may be the worker's): only the run's own config directory and the managed settings.
         "--strict-mcp-config",
+        "--setting-sources",
+        "user",
     ]
     .iter()
     .map(|s| s.to_string())
