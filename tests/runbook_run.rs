@@ -358,44 +358,41 @@ both!(a_deadline_denies_an_approval, |w: &World| {
     verify(&log);
 });
 
-both!(
-    a_verifier_without_models_and_errors_stop_the_launch,
-    |w: &World| {
-        fs::write(
+both!(modelless_verifiers_and_errors_stop_launch, |w: &World| {
+    fs::write(
         w.workspace.join("runbook.toml"),
         "id = \"v\"\ntitle = \"t\"\nowner = \"o\"\n[[steps]]\nid = \"s\"\ntitle = \"t\"\ninstructions = \"i\"\nacceptance = [\"a\"]\n[[steps.evidence]]\nverifier = { tier = 2 }\n[[steps.evidence]]\nfiles_exist = { paths = [\"x\"] }\n",
     )
     .unwrap();
-        support::chown_tree(&w.workspace, w.owner);
-        let out = w
-            .command(&["--runbook", "runbook.toml"], &["true"])
-            .output()
-            .unwrap();
-        assert_eq!(out.status.code(), Some(125), "{}", describe(&out));
-        assert!(
-            String::from_utf8_lossy(&out.stderr)
-                .contains("runbook.toml:10:14: error: step `s`: verifier tier 2 names no model"),
-            "{}",
-            describe(&out)
-        );
-        fs::write(
+    support::chown_tree(&w.workspace, w.owner);
+    let out = w
+        .command(&["--runbook", "runbook.toml"], &["true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("10:14: error: step `s`: verifier tier 2 names no model"),
+        "{}",
+        describe(&out)
+    );
+    fs::write(
         w.workspace.join("runbook.toml"),
         "id = \"v\"\ntitle = \"t\"\nowner = \"o\"\n[[steps]]\nid = \"s\"\ntitle = \"t\"\ninstructions = \"i\"\ndepends_on = [\"nope\"]\n[[steps.evidence]]\nfiles_exist = { paths = [\"x\"] }\n",
     )
     .unwrap();
-        let out = w
-            .command(&["--runbook", "runbook.toml"], &["true"])
-            .output()
-            .unwrap();
-        assert_eq!(out.status.code(), Some(125), "{}", describe(&out));
-        assert!(
-            String::from_utf8_lossy(&out.stderr).contains("runbook.toml:8:"),
-            "{}",
-            describe(&out)
-        );
-        let _ = RUN;
-    }
-);
+    let out = w
+        .command(&["--runbook", "runbook.toml"], &["true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("runbook.toml:8:"),
+        "{}",
+        describe(&out)
+    );
+    let _ = RUN;
+});
 
 fn line_hash_of_last(text: &str) -> String {
     use sha2::Digest;
