@@ -556,3 +556,69 @@ both_claude!(
         assert!(!requests_of(&mock, "verifier-slow").is_empty());
     }
 );
+
+// The verification counts inside the run's own --timeout: a model that hangs is ended when the
+// run's time is up (its run's --timeout is what is left of the run's, in whole seconds), not
+// when the verifiers' (longer) timeout is; the step then fails (inconclusive, block: 117), or
+// the run's own timer ends it first (124).
+both_claude!(
+    a_verification_counts_inside_the_runs_timeout,
+    |w: &World| {
+        let mock = Mock::start(
+            w,
+            json!({ "models": {
+            "verifier-slow": { "delay": 120, "turns": [text("{\"verdict\":\"pass\",\"reasons\":[\"late\"]}")] },
+        } }),
+        );
+        setup(
+            w,
+            &runbook_bounded("block", 2, &["verifier-slow"], "timeout = \"10m\""),
+            Some(SHELL_WORKER),
+        );
+        let profile = verifier_profile(w, &mock);
+        let started = std::time::Instant::now();
+        let out = w
+            .command(
+                &[
+                    "--profile",
+                    &profile,
+                    "--runbook",
+                    "runbook.toml",
+                    "--timeout",
+                    "8s",
+                ],
+                &["/bin/sh", "agent.sh"],
+            )
+            .output()
+            .unwrap();
+        let took = started.elapsed();
+        let all = describe(&out);
+        assert!(matches!(out.status.code(), Some(117 | 124)), "{all}");
+        assert!(took < std::time::Duration::from_secs(25), "{took:?}: {all}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let line = stderr
+            .lines()
+            .rfind(|l| l.starts_with("stepproof-run: audit log "))
+            .unwrap_or_else(|| panic!("{all}"));
+        let log = PathBuf::from(
+            line.trim_start_matches("stepproof-run: audit log ")
+                .split(' ')
+                .next()
+                .unwrap(),
+        );
+        verify_chain(&log);
+        let (evidence, attempts) = verification(&log);
+        assert_eq!(evidence["verdict"], "inconclusive", "{evidence}");
+        assert_eq!(attempts.len(), 1, "{attempts:?}");
+        assert_eq!(attempts[0].1, "unreachable", "{attempts:?}");
+        let records = audit_records(&log);
+        let attempt = records
+            .iter()
+            .find(|r| r["kind"] == "runbook-verifier-attempt")
+            .unwrap();
+        assert!(
+            attempt["duration_ms"].as_u64().unwrap() < 10_000,
+            "the verifier outlived the run's --timeout: {attempt}"
+        );
+    }
+);
