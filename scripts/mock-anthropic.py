@@ -34,11 +34,20 @@ The object form also takes
                                                    answers {"uuid", "checksum", "settings": …}
                                                    to a credential of "accept" (401 otherwise);
                                                    without it, 404 (none configured).
+  "models": {"MODEL": {"status": 404, "type": "not_found_error"}, …}
+                                                   a Messages request for MODEL (its
+                                                   `model`) is answered with that HTTP
+                                                   error (`type` in the error body), or,
+                                                   with {"turns": [...]}, from those turns
+                                                   (tool ids `toolu_mock_mMODEL_…`): per-model
+                                                   answers, e.g. a verifier's fallback chain;
+                                                   "delay": SECONDS waits that long first.
 With --tls-cert/--tls-key it serves HTTPS (a test CA's certificate for the host).
 """
 import argparse
 import json
 import ssl
+import time
 import sys
 import threading
 import time
@@ -183,6 +192,15 @@ class Handler(BaseHTTPRequestHandler):
         messages = body.get("messages", [])
         index = sum(1 for m in messages if m.get("role") == "assistant")
         script, thread = pick_thread(self.server.script, messages)
+        per_model = config.get("models", {}).get(body.get("model"))
+        if per_model is not None and "status" in per_model:
+            self.reply_json(per_model["status"], {"type": "error", "error": {
+                "type": per_model.get("type", "api_error"),
+                "message": f"mock: model {body.get('model')} answers {per_model['status']}"}})
+            return
+        if per_model is not None:
+            script, thread = per_model.get("turns", []), f"m{body.get('model')}_"
+            time.sleep(per_model.get("delay", 0))
         turn = script[index] if index < len(script) else {"text": "done"}
         port = str(self.server.server_address[1])
         turn = json.loads(json.dumps(turn).replace("@PORT@", port))

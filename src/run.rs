@@ -60,6 +60,9 @@ pub struct Request {
     /// `--runbook-fresh`: start the runbook afresh instead of continuing an earlier run of it
     /// in this workspace (recorded).
     pub runbook_fresh: bool,
+    /// (Internal) `--verifier-agent FILE`: a model verifier run; FILE is the `verifier` agent
+    /// definition installed in this run's own config directory.
+    pub verifier_agent: Option<PathBuf>,
 }
 
 /// The audit log: a failure to open the one asked for with `--audit-log` stops the run; the
@@ -287,8 +290,9 @@ fn carry_out(
         .inspect_err(|_| outputs.opened = true)
         .map_err(Failure::refused)?;
     outputs.run_dir = run_dir;
-    // Unattended runs and the self-test start from nothing and keep nothing.
-    if (args.ci || args.selftest)
+    // Unattended runs, the self-test and model verifier runs start from nothing and keep
+    // nothing.
+    if (args.ci || args.selftest || args.verifier_agent.is_some())
         && let Some(agent) = &mut plan.agent
     {
         agent.sessions = None;
@@ -405,7 +409,21 @@ fn carry_out(
     tracing::debug!("plan built");
     let snapshot = Snapshot::take(&plan);
     tracing::debug!("snapshot taken");
+    // A model verifier run: its agent definition, for its own config directory only.
+    let verifier_agent = match &args.verifier_agent {
+        None => None,
+        Some(_) if plan.agent.is_none() => {
+            return Err(Failure::refused(
+                "--verifier-agent: the profile has no agent layer (no [hook]) to install it in",
+            ));
+        }
+        Some(path) => Some(
+            crate::regular_file::read_to_string(path, 64 << 10)
+                .map_err(|e| Failure::host(format!("--verifier-agent {}: {e}", path.display())))?,
+        ),
+    };
     let options = launch::RunOptions {
+        verifier_agent: verifier_agent.as_deref(),
         timeout: args.timeout,
         inside_max_bytes: profile.audit.inside_max_mib << 20,
         // Names that do not exist yet are watched while the run is on (moved at once).
@@ -680,7 +698,7 @@ struct LoadedRunbook {
 }
 
 /// Reads and checks the runbook against the profile: errors (each at its file:line:column)
-/// and evidence this release cannot check (`verifier`) stop the launch with 125.
+/// stop the launch with 125.
 fn load_runbook(path: &std::path::Path, profile: &Profile) -> Result<LoadedRunbook, Failure> {
     let text = crate::runbook::read(path).map_err(|e| Failure::host(format!("--runbook: {e}")))?;
     let report = crate::runbook::check(&text, profile);
@@ -701,14 +719,6 @@ fn load_runbook(path: &std::path::Path, profile: &Profile) -> Result<LoadedRunbo
             )));
         }
     };
-    for step in &runbook.steps {
-        if step.evidence.iter().any(|e| e.verifier.is_some()) {
-            return Err(Failure::host(format!(
-                "--runbook {origin}: step {} is proven by a model verifier, which arrives in part 2 of runbooks; this release cannot check it, so the run is not started",
-                step.id
-            )));
-        }
-    }
     if profile.hook.is_none() {
         return Err(Failure::host(format!(
             "--runbook {origin}: profile {} has no [hook]: nothing would enforce the steps",
@@ -818,6 +828,8 @@ fn prepare_runbook(
             pre_approved: args.approve.clone(),
             cgroup_dirs: cgroup.map(|c| c.dirs()).unwrap_or_default(),
             no_freezer,
+            // The run's own --timeout, from about now: model verifiers count inside it.
+            deadline: args.timeout.map(|t| std::time::Instant::now() + t),
         },
         continued,
     )

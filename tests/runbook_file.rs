@@ -194,6 +194,34 @@ fn each_broken_file_class_gives_its_exact_error() {
             ),
             "10:14: error: step `a`: verifier tier 1 does not exist",
         ),
+        (
+            "a verifier tier without models",
+            format!(
+                "{HEAD}{}",
+                step("a", "acceptance = [\"x\"]\n[[steps.evidence]]\nverifier = { tier = 2 }\n")
+            ),
+            "10:14: error: step `a`: verifier tier 2 names no model: add `[verifiers]`",
+        ),
+        (
+            "a model name that could read as an option",
+            format!("{HEAD}[verifiers]\ntier2 = [\"a\", \"-x\"]\n{VERIFIED_STEP}"),
+            "5:15: error: verifiers.tier2: \"-x\" is not a model name",
+        ),
+        (
+            "a model twice in a chain",
+            format!("{HEAD}[verifiers]\ntier2 = [\"a\", \"a\"]\n{VERIFIED_STEP}"),
+            "5:15: error: verifiers.tier2 names \"a\" twice",
+        ),
+        (
+            "an unknown key in [verifiers]",
+            format!("{HEAD}[verifiers]\nmodels = [\"a\"]\n{VERIFIED_STEP}"),
+            "5:1: error: unknown field `models`, expected one of `tier2`, `tier3`, `timeout`, `max_tokens`",
+        ),
+        (
+            "a verifier token budget of nothing",
+            format!("{HEAD}[verifiers]\ntier2 = [\"a\"]\nmax_tokens = 0\n{VERIFIED_STEP}"),
+            "6:1: error: verifiers.max_tokens = 0",
+        ),
     ];
     let good_file = write(&good);
     let out = stepproof(&["runbook", "check", good_file.path.to_str().unwrap()]);
@@ -220,10 +248,13 @@ fn each_broken_file_class_gives_its_exact_error() {
     }
 }
 
+/// A step with a command and a tier 2 verifier (after a `[verifiers]` table).
+const VERIFIED_STEP: &str = "[[steps]]\nid = \"a\"\ntitle = \"t\"\ninstructions = \"i\"\nacceptance = [\"x\"]\n[[steps.evidence]]\nverifier = { tier = 2 }\n[[steps.evidence]]\ncommand = { run = [\"true\"] }\n";
+
 #[test]
-fn verifier_evidence_is_accepted_with_a_note_and_a_warning_when_alone() {
+fn a_step_proven_by_a_verifier_alone_is_warned_about() {
     let text = format!(
-        "{HEAD}[[steps]]\nid = \"a\"\ntitle = \"t\"\ninstructions = \"i\"\nacceptance = [\"x\"]\nevidence = [{{ verifier = {{ tier = 3 }} }}]\n"
+        "{HEAD}[[steps]]\nid = \"a\"\ntitle = \"t\"\ninstructions = \"i\"\nacceptance = [\"x\"]\nevidence = [{{ verifier = {{ tier = 3 }} }}]\n[verifiers]\ntier3 = [\"model-a\", \"model-b\"]\ntimeout = \"2m\"\n"
     );
     let file = write(&text);
     let name = file.path.display().to_string();
@@ -232,16 +263,23 @@ fn verifier_evidence_is_accepted_with_a_note_and_a_warning_when_alone() {
     let shown = stdout(&out);
     assert!(
         shown.contains(&format!(
-            "{name}:9:15: note: step `a`: verifier evidence is accepted here, but `stepproof-run --runbook` refuses to run it (exit 125)"
+            "{name}:4:1: warning: step `a` is proven by model verifiers only: a verifier reads what the worker wrote"
         )),
         "{shown}"
     );
-    assert!(
-        shown.contains(&format!(
-            "{name}:4:1: warning: step `a` is proven by model verifiers only"
-        )),
-        "{shown}"
-    );
+    assert!(!shown.contains("refuses to run it"), "{shown}");
+    // The reviewer's document names the chain and the bounds.
+    let out = stepproof(&["runbook", "explain", &name]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let shown = stdout(&out);
+    for line in [
+        "  tier 3 (thorough): model-a → model-b",
+        "  tier 2 (fast): no model",
+        "  each verification: at most 2m and 200000 tokens, inside the run's own --timeout",
+        "     - model verifier, tier 3 (a separate read-only Claude Code run",
+    ] {
+        assert!(shown.contains(line), "{line:?} not in:\n{shown}");
+    }
 }
 
 #[test]
@@ -291,7 +329,7 @@ fn the_examples_against_other_profiles() {
     ]);
     assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
     let wanted = format!(
-        "{}:52:20: error: step `fix`: allow rule `build-and-test`: `cargo test *` tries to widen the profile: profile `strict` denies it (its default for calls no rule matches); a step only narrows the profile, so this rule can never let anything through",
+        "{}:63:20: error: step `fix`: allow rule `build-and-test`: `cargo test *` tries to widen the profile: profile `strict` denies it (its default for calls no rule matches); a step only narrows the profile, so this rule can never let anything through",
         path.display()
     );
     assert!(
@@ -444,6 +482,22 @@ fn validate(root: &Value, schema: &Value, value: &Value, at: &str, errors: &mut 
                     fail(errors, format!("fewer than {rule} items"));
                 }
             }
+            "maxItems" => {
+                if value
+                    .as_array()
+                    .is_some_and(|a| (a.len() as u64) > rule.as_u64().unwrap())
+                {
+                    fail(errors, format!("more than {rule} items"));
+                }
+            }
+            "uniqueItems" => {
+                assert_eq!(rule, &Value::Bool(true));
+                if let Some(a) = value.as_array()
+                    && a.iter().enumerate().any(|(i, x)| a[..i].contains(x))
+                {
+                    fail(errors, "an item twice".to_string());
+                }
+            }
             "minimum" | "maximum" => {
                 if let Some(n) = value.as_i64() {
                     let bound = rule.as_i64().unwrap();
@@ -500,6 +554,18 @@ fn the_schema_accepts_the_examples_and_refuses_what_check_refuses() {
         (
             base.replacen("command = { run = [\"cargo\", \"test\", \"--quiet\"], exit_code = 101, timeout = \"15m\" }", "command = { exit_code = 101 }", 1),
             "missing \"run\"",
+        ),
+        (base.replace("tier2 = [", "tier4 = ["), "unknown key tier4"),
+        (
+            base.replace(
+                "tier2 = [\"claude-haiku-4-5\", \"claude-sonnet-4-5\"]",
+                "tier2 = [\"claude-haiku-4-5\", \"claude-haiku-4-5\"]",
+            ),
+            "an item twice",
+        ),
+        (
+            base.replace("max_tokens = 200000", "max_tokens = 0"),
+            "outside minimum 1",
         ),
     ] {
         let mut errors = Vec::new();

@@ -358,7 +358,7 @@ both!(a_deadline_denies_an_approval, |w: &World| {
     verify(&log);
 });
 
-both!(verifier_evidence_and_errors_stop_the_launch, |w: &World| {
+both!(modelless_verifiers_and_errors_stop_launch, |w: &World| {
     fs::write(
         w.workspace.join("runbook.toml"),
         "id = \"v\"\ntitle = \"t\"\nowner = \"o\"\n[[steps]]\nid = \"s\"\ntitle = \"t\"\ninstructions = \"i\"\nacceptance = [\"a\"]\n[[steps.evidence]]\nverifier = { tier = 2 }\n[[steps.evidence]]\nfiles_exist = { paths = [\"x\"] }\n",
@@ -371,7 +371,8 @@ both!(verifier_evidence_and_errors_stop_the_launch, |w: &World| {
         .unwrap();
     assert_eq!(out.status.code(), Some(125), "{}", describe(&out));
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("arrives in part 2"),
+        String::from_utf8_lossy(&out.stderr)
+            .contains("10:14: error: step `s`: verifier tier 2 names no model"),
         "{}",
         describe(&out)
     );

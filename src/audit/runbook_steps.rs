@@ -307,6 +307,16 @@ fn evidence_text(r: &Value) -> String {
                 text(&r["answer"])
             }
         ),
+        "verifier" => format!(
+            "verifier tier {}: {} (model {}) · {held}",
+            text(&r["tier"]),
+            text(&r["verdict"]),
+            if r["model"].is_null() {
+                "none".to_string()
+            } else {
+                text(&r["model"])
+            },
+        ),
         other => format!("{other} · {held}"),
     }
 }

@@ -275,11 +275,42 @@ fn runbook_summary(kind: &str, record: &Map<String, Value>) -> String {
                     s("expected_exit_code"),
                     s("duration_ms")
                 ));
+            } else if item == "verifier" {
+                parts.push(format!(
+                    "verifier tier {}: {} by model {} ({} tried, {} tokens, transcript {})",
+                    s("tier"),
+                    s("verdict"),
+                    s("model"),
+                    record
+                        .get("models_tried")
+                        .and_then(Value::as_array)
+                        .map_or(0, Vec::len),
+                    s("tokens"),
+                    prefix(&s("transcript_sha256"), 19)
+                ));
             } else {
                 parts.push(item);
             }
             parts.push(held.to_string());
         }
+        "runbook-verifier-started" => parts.push(format!(
+            "verifier tier {} started (models {})",
+            s("tier"),
+            record
+                .get("models")
+                .and_then(Value::as_array)
+                .map(|m| m.iter().map(plain).collect::<Vec<_>>().join(" → "))
+                .unwrap_or_default()
+        )),
+        "runbook-verifier-attempt" => parts.push(format!(
+            "verifier model {}: {} ({}) in {} ms, {} tokens, transcript {}",
+            s("model"),
+            s("outcome"),
+            prefix(&s("detail"), 120),
+            s("duration_ms"),
+            s("tokens"),
+            prefix(&s("transcript_sha256"), 19)
+        )),
         "runbook-step-failed" => parts.push(format!(
             "FAILED, {} attempt(s) left{}",
             s("attempts_left"),

@@ -88,6 +88,11 @@ struct Args {
     /// command; `stepproof selftest` uses it.
     #[arg(long, hide = true)]
     selftest: bool,
+    /// (Internal) A runbook's model verifier run: FILE becomes the `verifier` agent definition
+    /// in this run's own config directory (read-only), and nowhere else; the supervisor starts
+    /// its verifier runs with it.
+    #[arg(long, hide = true, value_name = "FILE")]
+    verifier_agent: Option<PathBuf>,
     /// The command and its arguments.
     #[arg(
         required_unless_present = "selftest",
@@ -134,6 +139,7 @@ fn main() {
         runbook: args.runbook,
         approve: args.approve,
         runbook_fresh: args.runbook_fresh,
+        verifier_agent: args.verifier_agent,
     };
     std::process::exit(stepproof::run::run(&request));
 }

@@ -15,7 +15,8 @@
 //! warning.
 
 use super::{
-    Evidence, Id, MAX_ATTEMPTS_LIMIT, OnFail, Runbook, Seg, Step, StepRules, line_column, locate,
+    Evidence, Id, MAX_ATTEMPTS_LIMIT, OnFail, Runbook, Seg, Step, StepRules, VERIFIER_MODELS_MAX,
+    Verifiers, line_column, locate, valid_model_name,
 };
 use crate::profile::Profile;
 use serde_json::{Value, json};
@@ -159,13 +160,14 @@ pub fn check(text: &str, profile: &Profile) -> Report {
         found: Vec::new(),
     };
     checker.runbook_fields(&runbook);
+    checker.verifiers(&runbook);
     let ids = checker.step_ids(&runbook);
     checker.dependencies(&runbook, &ids);
     let order = checker.order(&runbook, &ids);
     let profile_policy = checker.profile_policy(&runbook, profile);
     for (index, step) in runbook.steps.iter().enumerate() {
         checker.step_fields(index, step);
-        checker.evidence(index, step);
+        checker.evidence(index, step, runbook.verifiers.as_ref());
         checker.attempts(index, step);
         checker.rules(index, step, profile, profile_policy.as_ref());
     }
@@ -216,6 +218,60 @@ impl Checker<'_> {
             self.error(
                 &[Seg::Key("steps")],
                 "the runbook has no steps: add at least one `[[steps]]`".into(),
+            );
+        }
+    }
+
+    /// `[verifiers]`: model names `--model` can take, each once a tier, a few per tier; a
+    /// budget above nothing; tiers no step uses are said.
+    fn verifiers(&mut self, runbook: &Runbook) {
+        let Some(verifiers) = &runbook.verifiers else {
+            return;
+        };
+        for (key, tier) in [("tier2", 2u8), ("tier3", 3)] {
+            let models = verifiers.models(tier);
+            if models.len() > VERIFIER_MODELS_MAX {
+                self.error(
+                    &[Seg::Key("verifiers"), Seg::Key(key)],
+                    format!(
+                        "verifiers.{key} names {} models: at most {VERIFIER_MODELS_MAX} (each one that cannot be reached costs a start)",
+                        models.len()
+                    ),
+                );
+            }
+            for (n, model) in models.iter().enumerate() {
+                let path = [Seg::Key("verifiers"), Seg::Key(key), Seg::Index(n)];
+                if !valid_model_name(model) {
+                    self.error(
+                        &path,
+                        format!(
+                            "verifiers.{key}: {model:?} is not a model name: 1 to 128 letters, digits, `-`, `_`, `.`, `:`, `/`, `@`, `[` or `]`, not starting with `-`"
+                        ),
+                    );
+                } else if models[..n].contains(model) {
+                    self.error(
+                        &path,
+                        format!("verifiers.{key} names {model:?} twice: each model is tried once"),
+                    );
+                }
+            }
+            let used = runbook
+                .steps
+                .iter()
+                .flat_map(|s| &s.evidence)
+                .any(|e| e.verifier.as_ref().is_some_and(|v| v.tier == tier));
+            if !models.is_empty() && !used {
+                self.add(
+                    Severity::Note,
+                    &[Seg::Key("verifiers"), Seg::Key(key)],
+                    format!("verifiers.{key}: no step has a tier {tier} verifier"),
+                );
+            }
+        }
+        if verifiers.max_tokens == Some(0) {
+            self.error(
+                &[Seg::Key("verifiers"), Seg::Key("max_tokens")],
+                "verifiers.max_tokens = 0 would stop every verification before its first request: at least 1".into(),
             );
         }
     }
@@ -374,7 +430,7 @@ impl Checker<'_> {
         }
     }
 
-    fn evidence(&mut self, index: usize, step: &Step) {
+    fn evidence(&mut self, index: usize, step: &Step, verifiers: Option<&Verifiers>) {
         let id = &step.id;
         if step.evidence.is_empty() {
             self.error(
@@ -396,7 +452,7 @@ impl Checker<'_> {
                         "step `{id}`: an evidence item names no kind: set one of command, files_exist, files_changed, approval, verifier"
                     ),
                 ),
-                [_] => self.evidence_item(&path, id, step, item),
+                [_] => self.evidence_item(&path, id, step, item, verifiers),
                 [a, b, ..] => {
                     path.push(Seg::Key(b));
                     self.error(
@@ -420,7 +476,14 @@ impl Checker<'_> {
         }
     }
 
-    fn evidence_item(&mut self, path: &[Seg<'_>], id: &Id, step: &Step, item: &Evidence) {
+    fn evidence_item(
+        &mut self,
+        path: &[Seg<'_>],
+        id: &Id,
+        step: &Step,
+        item: &Evidence,
+        verifiers: Option<&Verifiers>,
+    ) {
         let at = |key: &'static str| {
             let mut p = path.to_vec();
             p.push(Seg::Key(key));
@@ -494,12 +557,13 @@ impl Checker<'_> {
                         "step `{id}`: a verifier judges the step's acceptance criteria, and it has none: add `acceptance`"
                     ),
                 );
-            } else {
-                self.add(
-                    Severity::Note,
+            } else if verifiers.is_none_or(|v| v.models(verifier.tier).is_empty()) {
+                p.push(Seg::Key("tier"));
+                self.error(
                     &p,
                     format!(
-                        "step `{id}`: verifier evidence is accepted here, but `stepproof-run --runbook` refuses to run it (exit 125) until model verifiers arrive"
+                        "step `{id}`: verifier tier {tier} names no model: add `[verifiers]` with `tier{tier} = [\"MODEL\", …]` (tried in order)",
+                        tier = verifier.tier
                     ),
                 );
             }

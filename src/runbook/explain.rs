@@ -29,6 +29,10 @@ impl Runbook {
                 }
             }
         }
+        if let Some(verifiers) = &mut canonical.verifiers {
+            verifiers.timeout = Some(verifiers.timeout());
+            verifiers.max_tokens = Some(verifiers.max_tokens());
+        }
         canonical
     }
 
@@ -80,6 +84,30 @@ pub fn explain_text(runbook: &Runbook, order: &[usize], profile: &Profile) -> St
         for text in runbook.description.trim().lines() {
             line(format!("  {text}"));
         }
+    }
+    if let Some(v) = &runbook.verifiers {
+        line(String::new());
+        line(
+            "Model verifiers (a separate Claude Code run per verification: workspace read-only, no writing tool; a model that cannot be reached falls to the next, past the last: inconclusive):"
+                .into(),
+        );
+        for tier in [2u8, 3] {
+            let models = v.models(tier);
+            line(format!(
+                "  tier {tier} ({}): {}",
+                if tier == 2 { "fast" } else { "thorough" },
+                if models.is_empty() {
+                    "no model".to_string()
+                } else {
+                    models.join(" → ")
+                }
+            ));
+        }
+        line(format!(
+            "  each verification: at most {} and {} tokens, inside the run's own --timeout",
+            v.timeout().render(),
+            v.max_tokens()
+        ));
     }
     line(String::new());
     line(format!(
@@ -237,7 +265,7 @@ fn evidence_text(item: &Evidence) -> String {
     }
     if let Some(v) = &item.verifier {
         return format!(
-            "model verifier, tier {} (judges the acceptance criteria; not run yet: stepproof-run refuses it)",
+            "model verifier, tier {} (a separate read-only Claude Code run judges the acceptance criteria with the supervisor's evidence; pass, fail or inconclusive)",
             v.tier
         );
     }
@@ -315,6 +343,27 @@ evidence = [{ files_exist = { paths = ["y"] } }]
             ONE.replace("[\"cargo\", \"test\"]", "[\"test\", \"cargo\"]"),
         ] {
             assert_ne!(parse(&change).unwrap().hash(), a, "{change}");
+        }
+    }
+
+    /// `[verifiers]` is in the hash: its defaults written out, its chains in their order.
+    #[test]
+    fn verifiers_are_in_the_hash() {
+        let with = |table: &str| parse(&format!("{ONE}[verifiers]\n{table}")).unwrap().hash();
+        let a = with("tier2 = [\"m1\", \"m2\"]\n");
+        assert_ne!(a, parse(ONE).unwrap().hash());
+        assert_eq!(
+            a,
+            with("tier2 = [\"m1\", \"m2\"]\ntimeout = \"300s\"\nmax_tokens = 200000\n")
+        );
+        for change in [
+            "tier2 = [\"m2\", \"m1\"]\n",
+            "tier2 = [\"m1\"]\n",
+            "tier3 = [\"m1\", \"m2\"]\n",
+            "tier2 = [\"m1\", \"m2\"]\ntimeout = \"4m\"\n",
+            "tier2 = [\"m1\", \"m2\"]\nmax_tokens = 1000\n",
+        ] {
+            assert_ne!(with(change), a, "{change}");
         }
     }
 }

@@ -44,6 +44,70 @@ pub struct Runbook {
     pub owner: String,
     /// The steps, in any order: `depends_on` orders them.
     pub steps: Vec<Step>,
+    /// The models that judge `verifier` evidence, per tier, and their bounds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verifiers: Option<Verifiers>,
+}
+
+/// How long a model verifier may take when `[verifiers]` does not say (the whole fallback
+/// chain of one evidence item).
+pub const DEFAULT_VERIFIER_TIMEOUT_SECONDS: u64 = 300;
+/// The tokens a verification may use when `[verifiers]` does not say (input and output, over
+/// every request of the chain).
+pub const DEFAULT_VERIFIER_MAX_TOKENS: u64 = 200_000;
+/// The most models a tier may name.
+pub const VERIFIER_MODELS_MAX: usize = 8;
+
+/// `[verifiers]`: the models per tier, tried in order (a model that cannot be reached falls to
+/// the next; past the last, the verdict is `inconclusive`), and the bounds of a verification.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Verifiers {
+    /// Tier 2 (fast): model names as Claude Code's `--model` takes them, first tried first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tier2: Vec<String>,
+    /// Tier 3 (thorough), likewise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tier3: Vec<String>,
+    /// How long one verification may take, the whole chain (unset: 5m); it also counts inside
+    /// the run's own `--timeout`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<Duration>,
+    /// The tokens one verification may use, input and output over every request of the chain
+    /// (unset: 200000); past it the run is stopped and the verdict is `inconclusive`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
+}
+
+impl Verifiers {
+    /// The models of a tier (2 or 3), in the order they are tried.
+    pub fn models(&self, tier: u8) -> &[String] {
+        match tier {
+            2 => &self.tier2,
+            3 => &self.tier3,
+            _ => &[],
+        }
+    }
+
+    pub fn timeout(&self) -> Duration {
+        self.timeout.unwrap_or(Duration {
+            seconds: DEFAULT_VERIFIER_TIMEOUT_SECONDS,
+        })
+    }
+
+    pub fn max_tokens(&self) -> u64 {
+        self.max_tokens.unwrap_or(DEFAULT_VERIFIER_MAX_TOKENS)
+    }
+}
+
+/// Whether a model name is one `--model` can take as a value: 1 to 128 of `A-Z a-z 0-9 - _ .
+/// : / @ [ ]`, not starting with `-` (it must never read as an option).
+pub fn valid_model_name(name: &str) -> bool {
+    (1..=128).contains(&name.len())
+        && !name.starts_with('-')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.:/@[]".contains(c))
 }
 
 /// A step: what the agent is told, what it may use, and what proves it done.
@@ -355,7 +419,8 @@ pub struct ApprovalEvidence {
     pub deadline: Duration,
 }
 
-/// `verifier = { tier = 2 }`.
+/// `verifier = { tier = 2 }`: the supervisor starts a separate Claude Code run that cannot
+/// write, with the models `[verifiers]` names for the tier, to judge the acceptance criteria.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct VerifierEvidence {

@@ -2,11 +2,14 @@
 //! out type by type beside the types in `runbook`. A test holds every object's properties to
 //! the fields its type accepts, and the examples to the schema.
 
-use super::{EVIDENCE_KINDS, ID_PATTERN, MAX_ATTEMPTS_LIMIT};
+use super::{EVIDENCE_KINDS, ID_PATTERN, MAX_ATTEMPTS_LIMIT, VERIFIER_MODELS_MAX};
 use serde_json::{Map, Value, json};
 
 /// What a duration looks like (`Duration::parse`).
 pub const DURATION_PATTERN: &str = "^[0-9]+[smhd]$";
+
+/// What a verifier's model name looks like (`valid_model_name`, but for its length).
+pub const MODEL_PATTERN: &str = "^[A-Za-z0-9_.:/@\\[\\]][A-Za-z0-9_.:/@\\[\\]-]{0,127}$";
 
 /// The whole schema (JSON Schema 2020-12).
 pub fn schema() -> Value {
@@ -35,6 +38,7 @@ pub fn schema() -> Value {
                 }),
                 true,
             ),
+            ("verifiers", json!({ "$ref": "#/$defs/verifiers" }), false),
         ],
     );
     root.insert(
@@ -243,6 +247,35 @@ fn defs() -> Map<String, Value> {
             ],
         )),
     );
+    let models = |what: &str| {
+        json!({
+            "type": "array",
+            "description": what,
+            "maxItems": VERIFIER_MODELS_MAX,
+            "uniqueItems": true,
+            "items": { "type": "string", "pattern": MODEL_PATTERN }
+        })
+    };
+    defs.insert(
+        "verifiers".into(),
+        Value::Object(object(
+            "The models that judge `verifier` evidence, per tier, tried in order (one that cannot be reached falls to the next; past the last: inconclusive), and the bounds of one verification.",
+            &[
+                ("tier2", models("Tier 2 (fast): model names as Claude Code's --model takes them."), false),
+                ("tier3", models("Tier 3 (thorough): model names as Claude Code's --model takes them."), false),
+                (
+                    "timeout",
+                    json!({ "$ref": "#/$defs/duration", "description": "How long one verification may take, the whole chain (default 5m); inside the run's own --timeout." }),
+                    false,
+                ),
+                (
+                    "max_tokens",
+                    json!({ "type": "integer", "minimum": 1, "description": "Tokens one verification may use, input and output over every request (default 200000); past it: inconclusive." }),
+                    false,
+                ),
+            ],
+        )),
+    );
     defs.insert(
         "verifier_evidence".into(),
         Value::Object(object(
@@ -413,6 +446,7 @@ mod tests {
             properties(&s, Some("verifier_evidence")),
             fields_of::<VerifierEvidence>()
         );
+        assert_eq!(properties(&s, Some("verifiers")), fields_of::<Verifiers>());
     }
 
     /// What the schema calls required is what the types cannot do without: the object with

@@ -135,6 +135,30 @@ pub fn prepare(
     Ok(listener)
 }
 
+/// A model verifier run's own `agents/verifier.md` (the definition the supervisor wrote): the
+/// directory and the file the supervisor's, read-only to the run's user. Only verifier runs get
+/// it; a worker's config directory never holds it.
+pub fn install_verifier_agent(state: &AgentState, definition: &str) -> Result<(), AgentStateError> {
+    let dir = state.config_dir.join("agents");
+    let _ = fs::remove_dir_all(&dir);
+    fs::DirBuilder::new()
+        .mode(0o755)
+        .create(&dir)
+        .map_err(fail("creating", &dir))?;
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).map_err(fail("chmod", &dir))?;
+    let path = dir.join("verifier.md");
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o444)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&path)
+        .map_err(fail("writing", &path))?;
+    file.write_all(definition.as_bytes())
+        .map_err(fail("writing", &path))?;
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o444)).map_err(fail("chmod", &path))
+}
+
 /// Binds a listening socket at `path`, however long: a path beyond the 107 bytes of
 /// `sun_path` (a long HOME puts the run directory there) is reached through a descriptor of its
 /// directory, `/proc/self/fd/N/NAME`.

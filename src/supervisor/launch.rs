@@ -460,6 +460,8 @@ pub struct RunOptions<'a> {
     )>,
     /// The runbook's run: its sockets are served while the sandbox runs.
     pub runbook: Option<&'a crate::supervisor::runbook_run::RunbookRun>,
+    /// A model verifier run: the `verifier` agent definition for its config directory.
+    pub verifier_agent: Option<&'a str>,
 }
 
 /// The gateway's upstream and the model login for a plan with a gateway (a credential the
@@ -555,7 +557,13 @@ fn launch(
     //    from the host.
     let idmapped = prepare_idmapped_trees(plan)?;
     let hook_listener = match &plan.agent {
-        Some(state) => Some(agent_config_dir::prepare(plan, state, &placeholder)?),
+        Some(state) => {
+            let listener = agent_config_dir::prepare(plan, state, &placeholder)?;
+            if let Some(definition) = options.verifier_agent {
+                agent_config_dir::install_verifier_agent(state, definition)?;
+            }
+            Some(listener)
+        }
         None => None,
     };
     //    The service credentials: each secret read outside, the run's CA made and its public

@@ -18,6 +18,7 @@ pub mod pty;
 pub mod relay;
 pub mod runbook_continue;
 pub mod runbook_run;
+pub mod runbook_verifier;
 pub mod server_settings;
 pub mod session_state;
 pub mod sweep;

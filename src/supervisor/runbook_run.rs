@@ -8,7 +8,8 @@
 //! The agent acts on the run through `stepproof step …` over `step.sock` in that directory;
 //! a `complete` is a request, whoever sends it: the supervisor checks the evidence itself.
 //! A person approves at a host terminal (`stepproof approve RUN STEP`) over `approve.sock` in
-//! the run's directory, which no sandbox can reach.
+//! the run's directory, which no sandbox can reach. `verifier` evidence is judged by a separate
+//! read-only Claude Code run the supervisor starts (`runbook_verifier`), after the other items.
 
 use crate::audit::sink::AuditSink;
 use crate::runbook::client::{APPROVAL_SOCKET, Answer, ApprovalRequest, STEP_SOCKET, StepRequest};
@@ -84,6 +85,8 @@ pub struct EvidenceContext {
     pub cgroup_dirs: Vec<PathBuf>,
     /// Why the run has no freezer, when the host could not give it one.
     pub no_freezer: Option<String>,
+    /// When the run's own `--timeout` ends it: a model verifier never runs past it.
+    pub deadline: Option<Instant>,
 }
 
 struct Engine {
@@ -487,14 +490,40 @@ fn complete(
         (index, step, attempt)
     };
     let mut failures = Vec::new();
-    for (n, item) in step.evidence.iter().enumerate() {
-        let (held, record, why) = check_item(engine, approvals, run_id, index, &step, item);
+    // The supervisor's own evidence first; model verifiers last, each given what was gathered
+    // (and not started when that already failed: nothing a model says could pass the step).
+    let mut gathered = Vec::new();
+    let mut verdicts = Vec::new();
+    let (verifier_items, other_items): (Vec<_>, Vec<_>) = step
+        .evidence
+        .iter()
+        .enumerate()
+        .partition(|(_, item)| item.verifier.is_some());
+    for (n, item) in other_items.into_iter().chain(verifier_items) {
+        let (held, record, why) = match &item.verifier {
+            Some(verifier) if failures.is_empty() => {
+                let (held, record, why, said) =
+                    check_verifier(engine, &step, attempt, verifier.tier, &gathered);
+                verdicts.push(said);
+                (held, record, why)
+            }
+            Some(verifier) => (
+                false,
+                json!({ "kind": "verifier", "tier": verifier.tier, "verdict": null, "not_run": "other evidence of this attempt did not hold" }),
+                format!(
+                    "verifier (tier {}): not started, the other evidence did not hold",
+                    verifier.tier
+                ),
+            ),
+            None => check_item(engine, approvals, run_id, index, &step, item),
+        };
         let e = lock();
         let mut record = record;
         record["step"] = json!(step.id);
         record["attempt"] = json!(attempt);
         record["item"] = json!(n);
         record["held"] = json!(held);
+        gathered.push(record.clone());
         e.record("runbook-evidence", record);
         drop(e);
         if !held {
@@ -512,6 +541,9 @@ fn complete(
         e.open_ready();
         let published = e.publish();
         let mut message = format!("step {} passed (attempt {attempt}).", step.id);
+        for said in &verdicts {
+            message.push_str(&format!("\n{said}"));
+        }
         if let Err(why) = published {
             message.push_str(&format!(" (publishing the state failed: {why})"));
         }
@@ -570,6 +602,90 @@ fn complete(
         ),
         state: Some(e.state_json()),
     }
+}
+
+/// A model verifier item: a separate read-only Claude Code run judges the acceptance
+/// criteria with the evidence gathered in this attempt, while the agent's processes are frozen
+/// (one state of the workspace). Whether it held (`pass` only), its record (verdict, reasons,
+/// model, each attempt of the chain, transcript digest), why not, and the verdict in words for
+/// the worker's answer.
+fn check_verifier(
+    engine: &Arc<Mutex<Engine>>,
+    step: &Step,
+    attempt: u32,
+    tier: u8,
+    gathered: &[Value],
+) -> (bool, Value, String, String) {
+    use crate::supervisor::runbook_verifier::{self, Verdict};
+    let lock = || engine.lock().unwrap_or_else(|e| e.into_inner());
+    let (context, n, runbook) = {
+        let mut e = lock();
+        e.evidence_runs += 1;
+        (e.context.clone(), e.evidence_runs, e.runbook.clone())
+    };
+    let verifiers = runbook.verifiers.clone().unwrap_or_default();
+    let request = runbook_verifier::Request {
+        runbook: &runbook,
+        step,
+        tier,
+        attempt,
+        evidence: gathered,
+    };
+    {
+        let e = lock();
+        e.record(
+            "runbook-verifier-started",
+            json!({
+                "step": step.id,
+                "attempt": attempt,
+                "tier": tier,
+                "models": verifiers.models(tier),
+                "timeout": verifiers.timeout().render(),
+                "max_tokens": verifiers.max_tokens(),
+                "prompt_sha256": format!("sha256:{}", hex::encode(Sha256::digest(runbook_verifier::prompt(&request).as_bytes()))),
+            }),
+        );
+    }
+    let frozen = freeze(&context.cgroup_dirs, true, context.no_freezer.as_deref());
+    let launcher = runbook_verifier::Launcher {
+        run_binary: context.run_binary.clone(),
+        profile: context.profile.clone(),
+        workspace: context.workspace.clone(),
+        run_dir: context.run_dir.clone(),
+        deadline: context.deadline,
+    };
+    let verification = runbook_verifier::verify(&launcher, &verifiers, &request, n, &mut |r| {
+        lock().record("runbook-verifier-attempt", r.clone());
+    });
+    freeze(&context.cgroup_dirs, false, None);
+    let held = verification.verdict == Verdict::Pass;
+    let model = verification.model.clone().unwrap_or_else(|| "none".into());
+    let said = format!(
+        "verifier (tier {tier}, model {model}): {}\n{}",
+        verification.verdict.name(),
+        verification
+            .reasons
+            .iter()
+            .map(|r| format!("  - {r}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let record = json!({
+        "kind": "verifier",
+        "tier": tier,
+        "verdict": verification.verdict.name(),
+        "reasons": verification.reasons,
+        "model": verification.model,
+        "models_tried": verification.attempts.iter().map(|a| a["model"].clone()).collect::<Vec<_>>(),
+        "chain": verification.attempts.iter().map(|a| json!({ "model": a["model"], "outcome": a["outcome"] })).collect::<Vec<_>>(),
+        "tokens": verification.tokens,
+        "duration_ms": verification.duration.as_millis() as u64,
+        "transcript_sha256": verification.transcript_sha256,
+        "frozen": frozen.0,
+        "agent_frozen": frozen.1,
+        "workspace": "read-only",
+    });
+    (held, record, said.clone(), said)
 }
 
 /// One evidence item: whether it held, its record, and why not.
