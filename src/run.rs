@@ -209,6 +209,20 @@ fn carry_out(
             facts.home.display()
         )));
     }
+    // The approval webhook: named only from outside the workspace, https, out of the agent's
+    // reach; its key read now when a runbook may ask it.
+    let approval_webhook = crate::supervisor::approval_webhook::prepare(
+        &profile,
+        &facts.env,
+        &facts.home,
+        &facts.workspace,
+        runbook.is_some(),
+    )
+    .map_err(Failure::refused)?
+    .map(std::sync::Arc::new);
+    for note in approval_webhook.iter().flat_map(|w| &w.notes) {
+        crate::say!("stepproof-run: {note}");
+    }
     if args.ci {
         // The sandbox this profile describes must hold before the agent gets it.
         let escaped = run_selftest(args).map_err(Failure::host)?;
@@ -348,6 +362,7 @@ fn carry_out(
             audit.as_ref(),
             limits.cgroup.as_ref(),
             limits.no_freezer.clone(),
+            approval_webhook.clone(),
         )?),
         None => None,
     };
@@ -380,6 +395,9 @@ fn carry_out(
                     "steps": r.runbook.steps.len(),
                     "pre_approved": args.approve,
                     "fresh": args.runbook_fresh,
+                    "approval_webhook": approval_webhook
+                        .as_deref()
+                        .map(crate::supervisor::approval_webhook::describe),
                 })),
             }),
         );
@@ -732,6 +750,7 @@ fn prepare_runbook(
     audit: Option<&AuditSink>,
     cgroup: Option<&crate::supervisor::cgroup::RunCgroup>,
     no_freezer: Option<String>,
+    approval_webhook: Option<std::sync::Arc<crate::supervisor::approval_webhook::Webhook>>,
 ) -> Result<crate::supervisor::runbook_run::RunbookRun, Failure> {
     use crate::sandbox::plan::agent_layer::CONTROL_DIR;
     use crate::sandbox::plan::{Access, MountOp};
@@ -818,6 +837,7 @@ fn prepare_runbook(
             pre_approved: args.approve.clone(),
             cgroup_dirs: cgroup.map(|c| c.dirs()).unwrap_or_default(),
             no_freezer,
+            approval_webhook,
         },
         continued,
     )

@@ -84,6 +84,8 @@ pub struct EvidenceContext {
     pub cgroup_dirs: Vec<PathBuf>,
     /// Why the run has no freezer, when the host could not give it one.
     pub no_freezer: Option<String>,
+    /// The approval webhook (from outside the workspace), asked beside the host terminal.
+    pub approval_webhook: Option<Arc<crate::supervisor::approval_webhook::Webhook>>,
 }
 
 struct Engine {
@@ -104,10 +106,11 @@ struct Engine {
     continued: Option<crate::supervisor::runbook_continue::Earlier>,
 }
 
-/// Answers given at a host terminal, waited for by the step being completed.
+/// Answers given at a host terminal or by the webhook, waited for by the step being completed:
+/// the first valid answer counts, with what its record says of it.
 #[derive(Default)]
 struct Approvals {
-    answers: Mutex<HashMap<String, Result<(), String>>>,
+    answers: Mutex<HashMap<String, (Result<(), String>, Value)>>,
     arrived: Condvar,
     waiting: Mutex<Option<String>>,
 }
@@ -680,14 +683,16 @@ fn check_item(
         );
     }
     if let Some(approval) = &item.approval {
-        let (ci, pre) = {
+        let (ci, pre, webhook) = {
             let e = lock();
             (
                 e.context.ci,
                 e.context.pre_approved.iter().any(|s| s == step.id.as_str()),
+                e.context.approval_webhook.clone(),
             )
         };
-        if ci || pre {
+        // `--ci` asks nobody but a webhook; a pre-approval needs no asking.
+        if pre || (ci && webhook.is_none()) {
             let held = pre;
             return (
                 held,
@@ -705,14 +710,67 @@ fn check_item(
             );
         }
         crate::say!(
-            "stepproof-run: step {} waits for approval by {} (deadline {}): `stepproof approve {run_id} {}` or `stepproof deny {run_id} {} --reason …`",
+            "stepproof-run: step {} waits for approval by {} (deadline {}): `stepproof approve {run_id} {}` or `stepproof deny {run_id} {} --reason …`{}",
             step.id,
             approval.approvers,
             approval.deadline.render(),
             step.id,
-            step.id
+            step.id,
+            webhook
+                .as_ref()
+                .map(|w| format!("; also asked at the webhook ({})", w.origin))
+                .unwrap_or_default()
         );
         *approvals.waiting.lock().unwrap_or_else(|e| e.into_inner()) = Some(step.id.to_string());
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        if let Some(webhook) = webhook {
+            let (question, audit) = {
+                let e = lock();
+                (
+                    crate::supervisor::approval_webhook::Question {
+                        run: run_id.to_string(),
+                        step: step.id.to_string(),
+                        step_title: step.title.clone(),
+                        runbook: e.runbook.id.to_string(),
+                        runbook_hash: e.hash.clone(),
+                        approvers: approval.approvers.clone(),
+                        deadline: Duration::from_secs(approval.deadline.seconds),
+                    },
+                    e.audit.as_ref().map(AuditSink::clone_handle),
+                )
+            };
+            let (engine, approvals, stop_seen, id) = (
+                Arc::clone(engine),
+                Arc::clone(approvals),
+                Arc::clone(&stop),
+                step.id.to_string(),
+            );
+            // Not joined: a poll in flight ends within its timeout; `stop` keeps its answer out.
+            let _ = crate::supervisor::approval_webhook::ask(
+                webhook,
+                question,
+                audit,
+                Arc::clone(&stop),
+                move |verdict| {
+                    let answer = if verdict.approved {
+                        Ok(())
+                    } else {
+                        Err(verdict
+                            .reason
+                            .clone()
+                            .unwrap_or_else(|| "denied at the webhook".into()))
+                    };
+                    give_answer(
+                        &engine,
+                        &approvals,
+                        &id,
+                        answer,
+                        verdict.detail,
+                        Some(&stop_seen),
+                    )
+                },
+            );
+        }
         let mut answers = approvals.answers.lock().unwrap_or_else(|e| e.into_inner());
         let answer = loop {
             if let Some(answer) = answers.remove(step.id.as_str()) {
@@ -728,9 +786,15 @@ fn check_item(
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         };
-        drop(answers);
+        // Under the answers' lock: no answer can arrive for this wait once it is over.
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
         *approvals.waiting.lock().unwrap_or_else(|e| e.into_inner()) = None;
-        let (held, by, why) = match answer {
+        drop(answers);
+        let detail = answer
+            .as_ref()
+            .map(|(_, d)| d.clone())
+            .unwrap_or(Value::Null);
+        let (held, by, why) = match answer.map(|(a, _)| a) {
             Some(Ok(())) => (true, "approved", String::new()),
             Some(Err(reason)) => (false, "denied", format!("approval: denied: {reason}")),
             None => (
@@ -744,7 +808,7 @@ fn check_item(
         };
         return (
             held,
-            json!({ "kind": "approval", "approvers": approval.approvers, "answer": by }),
+            json!({ "kind": "approval", "approvers": approval.approvers, "answer": by, "from": detail["from"], "approver": detail["approver"], "nonce": detail["nonce"] }),
             why,
         );
     }
@@ -758,8 +822,44 @@ fn check_item(
     )
 }
 
+/// An answer from a channel: counted when the step still waits and no answer came first (and,
+/// for the webhook, its wait is not over); recorded either way, under the answers' lock so that
+/// the record comes before the step's evidence record.
+fn give_answer(
+    engine: &Arc<Mutex<Engine>>,
+    approvals: &Arc<Approvals>,
+    step: &str,
+    answer: Result<(), String>,
+    detail: Value,
+    over: Option<&std::sync::atomic::AtomicBool>,
+) -> bool {
+    let mut answers = approvals.answers.lock().unwrap_or_else(|e| e.into_inner());
+    let waiting = approvals
+        .waiting
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    let counted = waiting.as_deref() == Some(step)
+        && !answers.contains_key(step)
+        && !over.is_some_and(|o| o.load(std::sync::atomic::Ordering::SeqCst));
+    let mut record = json!({ "step": step, "approved": answer.is_ok(), "reason": answer.clone().err(), "counted": counted });
+    if let (Some(record), Value::Object(detail)) = (record.as_object_mut(), &detail) {
+        for (k, v) in detail {
+            record.insert(k.clone(), v.clone());
+        }
+    }
+    engine
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .record("runbook-approval", record);
+    if counted {
+        answers.insert(step.to_string(), (answer, detail));
+        approvals.arrived.notify_all();
+    }
+    counted
+}
+
 fn serve_approval(engine: &Arc<Mutex<Engine>>, approvals: &Arc<Approvals>, stream: UnixStream) {
-    let lock = || engine.lock().unwrap_or_else(|e| e.into_inner());
     let who = peer(&stream);
     let request = read_request(&stream).and_then(|raw| {
         serde_json::from_value::<ApprovalRequest>(raw).map_err(|e| format!("not a request: {e}"))
@@ -790,17 +890,24 @@ fn serve_approval(engine: &Arc<Mutex<Engine>>, approvals: &Arc<Approvals>, strea
         reply(&stream, &refused(&why));
         return;
     }
-    lock().record(
-        "runbook-approval",
-        json!({ "step": step, "approved": answer.is_ok(), "reason": answer.clone().err(), "peer": who, "from": "host terminal" }),
-    );
     let approved = answer.is_ok();
-    approvals
-        .answers
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(step.clone(), answer);
-    approvals.arrived.notify_all();
+    let counted = give_answer(
+        engine,
+        approvals,
+        &step,
+        answer,
+        json!({ "from": "host terminal", "peer": who }),
+        None,
+    );
+    if !counted {
+        reply(
+            &stream,
+            &refused(&format!(
+                "step {step:?}: another answer came first (or the wait is over)"
+            )),
+        );
+        return;
+    }
     reply(
         &stream,
         &Answer {
