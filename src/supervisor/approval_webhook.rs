@@ -40,6 +40,8 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// An answer may say it was given this long before the request was issued (the receiver's clock
 /// may be behind); earlier than that, it is stale.
 const CLOCK_SKEW_SECONDS: u64 = 300;
+/// Different errors and refusals recorded per wait (a receiver cannot fill the log).
+const DISTINCT_RECORDS_MAX: usize = 32;
 /// The longest `reason` and `approver` kept from an answer.
 const TEXT_MAX_CHARS: usize = 1000;
 
@@ -376,9 +378,10 @@ impl<'a, R: Fn(&str, Value)> Asking<'a, R> {
         Some(nonce)
     }
 
-    /// Records an error or a refused answer once; later repeats are counted.
+    /// Records an error or a refused answer once (at most [`DISTINCT_RECORDS_MAX`] different
+    /// ones a wait); later repeats are counted.
     fn say_once(&mut self, kind: &str, why: &str, body: Value) {
-        if self.said.insert(format!("{kind}\n{why}")) {
+        if self.said.len() < DISTINCT_RECORDS_MAX && self.said.insert(format!("{kind}\n{why}")) {
             (self.record)(kind, body);
         } else {
             self.repeats += 1;
@@ -457,7 +460,7 @@ impl<'a, R: Fn(&str, Value)> Asking<'a, R> {
                             let body_sha256 = hex::encode(Sha256::digest(&r.body));
                             self.say_once(
                                 "runbook-approval-refused",
-                                &format!("{why}\n{body_sha256}"),
+                                &why,
                                 json!({
                                     "step": issued.step,
                                     "from": "webhook",

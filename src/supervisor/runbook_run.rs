@@ -723,6 +723,7 @@ fn check_item(
         );
         *approvals.waiting.lock().unwrap_or_else(|e| e.into_inner()) = Some(step.id.to_string());
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut asking = None;
         if let Some(webhook) = webhook {
             let (question, audit) = {
                 let e = lock();
@@ -745,8 +746,7 @@ fn check_item(
                 Arc::clone(&stop),
                 step.id.to_string(),
             );
-            // Not joined: a poll in flight ends within its timeout; `stop` keeps its answer out.
-            let _ = crate::supervisor::approval_webhook::ask(
+            asking = Some(crate::supervisor::approval_webhook::ask(
                 webhook,
                 question,
                 audit,
@@ -769,7 +769,7 @@ fn check_item(
                         Some(&stop_seen),
                     )
                 },
-            );
+            ));
         }
         let mut answers = approvals.answers.lock().unwrap_or_else(|e| e.into_inner());
         let answer = loop {
@@ -790,6 +790,11 @@ fn check_item(
         stop.store(true, std::sync::atomic::Ordering::SeqCst);
         *approvals.waiting.lock().unwrap_or_else(|e| e.into_inner()) = None;
         drop(answers);
+        // The webhook's last records (a poll in flight ends within its timeout) come before the
+        // step's evidence record.
+        if let Some(asking) = asking {
+            let _ = asking.join();
+        }
         let detail = answer
             .as_ref()
             .map(|(_, d)| d.clone())

@@ -788,7 +788,11 @@ fn plan_with<S: IsolationStrategy>(
         .into_iter()
         .chain(approval_key_file)
     {
-        if let Some(target) = crate::sandbox::plan::secrets::hide_target(&path) {
+        // Inside a directory hidden whole (another project, a secret directory) it is hidden
+        // already, and has no mount point in the empty directory.
+        if let Some(target) = crate::sandbox::plan::secrets::hide_target(&path)
+            && !hidden.keys().any(|h| target.starts_with(h))
+        {
             hidden.insert(target, HideReason::Secret);
         }
     }
