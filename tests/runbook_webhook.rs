@@ -577,3 +577,65 @@ fn a_runbook_naming_a_webhook_is_refused_by_check() {
     }
     let _ = Who::Root;
 }
+
+// Both channels ask at once: the host terminal answers first (the webhook never does), and
+// its answer counts; the webhook's asking stops with the wait.
+both!(the_host_terminal_and_the_webhook_both_ask, |w: &World| {
+    use std::io::{BufRead, BufReader};
+    let hook = Webhook::start(
+        &w.base.join("hook"),
+        KEY,
+        Box::new(|_, _, _| Reply::Pending),
+    );
+    setup(w, &[("gate", "1m")], &agent(w, &hook, &["gate"]));
+    let mut child = command(
+        w,
+        &hook,
+        &[],
+        &[
+            ("STEPPROOF_APPROVAL_WEBHOOK", &hook.url),
+            ("STEPPROOF_APPROVAL_HMAC_KEY", KEY),
+        ],
+    )
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut said = String::new();
+    for line in BufReader::new(child.stderr.take().unwrap()).lines() {
+        let line = line.unwrap();
+        said.push_str(&line);
+        said.push('\n');
+        if let Some(at) = line.find("`stepproof approve ") {
+            assert!(line.contains("also asked at the webhook"), "{line}");
+            // Once the webhook has the request.
+            let started = std::time::Instant::now();
+            while hook.requests().is_empty() && started.elapsed().as_secs() < 20 {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            let run_id = line[at..].split(' ').nth(2).unwrap().to_string();
+            let mut cmd = w.as_owner(&w.run_binary().with_file_name("stepproof"));
+            w.clean_env(&mut cmd);
+            let out = cmd.args(["approve", &run_id, "gate"]).output().unwrap();
+            assert!(out.status.success(), "approve: {}", describe(&out));
+        }
+    }
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let all = format!("{}\n{said}", describe(&out));
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    assert!(text.contains("complete-gate=0"), "{all}");
+    assert_eq!(hook.requests().len(), 1, "{all}");
+    let log = audit_log(&said);
+    let records: Vec<Value> = fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let approvals = of_kind(&records, "runbook-approval");
+    assert_eq!(approvals.len(), 1, "{approvals:?}");
+    assert_eq!(approvals[0]["from"], "host terminal");
+    assert_eq!(approvals[0]["counted"], true);
+    let evidence = of_kind(&records, "runbook-evidence");
+    assert_eq!(evidence[0]["from"], "host terminal", "{evidence:?}");
+});
