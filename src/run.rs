@@ -742,6 +742,7 @@ fn load_runbook(path: &std::path::Path, profile: &Profile) -> Result<LoadedRunbo
 
 /// The runbook's run: its directory and sockets (bound inside with the `stepproof` client),
 /// and its file read-only inside where the run could write it.
+#[allow(clippy::too_many_arguments)]
 fn prepare_runbook(
     args: &Request,
     loaded: &LoadedRunbook,

@@ -106,11 +106,14 @@ struct Engine {
     continued: Option<crate::supervisor::runbook_continue::Earlier>,
 }
 
+/// An answer (approved, or denied with a reason) and what its record says of it.
+type GivenAnswer = (Result<(), String>, Value);
+
 /// Answers given at a host terminal or by the webhook, waited for by the step being completed:
 /// the first valid answer counts, with what its record says of it.
 #[derive(Default)]
 struct Approvals {
-    answers: Mutex<HashMap<String, (Result<(), String>, Value)>>,
+    answers: Mutex<HashMap<String, GivenAnswer>>,
     arrived: Condvar,
     waiting: Mutex<Option<String>>,
 }
