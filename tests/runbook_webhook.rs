@@ -223,7 +223,20 @@ both!(a_webhook_approval_opens_a_step, |w: &World| {
     assert_eq!(of_kind(&records, "runbook-step-passed").len(), 1);
     // Neither the key nor the variable's value is in the log.
     let log = audit_log(&String::from_utf8_lossy(&out.stderr));
-    assert!(!fs::read_to_string(log).unwrap().contains(KEY));
+    assert!(!fs::read_to_string(&log).unwrap().contains(KEY));
+    // `audit show` names the channel and the approver.
+    let shown = Command::new(STEPPROOF)
+        .args(["audit", "show"])
+        .arg(&log)
+        .output()
+        .unwrap();
+    let shown_text = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        shown_text.contains("approval: approved at the webhook by alice@example.com")
+            && shown_text.contains("from webhook · by alice@example.com"),
+        "{}",
+        describe(&shown)
+    );
 });
 
 both!(a_webhook_denial_denies_with_its_reason, |w: &World| {
