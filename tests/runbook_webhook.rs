@@ -652,3 +652,49 @@ both!(the_host_terminal_and_the_webhook_both_ask, |w: &World| {
     let evidence = of_kind(&records, "runbook-evidence");
     assert_eq!(evidence[0]["from"], "host terminal", "{evidence:?}");
 });
+
+// A run that ends while a step waits for an approval (here `--timeout`) does not wait for the
+// approval's deadline: the wait ends, denied, and so does the webhook's polling.
+both!(the_end_of_the_run_ends_an_approval_wait, |w: &World| {
+    let hook = Webhook::start(
+        &w.base.join("hook"),
+        KEY,
+        Box::new(|_, _, _| Reply::Pending),
+    );
+    setup(w, &[("gate", "1h")], &agent(w, &hook, &["gate"]));
+    let started = std::time::Instant::now();
+    let out = command(
+        w,
+        &hook,
+        &["--ci", "--timeout", "4s"],
+        &[
+            ("STEPPROOF_APPROVAL_WEBHOOK", &hook.url),
+            ("STEPPROOF_APPROVAL_HMAC_KEY", KEY),
+        ],
+    )
+    .output()
+    .unwrap();
+    let all = describe(&out);
+    // Not a denial: the step stays open, and the run is abandoned (a later run continues it).
+    assert_eq!(out.status.code(), Some(116), "{all}");
+    assert!(started.elapsed().as_secs() < 30, "{all}");
+    let records = records(&out);
+    let evidence = of_kind(&records, "runbook-evidence");
+    assert_eq!(evidence[0]["answer"], "run-ended", "{evidence:?}");
+    assert_eq!(evidence[0]["held"], false, "{evidence:?}");
+    assert_eq!(of_kind(&records, "runbook-step-interrupted").len(), 1);
+    assert!(of_kind(&records, "runbook-step-failed").is_empty());
+    // The command itself timed out (its outcome is inside the runbook's).
+    let run_end = of_kind(&records, "run-end");
+    assert!(
+        run_end[0].to_string().contains("\"timed-out\""),
+        "{run_end:?}"
+    );
+    let polls = hook.seen().len();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert_eq!(
+        hook.seen().len(),
+        polls,
+        "the webhook is still asked after the run"
+    );
+});

@@ -116,6 +116,8 @@ struct Approvals {
     answers: Mutex<HashMap<String, GivenAnswer>>,
     arrived: Condvar,
     waiting: Mutex<Option<String>>,
+    /// The run is ending: a wait stops (denied) instead of holding the end up to its deadline.
+    closing: std::sync::atomic::AtomicBool,
 }
 
 /// The run of one runbook.
@@ -139,6 +141,7 @@ impl std::fmt::Debug for RunbookRun {
 pub struct Serving {
     threads: Vec<(PathBuf, std::thread::JoinHandle<()>)>,
     stop: Arc<std::sync::atomic::AtomicBool>,
+    approvals: Arc<Approvals>,
 }
 
 fn io_err(step: &str, path: &Path) -> impl FnOnce(std::io::Error) -> String {
@@ -286,7 +289,11 @@ impl RunbookRun {
                 }),
             ));
         }
-        Serving { threads, stop }
+        Serving {
+            threads,
+            stop,
+            approvals: Arc::clone(&self.approvals),
+        }
     }
 
     /// The end of the run: an early ending, or the steps not passed (recorded as abandoned by
@@ -331,6 +338,19 @@ impl Serving {
     /// Stops the servers (a connection to each wakes its accept).
     pub fn shutdown(self) {
         self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        // A completion waiting for an approval ends now (under the answers' lock: its wait
+        // cannot miss the wake-up).
+        {
+            let _answers = self
+                .approvals
+                .answers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            self.approvals
+                .closing
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+            self.approvals.arrived.notify_all();
+        }
         for (path, thread) in self.threads {
             let _ = UnixStream::connect(&path);
             let _ = thread.join();
@@ -530,6 +550,22 @@ fn complete(
         return Answer {
             ok: true,
             message,
+            state: Some(e.state_json()),
+        };
+    }
+    if approvals.closing.load(std::sync::atomic::Ordering::SeqCst) {
+        // The run ended during the wait: not a verdict. The step stays open (the run is
+        // abandoned, and a later run continues it).
+        e.record(
+            "runbook-step-interrupted",
+            json!({ "step": step.id, "attempt": attempt, "why": "the run ended while the step's evidence was being checked" }),
+        );
+        return Answer {
+            ok: false,
+            message: format!(
+                "step {} not completed: the run ended while its evidence was being checked",
+                step.id
+            ),
             state: Some(e.state_json()),
         };
     }
@@ -780,7 +816,7 @@ fn check_item(
                 break Some(answer);
             }
             let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
+            if left.is_zero() || approvals.closing.load(std::sync::atomic::Ordering::SeqCst) {
                 break None;
             }
             answers = approvals
@@ -805,6 +841,11 @@ fn check_item(
         let (held, by, why) = match answer.map(|(a, _)| a) {
             Some(Ok(())) => (true, "approved", String::new()),
             Some(Err(reason)) => (false, "denied", format!("approval: denied: {reason}")),
+            None if approvals.closing.load(std::sync::atomic::Ordering::SeqCst) => (
+                false,
+                "run-ended",
+                "approval: the run ended before an answer: denied".to_string(),
+            ),
             None => (
                 false,
                 "deadline",
