@@ -217,6 +217,16 @@ both!(a_webhook_approval_opens_a_step, |w: &World| {
     assert_eq!(approvals[0]["approver"], "alice@example.com");
     assert_eq!(approvals[0]["counted"], true);
     assert_eq!(approvals[0]["nonce"], r["nonce"]);
+    // Asked and answered within a poll or two.
+    let asked = of_kind(&records, "runbook-approval-webhook-request")[0]["ts_ms"]
+        .as_u64()
+        .unwrap();
+    let answered = approvals[0]["ts_ms"].as_u64().unwrap();
+    eprintln!(
+        "webhook approval: request to counted answer in {} ms",
+        answered - asked
+    );
+    assert!(answered - asked < 5000, "{} ms", answered - asked);
     let evidence = of_kind(&records, "runbook-evidence");
     assert_eq!(evidence[0]["held"], true, "{evidence:?}");
     assert_eq!(evidence[0]["approver"], "alice@example.com");
