@@ -164,11 +164,11 @@ both!(a_webhook_approval_opens_a_step, |w: &World| {
         Box::new(|request, _, _| answer(KEY, request, "approve", "ship it", "alice@example.com")),
     );
     setup(w, &[("gate", "1m")], &agent(w, &hook, &["gate"]));
-    // Even a profile that lists the variables does not pass them in.
+    // Even a profile that lists the variables (or sets one) does not pass them in.
     let profile = home_profile(
         w,
         "lists-approval-vars.toml",
-        "[process]\nenv = [\"STEPPROOF_APPROVAL_WEBHOOK\", \"STEPPROOF_APPROVAL_HMAC_KEY_FILE\", \"STEPPROOF_*\"]\n",
+        "[process]\nenv = [\"STEPPROOF_APPROVAL_WEBHOOK\", \"STEPPROOF_APPROVAL_HMAC_KEY_FILE\", \"STEPPROOF_*\"]\nset_env = { STEPPROOF_APPROVAL_HMAC_KEY = \"set-by-the-profile\" }\n",
     );
     let key = key_file(w);
     // --ci: the webhook is asked (a terminal is not there).

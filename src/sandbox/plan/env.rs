@@ -216,5 +216,19 @@ mod tests {
             assert!(!allowed(name, &allow), "{name}");
         }
         assert!(looks_secret("NPM_TOKEN") && looks_secret("DB_PASSWORD") && !looks_secret("PATH"));
+        // The approval webhook's variables, listed exactly or by pattern: never.
+        let allow = vec![
+            "STEPPROOF_*".to_string(),
+            "STEPPROOF_APPROVAL_HMAC_KEY".to_string(),
+            "STEPPROOF_APPROVAL_WEBHOOK".to_string(),
+        ];
+        assert!(allowed("STEPPROOF_OTHER", &allow));
+        for name in [
+            crate::profile::approvals::WEBHOOK_VAR,
+            crate::profile::approvals::KEY_VAR,
+            crate::profile::approvals::KEY_FILE_VAR,
+        ] {
+            assert!(!allowed(name, &allow), "{name}");
+        }
     }
 }
