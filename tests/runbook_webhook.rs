@@ -630,7 +630,10 @@ both!(the_host_terminal_and_the_webhook_both_ask, |w: &World| {
         said.push_str(&line);
         said.push('\n');
         if let Some(at) = line.find("`stepproof approve ") {
-            assert!(line.contains("also asked at the webhook"), "{line}");
+            assert!(
+                line.contains(&format!("the webhook {} is asked too", hook.url)),
+                "{line}"
+            );
             // Once the webhook has the request.
             let started = std::time::Instant::now();
             while hook.requests().is_empty() && started.elapsed().as_secs() < 20 {

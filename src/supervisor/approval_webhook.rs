@@ -82,6 +82,13 @@ struct Issued {
     expires_at: u64,
 }
 
+impl Webhook {
+    /// The URL requests are POSTed to (`/<nonce>` after it is the status URL).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+}
+
 /// What the run's start record says about the webhook.
 pub fn describe(webhook: &Webhook) -> Value {
     json!({

@@ -757,7 +757,7 @@ fn check_item(
             step.id,
             webhook
                 .as_ref()
-                .map(|w| format!("; also asked at the webhook ({})", w.origin))
+                .map(|w| format!("; the webhook {} is asked too", w.url()))
                 .unwrap_or_default()
         );
         *approvals.waiting.lock().unwrap_or_else(|e| e.into_inner()) = Some(step.id.to_string());
