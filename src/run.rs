@@ -210,13 +210,18 @@ fn carry_out(
         )));
     }
     // The approval webhook: named only from outside the workspace, https, out of the agent's
-    // reach; its key read now when a runbook may ask it.
+    // reach; its key read now when the runbook has an approval step to ask it.
     let approval_webhook = crate::supervisor::approval_webhook::prepare(
         &profile,
         &facts.env,
         &facts.home,
         &facts.workspace,
-        runbook.is_some(),
+        runbook.as_ref().is_some_and(|r| {
+            r.runbook
+                .steps
+                .iter()
+                .any(|s| s.evidence.iter().any(|e| e.approval.is_some()))
+        }),
     )
     .map_err(Failure::refused)?
     .map(std::sync::Arc::new);
