@@ -8,7 +8,8 @@
 //! The agent acts on the run through `stepproof step …` over `step.sock` in that directory;
 //! a `complete` is a request, whoever sends it: the supervisor checks the evidence itself.
 //! A person approves at a host terminal (`stepproof approve RUN STEP`) over `approve.sock` in
-//! the run's directory, which no sandbox can reach.
+//! the run's directory, which no sandbox can reach, or through the approval webhook
+//! (`approval_webhook`) when one is configured; the first valid answer counts.
 
 use crate::audit::sink::AuditSink;
 use crate::runbook::client::{APPROVAL_SOCKET, Answer, ApprovalRequest, STEP_SOCKET, StepRequest};
