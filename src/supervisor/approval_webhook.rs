@@ -103,8 +103,8 @@ pub fn describe(webhook: &Webhook) -> Value {
 /// fix: exit 120): a profile chain with a file inside the workspace may not name one, its key
 /// file must be outside the workspace, the sandbox's allow-list must not reach its host (the
 /// agent would talk to the approver's endpoint), and its URL must be https. With `ask` (a
-/// runbook run) the key is read and the TLS configuration made; otherwise `None` after the
-/// checks.
+/// runbook with an approval step) the key is read and the TLS configuration made; otherwise
+/// `None` after the checks.
 pub fn prepare(
     profile: &Profile,
     env: &[(String, String)],
