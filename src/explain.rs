@@ -236,6 +236,14 @@ pub fn explain_text(profile: &Profile, plan: &SandboxPlan) -> String {
             },
         ));
     }
+    if let Some(webhook) = &profile.approvals {
+        line(format!(
+            "approval webhook: {} (key from {}, read outside; answers polled, signed; {} in stepproof-run's environment win over it)",
+            webhook.webhook,
+            webhook.key_source().describe(),
+            crate::profile::approvals::WEBHOOK_VAR
+        ));
+    }
     line(format!(
         "environment allow-list: {}",
         profile.process.env.join(" ")

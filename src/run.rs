@@ -212,6 +212,25 @@ fn carry_out(
             facts.home.display()
         )));
     }
+    // The approval webhook: named only from outside the workspace, https, out of the agent's
+    // reach; its key read now when the runbook has an approval step to ask it.
+    let approval_webhook = crate::supervisor::approval_webhook::prepare(
+        &profile,
+        &facts.env,
+        &facts.home,
+        &facts.workspace,
+        runbook.as_ref().is_some_and(|r| {
+            r.runbook
+                .steps
+                .iter()
+                .any(|s| s.evidence.iter().any(|e| e.approval.is_some()))
+        }),
+    )
+    .map_err(Failure::refused)?
+    .map(std::sync::Arc::new);
+    for note in approval_webhook.iter().flat_map(|w| &w.notes) {
+        crate::say!("stepproof-run: {note}");
+    }
     if args.ci {
         // The sandbox this profile describes must hold before the agent gets it.
         let escaped = run_selftest(args).map_err(Failure::host)?;
@@ -352,6 +371,7 @@ fn carry_out(
             audit.as_ref(),
             limits.cgroup.as_ref(),
             limits.no_freezer.clone(),
+            approval_webhook.clone(),
         )?),
         None => None,
     };
@@ -384,6 +404,9 @@ fn carry_out(
                     "steps": r.runbook.steps.len(),
                     "pre_approved": args.approve,
                     "fresh": args.runbook_fresh,
+                    "approval_webhook": approval_webhook
+                        .as_deref()
+                        .map(crate::supervisor::approval_webhook::describe),
                 })),
             }),
         );
@@ -734,6 +757,7 @@ fn load_runbook(path: &std::path::Path, profile: &Profile) -> Result<LoadedRunbo
 
 /// The runbook's run: its directory and sockets (bound inside with the `stepproof` client),
 /// and its file read-only inside where the run could write it.
+#[allow(clippy::too_many_arguments)]
 fn prepare_runbook(
     args: &Request,
     loaded: &LoadedRunbook,
@@ -742,6 +766,7 @@ fn prepare_runbook(
     audit: Option<&AuditSink>,
     cgroup: Option<&crate::supervisor::cgroup::RunCgroup>,
     no_freezer: Option<String>,
+    approval_webhook: Option<std::sync::Arc<crate::supervisor::approval_webhook::Webhook>>,
 ) -> Result<crate::supervisor::runbook_run::RunbookRun, Failure> {
     use crate::sandbox::plan::agent_layer::CONTROL_DIR;
     use crate::sandbox::plan::{Access, MountOp};
@@ -830,6 +855,7 @@ fn prepare_runbook(
             no_freezer,
             // The run's own --timeout, from about now: model verifiers count inside it.
             deadline: args.timeout.map(|t| std::time::Instant::now() + t),
+            approval_webhook,
         },
         continued,
     )

@@ -137,11 +137,19 @@ impl StepTable {
                     row.evidence.push(evidence_text(record));
                 }
             }
-            "runbook-approval" => {
+            // An answer that did not count (another came first) is not the step's.
+            "runbook-approval" if record["counted"] != false => {
+                let from = match record["from"].as_str() {
+                    Some("webhook") => match record["approver"].as_str() {
+                        Some(who) => format!("at the webhook by {who}"),
+                        None => "at the webhook".to_string(),
+                    },
+                    _ => "at a host terminal".to_string(),
+                };
                 row.approvals.push(if record["approved"] == true {
-                    "approved at a host terminal".to_string()
+                    format!("approved {from}")
                 } else {
-                    format!("denied at a host terminal: {}", text(&record["reason"]))
+                    format!("denied {from}: {}", text(&record["reason"]))
                 });
             }
             "runbook-step-passed" | "runbook-step-failed" => {

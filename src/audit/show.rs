@@ -321,11 +321,23 @@ fn runbook_summary(kind: &str, record: &Map<String, Value>) -> String {
             }
         )),
         "runbook-step-passed" => parts.push("passed".into()),
-        "runbook-approval" => parts.push(if record.get("approved") == Some(&Value::Bool(true)) {
-            "approved".into()
-        } else {
-            format!("denied: {}", s("reason"))
-        }),
+        "runbook-approval" => {
+            parts.push(if record.get("approved") == Some(&Value::Bool(true)) {
+                "approved".into()
+            } else {
+                format!("denied: {}", s("reason"))
+            });
+            if record.contains_key("from") {
+                parts.push(format!("from {}", s("from")));
+            }
+            if record.get("approver").is_some_and(|a| !a.is_null()) {
+                parts.push(format!("by {}", s("approver")));
+            }
+            if record.get("counted") == Some(&Value::Bool(false)) {
+                parts.push("not counted (another answer came first, or the wait was over)".into());
+            }
+        }
+        "runbook-approval-refused" => parts.push(format!("answer REFUSED: {}", s("why"))),
         "runbook-approval-requested" => parts.push(format!(
             "approvers {}, deadline {}",
             s("approvers"),

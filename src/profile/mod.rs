@@ -2,6 +2,7 @@
 //! file/line/column errors, and the hash of the requested policy.
 
 pub mod allow;
+pub mod approvals;
 pub mod claude_settings;
 pub mod credentials;
 pub mod limits;
@@ -136,6 +137,7 @@ struct ProfileFile {
     degraded: Option<Degraded>,
     claude: Option<ClaudeFile>,
     audit: Option<AuditFile>,
+    approvals: Option<approvals::ApprovalsFile>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -325,6 +327,10 @@ pub struct Profile {
     pub degraded: Degraded,
     pub claude: Claude,
     pub audit: Audit,
+    /// `[approvals]`: the webhook a runbook's approval steps are also asked at (honoured only
+    /// from profiles outside the workspace); left out of the policy hash when unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approvals: Option<approvals::ApprovalWebhook>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -853,6 +859,7 @@ fn merge(base: ProfileFile, child: ProfileFile) -> ProfileFile {
             (Some(b), Some(c)) => Some(HookConfig::merge(b, c)),
             (b, c) => c.or(b),
         },
+        approvals: approvals::merge(base.approvals, child.approvals),
         audit: match (base.audit, child.audit) {
             (Some(b), Some(c)) => Some(AuditFile {
                 inside_max_mib: c.inside_max_mib.or(b.inside_max_mib),
@@ -1085,6 +1092,7 @@ fn resolve(file: ProfileFile, origins: Vec<String>) -> Result<Profile, String> {
             in_range("audit.inside_max_mib", inside_max_mib, 1, 1 << 16)?;
             Audit { inside_max_mib }
         },
+        approvals: approvals::resolve(file.approvals)?,
     })
 }
 

@@ -549,6 +549,9 @@ pub fn read(path: &Path) -> Result<String, ReadError> {
 /// Parses a runbook's text: the types only (syntax, unknown keys, missing keys, types, ids,
 /// durations). `check` does the rest. The error is placed at its line and column.
 pub fn parse(text: &str) -> Result<Runbook, Problem> {
+    if let Some(problem) = approval_channel_named(text) {
+        return Err(problem);
+    }
     toml::from_str::<Runbook>(text).map_err(|e| {
         let (line, column) = e
             .span()
@@ -560,6 +563,53 @@ pub fn parse(text: &str) -> Result<Runbook, Problem> {
             column,
             message: e.message().trim().to_string(),
         }
+    })
+}
+
+/// Words of a key that would say where approvals are asked or with which key: the person
+/// running StepProof says that (their environment or profile), never the runbook, which may
+/// come with a checkout.
+const APPROVAL_CHANNEL_WORDS: &[&str] = &["webhook", "hmac", "callback"];
+/// Keys that do the same inside an `approval` table.
+const APPROVAL_CHANNEL_KEYS: &[&str] = &["url", "key", "secret", "endpoint", "token"];
+
+/// A key anywhere in the runbook that names an approval channel, refused with the reason
+/// (before `deny_unknown_fields` would call it merely unknown).
+fn approval_channel_named(text: &str) -> Option<Problem> {
+    use toml::de::{DeTable, DeValue};
+    fn walk(table: &DeTable<'_>, in_approval: bool) -> Option<(usize, String)> {
+        for (key, value) in table.iter() {
+            let name = key.get_ref().as_ref();
+            let lower = name.to_ascii_lowercase();
+            if APPROVAL_CHANNEL_WORDS.iter().any(|w| lower.contains(w))
+                || (in_approval && APPROVAL_CHANNEL_KEYS.contains(&lower.as_str()))
+            {
+                return Some((key.span().start, name.to_string()));
+            }
+            let found = match value.get_ref() {
+                DeValue::Table(t) => walk(t, lower == "approval"),
+                DeValue::Array(items) => items.iter().find_map(|item| match item.get_ref() {
+                    DeValue::Table(t) => walk(t, false),
+                    _ => None,
+                }),
+                _ => None,
+            };
+            if found.is_some() {
+                return found;
+            }
+        }
+        None
+    }
+    let document = DeTable::parse(text).ok()?;
+    let (at, key) = walk(document.get_ref(), false)?;
+    let (line, column) = line_column(text, at);
+    Some(Problem {
+        severity: Severity::Error,
+        line,
+        column,
+        message: format!(
+            "`{key}`: a runbook never names where approvals are asked or with which key (it may come with a checkout); the person running it sets the webhook outside the workspace: STEPPROOF_APPROVAL_WEBHOOK and STEPPROOF_APPROVAL_HMAC_KEY (or _FILE) in stepproof-run's environment, or [approvals] in their own profile"
+        ),
     })
 }
 
@@ -617,6 +667,47 @@ pub(crate) fn locate(text: &str, path: &[Seg<'_>]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_runbook_naming_an_approval_channel_is_refused() {
+        let base = "id = \"r\"\ntitle = \"t\"\nowner = \"o\"\n[[steps]]\nid = \"s\"\ntitle = \"t\"\ninstructions = \"i\"\n";
+        for (extra, line) in [
+            (
+                "[[steps.evidence]]\napproval = { approvers = \"a\", deadline = \"1h\", webhook = \"https://x\" }\n",
+                9,
+            ),
+            (
+                "[[steps.evidence]]\n[steps.evidence.approval]\napprovers = \"a\"\ndeadline = \"1h\"\nurl = \"https://x\"\n",
+                12,
+            ),
+            (
+                "[[steps.evidence]]\napproval = { approvers = \"a\", deadline = \"1h\", key = \"k\" }\n",
+                9,
+            ),
+            (
+                "[[steps.evidence]]\napproval = { approvers = \"a\", deadline = \"1h\", hmac_key = \"k\" }\n",
+                9,
+            ),
+        ] {
+            let text = format!("approval_webhook = \"https://x\"\n{base}{extra}");
+            let p = parse(&text).unwrap_err();
+            assert_eq!(p.line, 1, "{p:?}");
+            assert!(
+                p.message.contains("never names where approvals are asked"),
+                "{p:?}"
+            );
+            let text = format!("{base}{extra}");
+            let p = parse(&text).unwrap_err();
+            assert_eq!(p.line, line, "{text}\n{p:?}");
+            assert!(p.message.contains("STEPPROOF_APPROVAL_WEBHOOK"), "{p:?}");
+        }
+        assert!(
+            parse(&format!(
+                "{base}[[steps.evidence]]\napproval = {{ approvers = \"a\", deadline = \"1h\" }}\n"
+            ))
+            .is_ok()
+        );
+    }
 
     #[test]
     fn durations() {

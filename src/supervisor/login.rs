@@ -935,6 +935,38 @@ pub fn https_request(
     extra: &[(&str, &str)],
     payload: &[u8],
 ) -> Result<(u16, Vec<u8>), String> {
+    https_exchange(url_text, tls_config, method, extra, payload, HTTP_TIMEOUT)
+        .map(|r| (r.status, r.body))
+}
+
+/// An https response: status, headers (names lower-case) and body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpsResponse {
+    pub status: u16,
+    pub headers: Vec<(String, Vec<u8>)>,
+    pub body: Vec<u8>,
+}
+
+impl HttpsResponse {
+    /// The first header of this (lower-case) name.
+    pub fn header(&self, name: &str) -> Option<&[u8]> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_slice())
+    }
+}
+
+/// [`https_request`] with the response's headers, and `timeout` for the connection and for
+/// each read and write.
+pub fn https_exchange(
+    url_text: &str,
+    tls_config: &Arc<rustls::ClientConfig>,
+    method: &str,
+    extra: &[(&str, &str)],
+    payload: &[u8],
+    timeout: Duration,
+) -> Result<HttpsResponse, String> {
     let url = Url::parse(url_text)?;
     if !url.tls {
         return Err(format!("{url_text}: must be https"));
@@ -952,7 +984,7 @@ pub fn https_request(
     let mut last = format!("{} has no addresses", url.host);
     let mut tcp = None;
     for addr in addrs {
-        match TcpStream::connect_timeout(&addr, HTTP_TIMEOUT) {
+        match TcpStream::connect_timeout(&addr, timeout) {
             Ok(stream) => {
                 tcp = Some(stream);
                 break;
@@ -961,8 +993,8 @@ pub fn https_request(
         }
     }
     let tcp = tcp.ok_or(last)?;
-    tcp.set_read_timeout(Some(HTTP_TIMEOUT))
-        .and_then(|()| tcp.set_write_timeout(Some(HTTP_TIMEOUT)))
+    tcp.set_read_timeout(Some(timeout))
+        .and_then(|()| tcp.set_write_timeout(Some(timeout)))
         .map_err(|e| e.to_string())?;
     let name = rustls::pki_types::ServerName::try_from(url.host.clone())
         .map_err(|e| format!("{}: {e}", url.host))?;
@@ -1008,8 +1040,9 @@ pub fn https_request(
     parse_response(&raw).map_err(|why| format!("{}: {why}", url.host))
 }
 
-/// The status and body of a complete HTTP/1.1 response (Content-Length, chunked or until close).
-fn parse_response(raw: &[u8]) -> Result<(u16, Vec<u8>), String> {
+/// The status, headers and body of a complete HTTP/1.1 response (Content-Length, chunked or
+/// until close).
+fn parse_response(raw: &[u8]) -> Result<HttpsResponse, String> {
     let mut headers = [httparse::EMPTY_HEADER; 64];
     let mut response = httparse::Response::new(&mut headers);
     let head_len = match response.parse(raw) {
@@ -1017,23 +1050,33 @@ fn parse_response(raw: &[u8]) -> Result<(u16, Vec<u8>), String> {
         Ok(httparse::Status::Partial) => return Err("the response ended in its head".into()),
         Err(e) => return Err(format!("bad response: {e}")),
     };
-    let code = response.code.unwrap_or(0);
+    let status = response.code.unwrap_or(0);
+    let headers: Vec<(String, Vec<u8>)> = response
+        .headers
+        .iter()
+        .map(|h| (h.name.to_ascii_lowercase(), h.value.to_vec()))
+        .collect();
     let body = &raw[head_len..];
     let header = |name: &str| {
-        response
-            .headers
+        headers
             .iter()
-            .find(|h| h.name.eq_ignore_ascii_case(name))
-            .map(|h| String::from_utf8_lossy(h.value).trim().to_ascii_lowercase())
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| String::from_utf8_lossy(v).trim().to_ascii_lowercase())
     };
-    if header("transfer-encoding").is_some_and(|te| te.ends_with("chunked")) {
-        return dechunk(body).map(|b| (code, b));
-    }
-    match header("content-length").map(|l| l.parse::<usize>()) {
-        Some(Ok(n)) if n <= body.len() => Ok((code, body[..n].to_vec())),
-        Some(_) => Err("the body is shorter than its Content-Length".into()),
-        None => Ok((code, body.to_vec())),
-    }
+    let body = if header("transfer-encoding").is_some_and(|te| te.ends_with("chunked")) {
+        dechunk(body)?
+    } else {
+        match header("content-length").map(|l| l.parse::<usize>()) {
+            Some(Ok(n)) if n <= body.len() => body[..n].to_vec(),
+            Some(_) => return Err("the body is shorter than its Content-Length".into()),
+            None => body.to_vec(),
+        }
+    };
+    Ok(HttpsResponse {
+        status,
+        headers,
+        body,
+    })
 }
 
 pub(crate) fn dechunk(mut body: &[u8]) -> Result<Vec<u8>, String> {
@@ -1126,6 +1169,9 @@ mod tests {
 
     #[test]
     fn responses_are_read_with_any_framing() {
+        let parse_response = |raw: &[u8]| parse_response(raw).map(|r| (r.status, r.body));
+        let signed = super::parse_response(b"HTTP/1.1 200 OK\r\nX-Sig: sha256=ab\r\n\r\n").unwrap();
+        assert_eq!(signed.header("x-sig"), Some(b"sha256=ab".as_slice()));
         assert_eq!(
             parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}extra").unwrap(),
             (200, b"{}".to_vec())

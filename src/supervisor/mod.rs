@@ -3,6 +3,7 @@
 //! credential gateway.
 
 pub mod agent_config_dir;
+pub mod approval_webhook;
 pub mod caches;
 pub mod cgroup;
 pub mod credentials;

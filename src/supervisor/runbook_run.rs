@@ -8,8 +8,10 @@
 //! The agent acts on the run through `stepproof step …` over `step.sock` in that directory;
 //! a `complete` is a request, whoever sends it: the supervisor checks the evidence itself.
 //! A person approves at a host terminal (`stepproof approve RUN STEP`) over `approve.sock` in
-//! the run's directory, which no sandbox can reach. `verifier` evidence is judged by a separate
-//! read-only Claude Code run the supervisor starts (`runbook_verifier`), after the other items.
+//! the run's directory, which no sandbox can reach, or through the approval webhook
+//! (`approval_webhook`) when one is configured; the first valid answer counts. `verifier`
+//! evidence is judged by a separate read-only Claude Code run the supervisor starts
+//! (`runbook_verifier`), after the other items.
 
 use crate::audit::sink::AuditSink;
 use crate::runbook::client::{APPROVAL_SOCKET, Answer, ApprovalRequest, STEP_SOCKET, StepRequest};
@@ -87,6 +89,8 @@ pub struct EvidenceContext {
     pub no_freezer: Option<String>,
     /// When the run's own `--timeout` ends it: a model verifier never runs past it.
     pub deadline: Option<Instant>,
+    /// The approval webhook (from outside the workspace), asked beside the host terminal.
+    pub approval_webhook: Option<Arc<crate::supervisor::approval_webhook::Webhook>>,
 }
 
 struct Engine {
@@ -107,12 +111,18 @@ struct Engine {
     continued: Option<crate::supervisor::runbook_continue::Earlier>,
 }
 
-/// Answers given at a host terminal, waited for by the step being completed.
+/// An answer (approved, or denied with a reason) and what its record says of it.
+type GivenAnswer = (Result<(), String>, Value);
+
+/// Answers given at a host terminal or by the webhook, waited for by the step being completed:
+/// the first valid answer counts, with what its record says of it.
 #[derive(Default)]
 struct Approvals {
-    answers: Mutex<HashMap<String, Result<(), String>>>,
+    answers: Mutex<HashMap<String, GivenAnswer>>,
     arrived: Condvar,
     waiting: Mutex<Option<String>>,
+    /// The run is ending: a wait stops (denied) instead of holding the end up to its deadline.
+    closing: std::sync::atomic::AtomicBool,
 }
 
 /// The run of one runbook.
@@ -136,6 +146,7 @@ impl std::fmt::Debug for RunbookRun {
 pub struct Serving {
     threads: Vec<(PathBuf, std::thread::JoinHandle<()>)>,
     stop: Arc<std::sync::atomic::AtomicBool>,
+    approvals: Arc<Approvals>,
 }
 
 fn io_err(step: &str, path: &Path) -> impl FnOnce(std::io::Error) -> String {
@@ -283,7 +294,11 @@ impl RunbookRun {
                 }),
             ));
         }
-        Serving { threads, stop }
+        Serving {
+            threads,
+            stop,
+            approvals: Arc::clone(&self.approvals),
+        }
     }
 
     /// The end of the run: an early ending, or the steps not passed (recorded as abandoned by
@@ -328,6 +343,19 @@ impl Serving {
     /// Stops the servers (a connection to each wakes its accept).
     pub fn shutdown(self) {
         self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        // A completion waiting for an approval ends now (under the answers' lock: its wait
+        // cannot miss the wake-up).
+        {
+            let _answers = self
+                .approvals
+                .answers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            self.approvals
+                .closing
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+            self.approvals.arrived.notify_all();
+        }
         for (path, thread) in self.threads {
             let _ = UnixStream::connect(&path);
             let _ = thread.join();
@@ -556,6 +584,22 @@ fn complete(
         return Answer {
             ok: true,
             message,
+            state: Some(e.state_json()),
+        };
+    }
+    if approvals.closing.load(std::sync::atomic::Ordering::SeqCst) {
+        // The run ended during the wait: not a verdict. The step stays open (the run is
+        // abandoned, and a later run continues it).
+        e.record(
+            "runbook-step-interrupted",
+            json!({ "step": step.id, "attempt": attempt, "why": "the run ended while the step's evidence was being checked" }),
+        );
+        return Answer {
+            ok: false,
+            message: format!(
+                "step {} not completed: the run ended while its evidence was being checked",
+                step.id
+            ),
             state: Some(e.state_json()),
         };
     }
@@ -796,14 +840,16 @@ fn check_item(
         );
     }
     if let Some(approval) = &item.approval {
-        let (ci, pre) = {
+        let (ci, pre, webhook) = {
             let e = lock();
             (
                 e.context.ci,
                 e.context.pre_approved.iter().any(|s| s == step.id.as_str()),
+                e.context.approval_webhook.clone(),
             )
         };
-        if ci || pre {
+        // `--ci` asks nobody but a webhook; a pre-approval needs no asking.
+        if pre || (ci && webhook.is_none()) {
             let held = pre;
             return (
                 held,
@@ -821,21 +867,74 @@ fn check_item(
             );
         }
         crate::say!(
-            "stepproof-run: step {} waits for approval by {} (deadline {}): `stepproof approve {run_id} {}` or `stepproof deny {run_id} {} --reason …`",
+            "stepproof-run: step {} waits for approval by {} (deadline {}): `stepproof approve {run_id} {}` or `stepproof deny {run_id} {} --reason …`{}",
             step.id,
             approval.approvers,
             approval.deadline.render(),
             step.id,
-            step.id
+            step.id,
+            webhook
+                .as_ref()
+                .map(|w| format!("; the webhook {} is asked too", w.url()))
+                .unwrap_or_default()
         );
         *approvals.waiting.lock().unwrap_or_else(|e| e.into_inner()) = Some(step.id.to_string());
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut asking = None;
+        if let Some(webhook) = webhook {
+            let (question, audit) = {
+                let e = lock();
+                (
+                    crate::supervisor::approval_webhook::Question {
+                        run: run_id.to_string(),
+                        step: step.id.to_string(),
+                        step_title: step.title.clone(),
+                        runbook: e.runbook.id.to_string(),
+                        runbook_hash: e.hash.clone(),
+                        approvers: approval.approvers.clone(),
+                        deadline: Duration::from_secs(approval.deadline.seconds),
+                    },
+                    e.audit.as_ref().map(AuditSink::clone_handle),
+                )
+            };
+            let (engine, approvals, stop_seen, id) = (
+                Arc::clone(engine),
+                Arc::clone(approvals),
+                Arc::clone(&stop),
+                step.id.to_string(),
+            );
+            asking = Some(crate::supervisor::approval_webhook::ask(
+                webhook,
+                question,
+                audit,
+                Arc::clone(&stop),
+                move |verdict| {
+                    let answer = if verdict.approved {
+                        Ok(())
+                    } else {
+                        Err(verdict
+                            .reason
+                            .clone()
+                            .unwrap_or_else(|| "denied at the webhook".into()))
+                    };
+                    give_answer(
+                        &engine,
+                        &approvals,
+                        &id,
+                        answer,
+                        verdict.detail,
+                        Some(&stop_seen),
+                    )
+                },
+            ));
+        }
         let mut answers = approvals.answers.lock().unwrap_or_else(|e| e.into_inner());
         let answer = loop {
             if let Some(answer) = answers.remove(step.id.as_str()) {
                 break Some(answer);
             }
             let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
+            if left.is_zero() || approvals.closing.load(std::sync::atomic::Ordering::SeqCst) {
                 break None;
             }
             answers = approvals
@@ -844,11 +943,27 @@ fn check_item(
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         };
-        drop(answers);
+        // Under the answers' lock: no answer can arrive for this wait once it is over.
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
         *approvals.waiting.lock().unwrap_or_else(|e| e.into_inner()) = None;
-        let (held, by, why) = match answer {
+        drop(answers);
+        // The webhook's last records (a poll in flight ends within its timeout) come before the
+        // step's evidence record.
+        if let Some(asking) = asking {
+            let _ = asking.join();
+        }
+        let detail = answer
+            .as_ref()
+            .map(|(_, d)| d.clone())
+            .unwrap_or(Value::Null);
+        let (held, by, why) = match answer.map(|(a, _)| a) {
             Some(Ok(())) => (true, "approved", String::new()),
             Some(Err(reason)) => (false, "denied", format!("approval: denied: {reason}")),
+            None if approvals.closing.load(std::sync::atomic::Ordering::SeqCst) => (
+                false,
+                "run-ended",
+                "approval: the run ended before an answer: denied".to_string(),
+            ),
             None => (
                 false,
                 "deadline",
@@ -860,7 +975,7 @@ fn check_item(
         };
         return (
             held,
-            json!({ "kind": "approval", "approvers": approval.approvers, "answer": by }),
+            json!({ "kind": "approval", "approvers": approval.approvers, "answer": by, "from": detail["from"], "approver": detail["approver"], "nonce": detail["nonce"] }),
             why,
         );
     }
@@ -874,8 +989,44 @@ fn check_item(
     )
 }
 
+/// An answer from a channel: counted when the step still waits and no answer came first (and,
+/// for the webhook, its wait is not over); recorded either way, under the answers' lock so that
+/// the record comes before the step's evidence record.
+fn give_answer(
+    engine: &Arc<Mutex<Engine>>,
+    approvals: &Arc<Approvals>,
+    step: &str,
+    answer: Result<(), String>,
+    detail: Value,
+    over: Option<&std::sync::atomic::AtomicBool>,
+) -> bool {
+    let mut answers = approvals.answers.lock().unwrap_or_else(|e| e.into_inner());
+    let waiting = approvals
+        .waiting
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    let counted = waiting.as_deref() == Some(step)
+        && !answers.contains_key(step)
+        && !over.is_some_and(|o| o.load(std::sync::atomic::Ordering::SeqCst));
+    let mut record = json!({ "step": step, "approved": answer.is_ok(), "reason": answer.clone().err(), "counted": counted });
+    if let (Some(record), Value::Object(detail)) = (record.as_object_mut(), &detail) {
+        for (k, v) in detail {
+            record.insert(k.clone(), v.clone());
+        }
+    }
+    engine
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .record("runbook-approval", record);
+    if counted {
+        answers.insert(step.to_string(), (answer, detail));
+        approvals.arrived.notify_all();
+    }
+    counted
+}
+
 fn serve_approval(engine: &Arc<Mutex<Engine>>, approvals: &Arc<Approvals>, stream: UnixStream) {
-    let lock = || engine.lock().unwrap_or_else(|e| e.into_inner());
     let who = peer(&stream);
     let request = read_request(&stream).and_then(|raw| {
         serde_json::from_value::<ApprovalRequest>(raw).map_err(|e| format!("not a request: {e}"))
@@ -906,17 +1057,24 @@ fn serve_approval(engine: &Arc<Mutex<Engine>>, approvals: &Arc<Approvals>, strea
         reply(&stream, &refused(&why));
         return;
     }
-    lock().record(
-        "runbook-approval",
-        json!({ "step": step, "approved": answer.is_ok(), "reason": answer.clone().err(), "peer": who, "from": "host terminal" }),
-    );
     let approved = answer.is_ok();
-    approvals
-        .answers
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(step.clone(), answer);
-    approvals.arrived.notify_all();
+    let counted = give_answer(
+        engine,
+        approvals,
+        &step,
+        answer,
+        json!({ "from": "host terminal", "peer": who }),
+        None,
+    );
+    if !counted {
+        reply(
+            &stream,
+            &refused(&format!(
+                "step {step:?}: another answer came first (or the wait is over)"
+            )),
+        );
+        return;
+    }
     reply(
         &stream,
         &Answer {

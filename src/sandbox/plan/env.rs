@@ -70,7 +70,11 @@ pub fn never_passed_notes(profile: &Profile, facts: &HostFacts) -> Vec<String> {
 fn allowed(name: &str, allow: &[String]) -> bool {
     // Whatever the allow-list says: the loader's variables, and those that would take Claude
     // Code's managed hooks away, never pass.
-    if name.starts_with("LD_") || crate::profile::claude_settings::defeats_hook(name) {
+    // Nor do the approval webhook's URL and key (the agent must never answer for a person).
+    if name.starts_with("LD_")
+        || name.starts_with(crate::profile::approvals::VARIABLE_PREFIX)
+        || crate::profile::claude_settings::defeats_hook(name)
+    {
         return false;
     }
     allow.iter().any(|pattern| match pattern.strip_suffix('*') {
@@ -154,6 +158,9 @@ pub fn build_environment(
     set("STEPPROOF", "1".into());
     set("STEPPROOF_PROFILE", profile.name.clone());
     for (name, value) in &profile.process.set_env {
+        if name.starts_with(crate::profile::approvals::VARIABLE_PREFIX) {
+            continue;
+        }
         set(name, value.clone());
     }
     let mut held_outside = Vec::new();
@@ -209,5 +216,19 @@ mod tests {
             assert!(!allowed(name, &allow), "{name}");
         }
         assert!(looks_secret("NPM_TOKEN") && looks_secret("DB_PASSWORD") && !looks_secret("PATH"));
+        // The approval webhook's variables, listed exactly or by pattern: never.
+        let allow = vec![
+            "STEPPROOF_*".to_string(),
+            "STEPPROOF_APPROVAL_HMAC_KEY".to_string(),
+            "STEPPROOF_APPROVAL_WEBHOOK".to_string(),
+        ];
+        assert!(allowed("STEPPROOF_OTHER", &allow));
+        for name in [
+            crate::profile::approvals::WEBHOOK_VAR,
+            crate::profile::approvals::KEY_VAR,
+            crate::profile::approvals::KEY_FILE_VAR,
+        ] {
+            assert!(!allowed(name, &allow), "{name}");
+        }
     }
 }

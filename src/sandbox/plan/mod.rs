@@ -773,8 +773,26 @@ fn plan_with<S: IsolationStrategy>(
     tracing::debug!("plan: hidden found");
     // The files credentials are read from are the supervisor's to read, never the sandbox's.
     let mut hidden = hidden;
-    for path in credentials::source_files(profile, facts) {
-        if let Some(target) = crate::sandbox::plan::secrets::hide_target(&path) {
+    // So is the approval webhook's key file (the supervisor signs with it).
+    let approval_key_file =
+        crate::profile::approvals::setting(profile.approvals.as_ref(), &facts.env)
+            .ok()
+            .flatten()
+            .and_then(|s| match s.key {
+                crate::profile::credentials::SourceSpec::File(spec) => {
+                    Some(spec.resolve(&facts.home, &facts.workspace))
+                }
+                _ => None,
+            });
+    for path in credentials::source_files(profile, facts)
+        .into_iter()
+        .chain(approval_key_file)
+    {
+        // Inside a directory hidden whole (another project, a secret directory) it is hidden
+        // already, and has no mount point in the empty directory.
+        if let Some(target) = crate::sandbox::plan::secrets::hide_target(&path)
+            && !hidden.keys().any(|h| target.starts_with(h))
+        {
             hidden.insert(target, HideReason::Secret);
         }
     }
