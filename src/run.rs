@@ -415,14 +415,33 @@ fn carry_out(
         gateway,
         runbook: runbook_run.as_ref(),
     };
-    let mut result = launch::run(&plan, &command, audit.as_ref(), &options);
+    // A SIGINT, SIGTERM or SIGHUP before this point was held: the command is not started, and
+    // the run ends here with its end record.
+    let mut result = match launch::ending_signal_pending() {
+        Some(signal) => {
+            crate::say!(
+                "stepproof-run: {} before the command started: not starting it",
+                signal.as_str()
+            );
+            launch::RunResult {
+                outcome: Outcome::terminated(signal as i32, None),
+                report: None,
+                hook_records: None,
+                moved_during_run: Vec::new(),
+            }
+        }
+        None => launch::run(&plan, &command, audit.as_ref(), &options),
+    };
     tracing::debug!("sandbox gone");
     // The runbook's outcome: a step whose evidence did not hold (117), or a run that ended
     // before its last step (116), whatever the command's own code was.
     if let Some(run) = &runbook_run
         && matches!(
             result.outcome,
-            Outcome::Exited { .. } | Outcome::Signaled { .. } | Outcome::TimedOut { .. }
+            Outcome::Exited { .. }
+                | Outcome::Signaled { .. }
+                | Outcome::TimedOut { .. }
+                | Outcome::Terminated { .. }
         )
         && let Some((ending, open)) = run.finish()
     {
@@ -1013,6 +1032,9 @@ fn write_summaries(outputs: &mut Outputs, summary: &crate::ci::Summary, outcome:
 
 /// The whole run from the caller's side, after the arguments: the exit code to end with.
 pub fn run(args: &Request) -> i32 {
+    // Before any thread: a signal from outside waits for the launch or the relay, which end the
+    // run with its end record written.
+    launch::hold_ending_signals();
     let mut outputs = Outputs::default();
     let (outcome, report) = match carry_out(args, &mut outputs) {
         Ok(done) => done,
@@ -1034,6 +1056,13 @@ pub fn run(args: &Request) -> i32 {
         Outcome::StepproofError { message, .. } | Outcome::Refused { message, .. } => {
             crate::say!("stepproof-run: {message}")
         }
+        Outcome::Terminated {
+            signal_name,
+            exit_code,
+            ..
+        } => crate::say!(
+            "stepproof-run: {signal_name} from outside ended the run; nothing of its sandbox is left (exit {exit_code})"
+        ),
         Outcome::NotFound { message, .. } | Outcome::NotExecutable { message, .. } => {
             crate::say!(
                 "stepproof-run: {}: {message}",

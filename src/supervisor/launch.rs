@@ -151,6 +151,45 @@ fn handled_signals() -> SigSet {
     set
 }
 
+/// The signals that end a run from outside (and Ctrl-C without a terminal of the command's own).
+fn ending_signals() -> SigSet {
+    let mut set = SigSet::empty();
+    for sig in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+        set.add(sig);
+    }
+    set
+}
+
+/// Blocks SIGINT, SIGTERM and SIGHUP from the start of a run, before any thread exists (threads
+/// inherit the mask; a process-directed signal goes to any thread that does not block it): one
+/// that comes before the launch waits for it instead of killing the supervisor between the
+/// run's start record and its end. Children started with `std::process::Command` get a clean
+/// mask; the init resets it for the command.
+pub fn hold_ending_signals() {
+    if let Err(e) = ending_signals().thread_block() {
+        tracing::warn!("blocking SIGINT, SIGTERM and SIGHUP: {e}");
+    }
+}
+
+/// A SIGINT, SIGTERM or SIGHUP that came before the launch (held by [`hold_ending_signals`]),
+/// taken: the run ends there, the command is not started.
+pub fn ending_signal_pending() -> Option<Signal> {
+    let fd = SignalFd::with_flags(
+        &ending_signals(),
+        SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK,
+    )
+    .ok()?;
+    let mut first = None;
+    while let Ok(Some(info)) = fd.read_signal() {
+        let signal = Signal::try_from(info.ssi_signo as i32).ok();
+        // SIGTERM or SIGHUP names the end over an earlier SIGINT.
+        if first.is_none() || first == Some(Signal::SIGINT) {
+            first = signal.or(first);
+        }
+    }
+    first
+}
+
 /// The user namespace idmapped mounts borrow their mapping from (host root → the sandbox
 /// user's host id). Creating one costs a clone and a wait, so a run makes it once and uses it
 /// for the capability check and for every tree.
