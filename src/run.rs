@@ -366,6 +366,14 @@ fn carry_out(
                 "policy_hash": plan.policy_hash,
                 "stepproof_version": env!("CARGO_PKG_VERSION"),
                 "workspace": crate::audit::text::path(&plan.workspace),
+                // The tier this run gets and what it gives up, in the first record: where the
+                // host or a container's runtime refuses user namespaces, Landlock and seccomp
+                // alone (the profile allowed it), with every loss and the reason.
+                "isolation": plan.isolation,
+                "lost": plan.losses,
+                "user_namespaces": (plan.isolation
+                    == crate::sandbox::plan::Isolation::LandlockSeccompOnly)
+                    .then(|| crate::doctor::user_namespace_check().1),
                 "managed_settings_removed": plan.managed_settings_removed,
                 // Where the launch's bounded scans stopped, and what else the plan noted.
                 "notes": plan.notes,
