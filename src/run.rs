@@ -649,11 +649,21 @@ fn carry_out(
         audit.sync();
         match audit.failure() {
             // The head hash makes a truncated log detectable: `stepproof audit verify --head`.
-            None => crate::say!(
-                "stepproof-run: audit log {} head {}",
-                audit.path().display(),
-                audit.head_hash()
-            ),
+            None => {
+                crate::say!(
+                    "stepproof-run: audit log {} head {}",
+                    audit.path().display(),
+                    audit.head_hash()
+                );
+                // For a caller that keeps the log (a CI job's artifact) and its head together.
+                outputs.status_extra.insert(
+                    "audit_log".into(),
+                    audit.path().display().to_string().into(),
+                );
+                outputs
+                    .status_extra
+                    .insert("audit_head".into(), audit.head_hash().into());
+            }
             Some(why) => {
                 let last = audit
                     .head()

@@ -173,6 +173,7 @@ fn check_ended(out: &Output, going: &Going, signal_name: &str, code: i32) {
         .unwrap_or_else(|| panic!("no head hash printed: {text}"))
         .trim()
         .to_string();
+    assert_eq!(status["audit_head"], head.as_str(), "{status}");
     let verify = Command::new(STEPPROOF)
         .args(["audit", "verify"])
         .arg(&going.audit)
