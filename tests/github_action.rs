@@ -124,9 +124,9 @@ fn the_actions_script_passes_shellcheck() {
     }
 }
 
-/// The action's `run` step, then its `record` step, as the job would run them: a command
-/// under `stepproof-run --ci` on the built-in `ci` profile, its exit code passed through, and
-/// the outputs, the head hash beside the log (it verifies the chain) and the job summary.
+// The action's `run` step, then its `record` step, as the job would run them: a command
+// under `stepproof-run --ci` on the built-in `ci` profile, its exit code passed through, and
+// the outputs, the head hash beside the log (it verifies the chain) and the job summary.
 both!(
     the_action_runs_a_command_and_records_the_outcome,
     |w: &World| {
