@@ -9,6 +9,7 @@ mod support;
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 use support::*;
@@ -41,6 +42,11 @@ fn left_over(marker: &str) -> Vec<String> {
 /// Starts `stepproof-run [extra…]` with the agent: `trap` is the shell's own trap line (the
 /// agent may ignore SIGTERM itself). Waits until the agent has started its children.
 fn start(w: &World, extra: &[&str], trap: &str) -> (Child, Going) {
+    start_with(w, extra, trap, false)
+}
+
+/// [`start`], under `nohup` when `nohup` (SIGHUP ignored from the start).
+fn start_with(w: &World, extra: &[&str], trap: &str, nohup: bool) -> (Child, Going) {
     // Files the test user writes: in a directory of the world's base it may write.
     let out = w.base.join("out");
     fs::create_dir_all(&out).unwrap();
@@ -71,8 +77,16 @@ fn start(w: &World, extra: &[&str], trap: &str) -> (Child, Going) {
         summary.to_str().unwrap(),
     ];
     args.extend_from_slice(extra);
-    let child = w
-        .command(&args, &["/bin/sh", "-c", &script])
+    let mut command = if nohup {
+        let mut c = w.as_owner(Path::new("/usr/bin/nohup"));
+        c.arg(w.run_binary()).args(&args).arg("--");
+        c.args(["/bin/sh", "-c", &script]);
+        w.clean_env(&mut c);
+        c
+    } else {
+        w.command(&args, &["/bin/sh", "-c", &script])
+    };
+    let child = command
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -284,4 +298,22 @@ both!(a_hangup_ends_the_run_with_129, |w: &World| {
         "ended after {took:?}: {}",
         describe(&out)
     );
+});
+
+both!(a_hangup_ignored_at_start_stays_ignored, |w: &World| {
+    // Under nohup the hang-up is not the run's end (nor the command's: it is not passed on);
+    // a SIGTERM still is.
+    let (child, going) = start_with(w, &[], "", true);
+    signal(&child, nix::sys::signal::Signal::SIGHUP);
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        sleepers(&going.marker),
+        3,
+        "the hang-up ended the run: {:?}",
+        left_over(&going.marker)
+    );
+    let since = Instant::now();
+    signal(&child, nix::sys::signal::Signal::SIGTERM);
+    let (out, _) = finish(child, since);
+    check_ended(&out, &going, "SIGTERM", 143);
 });

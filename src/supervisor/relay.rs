@@ -294,6 +294,8 @@ impl<'t> Relay<'t> {
                     }
                 }
                 Signal::SIGCONT => self.resume(),
+                Signal::SIGINT | Signal::SIGTERM | Signal::SIGHUP
+                    if crate::supervisor::launch::ignored_at_start(signal) => {}
                 Signal::SIGINT | Signal::SIGTERM | Signal::SIGHUP => self.asked_to_stop(signal),
                 // Keyboard job control reaches us only without a pty; hand it to the command.
                 _ => {
