@@ -317,3 +317,75 @@ both!(a_hangup_ignored_at_start_stays_ignored, |w: &World| {
     let (out, _) = finish(child, since);
     check_ended(&out, &going, "SIGTERM", 143);
 });
+
+both!(
+    a_sigterm_before_the_command_starts_ends_the_run_there,
+    |w: &World| {
+        // In CI mode the self-test runs first (its own stepproof-run, whose command line names the
+        // workspace): a SIGTERM then is held, and the run ends before the command is started, with
+        // its end record.
+        let out_dir = w.base.join("out");
+        fs::create_dir_all(&out_dir).unwrap();
+        fs::set_permissions(&out_dir, fs::Permissions::from_mode(0o777)).unwrap();
+        let status = out_dir.join("status.json");
+        let audit = out_dir.join("audit.jsonl");
+        let workspace = w.workspace.to_str().unwrap().to_string();
+        let mut child = w
+            .command(
+                &[
+                    "--ci",
+                    "--workspace",
+                    &workspace,
+                    "--status-file",
+                    status.to_str().unwrap(),
+                    "--audit-log",
+                    audit.to_str().unwrap(),
+                ],
+                &["/bin/sh", "-c", "echo ran > ran"],
+            )
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let selftest_running = || {
+            left_over(&workspace)
+                .iter()
+                .any(|p| p.contains("--selftest"))
+        };
+        while !selftest_running() {
+            if child.try_wait().unwrap().is_some() || Instant::now() > deadline {
+                let _ = child.kill();
+                panic!(
+                    "the self-test was not seen: {}",
+                    describe(&child.wait_with_output().unwrap())
+                );
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        signal(&child, nix::sys::signal::Signal::SIGTERM);
+        let (out, _) = finish(child, Instant::now());
+        let text = describe(&out);
+        assert_eq!(out.status.code(), Some(143), "{text}");
+        assert!(!w.workspace.join("ran").exists(), "the command ran: {text}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("SIGTERM before the command started"),
+            "{text}"
+        );
+        let status: serde_json::Value =
+            serde_json::from_str(&fs::read_to_string(&status).unwrap()).unwrap();
+        assert_eq!(status["status"], "terminated", "{status}");
+        assert!(status["command"].is_null(), "{status}");
+        let verify = Command::new(STEPPROOF)
+            .args(["audit", "verify"])
+            .arg(&audit)
+            .args(["--head", status["audit_head"].as_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(verify.status.success(), "{}", describe(&verify));
+        let log = fs::read_to_string(&audit).unwrap();
+        let last: serde_json::Value = serde_json::from_str(log.lines().last().unwrap()).unwrap();
+        assert_eq!(last["kind"], "run-end", "{last}");
+        assert_eq!(last["outcome"]["status"], "terminated", "{last}");
+    }
+);
