@@ -161,6 +161,24 @@ fn finish(mut child: Child, since: Instant) -> (Output, Duration) {
     (child.wait_with_output().unwrap(), took)
 }
 
+/// The log's `run-end` record, the run's last word: only the supervisor's own records may
+/// follow it (the record's export seals the chain with one), none from inside.
+fn run_end(audit: &Path) -> serde_json::Value {
+    let log = fs::read_to_string(audit).unwrap();
+    let records: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let at = records
+        .iter()
+        .rposition(|r| r["kind"] == "run-end")
+        .unwrap_or_else(|| panic!("no run-end record in {log}"));
+    for after in &records[at + 1..] {
+        assert_eq!(after["source"], "supervisor", "after the run-end: {after}");
+    }
+    records[at].clone()
+}
+
 /// The end of a terminated run: exit 128 + N, nothing of it left, the status file and the
 /// audit chain say so (`audit verify --head` passes, the last record is the `run-end`).
 fn check_ended(out: &Output, going: &Going, signal_name: &str, code: i32) {
@@ -195,9 +213,7 @@ fn check_ended(out: &Output, going: &Going, signal_name: &str, code: i32) {
         .output()
         .unwrap();
     assert!(verify.status.success(), "{}", describe(&verify));
-    let log = fs::read_to_string(&going.audit).unwrap();
-    let last: serde_json::Value = serde_json::from_str(log.lines().last().unwrap()).unwrap();
-    assert_eq!(last["kind"], "run-end", "{last}");
+    let last = run_end(&going.audit);
     assert_eq!(last["source"], "supervisor", "{last}");
     assert_eq!(last["outcome"]["status"], "terminated", "{last}");
     assert_eq!(last["outcome"]["signal_name"], signal_name, "{last}");
@@ -383,9 +399,7 @@ both!(
             .output()
             .unwrap();
         assert!(verify.status.success(), "{}", describe(&verify));
-        let log = fs::read_to_string(&audit).unwrap();
-        let last: serde_json::Value = serde_json::from_str(log.lines().last().unwrap()).unwrap();
-        assert_eq!(last["kind"], "run-end", "{last}");
+        let last = run_end(&audit);
         assert_eq!(last["outcome"]["status"], "terminated", "{last}");
     }
 );
