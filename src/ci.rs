@@ -443,6 +443,32 @@ mod tests {
     }
     use super::*;
 
+    /// A run ended from outside is said at the top of the summary, also when a sweep's finding
+    /// wraps how it ended.
+    #[test]
+    fn a_terminated_run_says_so() {
+        let terminated = serde_json::json!({
+            "status": "terminated", "exit_code": 143, "signal": 15, "signal_name": "SIGTERM",
+            "command": { "status": "signaled", "exit_code": 137, "signal": 9 },
+        });
+        let wrapped = serde_json::json!({
+            "status": "tampering", "exit_code": 123, "findings": [], "command": terminated,
+        });
+        assert_eq!(super::ended_by(&terminated).as_deref(), Some("SIGTERM"));
+        assert_eq!(super::ended_by(&wrapped).as_deref(), Some("SIGTERM"));
+        let plain = serde_json::json!({ "status": "signaled", "exit_code": 143, "signal": 15 });
+        assert_eq!(super::ended_by(&plain), None);
+        let mut summary = super::Summary::default();
+        summary.add(serde_json::json!({
+            "source": "supervisor", "kind": "run-end", "outcome": wrapped,
+        }));
+        let md = summary.markdown();
+        assert!(
+            md.contains("**Terminated: SIGTERM from outside ended the run.**"),
+            "{md}"
+        );
+    }
+
     #[test]
     fn durations() {
         assert_eq!(parse_duration("90").unwrap(), Duration::from_secs(90));
