@@ -244,6 +244,22 @@ both!(
             serde_json::from_str(&fs::read_to_string(&going.status).unwrap()).unwrap();
         assert_eq!(status["command"]["status"], "signaled", "{status}");
         assert_eq!(status["command"]["signal"], 9, "{status}");
+        // The run's cgroups (named in its first record) are gone: nothing was left in them.
+        let log = fs::read_to_string(&going.audit).unwrap();
+        let first: serde_json::Value = serde_json::from_str(log.lines().next().unwrap()).unwrap();
+        let dirs: Vec<String> = first["limits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|l| l["place"].as_object().into_iter().flatten())
+            .filter_map(|(_, place)| place["dir"].as_str().map(str::to_string))
+            .collect();
+        if w.who == Who::Root {
+            assert!(!dirs.is_empty(), "no cgroup in {first}");
+        }
+        for dir in &dirs {
+            assert!(!Path::new(dir).exists(), "the run's cgroup {dir} is left");
+        }
         let summary = fs::read_to_string(&going.summary).unwrap();
         assert!(summary.contains("**terminated** (exit 143)"), "{summary}");
         assert!(
