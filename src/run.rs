@@ -425,7 +425,7 @@ fn carry_out(
     };
     // A SIGINT, SIGTERM or SIGHUP before this point was held: the command is not started, and
     // the run ends here with its end record.
-    let mut result = match launch::ending_signal_pending() {
+    let mut result = match crate::supervisor::relay::ending_signal_pending() {
         Some(signal) => {
             crate::say!(
                 "stepproof-run: {} before the command started: not starting it",
@@ -1052,7 +1052,7 @@ fn write_summaries(outputs: &mut Outputs, summary: &crate::ci::Summary, outcome:
 pub fn run(args: &Request) -> i32 {
     // Before any thread: a signal from outside waits for the launch or the relay, which end the
     // run with its end record written.
-    launch::hold_ending_signals();
+    crate::supervisor::relay::hold_ending_signals();
     let mut outputs = Outputs::default();
     let (outcome, report) = match carry_out(args, &mut outputs) {
         Ok(done) => done,

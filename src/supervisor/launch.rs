@@ -151,74 +151,6 @@ fn handled_signals() -> SigSet {
     set
 }
 
-/// The signals that end a run from outside (and Ctrl-C without a terminal of the command's own).
-fn ending_signals() -> SigSet {
-    let mut set = SigSet::empty();
-    for sig in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
-        set.add(sig);
-    }
-    set
-}
-
-/// Blocks SIGINT, SIGTERM and SIGHUP from the start of a run, before any thread exists (threads
-/// inherit the mask; a process-directed signal goes to any thread that does not block it): one
-/// that comes before the launch waits for it instead of killing the supervisor between the
-/// run's start record and its end. Children started with `std::process::Command` get a clean
-/// mask; the init resets it for the command.
-pub fn hold_ending_signals() {
-    let ignored = std::fs::read_to_string("/proc/self/status")
-        .map(|status| ignored_signals(&status))
-        .unwrap_or(0);
-    let _ = IGNORED_AT_START.set(ignored);
-    if let Err(e) = ending_signals().thread_block() {
-        tracing::warn!("blocking SIGINT, SIGTERM and SIGHUP: {e}");
-    }
-}
-
-/// The signals this process started with ignored (`SigIgn` of /proc/self/status, bit N-1 for
-/// signal N), read before the first block: blocked signals are queued even when ignored.
-static IGNORED_AT_START: OnceLock<u64> = OnceLock::new();
-
-/// `SigIgn` of a /proc/PID/status text.
-fn ignored_signals(status: &str) -> u64 {
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("SigIgn:"))
-        .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
-        .unwrap_or(0)
-}
-
-/// Whether `signal` was ignored when this run started (`nohup` ignores SIGHUP, a shell's
-/// background job SIGINT): it stays ignored — neither passed on nor ending the run — as it
-/// would be without StepProof.
-pub(crate) fn ignored_at_start(signal: Signal) -> bool {
-    let bit = (signal as i32 - 1) as u32;
-    IGNORED_AT_START
-        .get()
-        .is_some_and(|mask| bit < 64 && mask & (1 << bit) != 0)
-}
-
-/// A SIGINT, SIGTERM or SIGHUP that came before the launch (held by [`hold_ending_signals`]),
-/// taken: the run ends there, the command is not started.
-pub fn ending_signal_pending() -> Option<Signal> {
-    let fd = SignalFd::with_flags(
-        &ending_signals(),
-        SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK,
-    )
-    .ok()?;
-    let mut first = None;
-    while let Ok(Some(info)) = fd.read_signal() {
-        let signal = Signal::try_from(info.ssi_signo as i32)
-            .ok()
-            .filter(|s| !ignored_at_start(*s));
-        // SIGTERM or SIGHUP names the end over an earlier SIGINT.
-        if first.is_none() || first == Some(Signal::SIGINT) {
-            first = signal.or(first);
-        }
-    }
-    first
-}
-
 /// The user namespace idmapped mounts borrow their mapping from (host root → the sandbox
 /// user's host id). Creating one costs a clone and a wait, so a run makes it once and uses it
 /// for the capability check and for every tree.
@@ -949,21 +881,5 @@ pub fn describe_identity(plan: &SandboxPlan) -> String {
             id.inside_uid, id.outside_uid
         ),
         IdentityMode::RootFallback => "uid 0 WITHOUT capabilities (root fallback)".into(),
-    }
-}
-
-#[cfg(test)]
-mod ignored_signal_tests {
-    use super::*;
-
-    #[test]
-    fn sigign_is_read_bit_by_signal() {
-        // nohup: SIGHUP (1) ignored; and SIGPIPE (13), as Rust's runtime sets it.
-        let status = "Name:\tstepproof-run\nSigBlk:\t0000000000000000\nSigIgn:\t0000000000001001\nSigCgt:\t0\n";
-        let mask = ignored_signals(status);
-        assert_eq!(mask, 0x1001);
-        assert!(mask & (1 << (libc::SIGHUP - 1)) != 0);
-        assert!(mask & (1 << (libc::SIGTERM - 1)) == 0);
-        assert_eq!(ignored_signals("Name:\tx\n"), 0);
     }
 }
