@@ -89,6 +89,20 @@ pub struct Summary {
     pub sweep_total: u64,
     /// The runbook's steps, when the run followed one.
     pub runbook: crate::audit::runbook_steps::StepTable,
+    /// The signal from outside that ended the run (`SIGTERM`, `SIGHUP`), when one did.
+    pub ended_by: Option<String>,
+}
+
+/// The signal a `run-end` record's outcome says ended the run from outside, at any depth (a
+/// sweep's finding or a runbook's end wraps how the run ended).
+fn ended_by(outcome: &Value) -> Option<String> {
+    if outcome["status"] == "terminated" {
+        return outcome["signal_name"].as_str().map(str::to_string);
+    }
+    match &outcome["command"] {
+        Value::Object(_) => ended_by(&outcome["command"]),
+        _ => None,
+    }
 }
 
 /// Entries of each list a summary keeps (a job page has room for a table, not for a log).
@@ -177,6 +191,7 @@ impl Summary {
                     .unwrap_or_default()
                     .to_string();
                 self.exit_code = record["outcome"]["exit_code"].as_i64().unwrap_or_default();
+                self.ended_by = ended_by(&record["outcome"]);
                 self.inside_not_written = record["hook_receiver"]["over_cap"]
                     .as_u64()
                     .unwrap_or_default();
@@ -239,6 +254,13 @@ impl Summary {
             "**{}** (exit {}) · profile `{}` · policy `{}`\n\n",
             self.status, self.exit_code, self.profile, self.policy_hash
         ));
+        if let Some(signal) = &self.ended_by {
+            md.push_str(&format!(
+                "**Terminated: {signal} from outside ended the run.** The command had the grace \
+                 period, then every process of its sandbox was killed; the run's end record closes \
+                 the audit chain.\n\n"
+            ));
+        }
         if self.inside_not_written > 0 {
             md.push_str(&format!(
                 "**{} records reported from inside were not written**: the run reached \
@@ -420,6 +442,32 @@ mod tests {
         );
     }
     use super::*;
+
+    /// A run ended from outside is said at the top of the summary, also when a sweep's finding
+    /// wraps how it ended.
+    #[test]
+    fn a_terminated_run_says_so() {
+        let terminated = serde_json::json!({
+            "status": "terminated", "exit_code": 143, "signal": 15, "signal_name": "SIGTERM",
+            "command": { "status": "signaled", "exit_code": 137, "signal": 9 },
+        });
+        let wrapped = serde_json::json!({
+            "status": "tampering", "exit_code": 123, "findings": [], "command": terminated,
+        });
+        assert_eq!(super::ended_by(&terminated).as_deref(), Some("SIGTERM"));
+        assert_eq!(super::ended_by(&wrapped).as_deref(), Some("SIGTERM"));
+        let plain = serde_json::json!({ "status": "signaled", "exit_code": 143, "signal": 15 });
+        assert_eq!(super::ended_by(&plain), None);
+        let mut summary = super::Summary::default();
+        summary.add(serde_json::json!({
+            "source": "supervisor", "kind": "run-end", "outcome": wrapped,
+        }));
+        let md = summary.markdown();
+        assert!(
+            md.contains("**Terminated: SIGTERM from outside ended the run.**"),
+            "{md}"
+        );
+    }
 
     #[test]
     fn durations() {

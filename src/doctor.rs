@@ -86,8 +86,10 @@ fn read_sysctl(path: &str) -> Option<String> {
         .map(|s| s.trim().to_string())
 }
 
-pub fn run_checks() -> Vec<Check> {
-    let mut checks = Vec::new();
+/// Whether this process can create a user namespace, and in words why not: the kernel's error
+/// and the settings that decide it (a container's runtime or the host may refuse them). A run on
+/// the Landlock + seccomp-only tier records this in its first record.
+pub fn user_namespace_check() -> (bool, String) {
     let userns = can_clone(libc::CLONE_NEWUSER);
     let mut userns_detail = match &userns {
         Ok(()) => "a user namespace can be created".to_string(),
@@ -106,9 +108,15 @@ pub fn run_checks() -> Vec<Check> {
             ));
         }
     }
+    (userns.is_ok(), userns_detail)
+}
+
+pub fn run_checks() -> Vec<Check> {
+    let mut checks = Vec::new();
+    let (userns_ok, userns_detail) = user_namespace_check();
     checks.push(Check {
         feature: "user namespaces",
-        available: userns.is_ok(),
+        available: userns_ok,
         required_by_default: true,
         detail: userns_detail,
     });

@@ -94,6 +94,52 @@ mod tests {
         assert_eq!(sorted, ours, "ExitCode::ALL in order, each once");
     }
 
+    /// The example Kubernetes Job's `podFailurePolicy` is this table: `FailJob` for every
+    /// code that the same invocation would get again, `Count` (retried) for those another host
+    /// may not, and `Ignore` for the ends a signal from outside gives (128 + SIGHUP, SIGTERM).
+    #[test]
+    fn the_kubernetes_example_fails_the_job_on_what_a_retry_cannot_fix() {
+        let example = include_str!("../examples/kubernetes-job.yaml");
+        let mut rules: Vec<(String, Vec<i32>)> = Vec::new();
+        let mut action = String::new();
+        for line in example.lines().map(str::trim) {
+            if let Some(a) = line.strip_prefix("- action: ") {
+                action = a.to_string();
+            } else if let Some(list) = line.strip_prefix("values: [") {
+                let codes = list
+                    .trim_end_matches(']')
+                    .split(',')
+                    .map(|c| c.trim().parse().expect("an exit code"))
+                    .collect();
+                rules.push((action.clone(), codes));
+            }
+        }
+        let codes_of = |wanted: &str| -> Vec<i32> {
+            rules
+                .iter()
+                .filter(|(a, _)| a == wanted)
+                .flat_map(|(_, c)| c.clone())
+                .collect()
+        };
+        let fail: Vec<i32> = ExitCode::ALL
+            .iter()
+            .filter(|c| !c.may_succeed_elsewhere())
+            .map(|c| c.code())
+            .collect();
+        let count: Vec<i32> = ExitCode::ALL
+            .iter()
+            .filter(|c| c.may_succeed_elsewhere())
+            .map(|c| c.code())
+            .collect();
+        assert_eq!(codes_of("FailJob"), fail, "{rules:?}");
+        assert_eq!(codes_of("Count"), count, "{rules:?}");
+        assert_eq!(
+            codes_of("Ignore"),
+            [128 + libc::SIGHUP, 128 + libc::SIGTERM],
+            "{rules:?}"
+        );
+    }
+
     #[test]
     fn refused_is_never_retried_and_host_failures_may_be() {
         assert!(!ExitCode::Refused.may_succeed_elsewhere());

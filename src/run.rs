@@ -390,6 +390,14 @@ fn carry_out(
                 "policy_hash": plan.policy_hash,
                 "stepproof_version": env!("CARGO_PKG_VERSION"),
                 "workspace": crate::audit::text::path(&plan.workspace),
+                // The tier this run gets and what it gives up, in the first record: where the
+                // host or a container's runtime refuses user namespaces, Landlock and seccomp
+                // alone (the profile allowed it), with every loss and the reason.
+                "isolation": plan.isolation,
+                "lost": plan.losses,
+                "user_namespaces": (plan.isolation
+                    == crate::sandbox::plan::Isolation::LandlockSeccompOnly)
+                    .then(|| crate::doctor::user_namespace_check().1),
                 "managed_settings_removed": plan.managed_settings_removed,
                 // Where the launch's bounded scans stopped, and what else the plan noted.
                 "notes": plan.notes,
@@ -456,14 +464,33 @@ fn carry_out(
         gateway,
         runbook: runbook_run.as_ref(),
     };
-    let mut result = launch::run(&plan, &command, audit.as_ref(), &options);
+    // A SIGINT, SIGTERM or SIGHUP before this point was held: the command is not started, and
+    // the run ends here with its end record.
+    let mut result = match crate::supervisor::relay::ending_signal_pending() {
+        Some(signal) => {
+            crate::say!(
+                "stepproof-run: {} before the command started: not starting it",
+                signal.as_str()
+            );
+            launch::RunResult {
+                outcome: Outcome::terminated(signal as i32, None),
+                report: None,
+                hook_records: None,
+                moved_during_run: Vec::new(),
+            }
+        }
+        None => launch::run(&plan, &command, audit.as_ref(), &options),
+    };
     tracing::debug!("sandbox gone");
     // The runbook's outcome: a step whose evidence did not hold (117), or a run that ended
     // before its last step (116), whatever the command's own code was.
     if let Some(run) = &runbook_run
         && matches!(
             result.outcome,
-            Outcome::Exited { .. } | Outcome::Signaled { .. } | Outcome::TimedOut { .. }
+            Outcome::Exited { .. }
+                | Outcome::Signaled { .. }
+                | Outcome::TimedOut { .. }
+                | Outcome::Terminated { .. }
         )
         && let Some((ending, open)) = run.finish()
     {
@@ -663,11 +690,21 @@ fn carry_out(
         audit.sync();
         match audit.failure() {
             // The head hash makes a truncated log detectable: `stepproof audit verify --head`.
-            None => crate::say!(
-                "stepproof-run: audit log {} head {}",
-                audit.path().display(),
-                audit.head_hash()
-            ),
+            None => {
+                crate::say!(
+                    "stepproof-run: audit log {} head {}",
+                    audit.path().display(),
+                    audit.head_hash()
+                );
+                // For a caller that keeps the log (a CI job's artifact) and its head together.
+                outputs.status_extra.insert(
+                    "audit_log".into(),
+                    audit.path().display().to_string().into(),
+                );
+                outputs
+                    .status_extra
+                    .insert("audit_head".into(), audit.head_hash().into());
+            }
             Some(why) => {
                 let last = audit
                     .head()
@@ -1051,6 +1088,9 @@ fn write_summaries(outputs: &mut Outputs, summary: &crate::ci::Summary, outcome:
 
 /// The whole run from the caller's side, after the arguments: the exit code to end with.
 pub fn run(args: &Request) -> i32 {
+    // Before any thread: a signal from outside waits for the launch or the relay, which end the
+    // run with its end record written.
+    crate::supervisor::relay::hold_ending_signals();
     let mut outputs = Outputs::default();
     let (outcome, report) = match carry_out(args, &mut outputs) {
         Ok(done) => done,
@@ -1072,6 +1112,13 @@ pub fn run(args: &Request) -> i32 {
         Outcome::StepproofError { message, .. } | Outcome::Refused { message, .. } => {
             crate::say!("stepproof-run: {message}")
         }
+        Outcome::Terminated {
+            signal_name,
+            exit_code,
+            ..
+        } => crate::say!(
+            "stepproof-run: {signal_name} from outside ended the run; nothing of its sandbox is left (exit {exit_code})"
+        ),
         Outcome::NotFound { message, .. } | Outcome::NotExecutable { message, .. } => {
             crate::say!(
                 "stepproof-run: {}: {message}",

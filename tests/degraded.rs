@@ -13,7 +13,13 @@ use support::*;
 const NO_USERNS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/no-userns.py");
 
 fn run_without_userns(w: &World, profile: &str, args: &[&str]) -> Output {
+    run_without_userns_with(w, profile, &[], args)
+}
+
+/// [`run_without_userns`] with more of `stepproof-run`'s flags.
+fn run_without_userns_with(w: &World, profile: &str, flags: &[&str], args: &[&str]) -> Output {
     let mut extra = vec!["--profile", profile];
+    extra.extend_from_slice(flags);
     let report = w.base.join("report.json");
     let report_s = report.to_str().unwrap().to_string();
     extra.extend(["--report", &report_s]);
@@ -337,4 +343,179 @@ fn an_overlay_workspace_is_refused_or_read_only() {
     probes.expect_err("write", "EACCES");
     assert!(!w.workspace.join("made").exists());
     assert!(stderr.contains("lost: workspace = \"overlay\""), "{stderr}");
+}
+
+/// The container case: a runtime that refuses nested user namespaces (Docker's default seccomp
+/// profile, `user.max_user_namespaces = 0`) puts the run on the Landlock + seccomp-only tier,
+/// and the run's FIRST audit record says so — the tier, every loss, and why user namespaces
+/// were refused — before anything of the command ran.
+#[test]
+fn the_first_record_names_the_tier_and_what_is_lost() {
+    let Some(w) = world() else { return };
+    let profile = degraded_profile(&w, "");
+    let log = w.base.join("audit.jsonl");
+    let out = run_without_userns_with(
+        &w,
+        &profile,
+        &["--audit-log", log.to_str().unwrap()],
+        &["/bin/true"],
+    );
+    assert!(out.status.success(), "{}", describe(&out));
+    let text = fs::read_to_string(&log).unwrap();
+    let first: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert_eq!(first["seq"], 0, "{first}");
+    assert_eq!(first["kind"], "run-start", "{first}");
+    assert_eq!(first["isolation"], "landlock-seccomp-only", "{first}");
+    let lost: Vec<&str> = first["lost"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap())
+        .collect();
+    for wanted in ["no mount namespace", "no pid namespace", "no hook"] {
+        assert!(
+            lost.iter().any(|l| l.contains(wanted)),
+            "{wanted:?} not among the losses: {lost:#?}"
+        );
+    }
+    let why = first["user_namespaces"].as_str().unwrap();
+    assert!(
+        why.contains("cannot create a user namespace") && why.contains("max_user_namespaces = 0"),
+        "{why}"
+    );
+}
+
+/// The same host as a container's, under a namespace sandbox run normally: the first record
+/// says `namespaces` and lists nothing lost.
+#[test]
+fn the_first_record_of_a_full_run_lists_nothing_lost() {
+    let Some(w) = World::new(Who::Root) else {
+        return;
+    };
+    let log = w.base.join("audit.jsonl");
+    let out = w
+        .command(&["--audit-log", log.to_str().unwrap()], &["/bin/true"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    let text = fs::read_to_string(&log).unwrap();
+    let first: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert_eq!(first["isolation"], "namespaces", "{first}");
+    assert_eq!(first["lost"], serde_json::json!([]), "{first}");
+    assert!(first["user_namespaces"].is_null(), "{first}");
+}
+
+/// `--ci` in such a container, with a profile that requires namespaces (the built-in `ci`
+/// does: no `[degraded]`): refused with 125 — "infrastructure", another host may run it —
+/// and the command never starts.
+#[test]
+fn ci_refuses_a_profile_that_requires_namespaces() {
+    let Some(w) = world() else { return };
+    let profile = write_profile(&w, "ci-like.toml", "extends = \"ci\"\n");
+    let marker = w.workspace.join("ran");
+    let out = run_without_userns_with(
+        &w,
+        &profile,
+        &["--ci"],
+        &["/bin/sh", "-c", &format!("touch {}", marker.display())],
+    );
+    assert_eq!(out.status.code(), Some(125), "{}", describe(&out));
+    assert!(!marker.exists(), "the command ran: {}", describe(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("user namespace"), "{}", describe(&out));
+}
+
+/// SIGTERM from outside on the Landlock + seccomp-only tier: no pid namespace ends the tree
+/// here, the init (a subreaper) kills the command's group and every orphan it adopted, a child
+/// in a session of its own and one ignoring SIGTERM among them.
+#[test]
+fn sigterm_ends_the_tree_without_namespaces() {
+    let Some(w) = world() else { return };
+    let profile = degraded_profile(&w, "");
+    let marker = format!("{}", 8_100_000_000u64 + u64::from(std::process::id()));
+    let script = format!(
+        "trap '' TERM\n(trap '' TERM; exec sleep {marker}1) &\nsetsid sleep {marker}2 &\necho started > started\nwait\n"
+    );
+    let mut cmd = Command::new("python3");
+    cmd.arg(NO_USERNS).arg(run_binary_for_user()).args([
+        "--profile",
+        &profile,
+        "--",
+        "/bin/sh",
+        "-c",
+        &script,
+    ]);
+    let mut child = w
+        .clean_env(&mut cmd)
+        .env("NO_USERNS_UID", w.owner.0.to_string())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let with_marker = || -> Vec<(i32, String)> {
+        fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| {
+                let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+                let text = String::from_utf8_lossy(&fs::read(e.path().join("cmdline")).ok()?)
+                    .replace('\0', " ");
+                text.contains(&marker).then_some((pid, text))
+            })
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while with_marker()
+        .iter()
+        .filter(|(_, t)| t.starts_with("sleep "))
+        .count()
+        < 2
+    {
+        if child.try_wait().unwrap().is_some() || std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!(
+                "never started: {}",
+                describe(&child.wait_with_output().unwrap())
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // The supervisor: the stepproof-run whose parent is not a stepproof-run (the init is its
+    // child, with the same command line).
+    let runs: Vec<i32> = with_marker()
+        .into_iter()
+        .filter(|(_, t)| t.starts_with(run_binary_for_user().to_str().unwrap()))
+        .map(|(pid, _)| pid)
+        .collect();
+    let parent = |pid: i32| -> i32 {
+        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        let after = &stat[stat.rfind(')').unwrap() + 2..];
+        after.split(' ').nth(1).unwrap().parse().unwrap()
+    };
+    let supervisor = *runs
+        .iter()
+        .find(|pid| !runs.contains(&parent(**pid)))
+        .unwrap_or_else(|| panic!("no supervisor among {runs:?}"));
+    let since = std::time::Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(supervisor),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    while child.try_wait().unwrap().is_none() {
+        if since.elapsed() > std::time::Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("the run did not end: {:?}", with_marker());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let took = since.elapsed();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(143), "{}", describe(&out));
+    assert!(
+        took < std::time::Duration::from_secs(10),
+        "ended after {took:?}"
+    );
+    let left = with_marker();
+    assert!(left.is_empty(), "processes of the run left: {left:?}");
 }

@@ -14,7 +14,8 @@ use stepproof::supervisor::launch;
 /// retry); 122 the hook denied a call (with --fail-on-deny); 123 the persistence sweep found
 /// tampering; 124 --timeout; 125 this host cannot give the protection required (missing kernel
 /// feature, set-up error, --ci self-test failed: infrastructure); 126 not executable; 127 not
-/// found; 128+N killed by signal N; 116 a runbook abandoned, 117 a runbook step whose evidence did
+/// found; 128+N killed by signal N, or a SIGTERM/SIGHUP from outside ended the run (143, 129: the
+/// command gets 5 s, then the whole sandbox is killed and the audit log closed); 116 a runbook abandoned, 117 a runbook step whose evidence did
 /// not hold (--runbook); 118-119 audit and sweep.
 #[derive(Parser, Debug)]
 #[command(

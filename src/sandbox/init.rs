@@ -556,15 +556,21 @@ fn supervise(
             Err(_) => break,
         }
         if fds[1].any().unwrap_or(true) {
-            // The supervisor is gone: nothing inside may outlive it.
-            break;
+            // The supervisor is gone, or ends the run: nothing inside may outlive it. How the
+            // command ended (killed here, most likely) is reported for a supervisor still
+            // reading.
+            if let Some(last) = kill_everything(isolation, command) {
+                report(status, &last);
+            }
+            report(status, &InitEvent::AllGone);
+            return;
         }
         while let Ok(Some(info)) = signals.read_signal() {
             let sig = info.ssi_signo as i32;
             if sig == libc::SIGCHLD {
                 if let Some(last) = reap(command, status) {
                     report(status, &last);
-                    kill_everything(isolation, command);
+                    let _ = kill_everything(isolation, command);
                     // Nothing of the sandbox runs any more: the supervisor need not wait for
                     // this process's own exit (the namespaces' teardown happens in it).
                     report(status, &InitEvent::AllGone);
@@ -576,7 +582,7 @@ fn supervise(
             }
         }
     }
-    kill_everything(isolation, command);
+    let _ = kill_everything(isolation, command);
 }
 
 /// Reaps every child that changed state; returns the command's final event once it ended.
@@ -608,12 +614,27 @@ fn reap(command: Pid, status: &mut File) -> Option<InitEvent> {
 
 /// As pid 1, `kill(-1)` reaches every other process of the sandbox. Without a pid namespace
 /// the init is a subreaper instead: it kills the command's group and then whatever children it
-/// has (orphans come to it) until none is left.
-fn kill_everything(isolation: Isolation, command: Pid) {
+/// has (orphans come to it) until none is left. Returns how the command ended if it was still
+/// there to be reaped.
+fn kill_everything(isolation: Isolation, command: Pid) -> Option<InitEvent> {
+    let mut last = None;
+    let mut note = |status: WaitStatus| match status {
+        WaitStatus::Exited(pid, code) if pid == command => {
+            last = Some(InitEvent::Exited { code });
+        }
+        WaitStatus::Signaled(pid, signal, _) if pid == command => {
+            last = Some(InitEvent::Signaled {
+                signal: signal as i32,
+            });
+        }
+        _ => {}
+    };
     if isolation == Isolation::Namespaces {
         let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
-        while waitpid(None, None).is_ok() {}
-        return;
+        while let Ok(status) = waitpid(None, None) {
+            note(status);
+        }
+        return last;
     }
     let _ = kill(Pid::from_raw(-command.as_raw()), Signal::SIGKILL);
     loop {
@@ -622,10 +643,11 @@ fn kill_everything(isolation: Isolation, command: Pid) {
             let _ = kill(Pid::from_raw(child), Signal::SIGKILL);
         }
         match waitpid(None, None) {
-            Ok(_) => {}
+            Ok(status) => note(status),
             Err(_) => break,
         }
     }
+    last
 }
 
 /// The init's children, from /proc (the init is single-threaded, so its own task lists them all).

@@ -57,6 +57,16 @@ pub enum Outcome {
         exit_code: i32,
         command: Box<Outcome>,
     },
+    /// A signal from outside ended the run (an orchestrator's SIGTERM, a hang-up): the command
+    /// had the grace period, then the whole sandbox was killed. 128 + the signal (SIGTERM: 143),
+    /// whatever the command's own status was.
+    Terminated {
+        exit_code: i32,
+        signal: i32,
+        signal_name: String,
+        /// How the command itself ended; absent when the signal came before it was started.
+        command: Option<Box<Outcome>>,
+    },
     /// `--fail-on-deny`: the command finished, but the hook denied at least one call (122).
     Denied {
         exit_code: i32,
@@ -114,6 +124,7 @@ impl Outcome {
             | Outcome::AuditIncomplete { exit_code, .. }
             | Outcome::Tampering { exit_code, .. }
             | Outcome::TimedOut { exit_code, .. }
+            | Outcome::Terminated { exit_code, .. }
             | Outcome::Denied { exit_code, .. }
             | Outcome::EvidenceFailed { exit_code, .. }
             | Outcome::Abandoned { exit_code, .. } => *exit_code,
@@ -137,6 +148,18 @@ impl Outcome {
                 exit_code: failure.code.code(),
                 message: failure.message,
             },
+        }
+    }
+
+    /// `signal` from outside ended the run; `command` is how the command itself ended.
+    pub fn terminated(signal: i32, command: Option<Outcome>) -> Outcome {
+        let signal_name = nix::sys::signal::Signal::try_from(signal)
+            .map_or_else(|_| format!("signal {signal}"), |s| s.as_str().to_string());
+        Outcome::Terminated {
+            exit_code: 128 + signal,
+            signal,
+            signal_name,
+            command: command.map(Box::new),
         }
     }
 

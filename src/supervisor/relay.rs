@@ -1,19 +1,89 @@
 //! The supervisor's event loop for one run: it relays the terminal (keystrokes in, output out,
-//! window size), forwards signals and job control, enforces `--timeout`, reads the init's
-//! events, lets the watcher look every tick, and ends with the run's outcome. It never enters
-//! the sandbox.
+//! window size), forwards signals and job control, enforces `--timeout` and the end a signal
+//! from outside asks for (SIGTERM, SIGHUP: the grace period, then the whole sandbox), reads the
+//! init's events, lets the watcher look every tick, and ends with the run's outcome. It never
+//! enters the sandbox.
 
 use crate::sandbox::report::CommandEnforcement;
 use crate::supervisor::outcome::{EXIT_TIMEOUT, InitEvent, Outcome};
 use crate::supervisor::pty::{RawTerminal, copy_window_size};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{Signal, kill};
-use nix::sys::signalfd::SignalFd;
+use nix::sys::signalfd::{SfdFlags, SigSet, SignalFd};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 use std::fs::File;
 use std::io::{self, Read};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::OnceLock;
+
+/// The signals that end a run from outside (and Ctrl-C without a terminal of the command's own).
+fn ending_signals() -> SigSet {
+    let mut set = SigSet::empty();
+    for sig in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+        set.add(sig);
+    }
+    set
+}
+
+/// Blocks SIGINT, SIGTERM and SIGHUP from the start of a run, before any thread exists (threads
+/// inherit the mask; a process-directed signal goes to any thread that does not block it): one
+/// that comes before the launch waits for it instead of killing the supervisor between the
+/// run's start record and its end. Children started with `std::process::Command` get a clean
+/// mask; the init resets it for the command.
+pub fn hold_ending_signals() {
+    let ignored = std::fs::read_to_string("/proc/self/status")
+        .map(|status| ignored_signals(&status))
+        .unwrap_or(0);
+    let _ = IGNORED_AT_START.set(ignored);
+    if let Err(e) = ending_signals().thread_block() {
+        tracing::warn!("blocking SIGINT, SIGTERM and SIGHUP: {e}");
+    }
+}
+
+/// The signals this process started with ignored (`SigIgn` of /proc/self/status, bit N-1 for
+/// signal N), read before the first block: blocked signals are queued even when ignored.
+static IGNORED_AT_START: OnceLock<u64> = OnceLock::new();
+
+/// `SigIgn` of a /proc/PID/status text.
+fn ignored_signals(status: &str) -> u64 {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:"))
+        .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .unwrap_or(0)
+}
+
+/// Whether `signal` was ignored when this run started (`nohup` ignores SIGHUP, a shell's
+/// background job SIGINT): it stays ignored — neither passed on nor ending the run — as it
+/// would be without StepProof.
+pub(crate) fn ignored_at_start(signal: Signal) -> bool {
+    let bit = (signal as i32 - 1) as u32;
+    IGNORED_AT_START
+        .get()
+        .is_some_and(|mask| bit < 64 && mask & (1 << bit) != 0)
+}
+
+/// A SIGINT, SIGTERM or SIGHUP that came before the launch (held by [`hold_ending_signals`]),
+/// taken: the run ends there, the command is not started.
+pub fn ending_signal_pending() -> Option<Signal> {
+    let fd = SignalFd::with_flags(
+        &ending_signals(),
+        SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK,
+    )
+    .ok()?;
+    let mut first = None;
+    while let Ok(Some(info)) = fd.read_signal() {
+        let signal = Signal::try_from(info.ssi_signo as i32)
+            .ok()
+            .filter(|s| !ignored_at_start(*s));
+        // SIGTERM or SIGHUP names the end over an earlier SIGINT.
+        if first.is_none() || first == Some(Signal::SIGINT) {
+            first = signal.or(first);
+        }
+    }
+    first
+}
 
 /// The supervisor's event loop for one run.
 pub(crate) struct Relay<'t> {
@@ -30,9 +100,18 @@ pub(crate) struct Relay<'t> {
     enforcement: Option<CommandEnforcement>,
     /// `--timeout`: when the whole sandbox must end.
     deadline: Option<std::time::Instant>,
-    /// Set once the deadline passed: SIGTERM went out, SIGKILL follows at this instant.
+    /// Set once the deadline passed or a signal from outside ended the run: SIGTERM went out,
+    /// the whole sandbox is killed at this instant.
     kill_at: Option<std::time::Instant>,
+    /// Set once the sandbox is being killed: the init had its chance to kill everything (it
+    /// must, without a pid namespace) and gets SIGKILL itself at this instant if still there.
+    init_kill_at: Option<std::time::Instant>,
     timed_out: bool,
+    /// The signal from outside (SIGTERM, SIGHUP) that ended the run, the first one.
+    ended_by: Option<Signal>,
+    /// When the first SIGINT, SIGTERM or SIGHUP (or the timeout's SIGTERM) went to the command:
+    /// the grace period counts from it.
+    asked_to_stop_at: Option<std::time::Instant>,
     /// Closing it makes the init kill everything and exit (also without a pid namespace).
     lifeline: Option<OwnedFd>,
     /// The init reported that nothing else of the sandbox is left.
@@ -41,8 +120,14 @@ pub(crate) struct Relay<'t> {
     watcher: Option<crate::supervisor::watch::Watcher>,
 }
 
-/// How long a command has between SIGTERM and SIGKILL when `--timeout` ends it.
-const TIMEOUT_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long a command has between SIGTERM and SIGKILL when `--timeout` or a signal from outside
+/// ends it (inside `docker stop`'s 10 s and Kubernetes' 30 s; GitHub's runner sends SIGINT, then
+/// SIGTERM 7.5 s later: the grace counts from the SIGINT, so the kill follows the SIGTERM at once).
+pub(crate) const GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How long the init has, once the grace is over, to kill everything and exit before it gets
+/// SIGKILL itself (without a pid namespace, only the init can find the run's orphans).
+const INIT_KILL_DELAY: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl<'t> Relay<'t> {
     /// The loop for the init `child`: its events come on `status`, closing `lifeline` ends the
@@ -72,7 +157,10 @@ impl<'t> Relay<'t> {
             enforcement: None,
             deadline: timeout.map(|t| std::time::Instant::now() + t),
             kill_at: None,
+            init_kill_at: None,
             timed_out: false,
+            ended_by: None,
+            asked_to_stop_at: None,
             lifeline: Some(lifeline),
             all_gone: false,
             watcher,
@@ -171,6 +259,14 @@ impl<'t> Relay<'t> {
         }
         let enforcement = self.enforcement.take();
         let moved = self.watcher.take().map(|w| w.finish()).unwrap_or_default();
+        if let Some(signal) = self.ended_by {
+            let after = self.outcome();
+            return (
+                Outcome::terminated(signal as i32, Some(after)),
+                enforcement,
+                moved,
+            );
+        }
         if self.timed_out {
             let after = self.outcome();
             return (
@@ -185,26 +281,72 @@ impl<'t> Relay<'t> {
         (self.outcome(), enforcement, moved)
     }
 
-    /// Time left until the next timer (deadline, then the SIGKILL after the grace period).
+    /// Whether the run is already ending (timed out, or ended from outside).
+    fn ending(&self) -> bool {
+        self.timed_out || self.ended_by.is_some()
+    }
+
+    /// Time left until the next timer (the deadline; the kill after the grace period; the
+    /// init's SIGKILL after that).
     fn next_timer(&self) -> Option<std::time::Duration> {
-        let at = self
-            .kill_at
-            .or(if self.timed_out { None } else { self.deadline })?;
+        let deadline = self.deadline.filter(|_| !self.ending());
+        let init_kill = self.init_kill_at.filter(|_| self.init_exit.is_none());
+        let at = [self.kill_at, init_kill, deadline]
+            .into_iter()
+            .flatten()
+            .min()?;
         Some(at.saturating_duration_since(std::time::Instant::now()))
     }
 
-    /// `--timeout`: SIGTERM to the command's group when the deadline passes, then after the
-    /// grace period the lifeline closes (the init kills everything) and the init gets SIGKILL.
+    /// `--timeout`: SIGTERM to the command's group when the deadline passes; after the grace
+    /// period the whole sandbox is killed (also when a signal from outside ended the run).
     fn check_timers(&mut self) {
         let now = std::time::Instant::now();
-        if !self.timed_out && self.deadline.is_some_and(|d| now >= d) {
+        if !self.ending() && self.deadline.is_some_and(|d| now >= d) {
             self.timed_out = true;
-            self.kill_at = Some(now + TIMEOUT_GRACE);
+            self.asked_to_stop_at.get_or_insert(now);
+            self.kill_at = Some(now + GRACE);
             let _ = kill(self.child, Signal::SIGTERM);
         } else if self.kill_at.is_some_and(|k| now >= k) {
-            self.kill_at = None;
-            drop(self.lifeline.take());
+            self.kill_sandbox();
+        }
+        if self.init_exit.is_none() && self.init_kill_at.is_some_and(|k| now >= k) {
+            self.init_kill_at = None;
             let _ = kill(self.child, Signal::SIGKILL);
+        }
+    }
+
+    /// The grace is over: the lifeline closes, and the init kills every process of the sandbox
+    /// and exits (as pid 1 of the pid namespace its end is the end of all; without one it kills
+    /// the command's group and every orphan it adopted). If it has not exited a second later,
+    /// it gets SIGKILL.
+    fn kill_sandbox(&mut self) {
+        self.kill_at = None;
+        if self.lifeline.take().is_some() {
+            self.init_kill_at = Some(std::time::Instant::now() + INIT_KILL_DELAY);
+        } else {
+            let _ = kill(self.child, Signal::SIGKILL);
+        }
+    }
+
+    /// SIGINT, SIGTERM or SIGHUP came to the supervisor. Each goes on to the command's group.
+    /// SIGINT alone stays the command's to act on (Ctrl-C without a terminal of its own, as
+    /// without StepProof). SIGTERM and SIGHUP come from outside — an orchestrator stopping the
+    /// job, a terminal that went away — and end the run: whatever still runs when the grace
+    /// period is up, counted from the first of the three signals, is killed. Another of them
+    /// while the run is ending kills the sandbox at once.
+    fn asked_to_stop(&mut self, signal: Signal) {
+        let now = std::time::Instant::now();
+        let _ = kill(self.child, signal);
+        let first = *self.asked_to_stop_at.get_or_insert(now);
+        if self.ending() {
+            self.kill_sandbox();
+            return;
+        }
+        if signal != Signal::SIGINT {
+            tracing::debug!(signal = signal.as_str(), "the run is ended from outside");
+            self.ended_by = Some(signal);
+            self.kill_at = Some((first + GRACE).max(now));
         }
     }
 
@@ -221,6 +363,8 @@ impl<'t> Relay<'t> {
                     }
                 }
                 Signal::SIGCONT => self.resume(),
+                Signal::SIGINT | Signal::SIGTERM | Signal::SIGHUP if ignored_at_start(signal) => {}
+                Signal::SIGINT | Signal::SIGTERM | Signal::SIGHUP => self.asked_to_stop(signal),
                 // Keyboard job control reaches us only without a pty; hand it to the command.
                 _ => {
                     let _ = kill(self.child, signal);
@@ -407,5 +551,21 @@ mod tests {
             "it exited with 3"
         );
         assert_eq!(describe_exit(None), "its exit was not seen");
+    }
+}
+
+#[cfg(test)]
+mod ignored_signal_tests {
+    use super::*;
+
+    #[test]
+    fn sigign_is_read_bit_by_signal() {
+        // nohup: SIGHUP (1) ignored; and SIGPIPE (13), as Rust's runtime sets it.
+        let status = "Name:\tstepproof-run\nSigBlk:\t0000000000000000\nSigIgn:\t0000000000001001\nSigCgt:\t0\n";
+        let mask = ignored_signals(status);
+        assert_eq!(mask, 0x1001);
+        assert!(mask & (1 << (libc::SIGHUP - 1)) != 0);
+        assert!(mask & (1 << (libc::SIGTERM - 1)) == 0);
+        assert_eq!(ignored_signals("Name:\tx\n"), 0);
     }
 }
