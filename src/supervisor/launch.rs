@@ -556,6 +556,7 @@ fn launch(
     //    placeholder login) and the hook's socket, and descriptors of what the sandbox binds
     //    from the host.
     let idmapped = prepare_idmapped_trees(plan)?;
+    tracing::debug!("launch: idmapped trees made");
     let hook_listener = match &plan.agent {
         Some(state) => {
             let listener = agent_config_dir::prepare(plan, state, &placeholder)?;
@@ -569,7 +570,9 @@ fn launch(
     //    The service credentials: each secret read outside, the run's CA made and its public
     //    half written where the plan binds it (before the handed paths are opened); a source
     //    that cannot be read stops the launch here. Read-only hosts need the CA as well.
+    tracing::debug!("launch: agent state prepared");
     let credentials = credentials::prepare(plan).map_err(LaunchError::Credentials)?;
+    tracing::debug!("launch: credentials prepared");
     if let (Some(prepared), Some(audit)) = (&credentials, audit) {
         let rules: Vec<serde_json::Value> = prepared
             .broker
@@ -757,6 +760,7 @@ fn launch(
             None
         }
     };
+    tracing::debug!("launch: seccomp sent");
     // 11. The network namespace, when the maker has it. Without it the launch stops here (the
     //     init, finding the channel closed, stops too): the command never gets the host's
     //     network when the profile asked for its own.
@@ -773,6 +777,7 @@ fn launch(
     }
     drop(ours.network_namespace);
     drop(seed);
+    tracing::debug!("launch: network namespace sent");
     // 12. What the init sends back: the proxy's socket, the gateway's, the command's terminal.
     //     The proxy's refusals also go to the hook's notices (an agent's run).
     let notices = plan
