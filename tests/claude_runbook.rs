@@ -236,3 +236,118 @@ both_claude!(
         assert_eq!(run.records("runbook-abandon-requested").len(), 1);
     }
 );
+
+// Interactive, on a terminal: after `/compact` the conversation is a summary, and the next
+// request still holds the open step's instructions (PreCompact makes the next prompt carry the
+// whole orientation again).
+both_claude!(after_compact_the_step_is_still_in_context, |w: &World| {
+    setup(w);
+    let mock = Mock::start(
+        w,
+        json!([
+            text("First-answer-done."),
+            text("Second-answer-done."),
+            text("SUMMARY-OF-THE-CONVERSATION")
+        ]),
+    );
+    let profile = profile(w, &mock, true, "");
+    let dir = scratch(w, "tui");
+    chown_tree(&dir, w.owner);
+    let audit = dir.join("audit.jsonl");
+    let mut tui = tui::Tui::start(
+        w,
+        &[
+            "--runbook",
+            "runbook.toml",
+            "--runbook-fresh",
+            "--profile",
+            &profile,
+            "--audit-log",
+            audit.to_str().unwrap(),
+        ],
+        "Follow the script.",
+    );
+    tui.until(60, "the first answer", |t| {
+        t.screen.contains("First-answer-done.")
+    });
+    let first = seen(&mock.messages_requests()[0]);
+    assert!(first.contains(DRAFT_INSTRUCTIONS), "{first}");
+    // Claude Code keeps each prompt's context in the session's system prompt (until a
+    // compaction): the last one is this prompt's.
+    let prompt_context = |request: &str| {
+        let parts: Vec<&str> = request
+            .split("UserPromptSubmit hook additional context:")
+            .collect();
+        assert!(parts.len() > 1, "no prompt context in:\n{request}");
+        parts.last().unwrap().to_string()
+    };
+    // The session's next prompt: one line, not the whole orientation again.
+    tui.pump(std::time::Duration::from_millis(1500));
+    tui.type_line("second-prompt");
+    tui.until(60, "the second answer", |t| {
+        t.screen.contains("Second-answer-done.")
+    });
+    let second = mock
+        .messages_requests()
+        .iter()
+        .map(seen)
+        .find(|s| s.contains("second-prompt"))
+        .expect("the second prompt's request");
+    let second = prompt_context(&second);
+    assert!(
+        second.contains("Runbook 'oriented', open step 'draft'") && !second.contains(DRAFT_INSTRUCTIONS),
+        "{second}"
+    );
+    tui.pump(std::time::Duration::from_millis(1500));
+    tui.type_line("/compact");
+    tui.until(90, "the compaction request", |_| {
+        mock.messages_requests()
+            .iter()
+            .any(|r| seen(r).contains("SUMMARY") || seen(r).contains("Keep the following in the summary"))
+    });
+    tui.pump(std::time::Duration::from_millis(3000));
+    tui.type_line("next-prompt-after-compaction");
+    let after = |mock: &Mock| {
+        mock.messages_requests()
+            .iter()
+            .map(seen)
+            .find(|s| s.contains("next-prompt-after-compaction"))
+    };
+    tui.until(60, "the request after the compaction", |_| {
+        after(&mock).is_some()
+    });
+    let after = after(&mock).unwrap();
+    assert!(
+        after.contains("SUMMARY-OF-THE-CONVERSATION"),
+        "the conversation was not compacted: {after}"
+    );
+    // The prompt after the compaction carries the whole orientation again (the observer's
+    // context for this prompt, not only what the conversation kept).
+    let prompt_context = prompt_context(&after);
+    assert!(
+        prompt_context.contains(DRAFT_INSTRUCTIONS) && prompt_context.contains("Open step 'draft'"),
+        "the step is not in the request after /compact:\n{after}"
+    );
+    // The summary was asked to keep the step (PreCompact's plain-text instructions).
+    let compaction = mock
+        .messages_requests()
+        .iter()
+        .map(seen)
+        .find(|s| s.contains("Keep the following in the summary, word for word"))
+        .unwrap_or_else(|| panic!("no compaction request asked to keep the step"));
+    assert!(compaction.contains(DRAFT_INSTRUCTIONS), "{compaction}");
+    tui.pump(std::time::Duration::from_millis(1500));
+    let status = tui.exit();
+    assert_eq!(status.code(), Some(116), "{:?}", tui.screen);
+    let records: Vec<Value> = fs::read_to_string(&audit)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(
+        records
+            .iter()
+            .any(|r| r["kind"] == "runbook-abandoned" && r["why"] == "the agent exited with steps open"),
+        "{records:#?}"
+    );
+});

@@ -892,11 +892,14 @@ fn context(args: &Args, event: &str, input: Result<HookInput, String>) -> Respon
     let Ok(input) = input else {
         return Response::silent();
     };
-    let policy = load_policy_for(&args.policy, &Needs::minimal()).ok();
     // Read only when the runbook directory exists: without a runbook this costs one stat.
     let state = runbook_dir(&args.policy)
         .filter(|d| d.is_dir())
         .and_then(|d| read_runbook_state(&d));
+    if event == "PreCompact" {
+        return pre_compact(&input, state.as_ref());
+    }
+    let policy = load_policy_for(&args.policy, &Needs::minimal()).ok();
     let runbook = state.as_ref().and_then(|state| match event {
         "UserPromptSubmit" => {
             let reminder = prompt_reminder(
@@ -915,10 +918,6 @@ fn context(args: &Args, event: &str, input: Result<HookInput, String>) -> Respon
                 reminder
             }
         }
-        "PreCompact" => {
-            oriented::forget(input.session_id.as_ref());
-            Some(orientation_text(state))
-        }
         _ => Some(orientation_text(state)),
     });
     let text = match (policy.as_ref().map(context_text), runbook) {
@@ -934,6 +933,26 @@ fn context(args: &Args, event: &str, input: Result<HookInput, String>) -> Respon
     });
     Response {
         stdout: format!("{answer}\n"),
+        ..Response::silent()
+    }
+}
+
+/// Before a compaction. Claude Code 2.1.328 takes no `hookSpecificOutput` from PreCompact (it
+/// refuses the answer as invalid and shows the refusal); plain text on stdout with exit 0 is
+/// its documented answer: "Additional Instructions" for the model that writes the summary. So
+/// with a runbook, the summary is asked to keep the runbook's state word for word; and the
+/// session's next prompt carries the whole orientation again ([`oriented::forget`]), whatever
+/// the summary kept. Without a runbook: nothing (every prompt already says where it runs).
+fn pre_compact(input: &HookInput, state: Option<&Value>) -> Response {
+    let Some(state) = state else {
+        return Response::silent();
+    };
+    oriented::forget(input.session_id.as_ref());
+    Response {
+        stdout: format!(
+            "StepProof: this session follows a runbook whose state the supervisor holds outside the sandbox. Keep the following in the summary, word for word, so the conversation does not lose its step:\n\n{}\n",
+            orientation_text(state)
+        ),
         ..Response::silent()
     }
 }
