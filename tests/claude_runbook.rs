@@ -188,8 +188,12 @@ both_claude!(
         run.expect_decision(&call_id(None, 0), "allow", "runbook-client");
         let failed = mock.expect_result(&call_id(None, 0));
         assert!(
-            failed.text.contains("step draft NOT passed (attempt 1 of 3)")
-                && failed.text.contains("files_exist: nothing matches notes.md"),
+            failed
+                .text
+                .contains("step draft NOT passed (attempt 1 of 3)")
+                && failed
+                    .text
+                    .contains("files_exist: nothing matches notes.md"),
             "{failed:?}"
         );
         // Refused by the step, which the reason names.
@@ -212,7 +216,9 @@ both_claude!(
         );
         let abandoned = mock.expect_result(&call_id(None, 4));
         assert!(
-            abandoned.text.contains("abandoned at your request; abandoned: later"),
+            abandoned
+                .text
+                .contains("abandoned at your request; abandoned: later"),
             "{abandoned:?}"
         );
         let after = mock.expect_result(&call_id(None, 5));
@@ -295,15 +301,16 @@ both_claude!(after_compact_the_step_is_still_in_context, |w: &World| {
         .expect("the second prompt's request");
     let second = prompt_context(&second);
     assert!(
-        second.contains("Runbook 'oriented', open step 'draft'") && !second.contains(DRAFT_INSTRUCTIONS),
+        second.contains("Runbook 'oriented', open step 'draft'")
+            && !second.contains(DRAFT_INSTRUCTIONS),
         "{second}"
     );
     tui.pump(std::time::Duration::from_millis(1500));
     tui.type_line("/compact");
     tui.until(90, "the compaction request", |_| {
-        mock.messages_requests()
-            .iter()
-            .any(|r| seen(r).contains("SUMMARY") || seen(r).contains("Keep the following in the summary"))
+        mock.messages_requests().iter().any(|r| {
+            seen(r).contains("SUMMARY") || seen(r).contains("Keep the following in the summary")
+        })
     });
     tui.pump(std::time::Duration::from_millis(3000));
     tui.type_line("next-prompt-after-compaction");
@@ -347,7 +354,8 @@ both_claude!(after_compact_the_step_is_still_in_context, |w: &World| {
     assert!(
         records
             .iter()
-            .any(|r| r["kind"] == "runbook-abandoned" && r["why"] == "the agent exited with steps open"),
+            .any(|r| r["kind"] == "runbook-abandoned"
+                && r["why"] == "the agent exited with steps open"),
         "{records:#?}"
     );
 });

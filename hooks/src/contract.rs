@@ -435,15 +435,16 @@ fn pre_tool_use(args: &Args, input: Result<HookInput, String>) -> Response {
                 input,
             ),
             Ok(policy) => (
-                runbook_client_call(&args.policy, &input, needs.effects.as_deref())
-                    .unwrap_or_else(|| {
+                runbook_client_call(&args.policy, &input, needs.effects.as_deref()).unwrap_or_else(
+                    || {
                         narrow_by_steps(
                             &args.policy,
                             evaluate_analysed(&policy, &input, needs.effects.as_deref()),
                             &input,
                             &needs,
                         )
-                    }),
+                    },
+                ),
                 Some(policy),
                 input,
             ),

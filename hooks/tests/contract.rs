@@ -863,7 +863,8 @@ fn a_runbook_orients_the_model_at_session_start_and_compaction() {
             assert!(
                 r.stdout
                     .starts_with("StepProof: this session follows a runbook")
-                    && r.stdout.contains("Keep the following in the summary, word for word"),
+                    && r.stdout
+                        .contains("Keep the following in the summary, word for word"),
                 "{}",
                 r.stdout
             );

@@ -56,9 +56,7 @@ mod tests {
         for (path, text) in COMMANDS {
             assert!(text.starts_with("---\ndescription: "), "{path}");
             assert!(text.contains("/run/stepproof/stepproof step "), "{path}");
-            let sub = path
-                .trim_start_matches("commands/")
-                .trim_end_matches(".md");
+            let sub = path.trim_start_matches("commands/").trim_end_matches(".md");
             assert!(!sub.is_empty());
         }
         for (path, _) in AGENTS.iter().chain(COMMANDS) {
