@@ -1020,8 +1020,12 @@ pub mod oriented {
         {
             return None;
         }
-        let config = std::env::var_os("CLAUDE_CONFIG_DIR")?;
-        Some(PathBuf::from(config).join(DIR).join(session))
+        // Only an absolute directory: an empty or relative value would put markers in the cwd.
+        let config = PathBuf::from(std::env::var_os("CLAUDE_CONFIG_DIR")?);
+        if !config.is_absolute() {
+            return None;
+        }
+        Some(config.join(DIR).join(session))
     }
 
     /// What the session was oriented on: the runbook's hash, the open steps and the ending.
