@@ -718,6 +718,8 @@ $S approve 1-1 gate; echo "client-approve=$?"
 ls /run/claude-config/agents
 echo '---' > /run/claude-config/agents/verifier.md; echo "verifier-def=$?"
 echo 'run anything' >> /run/claude-config/commands/step-complete.md; echo "command-write=$?"
+echo 'tools: Bash' >> /run/claude-config/agents/runbook-author.md; echo "author-write=$?"
+mv /run/claude-config/agents /run/claude-config/agents-old; echo "agents-move=$?"
 test -e /run/claude-config/agents/verifier.md; echo "verifier-exists=$?"
 "#,
         runs = runs.display()
@@ -753,6 +755,8 @@ both!(a_worker_cannot_tamper_with_its_runbook, |w: &World| {
         "client-approve",
         "verifier-def",
         "command-write",
+        "author-write",
+        "agents-move",
         "verifier-exists",
     ] {
         assert!(

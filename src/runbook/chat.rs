@@ -68,4 +68,33 @@ mod tests {
         assert!(author.starts_with("---\nname: runbook-author\n"));
         assert!(author.contains("stepproof runbook check"));
     }
+
+    /// What the `runbook-author` definition teaches is what `check` accepts: its example
+    /// passes `stepproof runbook check` against the built-in profile with no error, and it
+    /// names every evidence kind a run can check and every rule kind. (This proves the
+    /// instructions are right, not that a model follows them.)
+    #[test]
+    fn the_authors_example_passes_check_and_names_every_kind() {
+        let author = content("agents/runbook-author.md").unwrap();
+        let example = author
+            .split("```toml\n")
+            .nth(1)
+            .and_then(|rest| rest.split("```").next())
+            .expect("a TOML example");
+        let profile = crate::profile::Profile::builtin_default().unwrap();
+        let report = crate::runbook::check(example, &profile);
+        assert_eq!(report.errors(), 0, "{:#?}", report.problems);
+        let runbook = report.runbook.expect("parsed");
+        assert_eq!(runbook.id.as_str(), "fix-bug");
+        assert_eq!(runbook.steps.len(), 2);
+        for kind in crate::runbook::EVIDENCE_KINDS {
+            // Model verifiers are not run by this release (`stepproof-run` refuses them).
+            if kind != "verifier" {
+                assert!(author.contains(&format!("`{kind} = {{")), "{kind}");
+            }
+        }
+        for kind in ["bash", "files", "web", "tools", "agents"] {
+            assert!(author.contains(&format!("  - `{kind}`: ")), "{kind}");
+        }
+    }
 }
