@@ -125,7 +125,7 @@ measure() { # LABEL INPUT CONFIG
         || echo "  ^ over the 2 ms target" >&2
 }
 printf 'observers with a runbook open, %s runs interleaved with the stub, median whole-process wall time\n' "$runs"
-measure "SessionStart (startup)" "$work/SessionStart.json" "$config"
+measure "SessionStart (not registered)" "$work/SessionStart.json" "$config"
 measure "UserPromptSubmit, oriented before" "$work/UserPromptSubmit.json" "$config"
 measure "UserPromptSubmit, no marker dir" "$work/UserPromptSubmit.json" ""
 measure "PreCompact" "$work/PreCompact.json" "$config"

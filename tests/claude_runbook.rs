@@ -346,6 +346,9 @@ both_claude!(after_compact_the_step_is_still_in_context, |w: &World| {
     tui.pump(std::time::Duration::from_millis(1500));
     let status = tui.exit();
     assert_eq!(status.code(), Some(116), "{:?}", tui.screen);
+    // No observer failed on screen (a SessionStart hook cannot run here; PreCompact's answer
+    // is one Claude Code takes).
+    assert!(!tui.screen.contains("hook failed"), "{:?}", tui.screen);
     let records: Vec<Value> = fs::read_to_string(&audit)
         .unwrap()
         .lines()

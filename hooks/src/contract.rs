@@ -994,8 +994,9 @@ pub fn context_text(policy: &CompiledPolicy) -> String {
 ///
 /// Claude Code 2.1.328 makes `$CLAUDE_CONFIG_DIR/session-env/<session>/` before it runs any
 /// SessionStart hook (for `CLAUDE_ENV_FILE`), and StepProof keeps `session-env` read-only (its
-/// scripts are sourced before every Bash command, see the supervisor's `SOURCED_DIRS`): so the
-/// SessionStart hook never runs (`EROFS`), at `startup` as after `compact` or `clear`. The
+/// scripts are sourced before every Bash command, see the supervisor's `SOURCED_DIRS`): so a
+/// SessionStart hook could never run (`EROFS`), at `startup` as after `compact` or `clear`, and
+/// the supervisor does not register one (this hook still answers it, for other setups). The
 /// UserPromptSubmit observer carries the orientation instead, once per session and open-step set:
 /// a marker per session in `$CLAUDE_CONFIG_DIR/stepproof-oriented/` holds the state it was
 /// oriented on. The marker is the agent's to write, and that is fine: orientation is advice, the

@@ -68,13 +68,19 @@ const HOST_DEPTH_MAX: usize = 4;
 const HOOK_TIMEOUT_SECONDS: u32 = 5;
 
 /// Gates block the tool call when the hook fails; observers never block and never loop.
+///
+/// SessionStart is not registered: Claude Code 2.1.328 makes
+/// `$CLAUDE_CONFIG_DIR/session-env/<session>/` before it runs any SessionStart hook (for
+/// `CLAUDE_ENV_FILE`), and that directory is read-only here ([`SOURCED_DIRS`]), so the hook
+/// would never run and every session would start by showing "SessionStart:startup hook failed
+/// … EROFS". The UserPromptSubmit observer carries what SessionStart would have said (the
+/// session's first prompt, and the first after a compaction).
 const EVENTS: &[(&str, bool, bool)] = &[
     // (event, takes a matcher, fails closed)
     ("PreToolUse", true, true),
     ("ConfigChange", false, true),
     ("PostToolUse", true, false),
     ("PostToolUseFailure", true, false),
-    ("SessionStart", false, false),
     ("UserPromptSubmit", false, false),
     ("PreCompact", false, false),
     ("Stop", false, false),
