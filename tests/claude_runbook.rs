@@ -362,3 +362,46 @@ both_claude!(after_compact_the_step_is_still_in_context, |w: &World| {
         "{records:#?}"
     );
 });
+
+// `/runbook-abandon REASON` in the chat: the expanded command carries the reason, the model
+// looks at the run (`step status`) and abandons it through the client; the supervisor records
+// the request with its reason and the run exits 116.
+both_claude!(runbook_abandon_from_the_chat, |w: &World| {
+    setup(w);
+    let mock = Mock::start(
+        w,
+        json!([
+            bash(&format!("{CLIENT} step status")),
+            bash(&format!("{CLIENT} step abandon --reason 'not today'")),
+            text("fin")
+        ]),
+    );
+    let run = runbook_run(w, &mock, "/runbook-abandon not today");
+    let first = seen(&mock.messages_requests()[0]);
+    assert!(
+        first.contains("<command-name>/runbook-abandon</command-name>")
+            && first.contains("Reason given: not today"),
+        "{first}\n{}",
+        run.describe()
+    );
+    let status = mock.expect_result(&call_id(None, 0));
+    assert!(
+        status.text.contains("OPEN     draft") && status.text.contains("waiting  later"),
+        "{status:?}"
+    );
+    let abandoned = mock.expect_result(&call_id(None, 1));
+    assert!(
+        abandoned
+            .text
+            .contains("runbook oriented abandoned at your request; abandoned: draft"),
+        "{abandoned:?}"
+    );
+    assert_eq!(run.status.code(), Some(116), "{}", run.describe());
+    let record = run.records("runbook-abandoned");
+    assert_eq!(record.len(), 1, "{}", run.describe());
+    assert_eq!(
+        record[0]["why"],
+        "abandoned by request from inside: not today"
+    );
+    assert_eq!(record[0]["open"], json!(["draft"]));
+});
