@@ -912,6 +912,14 @@ fn prepare_runbook(
             },
         ],
     );
+    // The slash commands that act on the run, beside the agents in the config directory.
+    if let Some(agent) = plan.agent.as_mut() {
+        agent.shipped.extend(
+            crate::runbook::chat::COMMANDS
+                .iter()
+                .map(|(path, _)| path.to_string()),
+        );
+    }
     // The runbook file, where the run could write it: read-only, its directories pinned (as
     // the profile's files are); its hash is compared after the run.
     if plan.isolation == crate::sandbox::plan::Isolation::Namespaces {

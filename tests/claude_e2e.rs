@@ -8,6 +8,8 @@
 #[path = "support/e2e.rs"]
 mod e2e;
 mod support;
+#[path = "support/tui.rs"]
+mod tui;
 
 use e2e::*;
 use serde_json::json;
@@ -658,98 +660,13 @@ both_claude!(
     }
 );
 
-/// Claude Code's interactive TUI on a pseudo-terminal the test plays.
-struct Tui {
-    master: std::os::fd::OwnedFd,
-    slave: std::os::fd::OwnedFd,
-    child: std::process::Child,
-    before: nix::sys::termios::Termios,
-    screen: String,
-}
-
-impl Tui {
-    fn start(w: &World, profile: &str, audit: &std::path::Path, prompt: &str) -> Tui {
-        use std::os::fd::{AsFd, AsRawFd};
-        use std::os::unix::process::CommandExt;
-        let size = libc::winsize {
-            ws_row: 40,
-            ws_col: 120,
-            ws_xpixel: 0,
-            ws_ypixel: 0,
-        };
-        let pty = nix::pty::openpty(Some(&size), None).unwrap();
-        let before = nix::sys::termios::tcgetattr(pty.slave.as_fd()).unwrap();
-        let slave_fd = pty.slave.as_raw_fd();
-        let mut cmd = w.command(
-            &["--profile", profile, "--audit-log", audit.to_str().unwrap()],
-            &["claude", "--dangerously-skip-permissions", prompt],
-        );
-        let stdio = || std::process::Stdio::from(pty.slave.try_clone().unwrap());
-        cmd.stdin(stdio())
-            .stdout(stdio())
-            .stderr(stdio())
-            .env("TERM", "xterm-256color");
-        // SAFETY: setsid and TIOCSCTTY between fork and exec, on a descriptor that exists.
-        unsafe {
-            cmd.pre_exec(move || {
-                if libc::setsid() < 0 || libc::ioctl(slave_fd, libc::TIOCSCTTY, 0) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        let child = cmd.spawn().unwrap();
-        Tui {
-            master: pty.master,
-            slave: pty.slave,
-            child,
-            before,
-            screen: String::new(),
-        }
-    }
-
-    /// Reads the terminal for up to `t` (keeps the relay from blocking on a full terminal).
-    fn pump(&mut self, t: std::time::Duration) {
-        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-        use std::os::fd::AsFd;
-        let end = std::time::Instant::now() + t;
-        while std::time::Instant::now() < end {
-            let mut fds = [PollFd::new(self.master.as_fd(), PollFlags::POLLIN)];
-            let mut buf = [0u8; 65536];
-            if poll(&mut fds, PollTimeout::from(50u8)).unwrap_or(0) > 0 {
-                match nix::unistd::read(self.master.as_fd(), &mut buf) {
-                    Ok(n) if n > 0 => self.screen.push_str(&String::from_utf8_lossy(&buf[..n])),
-                    _ => std::thread::sleep(std::time::Duration::from_millis(50)),
-                }
-            }
-        }
-    }
-
-    /// Pumps until `done` or panics after `secs`.
-    fn until(&mut self, secs: u64, what: &str, mut done: impl FnMut(&Tui) -> bool) {
-        let start = std::time::Instant::now();
-        while !done(self) {
-            assert!(
-                start.elapsed().as_secs() < secs,
-                "waited for {what}; the terminal shows {:?}",
-                self.screen
-            );
-            self.pump(std::time::Duration::from_millis(200));
-        }
-    }
-
-    fn send(&self, bytes: &[u8]) {
-        nix::unistd::write(&self.master, bytes).unwrap();
-    }
-}
-
-impl Drop for Tui {
-    fn drop(&mut self) {
-        if self.child.try_wait().ok().flatten().is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
+/// `stepproof-run --profile P --audit-log A -- claude …` on a terminal the test plays.
+fn tui(w: &World, profile: &str, audit: &std::path::Path, prompt: &str) -> tui::Tui {
+    tui::Tui::start(
+        w,
+        &["--profile", profile, "--audit-log", audit.to_str().unwrap()],
+        prompt,
+    )
 }
 
 // 9. Interactive: the prompt given as an argument, the model asks for a denied command, the hook
@@ -766,7 +683,7 @@ both_claude!(
         let dir = scratch(w, "tui");
         chown_tree(&dir, w.owner);
         let audit = dir.join("audit.jsonl");
-        let mut tui = Tui::start(w, &profile, &audit, "Follow the script.");
+        let mut tui = tui(w, &profile, &audit, "Follow the script.");
         tui.until(60, "the second request", |_| {
             mock.messages_requests().len() >= 2
         });
@@ -1018,7 +935,7 @@ both_claude!(
         let dir = scratch(w, "tui");
         chown_tree(&dir, w.owner);
         let audit = dir.join("audit.jsonl");
-        let mut tui = Tui::start(w, &profile, &audit, "Say hello.");
+        let mut tui = tui(w, &profile, &audit, "Say hello.");
         tui.until(60, "the answer on screen", |t| {
             t.screen.contains("Logged-in-turn-done.")
         });
@@ -1080,75 +997,5 @@ both_claude!(
             .filter(|r| r["host"] == "registry.npmjs.org" && r["allowed"] == false)
             .collect();
         assert!(!refused.is_empty(), "{}", run.describe());
-    }
-);
-
-// Runbooks: Claude Code starts oriented. The first request the model receives already names
-// the open step and what it allows (the UserPromptSubmit observer, from the supervisor's
-// read-only state.json), and not the waiting step's instructions. Observed on 2.1.328 in `-p`:
-// the SessionStart observer's additionalContext (the profile's text, and now the open step's
-// instructions) does not reach the first request, so the instructions are not asserted here.
-both_claude!(
-    a_runbook_run_starts_with_the_open_step_in_context,
-    |w: &World| {
-        fs::write(
-            w.workspace.join("runbook.toml"),
-            r#"id = "oriented"
-title = "Oriented from the start"
-owner = "tests"
-
-[[steps]]
-id = "draft"
-title = "Draft the notes"
-instructions = "Write notes.md listing the three open questions"
-acceptance = ["notes.md exists"]
-[[steps.allow.bash]]
-id = "only-echo"
-reason = "this step only writes with echo"
-commands = ["echo *"]
-[[steps.evidence]]
-files_exist = { paths = ["notes.md"] }
-
-[[steps]]
-id = "later"
-title = "Later"
-instructions = "Publish the notes somewhere far away"
-depends_on = ["draft"]
-[[steps.evidence]]
-files_exist = { paths = ["notes.md"] }
-"#,
-        )
-        .unwrap();
-        chown_tree(&w.workspace, w.owner);
-        let mock = Mock::start(w, json!([text("fin")]));
-        let run = run_claude_as(
-            w,
-            &Launch {
-                run_args: &["--runbook", "runbook.toml"],
-                ..Launch::default()
-            },
-            &profile(w, &mock, true, ""),
-            &[],
-        );
-        let requests = mock.messages_requests();
-        let first = requests
-            .first()
-            .unwrap_or_else(|| panic!("no request reached the mock: {}", run.describe()))
-            .to_string();
-        assert!(
-            first.contains(
-                "Runbook 'oriented', open step 'draft' (Draft the notes): it allows only bash `echo *`; other kinds as the profile says."
-            ),
-            "the open step is not in the first request: {first}\n{}",
-            run.describe()
-        );
-        assert!(!first.contains("Publish the notes"), "{first}");
-        // The agent exited with the step open: the supervisor records the run as abandoned.
-        assert!(
-            run.stderr
-                .contains("runbook abandoned before its last step"),
-            "{}",
-            run.describe()
-        );
     }
 );

@@ -5,9 +5,10 @@
 //! | PreToolUse | the decision JSON; deny also exits 2 with the reason on stderr | deny, exit 2 |
 //! | ConfigChange | refuse the reload: exit 2 | refuse |
 //! | PostToolUse, PostToolUseFailure | an evidence record; `additionalContext` after a Bash call the kernel refused as read-only, or during which the proxy refused a host (the supervisor's notices) | exit 0, failure record |
-//! | SessionStart, UserPromptSubmit, PreCompact | `additionalContext` (with a runbook: its open steps; a prompt gets one line per open step) | exit 0, no context |
+//! | SessionStart, UserPromptSubmit, PreCompact | `additionalContext` (with a runbook: its open steps; a prompt gets one line per open step, and the whole orientation on a session's first prompt, after a compaction and when the open steps change: see [`oriented`]) | exit 0, no context |
 //! | SubagentStart, SubagentStop | with a runbook, a record naming `agent_id`/`agent_type` | exit 0 |
-//! | anything else (Stop, SessionEnd, …) | nothing | exit 0: exit 2 on Stop loops the agent |
+//! | SessionEnd | a record with its reason (`clear` is not an end) | exit 0 |
+//! | anything else (Stop, …) | nothing | exit 0: exit 2 on Stop loops the agent |
 //!
 //! Everything here is pure (bytes in, `Response` out) so tests can drive it without a process;
 //! `main.rs` only reads stdin, sends the records and exits.
@@ -158,6 +159,9 @@ pub struct HookInput {
     /// UserPromptSubmit: what the user typed.
     #[serde(default)]
     pub prompt: Option<Value>,
+    /// SessionEnd: why the session ended (`clear`, `logout`, `prompt_input_exit`, `other`, …).
+    #[serde(default)]
+    pub reason: Option<Value>,
 }
 
 /// Judges a PreToolUse input: missing fields deny (fail closed).
@@ -354,6 +358,10 @@ pub fn respond(args: &Args, stdin: &[u8]) -> Response {
         }
         // The end of a turn: the audit log learns that asks still open were not approved.
         "Stop" => observe(args, &event, input, turn),
+        // Recorded with its reason; a `clear` starts a new session, it ends nothing. Reported
+        // from inside, so it proves nothing: the supervisor decides, from the agent's exit, whether
+        // a runbook was abandoned.
+        "SessionEnd" => observe(args, &event, input, session_end),
         // Dispatches and results of subagents, recorded while a runbook runs.
         "SubagentStart" | "SubagentStop"
             if runbook_dir(&args.policy).is_some_and(|d| d.is_dir()) =>
@@ -427,11 +435,15 @@ fn pre_tool_use(args: &Args, input: Result<HookInput, String>) -> Response {
                 input,
             ),
             Ok(policy) => (
-                narrow_by_steps(
-                    &args.policy,
-                    evaluate_analysed(&policy, &input, needs.effects.as_deref()),
-                    &input,
-                    &needs,
+                runbook_client_call(&args.policy, &input, needs.effects.as_deref()).unwrap_or_else(
+                    || {
+                        narrow_by_steps(
+                            &args.policy,
+                            evaluate_analysed(&policy, &input, needs.effects.as_deref()),
+                            &input,
+                            &needs,
+                        )
+                    },
                 ),
                 Some(policy),
                 input,
@@ -458,6 +470,65 @@ fn pre_tool_use(args: &Args, input: Result<HookInput, String>) -> Response {
     // large policy is measurable and buys nothing.
     std::mem::forget(policy);
     response
+}
+
+/// Rule id of the runbook client's calls.
+pub const RULE_RUNBOOK_CLIENT: &str = "runbook-client";
+/// The client's name beside the profile's policy (`/run/stepproof/stepproof` inside), bound
+/// read-only by the supervisor in a run with a runbook.
+pub const RUNBOOK_CLIENT_NAME: &str = "stepproof";
+/// What the client may be asked: `stepproof step SUBCOMMAND …`.
+pub const RUNBOOK_CLIENT_SUBCOMMANDS: &[&str] = &["status", "complete", "evidence", "abandon"];
+
+/// While a runbook runs, a Bash call that runs only the runbook's own client — by its exact
+/// path beside the policy, `step` and one of its subcommands, no variable assigned, nothing
+/// redirected, nothing else in the line — is allowed whatever the profile and the open steps
+/// say: it is how the agent reports to the supervisor (the slash commands run it), and all it
+/// can do is ask. Anything more in the command (a pipe, a `$(…)` running another program, a
+/// redirection) and the call is judged as any other. `None` when this is not such a call.
+fn runbook_client_call(
+    profile_policy: &Path,
+    input: &HookInput,
+    effects: Option<&[crate::shell::Effect]>,
+) -> Option<Verdict> {
+    use crate::pattern::Arg;
+    use crate::shell::Effect;
+    if input.tool_name.as_deref() != Some("Bash") {
+        return None;
+    }
+    let effects = effects.filter(|e| !e.is_empty())?;
+    let control = profile_policy.parent()?;
+    let client = control.join(RUNBOOK_CLIENT_NAME);
+    let client = client.to_str()?;
+    if !control.join(RUNBOOK_DIR_NAME).is_dir() {
+        return None;
+    }
+    let mut asked = Vec::new();
+    for effect in effects {
+        let Effect::Exec(call) = effect else {
+            return None;
+        };
+        let program = crate::pattern::normalize(Path::new(&call.program))?;
+        match call.args.as_slice() {
+            [Arg::Static(step), Arg::Static(sub), ..]
+                if program == client
+                    && call.assigns.is_empty()
+                    && step == "step"
+                    && RUNBOOK_CLIENT_SUBCOMMANDS.contains(&sub.as_str()) =>
+            {
+                asked.push(sub.clone());
+            }
+            _ => return None,
+        }
+    }
+    Some(Verdict {
+        decision: Decision::Allow,
+        rule_id: RULE_RUNBOOK_CLIENT.to_string(),
+        reason: format!(
+            "StepProof allowed the runbook's client (`stepproof step {}`): it only asks the supervisor, which decides (rule {RULE_RUNBOOK_CLIENT}).",
+            asked.join("`, `stepproof step ")
+        ),
+    })
 }
 
 /// The directory beside the profile's policy where a run with a runbook publishes the open
@@ -822,16 +893,32 @@ fn context(args: &Args, event: &str, input: Result<HookInput, String>) -> Respon
     let Ok(input) = input else {
         return Response::silent();
     };
-    let policy = load_policy_for(&args.policy, &Needs::minimal()).ok();
     // Read only when the runbook directory exists: without a runbook this costs one stat.
     let state = runbook_dir(&args.policy)
         .filter(|d| d.is_dir())
         .and_then(|d| read_runbook_state(&d));
+    if event == "PreCompact" {
+        return pre_compact(&input, state.as_ref());
+    }
+    let policy = load_policy_for(&args.policy, &Needs::minimal()).ok();
     let runbook = state.as_ref().and_then(|state| match event {
-        "UserPromptSubmit" => prompt_reminder(
-            state,
-            input.prompt.as_ref().and_then(Value::as_str).unwrap_or(""),
-        ),
+        "UserPromptSubmit" => {
+            let reminder = prompt_reminder(
+                state,
+                input.prompt.as_ref().and_then(Value::as_str).unwrap_or(""),
+            );
+            // SessionStart's context never reaches the model here (see `oriented`): the first
+            // prompt of a session, and the first after a compaction or a change of the open
+            // steps, carries the whole orientation.
+            if oriented::needs_orientation(state, input.session_id.as_ref()) {
+                Some(match reminder {
+                    Some(line) => format!("{}\n\n{line}", orientation_text(state)),
+                    None => orientation_text(state),
+                })
+            } else {
+                reminder
+            }
+        }
         _ => Some(orientation_text(state)),
     });
     let text = match (policy.as_ref().map(context_text), runbook) {
@@ -847,6 +934,26 @@ fn context(args: &Args, event: &str, input: Result<HookInput, String>) -> Respon
     });
     Response {
         stdout: format!("{answer}\n"),
+        ..Response::silent()
+    }
+}
+
+/// Before a compaction. Claude Code 2.1.328 takes no `hookSpecificOutput` from PreCompact (it
+/// refuses the answer as invalid and shows the refusal); plain text on stdout with exit 0 is
+/// its documented answer: "Additional Instructions" for the model that writes the summary. So
+/// with a runbook, the summary is asked to keep the runbook's state word for word; and the
+/// session's next prompt carries the whole orientation again ([`oriented::forget`]), whatever
+/// the summary kept. Without a runbook: nothing (every prompt already says where it runs).
+fn pre_compact(input: &HookInput, state: Option<&Value>) -> Response {
+    let Some(state) = state else {
+        return Response::silent();
+    };
+    oriented::forget(input.session_id.as_ref());
+    Response {
+        stdout: format!(
+            "StepProof: this session follows a runbook whose state the supervisor holds outside the sandbox. Keep the following in the summary, word for word, so the conversation does not lose its step:\n\n{}\n",
+            orientation_text(state)
+        ),
         ..Response::silent()
     }
 }
@@ -881,6 +988,103 @@ pub fn context_text(policy: &CompiledPolicy) -> String {
     ));
     text.push_str(" A denial names its rule; do not try to get around it, ask the user instead.");
     text
+}
+
+/// Which sessions have been given the runbook's orientation, and for which open steps.
+///
+/// Claude Code 2.1.328 makes `$CLAUDE_CONFIG_DIR/session-env/<session>/` before it runs any
+/// SessionStart hook (for `CLAUDE_ENV_FILE`), and StepProof keeps `session-env` read-only (its
+/// scripts are sourced before every Bash command, see the supervisor's `SOURCED_DIRS`): so a
+/// SessionStart hook could never run (`EROFS`), at `startup` as after `compact` or `clear`, and
+/// the supervisor does not register one (this hook still answers it, for other setups). The
+/// UserPromptSubmit observer carries the orientation instead, once per session and open-step set:
+/// a marker per session in `$CLAUDE_CONFIG_DIR/stepproof-oriented/` holds the state it was
+/// oriented on. The marker is the agent's to write, and that is fine: orientation is advice, the
+/// hook's gate and the supervisor's state are what hold; a marker that cannot be read or written
+/// means the orientation is given again.
+pub mod oriented {
+    use serde_json::Value;
+    use std::io::{Read, Write};
+    use std::os::unix::fs::OpenOptionsExt;
+    use std::path::{Path, PathBuf};
+
+    /// The markers' directory under `CLAUDE_CONFIG_DIR`.
+    pub const DIR: &str = "stepproof-oriented";
+
+    fn marker(session: Option<&Value>) -> Option<PathBuf> {
+        let session = session?.as_str()?;
+        if session.is_empty()
+            || session.len() > 128
+            || !session
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
+            return None;
+        }
+        // Only an absolute directory: an empty or relative value would put markers in the cwd.
+        let config = PathBuf::from(std::env::var_os("CLAUDE_CONFIG_DIR")?);
+        if !config.is_absolute() {
+            return None;
+        }
+        Some(config.join(DIR).join(session))
+    }
+
+    /// What the session was oriented on: the runbook's hash, the open steps and the ending.
+    pub fn key(state: &Value) -> String {
+        format!(
+            "{} {} {}",
+            state.get("hash").and_then(Value::as_str).unwrap_or(""),
+            state.get("open").map(Value::to_string).unwrap_or_default(),
+            state.get("ended").map(Value::to_string).unwrap_or_default(),
+        )
+    }
+
+    /// Whether this prompt should carry the whole orientation (and note that it does).
+    pub fn needs_orientation(state: &Value, session: Option<&Value>) -> bool {
+        let Some(path) = marker(session) else {
+            return true;
+        };
+        let key = key(state);
+        if read_marker(&path).is_some_and(|seen| seen == key.as_bytes()) {
+            return false;
+        }
+        if let Some(dir) = path.parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        // A new file each time, never through a link or into a FIFO someone left there.
+        let _ = std::fs::remove_file(&path);
+        if let Ok(mut file) = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(&path)
+        {
+            let _ = file.write_all(key.as_bytes());
+        }
+        true
+    }
+
+    /// The marker's content (a regular file, at most 4 KiB), without waiting on a FIFO.
+    fn read_marker(path: &Path) -> Option<Vec<u8>> {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(path)
+            .ok()?;
+        if !file.metadata().ok()?.is_file() {
+            return None;
+        }
+        let mut bytes = Vec::new();
+        file.take(4096).read_to_end(&mut bytes).ok()?;
+        Some(bytes)
+    }
+
+    /// Before a compaction: the next prompt orients the compacted conversation again.
+    pub fn forget(session: Option<&Value>) {
+        if let Some(path) = marker(session) {
+            let _ = std::fs::remove_file(path);
+        }
+    }
 }
 
 /// The runbook directory beside the profile's policy (`/run/stepproof/runbook` inside).
@@ -1037,6 +1241,16 @@ pub fn prompt_reminder(state: &Value, prompt: &str) -> Option<String> {
         }
     }
     Some(lines.join("\n"))
+}
+
+/// The end of a session, with Claude Code's reason; `ends_session` is false for `clear` (a new
+/// session starts in the same process).
+fn session_end(event: &str, input: &HookInput, policy: Option<&CompiledPolicy>) -> Value {
+    let mut record = base_record("session-end", event, input, policy);
+    let reason = input.reason.as_ref().and_then(Value::as_str);
+    record["reason"] = json!(reason);
+    record["ends_session"] = json!(reason != Some("clear"));
+    record
 }
 
 /// A subagent dispatched or finished, while a runbook runs (`agent_id`, `agent_type`).

@@ -89,7 +89,18 @@ fn collect_records(
 }
 
 fn run(args: &[&str], stdin: &[u8]) -> Run {
-    let mut child = Command::new(HOOK)
+    run_with_config(args, stdin, None)
+}
+
+/// The hook as Claude Code runs it, with `CLAUDE_CONFIG_DIR` (where the hook keeps which
+/// sessions it oriented) set or not.
+fn run_with_config(args: &[&str], stdin: &[u8], config: Option<&std::path::Path>) -> Run {
+    let mut command = Command::new(HOOK);
+    match config {
+        Some(dir) => command.env("CLAUDE_CONFIG_DIR", dir),
+        None => command.env_remove("CLAUDE_CONFIG_DIR"),
+    };
+    let mut child = command
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -174,7 +185,6 @@ fn context_events_tell_the_model_where_it_runs() {
     for (fixture, event) in [
         ("session_start.json", "SessionStart"),
         ("user_prompt_submit.json", "UserPromptSubmit"),
-        ("pre_compact.json", "PreCompact"),
     ] {
         let r = run_fixture(&setup, fixture);
         assert_eq!(r.code, 0, "{fixture}");
@@ -197,6 +207,8 @@ fn context_events_tell_the_model_where_it_runs() {
 fn observers_exit_zero_and_print_nothing() {
     let setup = Setup::new("default");
     for fixture in [
+        // Without a runbook (2.1.328 takes no hookSpecificOutput from PreCompact).
+        "pre_compact.json",
         "post_write.json",
         "post_bash.json",
         "post_failure.json",
@@ -845,12 +857,26 @@ fn a_runbook_orients_the_model_at_session_start_and_compaction() {
     for (what, input) in inputs {
         let r = run(&["--policy", policy], &input);
         let event = what.split('/').next().unwrap_or_default();
-        assert_eq!(
-            r.json()["hookSpecificOutput"]["hookEventName"],
-            event,
-            "{what}"
-        );
-        let context = context_of(&r);
+        let context = if event == "PreCompact" {
+            // Plain text: the summary's additional instructions.
+            assert_eq!((r.code, r.stderr.as_str()), (0, ""), "{what}");
+            assert!(
+                r.stdout
+                    .starts_with("StepProof: this session follows a runbook")
+                    && r.stdout
+                        .contains("Keep the following in the summary, word for word"),
+                "{}",
+                r.stdout
+            );
+            format!("'default' {}", r.stdout)
+        } else {
+            assert_eq!(
+                r.json()["hookSpecificOutput"]["hookEventName"],
+                event,
+                "{what}"
+            );
+            context_of(&r)
+        };
         for needle in [
             "'default'",
             "runbook 'schema-migration' (Add the orders table)",
@@ -877,10 +903,12 @@ fn a_runbook_orients_the_model_at_session_start_and_compaction() {
 fn a_prompt_gets_the_open_step_and_a_notice_of_denied_words() {
     let setup = Setup::new("default");
     let policy = setup.policy.to_str().expect("utf8");
+    let config = setup.dir.path().join("claude-config");
     let prompt = |text: &str| {
-        context_of(&run(
+        context_of(&run_with_config(
             &["--policy", policy],
             &with_field(&setup, "user_prompt_submit.json", "prompt", text),
+            Some(&config),
         ))
     };
     let before = prompt("then git push it");
@@ -890,6 +918,12 @@ fn a_prompt_gets_the_open_step_and_a_notice_of_denied_words() {
     );
     write_runbook_state(&setup);
     let line = "Runbook 'schema-migration', open step 'migrate' (Write the migration): it allows only bash `sqlite3 *`; writing `db/**`; other kinds as the profile says.";
+    // The session's first prompt carries the whole orientation, then one line a prompt.
+    let first = prompt("Start");
+    assert!(
+        first.contains("Instructions: Write db/migrations") && first.contains(line),
+        "{first}"
+    );
     let plain = prompt("Fix the failing test in src/lib.rs");
     assert!(plain.contains(line) && !plain.contains("Note:"), "{plain}");
     // Not the whole instructions on every prompt.
@@ -913,13 +947,16 @@ fn a_prompt_gets_the_open_step_and_a_notice_of_denied_words() {
         let r = prompt(text);
         assert!(r.contains(line) && !r.contains("Note:"), "{text}: {r}");
     }
-    // No open step: no line (a state with every step passed).
+    // No open step: no line (a state with every step passed; the first prompt after the
+    // change says so, the next one nothing).
     let dir = setup.dir.path().join("runbook");
     std::fs::write(
         dir.join("state.json"),
         r#"{"runbook":"r","title":"t","open":[],"ended":null,"steps":[{"id":"a","status":"passed","denied_words":["git push"]}]}"#,
     )
     .expect("write");
+    let changed = prompt("git push");
+    assert!(changed.contains("No step is open."), "{changed}");
     let done = prompt("git push");
     assert!(
         !done.contains("Runbook 'r'") && !done.contains("Note:"),
@@ -1021,4 +1058,166 @@ fn runbook_observers_add_well_under_two_milliseconds() {
             "{event}: {with:?} with a runbook, {without:?} without"
         );
     }
+}
+
+/// The marker the hook leaves per session, under `CLAUDE_CONFIG_DIR`.
+fn oriented_marker(config: &std::path::Path) -> PathBuf {
+    config
+        .join("stepproof-oriented")
+        .join("8f2c1d3e-5b7a-4c9e-9f1a-2d3e4f5a6b7c")
+}
+
+// SessionStart's context never reaches the model under StepProof (Claude Code cannot make
+// its `session-env/<session>` directory, which StepProof keeps read-only): the prompt carries
+// the orientation instead, once per session and open-step set, again after a compaction,
+// again for another session; without a place to note it, on every prompt.
+#[test]
+fn the_first_prompt_of_a_session_carries_the_orientation() {
+    let setup = Setup::new("default");
+    let policy = setup.policy.to_str().expect("utf8");
+    let config = setup.dir.path().join("claude-config");
+    write_runbook_state(&setup);
+    let prompt = |session: &str, config: Option<&std::path::Path>| {
+        let mut input: Value =
+            serde_json::from_slice(&setup.fixture("user_prompt_submit.json")).expect("fixture");
+        input["session_id"] = Value::from(session);
+        context_of(&run_with_config(
+            &["--policy", policy],
+            input.to_string().as_bytes(),
+            config,
+        ))
+    };
+    let session = "8f2c1d3e-5b7a-4c9e-9f1a-2d3e4f5a6b7c";
+    let full = "Instructions: Write db/migrations/0007_orders.sql";
+    assert!(prompt(session, Some(&config)).contains(full));
+    assert!(!prompt(session, Some(&config)).contains(full));
+    assert!(oriented_marker(&config).is_file());
+    // Another session (a `/clear`, a subagent's own): oriented on its first prompt.
+    assert!(prompt("another-session", Some(&config)).contains(full));
+    assert!(!prompt(session, Some(&config)).contains(full));
+    // A compaction: the next prompt is oriented again.
+    let r = run_with_config(
+        &["--policy", policy],
+        &setup.fixture("pre_compact.json"),
+        Some(&config),
+    );
+    assert_eq!(r.code, 0);
+    assert!(r.stdout.contains(full), "{}", r.stdout);
+    assert!(!oriented_marker(&config).exists());
+    assert!(prompt(session, Some(&config)).contains(full));
+    assert!(!prompt(session, Some(&config)).contains(full));
+    // The open steps change: oriented on the new ones.
+    let state = setup.dir.path().join("runbook/state.json");
+    let text = std::fs::read_to_string(&state).expect("state");
+    std::fs::write(
+        &state,
+        text.replace("\"open\":[\"migrate\"]", "\"open\":[\"migrate\",\"pr\"]"),
+    )
+    .expect("write");
+    assert!(prompt(session, Some(&config)).contains(full));
+    // A FIFO or a link where the marker goes is not waited on or followed: oriented again.
+    let marker = oriented_marker(&config);
+    std::fs::remove_file(&marker).expect("rm");
+    let fifo = std::process::Command::new("mkfifo")
+        .arg(&marker)
+        .status()
+        .expect("mkfifo");
+    assert!(fifo.success());
+    assert!(prompt(session, Some(&config)).contains(full));
+    assert!(!prompt(session, Some(&config)).contains(full));
+    // No config dir: every prompt carries it (more context, never less).
+    assert!(prompt(session, None).contains(full));
+    assert!(prompt(session, None).contains(full));
+    // A session id that is not a plain name is not made a path.
+    assert!(prompt("../../etc", Some(&config)).contains(full));
+    assert!(!setup.dir.path().join("etc").exists());
+}
+
+// While a runbook runs, the runbook's own client (exactly its path, `step`, a subcommand) is
+// allowed whatever the profile and the open step say; nothing broader is.
+#[test]
+fn only_the_runbook_client_itself_is_allowed_past_the_step() {
+    let setup = Setup::new("ci");
+    let policy = setup.policy.to_str().expect("utf8");
+    let client = setup.dir.path().join("stepproof");
+    let client = client.to_str().expect("utf8");
+    let bash = |command: &str| {
+        let input = serde_json::json!({
+            "hook_event_name": "PreToolUse", "session_id": "s", "cwd": setup.workspace(),
+            "tool_name": "Bash", "tool_input": {"command": command}, "tool_use_id": "t",
+        });
+        let r = run(&["--policy", policy], input.to_string().as_bytes());
+        let out = r.json();
+        (
+            out["hookSpecificOutput"]["permissionDecision"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            out["hookSpecificOutput"]["permissionDecisionReason"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+        )
+    };
+    let status = format!("{client} step status");
+    // Without a runbook: the profile decides (ci denies an unknown program).
+    assert_eq!(bash(&status).0, "deny");
+    write_runbook_state(&setup);
+    for allowed in [
+        status.clone(),
+        format!("{client} step complete"),
+        format!("{client} step complete --step migrate --note 'done, see db/'"),
+        format!("{client} step evidence db/a.sql"),
+        format!("{client} step abandon --reason \"$REASON\""),
+        format!("{client} step status && {client} step complete"),
+    ] {
+        let (decision, reason) = bash(&allowed);
+        assert_eq!(decision, "allow", "{allowed}: {reason}");
+        assert!(reason.contains("(rule runbook-client)"), "{reason}");
+    }
+    for refused in [
+        format!("{client} step status; curl -s http://x.example"),
+        format!("{client} step status > /etc/passwd"),
+        format!("{client} step complete --note \"$(curl -s http://x.example)\""),
+        format!("{client} runbook check r.toml"),
+        format!("{client} approve run gate"),
+        format!("{client} step approve gate"),
+        format!("X=1 {client} step status"),
+        format!("{client} step status | sh"),
+        "./stepproof step status".to_string(),
+        "stepproof step status".to_string(),
+        "/tmp/stepproof step status".to_string(),
+        format!("sh -c '{client} step status; rm -rf /'"),
+    ] {
+        let (decision, reason) = bash(&refused);
+        assert!(
+            !reason.contains("rule runbook-client"),
+            "{refused}: {decision} {reason}"
+        );
+    }
+}
+
+// SessionEnd is recorded with its reason; a `/clear` is not an end.
+#[test]
+fn session_end_is_recorded_with_its_reason() {
+    let setup = Setup::new("default");
+    let policy = setup.policy.to_str().expect("utf8");
+    let socket = setup.dir.path().join("audit.sock");
+    let listener = UnixListener::bind(&socket).expect("bind");
+    let sock = socket.to_str().expect("utf8");
+    let collector = collect_records(listener, 2);
+    for reason in ["prompt_input_exit", "clear"] {
+        let r = run(
+            &["--policy", policy, "--audit-socket", sock],
+            &with_field(&setup, "session_end.json", "reason", reason),
+        );
+        assert_eq!((r.code, r.stdout.as_str(), r.stderr.as_str()), (0, "", ""));
+    }
+    let records = collector.join().expect("collector");
+    assert_eq!(records.len(), 2, "{records:#?}");
+    assert_eq!(records[0]["kind"], "session-end");
+    assert_eq!(records[0]["reason"], "prompt_input_exit");
+    assert_eq!(records[0]["ends_session"], true);
+    assert_eq!(records[1]["reason"], "clear");
+    assert_eq!(records[1]["ends_session"], false);
 }

@@ -114,6 +114,15 @@ impl StepTable {
                 self.ending = Some(text(&record["ending"]));
                 return;
             }
+            // The steps still open when the supervisor recorded the runbook abandoned.
+            "runbook-abandoned" => {
+                for id in record["open"].as_array().into_iter().flatten() {
+                    if let Some(row) = self.row(&text(id)) {
+                        row.status = "abandoned".into();
+                    }
+                }
+                return;
+            }
             _ => {}
         }
         let Some(step) = record["step"].as_str().map(crate::audit::show::printable) else {
@@ -348,6 +357,7 @@ mod tests {
             json!({"source":"supervisor","kind":"runbook-step-passed","ts_ms":4000,"step":"a","attempt":2}),
             json!({"source":"supervisor","kind":"runbook-step-opened","ts_ms":4000,"step":"b","title":"Gate"}),
             json!({"source":"supervisor","kind":"runbook-approval","step":"b","approved":true}),
+            json!({"source":"supervisor","kind":"runbook-abandoned","open":["b"],"why":"the agent exited with steps open"}),
             json!({"source":"supervisor","kind":"runbook-ended","ending":"abandoned"}),
         ] {
             t.add(&r);
@@ -366,7 +376,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("step b                open     attempts 0"),
+            text.contains("step b                abandoned attempts 0"),
             "{text}"
         );
         assert!(

@@ -34,6 +34,12 @@ pub enum StepRequest {
     },
     /// Point the supervisor at files as evidence (recorded; the supervisor hashes them itself).
     Evidence { files: Vec<String> },
+    /// Give the runbook up: recorded, the open steps are marked abandoned and the run stops
+    /// (every later tool call is denied; `stepproof-run` exits 116).
+    Abandon {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
 }
 
 /// A request from a host terminal.
@@ -99,6 +105,13 @@ pub enum StepCommand {
         #[arg(required = true)]
         files: Vec<String>,
     },
+    /// Abandon the runbook (recorded): the open steps are marked abandoned, every later tool
+    /// call is denied and the run ends with exit 116. Exit 0 abandoned, 1 refused.
+    Abandon {
+        /// Why, for the record.
+        #[arg(long)]
+        reason: Option<String>,
+    },
 }
 
 /// Exit codes of the clients: 0 done/passed, 1 refused/not passed, 2 no runbook reachable.
@@ -107,6 +120,7 @@ pub fn run_step_command(command: StepCommand) -> i32 {
         StepCommand::Status => StepRequest::Status {},
         StepCommand::Complete { step, note } => StepRequest::Complete { step, note },
         StepCommand::Evidence { files } => StepRequest::Evidence { files },
+        StepCommand::Abandon { reason } => StepRequest::Abandon { reason },
     };
     let socket = Path::new(RUNBOOK_DIR).join(STEP_SOCKET);
     answer_to_exit(
@@ -172,6 +186,7 @@ mod tests {
             r#"{"op":"complete","step":"a","evidence":{"exit_code":0}}"#,
             r#"{"op":"approve","step":"a"}"#,
             r#"{"op":"status","approved":true}"#,
+            r#"{"op":"abandon","verdict":"passed"}"#,
         ] {
             assert!(
                 serde_json::from_str::<StepRequest>(forged).is_err(),

@@ -119,6 +119,25 @@ pub fn prepare(
             .create(&path)
             .map_err(fail("creating", &path))?;
     }
+    // StepProof's agents and slash commands (read-only inside, with their directories).
+    for dir in crate::runbook::chat::DIRS {
+        let path = state.config_dir.join(dir);
+        fs::DirBuilder::new()
+            .mode(0o755)
+            .create(&path)
+            .map_err(fail("creating", &path))?;
+    }
+    for name in &state.shipped {
+        let path = state.config_dir.join(name);
+        let content = crate::runbook::chat::content(name).ok_or_else(|| AgentStateError {
+            step: "shipping",
+            path: path.clone(),
+            source: io::Error::other("not a file StepProof ships"),
+        })?;
+        write_private(&path, content.as_bytes())?;
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o644))
+            .map_err(fail("chmod", &path))?;
+    }
     // Empty, and read-only inside: no cached server settings or policy limits of the agent's.
     for name in crate::sandbox::plan::agent_layer::READ_ONLY_CACHES {
         write_private(&state.config_dir.join(name), b"")?;

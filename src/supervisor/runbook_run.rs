@@ -41,6 +41,8 @@ pub enum Status {
     Open,
     Passed,
     Failed,
+    /// Open when the agent asked to abandon the runbook.
+    Abandoned,
 }
 
 #[derive(Debug, Clone)]
@@ -64,8 +66,12 @@ const BASELINE_RECORDED_MAX: usize = 1024;
 pub enum Ending {
     /// A step's evidence did not hold and its attempts ran out (117).
     Blocked { step: String },
-    /// A step with `on_fail = "abandon"` failed (116).
-    Abandoned { step: String },
+    /// A step with `on_fail = "abandon"` failed, the agent asked to abandon the runbook
+    /// (`requested`: its reason), or it exited with steps open (116).
+    Abandoned {
+        step: String,
+        requested: Option<String>,
+    },
 }
 
 /// What running evidence needs beyond the runbook.
@@ -321,8 +327,36 @@ impl RunbookRun {
             }
             None => Ending::Abandoned {
                 step: open[0].clone(),
+                requested: None,
             },
         };
+        if let Ending::Abandoned { step, requested } = &ending {
+            // The supervisor's own account, whatever the agent's SessionEnd said (that record
+            // comes from inside and can be forged).
+            let still_open: Vec<String> = engine
+                .runbook
+                .steps
+                .iter()
+                .zip(&engine.steps)
+                .filter(|(_, s)| matches!(s.status, Status::Open | Status::Abandoned))
+                .map(|(step, _)| step.id.to_string())
+                .collect();
+            let why = match (requested, engine.ending.is_some()) {
+                (Some(reason), _) => format!("abandoned by request from inside: {reason}"),
+                (None, true) => format!("step {step} failed with on_fail = \"abandon\""),
+                (None, false) => "the agent exited with steps open".to_string(),
+            };
+            engine.record(
+                "runbook-abandoned",
+                json!({
+                    "runbook": engine.runbook.id,
+                    "why": why,
+                    "requested": requested.is_some(),
+                    "open": still_open,
+                    "not_passed": open,
+                }),
+            );
+        }
         engine.record(
             "runbook-ended",
             json!({
@@ -331,7 +365,7 @@ impl RunbookRun {
                     Ending::Blocked { .. } => "evidence-failed",
                     Ending::Abandoned { .. } => "abandoned",
                 },
-                "step": match &ending { Ending::Blocked { step } | Ending::Abandoned { step } => step },
+                "step": match &ending { Ending::Blocked { step } | Ending::Abandoned { step, .. } => step },
                 "not_passed": open,
             }),
         );
@@ -456,6 +490,7 @@ fn serve_step(
         StepRequest::Complete { step, note } => {
             complete(engine, approvals, run_id, step.as_deref(), note, who)
         }
+        StepRequest::Abandon { reason } => lock().abandon(reason, who),
     };
     reply(&stream, &answer);
 }
@@ -580,6 +615,18 @@ fn complete(
             message.push_str(" No step is open: the runbook is complete.");
         } else {
             message.push_str(&format!(" Open now: {}.", opened.join(", ")));
+            // What the agent needs next, without waiting for the next prompt's orientation.
+            for (next, s) in e.runbook.steps.iter().zip(&e.steps) {
+                if s.status == Status::Open && next.id != step.id {
+                    message.push_str(&format!(
+                        "\nStep {} ({}): {}\nIt allows {}.",
+                        next.id,
+                        next.title,
+                        next.instructions.trim(),
+                        crate::runbook::policy::allows_text(next)
+                    ));
+                }
+            }
         }
         return Answer {
             ok: true,
@@ -612,6 +659,7 @@ fn complete(
         e.ending = Some(match step.on_fail() {
             OnFail::Abandon => Ending::Abandoned {
                 step: step.id.to_string(),
+                requested: None,
             },
             OnFail::Retry | OnFail::Block => Ending::Blocked {
                 step: step.id.to_string(),
@@ -1125,6 +1173,77 @@ impl Engine {
         );
     }
 
+    /// The agent gives the runbook up: on the record, its open steps marked abandoned, the
+    /// stop policy published (every later tool call is denied).
+    fn abandon(&mut self, reason: Option<String>, who: Value) -> Answer {
+        let reason = reason
+            .map(|r| r.chars().take(1000).collect::<String>())
+            .filter(|r| !r.trim().is_empty())
+            .unwrap_or_else(|| "no reason given".to_string());
+        if let Some(ending) = &self.ending {
+            let why = format!(
+                "the run has already stopped ({}); nothing to abandon",
+                match ending {
+                    Ending::Blocked { step } => format!("step {step}'s evidence did not hold"),
+                    Ending::Abandoned { step, .. } => format!("abandoned at step {step}"),
+                }
+            );
+            self.record_inside(
+                "runbook-abandon-refused",
+                json!({ "why": why, "reason": reason, "peer": who }),
+            );
+            return refused(&why);
+        }
+        let open = self.open_ids();
+        let not_passed: Vec<String> = self
+            .runbook
+            .steps
+            .iter()
+            .zip(&self.steps)
+            .filter(|(_, s)| s.status != Status::Passed)
+            .map(|(step, _)| step.id.to_string())
+            .collect();
+        let Some(first) = not_passed.first().cloned() else {
+            let why = "every step has passed: the runbook is complete".to_string();
+            self.record_inside(
+                "runbook-abandon-refused",
+                json!({ "why": why, "reason": reason, "peer": who }),
+            );
+            return refused(&why);
+        };
+        self.record_inside(
+            "runbook-abandon-requested",
+            json!({ "reason": reason, "open": open, "peer": who }),
+        );
+        for state in &mut self.steps {
+            if state.status == Status::Open {
+                state.status = Status::Abandoned;
+            }
+        }
+        self.ending = Some(Ending::Abandoned {
+            step: open.first().cloned().unwrap_or(first),
+            requested: Some(reason),
+        });
+        let published = self.publish();
+        let mut message = format!(
+            "runbook {} abandoned at your request; abandoned: {}. Every further tool call is denied; the run ends when the agent exits.",
+            self.runbook.id,
+            if open.is_empty() {
+                "none open".to_string()
+            } else {
+                open.join(", ")
+            }
+        );
+        if let Err(why) = published {
+            message.push_str(&format!(" (publishing the state failed: {why})"));
+        }
+        Answer {
+            ok: true,
+            message,
+            state: Some(self.state_json()),
+        }
+    }
+
     fn record(&self, kind: &str, body: Value) {
         if let Some(audit) = &self.audit {
             audit.record("supervisor", kind, &body);
@@ -1206,7 +1325,7 @@ impl Engine {
             "open": self.open_ids(),
             "ended": self.ending.as_ref().map(|e| match e {
                 Ending::Blocked { step } => json!({ "ending": "evidence-failed", "step": step }),
-                Ending::Abandoned { step } => json!({ "ending": "abandoned", "step": step }),
+                Ending::Abandoned { step, requested } => json!({ "ending": "abandoned", "step": step, "requested": requested }),
             }),
             "steps": self.runbook.steps.iter().zip(&self.steps).map(|(step, s)| json!({
                 "id": step.id,
@@ -1232,6 +1351,7 @@ impl Engine {
                 Status::Open => "OPEN",
                 Status::Passed => "passed",
                 Status::Failed => "FAILED",
+                Status::Abandoned => "ABANDONED",
             };
             out.push_str(&format!(
                 "  {:8} {} — {} (attempts {}/{})\n",
@@ -1264,7 +1384,7 @@ impl Engine {
         if let Some(ending) = &self.ending {
             // The run stops: a policy with no rule and a deny default, named for the step.
             let step = match ending {
-                Ending::Blocked { step } | Ending::Abandoned { step } => step,
+                Ending::Blocked { step } | Ending::Abandoned { step, .. } => step,
             };
             let config = stepproof_hook::config::HookConfig {
                 default: Some(stepproof_hook::Decision::Deny),

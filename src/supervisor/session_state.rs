@@ -894,6 +894,7 @@ mod tests {
             workspace: PathBuf::from("/w"),
             home: dir.to_path_buf(),
             sessions: Some(dir.join("state")),
+            shipped: Vec::new(),
         }
     }
 

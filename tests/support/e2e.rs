@@ -385,6 +385,8 @@ pub struct Launch<'a> {
     /// host's /etc (an overlay): what the host's administrator would have put there, without
     /// touching the machine's /etc. Needs root (the harness is root in CI).
     pub etc_layer: Option<&'a Path>,
+    /// The prompt given to `claude -p` (default "Follow the script.").
+    pub prompt: Option<&'a str>,
 }
 
 /// `cmd` started in a private mount namespace with `layer` laid over /etc.
@@ -411,7 +413,7 @@ pub fn run_claude_as(w: &World, launch: &Launch, profile: &str, claude_args: &[&
     let mut args = vec![
         "claude",
         "-p",
-        "Follow the script.",
+        launch.prompt.unwrap_or("Follow the script."),
         "--dangerously-skip-permissions",
         "--output-format",
         "json",

@@ -55,6 +55,8 @@ pub struct Invocation {
     /// `/work/project/cargo`): a program the agent may have written. Deny and ask rules
     /// still see its basename; allow rules do not vouch for it.
     pub untrusted_path: bool,
+    /// The name as written, before it became a basename (`/run/stepproof/stepproof`).
+    pub program: String,
 }
 
 /// Directories whose programs are the system's (read-only in the sandbox), so that
@@ -981,6 +983,7 @@ impl Walker<'_> {
             args,
             assigns,
             untrusted_path,
+            program: name,
         }));
     }
 

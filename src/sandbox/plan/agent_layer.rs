@@ -68,13 +68,19 @@ const HOST_DEPTH_MAX: usize = 4;
 const HOOK_TIMEOUT_SECONDS: u32 = 5;
 
 /// Gates block the tool call when the hook fails; observers never block and never loop.
+///
+/// SessionStart is not registered: Claude Code 2.1.328 makes
+/// `$CLAUDE_CONFIG_DIR/session-env/<session>/` before it runs any SessionStart hook (for
+/// `CLAUDE_ENV_FILE`), and that directory is read-only here ([`SOURCED_DIRS`]), so the hook
+/// would never run and every session would start by showing "SessionStart:startup hook failed
+/// … EROFS". The UserPromptSubmit observer carries what SessionStart would have said (the
+/// session's first prompt, and the first after a compaction).
 const EVENTS: &[(&str, bool, bool)] = &[
     // (event, takes a matcher, fails closed)
     ("PreToolUse", true, true),
     ("ConfigChange", false, true),
     ("PostToolUse", true, false),
     ("PostToolUseFailure", true, false),
-    ("SessionStart", false, false),
     ("UserPromptSubmit", false, false),
     ("PreCompact", false, false),
     ("Stop", false, false),
@@ -98,6 +104,10 @@ pub struct AgentState {
     /// Where the workspace's session data is kept between runs ([`sessions_dir`]), when the
     /// profile keeps it (`claude.keep_sessions`) and the run is not `--ci`.
     pub sessions: Option<PathBuf>,
+    /// What StepProof ships into the config directory (paths in it, see
+    /// [`crate::runbook::chat`]): the `runbook-author` agent always, the slash commands in a run
+    /// with a runbook. Read-only inside with the rest of `agents/` and `commands/`.
+    pub shipped: Vec<String>,
 }
 
 /// Where StepProof keeps a workspace's Claude Code session data (transcripts, prompt history,
@@ -464,6 +474,10 @@ pub fn plan_agent(
             .claude
             .keep_sessions
             .then(|| sessions_dir(home, workspace)),
+        shipped: crate::runbook::chat::AGENTS
+            .iter()
+            .map(|(path, _)| path.to_string())
+            .collect(),
     };
     let mounts: Vec<MountOp> = [
         // The managed settings Claude Code reads are StepProof's and the host's sanitized
@@ -506,11 +520,14 @@ pub fn plan_agent(
         },
     ]
     .into_iter()
-    // What Claude Code sources before every command, read-only (the supervisor made them).
+    // What Claude Code sources before every command, read-only (the supervisor made them),
+    // and the agents and commands StepProof ships (nothing the agent writes there is read as
+    // one of them: a worker cannot give itself a `verifier`).
     .chain(
         SOURCED_DIRS
             .iter()
             .chain(READ_ONLY_CACHES)
+            .chain(crate::runbook::chat::DIRS)
             .map(|name| MountOp::ReadOnlyInPlace {
                 path: Path::new(CONFIG_DIR).join(name),
             }),

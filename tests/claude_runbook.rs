@@ -1,0 +1,407 @@
+//! Runbooks with the real Claude Code (2.1.328) under `stepproof-run --runbook`, against the
+//! mock Messages API: the agent starts oriented, stays oriented through `/compact`, completes
+//! and abandons steps from the chat through the shipped slash commands, and the supervisor
+//! (not the agent's own SessionEnd) records a runbook abandoned. As root and as the test user.
+
+#[path = "support/e2e.rs"]
+mod e2e;
+mod support;
+#[path = "support/tui.rs"]
+mod tui;
+
+use e2e::*;
+use serde_json::{Value, json};
+use std::fs;
+use support::*;
+
+const RUNBOOK: &str = r#"id = "oriented"
+title = "Oriented from the start"
+owner = "tests"
+
+[[steps]]
+id = "draft"
+title = "Draft the notes"
+instructions = "Write notes.md listing the three open questions"
+acceptance = ["notes.md exists"]
+[[steps.allow.bash]]
+id = "only-echo"
+reason = "this step only writes with echo"
+commands = ["echo *"]
+[[steps.evidence]]
+files_exist = { paths = ["notes.md"] }
+
+[[steps]]
+id = "later"
+title = "Later"
+instructions = "Publish the notes somewhere far away"
+depends_on = ["draft"]
+[[steps.evidence]]
+files_exist = { paths = ["published.md"] }
+"#;
+
+const CLIENT: &str = "/run/stepproof/stepproof";
+const DRAFT_INSTRUCTIONS: &str = "Instructions: Write notes.md listing the three open questions";
+
+fn setup(w: &World) {
+    fs::write(w.workspace.join("runbook.toml"), RUNBOOK).unwrap();
+    chown_tree(&w.workspace, w.owner);
+}
+
+/// Every string in a request's body (system prompt, messages, tool results), joined: what the
+/// model read.
+fn seen(request: &Value) -> String {
+    fn walk(v: &Value, out: &mut String) {
+        match v {
+            Value::String(s) => {
+                out.push_str(s);
+                out.push('\n');
+            }
+            Value::Array(items) => items.iter().for_each(|i| walk(i, out)),
+            Value::Object(map) => map.values().for_each(|i| walk(i, out)),
+            _ => {}
+        }
+    }
+    let mut out = String::new();
+    walk(&request["body"], &mut out);
+    out
+}
+
+fn runbook_run(w: &World, mock: &Mock, prompt: &str) -> Run {
+    run_claude_prompt(w, &profile(w, mock, true, ""), prompt)
+}
+
+/// `stepproof-run --runbook runbook.toml --runbook-fresh -- claude -p PROMPT …`.
+fn run_claude_prompt(w: &World, profile: &str, prompt: &str) -> Run {
+    run_claude_as(
+        w,
+        &Launch {
+            run_args: &["--runbook", "runbook.toml", "--runbook-fresh"],
+            prompt: Some(prompt),
+            ..Launch::default()
+        },
+        profile,
+        &[],
+    )
+}
+
+/// The records the hook sent from inside of one kind (the `reported` objects).
+fn reported<'a>(run: &'a Run, kind: &str) -> Vec<&'a Value> {
+    run.audit
+        .iter()
+        .filter(|r| r["source"] == "sandbox" && r["kind"] == kind)
+        .map(|r| &r["reported"])
+        .collect()
+}
+
+// The first request the model receives already holds the open step's instructions, its
+// acceptance criteria and what it allows (the UserPromptSubmit observer: SessionStart's
+// context cannot reach it, see `stepproof_hook::contract::oriented`), not the waiting step's;
+// Claude Code offers StepProof's `runbook-author` agent and no `verifier`. The agent exits
+// with the step open: its SessionEnd is recorded (from inside), and the supervisor records the
+// runbook abandoned on its own account.
+both_claude!(
+    the_first_request_holds_the_open_steps_instructions,
+    |w: &World| {
+        setup(w);
+        let mock = Mock::start(w, json!([text("fin")]));
+        let run = runbook_run(w, &mock, "Follow the script.");
+        let requests = mock.messages_requests();
+        let first = seen(
+            requests
+                .first()
+                .unwrap_or_else(|| panic!("no request reached the mock: {}", run.describe())),
+        );
+        for needle in [
+            "Open step 'draft': Draft the notes (attempt 1 of 3).",
+            DRAFT_INSTRUCTIONS,
+            "Acceptance:\n- notes.md exists",
+            "Runbook 'oriented', open step 'draft' (Draft the notes): it allows only bash `echo *`",
+            "stepproof step complete",
+        ] {
+            assert!(
+                first.contains(needle),
+                "{needle:?} is not in the first request:\n{first}\n{}",
+                run.describe()
+            );
+        }
+        assert!(!first.contains("Publish the notes"), "{first}");
+        // Claude Code read the agent definition from the run's config dir.
+        assert!(
+            first.contains("- runbook-author: Writes a StepProof runbook"),
+            "{first}"
+        );
+        assert!(!first.contains("- verifier"), "{first}");
+        // Exited with the step open: 116, and the supervisor's own record.
+        assert_eq!(run.status.code(), Some(116), "{}", run.describe());
+        let abandoned = run.records("runbook-abandoned");
+        assert_eq!(abandoned.len(), 1, "{}", run.describe());
+        assert_eq!(abandoned[0]["source"], "supervisor");
+        assert_eq!(abandoned[0]["why"], "the agent exited with steps open");
+        assert_eq!(abandoned[0]["open"], json!(["draft"]));
+        assert_eq!(abandoned[0]["not_passed"], json!(["draft", "later"]));
+        let ends = reported(&run, "session-end");
+        assert_eq!(ends.len(), 1, "{:#?}", run.audit);
+        assert_eq!(ends[0]["event"], "SessionEnd");
+        assert!(ends[0]["reason"].is_string(), "{}", ends[0]);
+        assert_eq!(ends[0]["ends_session"], true, "{}", ends[0]);
+        let verified = std::process::Command::new(STEPPROOF)
+            .args(["audit", "verify"])
+            .arg(&run.audit_path)
+            .output()
+            .unwrap();
+        assert!(verified.status.success(), "{}", describe(&verified));
+    }
+);
+
+// `/step-complete` in the chat: Claude Code expands StepProof's command (read from the run's
+// config dir), the model runs the client, the hook lets exactly that through while the step
+// allows only `echo`, the supervisor checks the evidence and its verdict is the tool result
+// the model reads — a failure with why, then a pass that opens the next step with its
+// instructions. A command the step does not allow is refused naming the step. Then the model
+// abandons the runbook through the client: every later call is denied, the run exits 116, the
+// record says it was asked for.
+both_claude!(
+    step_complete_from_the_chat_reaches_the_supervisor,
+    |w: &World| {
+        setup(w);
+        let mock = Mock::start(
+            w,
+            json!([
+                bash(&format!("{CLIENT} step complete")),
+                bash("cat runbook.toml"),
+                bash("echo 'q1 q2 q3' > notes.md"),
+                bash(&format!("{CLIENT} step complete --note 'from the chat'")),
+                bash(&format!("{CLIENT} step abandon --reason 'test over'")),
+                bash("echo after"),
+                text("fin")
+            ]),
+        );
+        let run = runbook_run(w, &mock, "/step-complete");
+        let first = seen(&mock.messages_requests()[0]);
+        assert!(
+            first.contains("<command-name>/step-complete</command-name>")
+                && first.contains("Ask the supervisor to complete a runbook step"),
+            "the expanded slash command is not in the first request:\n{first}\n{}",
+            run.describe()
+        );
+        // The client's call is allowed by its own rule, though the step allows only echo.
+        run.expect_decision(&call_id(None, 0), "allow", "runbook-client");
+        let failed = mock.expect_result(&call_id(None, 0));
+        assert!(
+            failed
+                .text
+                .contains("step draft NOT passed (attempt 1 of 3)")
+                && failed
+                    .text
+                    .contains("files_exist: nothing matches notes.md"),
+            "{failed:?}"
+        );
+        // Refused by the step, which the reason names.
+        let refused = mock.expect_result(&call_id(None, 1));
+        assert!(
+            refused.is_error
+                && refused.text.contains("step draft")
+                && refused.text.contains("`echo *`"),
+            "{refused:?}"
+        );
+        let passed = mock.expect_result(&call_id(None, 3));
+        assert!(
+            !passed.is_error
+                && passed.text.contains("step draft passed (attempt 2).")
+                && passed.text.contains("Open now: later.")
+                && passed
+                    .text
+                    .contains("Step later (Later): Publish the notes somewhere far away"),
+            "{passed:?}"
+        );
+        let abandoned = mock.expect_result(&call_id(None, 4));
+        assert!(
+            abandoned
+                .text
+                .contains("abandoned at your request; abandoned: later"),
+            "{abandoned:?}"
+        );
+        let after = mock.expect_result(&call_id(None, 5));
+        assert!(
+            after.is_error && after.text.contains("the run has stopped"),
+            "{after:?}"
+        );
+        assert_eq!(run.status.code(), Some(116), "{}", run.describe());
+        let requested = run.records("runbook-complete-requested");
+        assert_eq!(requested.len(), 2, "{}", run.describe());
+        assert_eq!(requested[1]["note"], "from the chat");
+        assert_eq!(requested[1]["reported_from"], "inside");
+        let record = run.records("runbook-abandoned");
+        assert_eq!(record.len(), 1, "{}", run.describe());
+        assert_eq!(record[0]["requested"], true);
+        assert_eq!(record[0]["open"], json!(["later"]));
+        assert_eq!(
+            record[0]["why"],
+            "abandoned by request from inside: test over"
+        );
+        assert_eq!(run.records("runbook-abandon-requested").len(), 1);
+    }
+);
+
+// Interactive, on a terminal: after `/compact` the conversation is a summary, and the next
+// request still holds the open step's instructions (PreCompact makes the next prompt carry the
+// whole orientation again).
+both_claude!(after_compact_the_step_is_still_in_context, |w: &World| {
+    setup(w);
+    let mock = Mock::start(
+        w,
+        json!([
+            text("First-answer-done."),
+            text("Second-answer-done."),
+            text("SUMMARY-OF-THE-CONVERSATION")
+        ]),
+    );
+    let profile = profile(w, &mock, true, "");
+    let dir = scratch(w, "tui");
+    chown_tree(&dir, w.owner);
+    let audit = dir.join("audit.jsonl");
+    let mut tui = tui::Tui::start(
+        w,
+        &[
+            "--runbook",
+            "runbook.toml",
+            "--runbook-fresh",
+            "--profile",
+            &profile,
+            "--audit-log",
+            audit.to_str().unwrap(),
+        ],
+        "Follow the script.",
+    );
+    tui.until(60, "the first answer", |t| {
+        t.screen.contains("First-answer-done.")
+    });
+    let first = seen(&mock.messages_requests()[0]);
+    assert!(first.contains(DRAFT_INSTRUCTIONS), "{first}");
+    // Claude Code keeps each prompt's context in the session's system prompt (until a
+    // compaction): the last one is this prompt's.
+    let prompt_context = |request: &str| {
+        let parts: Vec<&str> = request
+            .split("UserPromptSubmit hook additional context:")
+            .collect();
+        assert!(parts.len() > 1, "no prompt context in:\n{request}");
+        parts.last().unwrap().to_string()
+    };
+    // The session's next prompt: one line, not the whole orientation again.
+    tui.pump(std::time::Duration::from_millis(1500));
+    tui.type_line("second-prompt");
+    tui.until(60, "the second answer", |t| {
+        t.screen.contains("Second-answer-done.")
+    });
+    let second = mock
+        .messages_requests()
+        .iter()
+        .map(seen)
+        .find(|s| s.contains("second-prompt"))
+        .expect("the second prompt's request");
+    let second = prompt_context(&second);
+    assert!(
+        second.contains("Runbook 'oriented', open step 'draft'")
+            && !second.contains(DRAFT_INSTRUCTIONS),
+        "{second}"
+    );
+    tui.pump(std::time::Duration::from_millis(1500));
+    tui.type_line("/compact");
+    tui.until(90, "the compaction request", |_| {
+        mock.messages_requests().iter().any(|r| {
+            seen(r).contains("SUMMARY") || seen(r).contains("Keep the following in the summary")
+        })
+    });
+    tui.pump(std::time::Duration::from_millis(3000));
+    tui.type_line("next-prompt-after-compaction");
+    let after = |mock: &Mock| {
+        mock.messages_requests()
+            .iter()
+            .map(seen)
+            .find(|s| s.contains("next-prompt-after-compaction"))
+    };
+    tui.until(60, "the request after the compaction", |_| {
+        after(&mock).is_some()
+    });
+    let after = after(&mock).unwrap();
+    assert!(
+        after.contains("SUMMARY-OF-THE-CONVERSATION"),
+        "the conversation was not compacted: {after}"
+    );
+    // The prompt after the compaction carries the whole orientation again (the observer's
+    // context for this prompt, not only what the conversation kept).
+    let prompt_context = prompt_context(&after);
+    assert!(
+        prompt_context.contains(DRAFT_INSTRUCTIONS) && prompt_context.contains("Open step 'draft'"),
+        "the step is not in the request after /compact:\n{after}"
+    );
+    // The summary was asked to keep the step (PreCompact's plain-text instructions).
+    let compaction = mock
+        .messages_requests()
+        .iter()
+        .map(seen)
+        .find(|s| s.contains("Keep the following in the summary, word for word"))
+        .unwrap_or_else(|| panic!("no compaction request asked to keep the step"));
+    assert!(compaction.contains(DRAFT_INSTRUCTIONS), "{compaction}");
+    tui.pump(std::time::Duration::from_millis(1500));
+    let status = tui.exit();
+    assert_eq!(status.code(), Some(116), "{:?}", tui.screen);
+    // No observer failed on screen (a SessionStart hook cannot run here; PreCompact's answer
+    // is one Claude Code takes).
+    assert!(!tui.screen.contains("hook failed"), "{:?}", tui.screen);
+    let records: Vec<Value> = fs::read_to_string(&audit)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(
+        records
+            .iter()
+            .any(|r| r["kind"] == "runbook-abandoned"
+                && r["why"] == "the agent exited with steps open"),
+        "{records:#?}"
+    );
+});
+
+// `/runbook-abandon REASON` in the chat: the expanded command carries the reason, the model
+// looks at the run (`step status`) and abandons it through the client; the supervisor records
+// the request with its reason and the run exits 116.
+both_claude!(runbook_abandon_from_the_chat, |w: &World| {
+    setup(w);
+    let mock = Mock::start(
+        w,
+        json!([
+            bash(&format!("{CLIENT} step status")),
+            bash(&format!("{CLIENT} step abandon --reason 'not today'")),
+            text("fin")
+        ]),
+    );
+    let run = runbook_run(w, &mock, "/runbook-abandon not today");
+    let first = seen(&mock.messages_requests()[0]);
+    assert!(
+        first.contains("<command-name>/runbook-abandon</command-name>")
+            && first.contains("Reason given: not today"),
+        "{first}\n{}",
+        run.describe()
+    );
+    let status = mock.expect_result(&call_id(None, 0));
+    assert!(
+        status.text.contains("OPEN     draft") && status.text.contains("waiting  later"),
+        "{status:?}"
+    );
+    let abandoned = mock.expect_result(&call_id(None, 1));
+    assert!(
+        abandoned
+            .text
+            .contains("runbook oriented abandoned at your request; abandoned: draft"),
+        "{abandoned:?}"
+    );
+    assert_eq!(run.status.code(), Some(116), "{}", run.describe());
+    let record = run.records("runbook-abandoned");
+    assert_eq!(record.len(), 1, "{}", run.describe());
+    assert_eq!(
+        record[0]["why"],
+        "abandoned by request from inside: not today"
+    );
+    assert_eq!(record[0]["open"], json!(["draft"]));
+});
