@@ -5,6 +5,13 @@
 #   default    stepproof-run --workspace WS -- claude -p …   (the built-in default profile: the
 #              login stays outside, Claude Code reaches the mock through StepProof's gateway)
 #   runbook    the same with a runbook open (--runbook, examples/runbooks/fix-bug.toml)
+# and, for the breakdown (as root: each needs a private mount namespace whose /etc has
+# StepProof's managed settings laid over it; the bare variant is then started the same way):
+#   bare-ns    bare Claude Code started that way, with nothing laid over /etc (their baseline)
+#   managed    bare Claude Code, with StepProof's managed settings but no hook registered
+#              (what Claude Code does differently because a machine has managed settings)
+#   hooks      the same with StepProof's hook registrations, each running /bin/true (the
+#              cost of a hook process per event on Claude Code's side, without the hook's work)
 # Both see the same HOME (a fresh one made here, kept for the whole run, so sessions accumulate
 # alike) and the same workspace (a small git checkout).
 #
@@ -20,7 +27,7 @@
 #
 # Environment:
 #   ROUNDS (15)        interleaved rounds; the variant order rotates every round
-#   VARIANTS ("bare default runbook")
+#   VARIANTS ("bare default runbook", and "managed hooks" as root)
 #   STEPPROOF_RUN      path to stepproof-run (stepproof-hook beside it); default: built as
 #                      scripts/install does (scripts/build-release)
 #   CLAUDE             Claude Code's binary (default: `command -v claude`)
@@ -30,7 +37,11 @@
 set -euo pipefail
 
 ROUNDS=${ROUNDS:-15}
-VARIANTS=${VARIANTS:-bare default runbook}
+if [[ $(id -u) == 0 ]] && command -v unshare >/dev/null; then
+    VARIANTS=${VARIANTS:-bare default runbook bare-ns managed hooks}
+else
+    VARIANTS=${VARIANTS:-bare default runbook}
+fi
 PROMPT=${PROMPT:-Say ok.}
 
 die() {
@@ -99,11 +110,45 @@ claude_cmd=("$claude_bin" -p "$PROMPT" --output-format text)
 audits=$work/audits
 mkdir -p "$audits"
 
+# The breakdown's managed settings: StepProof's own (as a default run sees them), without the
+# hooks (`managed`) or with each hook's command replaced by /bin/true (`hooks`), laid over /etc.
+layered=()
+if [[ " $VARIANTS " =~ \ (managed|hooks|bare-ns)\  ]]; then
+    [[ $(id -u) == 0 ]] || die "the managed and hooks variants need root (a mount namespace with /etc overlaid)"
+    (cd "$ws" && env -i "${base_env[@]}" "$stepproof_bin" --workspace "$ws" --audit-log /dev/null \
+        -- /bin/cat /etc/claude-code/managed-settings.json) >"$work/ours.json" 2>/dev/null ||
+        die "reading StepProof's managed settings failed"
+    for v in managed hooks; do
+        mkdir -p "$work/etc-$v/claude-code"
+        python3 - "$v" "$work/ours.json" "$work/etc-$v/claude-code/managed-settings.json" <<'PY'
+import json, sys
+variant, ours, out = sys.argv[1:4]
+settings = json.load(open(ours))
+if variant == "managed":
+    settings.pop("hooks", None)
+else:
+    for groups in settings.get("hooks", {}).values():
+        for group in groups:
+            for hook in group.get("hooks", []):
+                hook["command"], hook["args"] = "/bin/true", []
+# The variables StepProof pins inside mean nothing outside (its PATH, its sandbox's paths).
+settings.pop("env", None)
+json.dump(settings, open(out, "w"))
+PY
+    done
+    # layered LAYER CMD…: CMD with LAYER laid over /etc, in a private mount namespace.
+    layered=("$(command -v unshare)" -m --propagation private /bin/sh -c 'mount -t overlay overlay -o "lowerdir=$0:/etc" /etc && exec "$@"')
+    mkdir -p "$work/etc-none"
+fi
+
 # run VARIANT N: one timed launch; appends "variant ns start_ms end_ms" to $results.
 run() {
     local v=$1 n=$2 cmd
     case $v in
     bare) cmd=("${claude_cmd[@]}") ;;
+    # The breakdown's baseline is started as its variants are (the namespace's cost in each).
+    bare-ns) cmd=("${layered[@]}" "$work/etc-none" "${claude_cmd[@]}") ;;
+    managed | hooks) cmd=("${layered[@]}" "$work/etc-$v" "${claude_cmd[@]}") ;;
     default) cmd=("$stepproof_bin" --workspace "$ws" --audit-log "$audits/$v-$n.jsonl" -- "${claude_cmd[@]}") ;;
     runbook) cmd=("$stepproof_bin" --workspace "$ws" --audit-log "$audits/$v-$n.jsonl"
         --runbook "$runbook" --runbook-fresh -- "${claude_cmd[@]}") ;;
@@ -184,7 +229,7 @@ for v in variants:
 
 # Hook processes, from the audit logs: which events ran the hook, how often per run.
 for v in variants:
-    if v == "bare":
+    if v in ("bare", "bare-ns", "managed", "hooks"):
         continue
     per_event = {}
     nruns = 0
@@ -196,8 +241,8 @@ for v in variants:
         with open(os.path.join(audits, name)) as f:
             for line in f:
                 rec = json.loads(line)
-                if rec.get("source") == "hook":
-                    ev = rec.get("event") or rec.get("hook_event_name") or rec.get("kind")
+                if rec.get("source") == "sandbox":
+                    ev = (rec.get("reported") or {}).get("event") or rec.get("kind")
                     seen[ev] = seen.get(ev, 0) + 1
         for ev, c in seen.items():
             per_event[ev] = per_event.get(ev, 0) + c
@@ -208,8 +253,9 @@ for v in variants:
 print()
 print("ratios of medians:")
 for v in variants:
-    if v != "bare" and "bare" in med:
-        print(f"  {v}/bare  {med[v] / med['bare']:.3f}  ({med[v] - med['bare']:+.1f} ms)")
+    base = "bare-ns" if v in ("managed", "hooks") else "bare"
+    if v not in ("bare", "bare-ns") and base in med:
+        print(f"  {v}/{base}  {med[v] / med[base]:.3f}  ({med[v] - med[base]:+.1f} ms)")
 if "default" in med and "bare" in med:
     verdict = "MET" if med["default"] <= 1.05 * med["bare"] else "NOT MET"
     print(f"target: default within 5 % of bare: {verdict}")
