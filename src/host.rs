@@ -104,6 +104,7 @@ pub fn gather_facts(workspace: Option<&Path>, probe_idmap: bool) -> Result<HostF
             .and_then(|exe| exe.parent().map(|d| d.join("stepproof-hook")))
             .filter(|p| p.is_file()),
         claude_managed_dir: PathBuf::from(crate::sandbox::plan::agent_layer::MANAGED_DIR),
+        runbook: false,
     })
 }
 

@@ -184,7 +184,7 @@ fn carry_out(
         .as_deref()
         .map(|path| load_runbook(path, &profile))
         .transpose()?;
-    let facts = host::gather_facts(
+    let mut facts = host::gather_facts(
         args.workspace.as_deref(),
         profile.process.allow_root_fallback,
     )
@@ -196,6 +196,7 @@ fn carry_out(
             Failure::host(e.to_string())
         }
     })?;
+    facts.runbook = runbook.is_some();
     // The home is shown read-only and holds StepProof's run directories: one that is not
     // there is a mistake in the caller's environment, not something to create (checked before
     // the self-test, whose own run would refuse it less clearly).

@@ -58,6 +58,34 @@ both_claude!(
     }
 );
 
+// The model is told where it runs once, by the managed CLAUDE.md (not with every prompt); the
+// prompt and the turn's end are recorded; a runbook's observers (SessionEnd, subagents,
+// PreCompact) are not registered without one: one hook process fewer at exit.
+both_claude!(the_model_is_told_once_where_it_runs, |w: &World| {
+    let mock = Mock::start(w, json!([bash("true"), text("fin")]));
+    let run = run_claude(w, &profile(w, &mock, true, ""), &[]);
+    assert!(run.status.success(), "{}", run.describe());
+    let requests = mock.messages_requests();
+    let first = serde_json::to_string(&requests[0]).unwrap();
+    let told = "This session runs under StepProof, profile 'ci'";
+    assert!(
+        first.contains("Contents of /etc/claude-code/CLAUDE.md") && first.contains(told),
+        "{first}"
+    );
+    assert_eq!(first.matches(told).count(), 1, "{first}");
+    let last = serde_json::to_string(requests.last().unwrap()).unwrap();
+    assert_eq!(last.matches(told).count(), 1, "{last}");
+    let recorded = |event: &str| {
+        run.audit
+            .iter()
+            .any(|r| r["source"] == "sandbox" && r["reported"]["event"] == event)
+    };
+    for event in ["UserPromptSubmit", "Stop"] {
+        assert!(recorded(event), "no {event} record: {}", run.describe());
+    }
+    assert!(!recorded("SessionEnd"), "{}", run.describe());
+});
+
 // 2. A denied command is blocked; the model reads StepProof's reason; no effect.
 both_claude!(
     denied_command_is_blocked_with_stepproofs_reason,

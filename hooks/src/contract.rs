@@ -5,7 +5,7 @@
 //! | PreToolUse | the decision JSON; deny also exits 2 with the reason on stderr | deny, exit 2 |
 //! | ConfigChange | refuse the reload: exit 2 | refuse |
 //! | PostToolUse, PostToolUseFailure | an evidence record; `additionalContext` after a Bash call the kernel refused as read-only, or during which the proxy refused a host (the supervisor's notices) | exit 0, failure record |
-//! | SessionStart, UserPromptSubmit, PreCompact | `additionalContext` (with a runbook: its open steps; a prompt gets one line per open step, and the whole orientation on a session's first prompt, after a compaction and when the open steps change: see [`oriented`]) | exit 0, no context |
+//! | SessionStart, UserPromptSubmit, PreCompact | with a runbook, `additionalContext` (its open steps; a prompt gets one line per open step, and the whole orientation on a session's first prompt, after a compaction and when the open steps change: see [`oriented`]) | exit 0, no context (where the session runs is in the managed `CLAUDE.md`) |
 //! | SubagentStart, SubagentStop | with a runbook, a record naming `agent_id`/`agent_type` | exit 0 |
 //! | SessionEnd | a record with its reason (`clear` is not an end) | exit 0 |
 //! | anything else (Stop, …) | nothing | exit 0: exit 2 on Stop loops the agent |
@@ -900,7 +900,8 @@ fn context(args: &Args, event: &str, input: Result<HookInput, String>) -> Respon
     if event == "PreCompact" {
         return pre_compact(&input, state.as_ref());
     }
-    let policy = load_policy_for(&args.policy, &Needs::minimal()).ok();
+    // Where the session runs is the managed CLAUDE.md's to say (once per session, kept through
+    // compaction): the prompt's context carries the runbook alone.
     let runbook = state.as_ref().and_then(|state| match event {
         "UserPromptSubmit" => {
             let reminder = prompt_reminder(
@@ -921,10 +922,8 @@ fn context(args: &Args, event: &str, input: Result<HookInput, String>) -> Respon
         }
         _ => Some(orientation_text(state)),
     });
-    let text = match (policy.as_ref().map(context_text), runbook) {
-        (Some(profile), Some(runbook)) => format!("{profile}\n\n{runbook}"),
-        (Some(text), None) | (None, Some(text)) => text,
-        (None, None) => return Response::silent(),
+    let Some(text) = runbook else {
+        return Response::silent();
     };
     let answer = json!({
         "hookSpecificOutput": {
@@ -958,7 +957,8 @@ fn pre_compact(input: &HookInput, state: Option<&Value>) -> Response {
     }
 }
 
-/// What the model is told at session start: where it runs and what it may do.
+/// What the model is told once per session (the supervisor writes it into the managed
+/// `CLAUDE.md`): where it runs and what it may do.
 pub fn context_text(policy: &CompiledPolicy) -> String {
     let mut text = format!(
         "This session runs under StepProof, profile '{}': a Linux sandbox plus a hook that checks every tool call.",

@@ -1058,7 +1058,11 @@ mod tests {
         let login = ModelLogin::fixed(Credential::ApiKey("sk-real".into()));
         let placeholder = String::from_utf8(login.placeholder().header_line().unwrap()).unwrap();
         let (tx, records) = channel();
-        let ours = managed_settings(&serde_json::Map::new(), &[("PATH".into(), "/bin".into())]);
+        let ours = managed_settings(
+            &serde_json::Map::new(),
+            &[("PATH".into(), "/bin".into())],
+            false,
+        );
         let handle = serve_gateway(
             listener,
             Upstream {

@@ -368,6 +368,7 @@ mod tests {
                 ("PATH".into(), "/usr/bin:/bin".into()),
                 ("BASH_ENV".into(), String::new()),
             ],
+            false,
         )
     }
 

@@ -1486,6 +1486,7 @@ mod tests {
                 run_dir: home.join("run"),
                 hook_binary: Some(PathBuf::from("/usr/bin/true")),
                 claude_managed_dir: PathBuf::from("/nonexistent/claude-code"),
+                runbook: false,
             };
             let mut plan = crate::sandbox::plan::build_plan(&self.profile, &facts).unwrap();
             // These tests change the workspace from outside, as the run would: nothing is
@@ -1911,6 +1912,7 @@ mod tests {
             run_dir: ws.parent().unwrap().join("run"),
             hook_binary: Some(PathBuf::from("/usr/bin/true")),
             claude_managed_dir: PathBuf::from("/nonexistent/claude-code"),
+            runbook: false,
         };
         let plan = crate::sandbox::plan::build_plan(&profile, &facts).unwrap();
         for round in 0..3 {

@@ -75,20 +75,39 @@ const HOOK_TIMEOUT_SECONDS: u32 = 5;
 /// would never run and every session would start by showing "SessionStart:startup hook failed
 /// … EROFS". The UserPromptSubmit observer carries what SessionStart would have said (the
 /// session's first prompt, and the first after a compaction).
-const EVENTS: &[(&str, bool, bool)] = &[
-    // (event, takes a matcher, fails closed)
-    ("PreToolUse", true, true),
-    ("ConfigChange", false, true),
-    ("PostToolUse", true, false),
-    ("PostToolUseFailure", true, false),
-    ("UserPromptSubmit", false, false),
-    ("PreCompact", false, false),
-    ("Stop", false, false),
-    ("SessionEnd", false, false),
-    // Recorded with `agent_id`/`agent_type` while a runbook runs; silent otherwise.
-    ("SubagentStart", false, false),
-    ("SubagentStop", false, false),
+///
+/// Claude Code waits for every hook it runs (one process per event), so an event that means
+/// nothing without a runbook is registered only with one. None is `async`: Claude Code does not
+/// wait for an async hook at its exit, and records were lost that way (the turn's end,
+/// SessionEnd).
+const EVENTS: &[(&str, bool, bool, When)] = &[
+    // (event, takes a matcher, fails closed, when registered)
+    ("PreToolUse", true, true, When::Always),
+    ("ConfigChange", false, true, When::Always),
+    // The supervisor's notices (a host the proxy refused, a read-only path) go into context.
+    ("PostToolUse", true, false, When::Always),
+    ("PostToolUseFailure", true, false, When::Always),
+    // The prompt's record (and the asks it settles); with a runbook, its orientation. Where the
+    // session runs is in the managed CLAUDE.md ([`managed_memory`]).
+    ("UserPromptSubmit", false, false, When::Always),
+    // The runbook's state for the summary (plain text).
+    ("PreCompact", false, false, When::WithRunbook),
+    // The end of a turn: asks still open were not approved.
+    ("Stop", false, false, When::Always),
+    // The supervisor records the run's end itself; a runbook's chain records the session's.
+    ("SessionEnd", false, false, When::WithRunbook),
+    // Recorded with `agent_id`/`agent_type` while a runbook runs.
+    ("SubagentStart", false, false, When::WithRunbook),
+    ("SubagentStop", false, false, When::WithRunbook),
 ];
+
+/// When StepProof's hook is registered for an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum When {
+    Always,
+    /// While a runbook runs (`stepproof-run --runbook`).
+    WithRunbook,
+}
 
 /// What the supervisor prepares on the host for the agent, and reads back after the run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -251,9 +270,13 @@ pub fn project_bash_functions(workspace: &Path, cwd: &Path) -> Vec<String> {
 pub fn managed_settings(
     extra: &serde_json::Map<String, serde_json::Value>,
     pinned: &[(String, String)],
+    runbook: bool,
 ) -> serde_json::Value {
     let mut hooks = serde_json::Map::new();
-    for (event, matcher, blocks) in EVENTS {
+    for (event, matcher, blocks, when) in EVENTS {
+        if *when == When::WithRunbook && !runbook {
+            continue;
+        }
         let mut entry = serde_json::json!({
             "type": "command",
             "command": HOOK_BINARY,
@@ -318,7 +341,7 @@ pub fn managed_settings_problems(settings: &serde_json::Value, is_drop_in: bool)
     if settings["allowManagedHooksOnly"] != true {
         problems.push("allowManagedHooksOnly is not true".into());
     }
-    for (event, _, blocks) in EVENTS {
+    for (event, _, blocks, when) in EVENTS {
         let entries = settings["hooks"][event]
             .as_array()
             .cloned()
@@ -331,11 +354,15 @@ pub fn managed_settings_problems(settings: &serde_json::Value, is_drop_in: bool)
                             args.iter().any(|a| a == POLICY_FILE)
                                 && args.iter().any(|a| a == *event)
                         })
+                        // A gate Claude Code did not wait for would not gate; nor is a
+                        // record reliable that Claude Code may not wait for at its exit.
+                        && h["async"] != true
                         && (!*blocks || h["onFailure"] == "block")
                 })
             })
         });
-        if !ours {
+        // A runbook's observers are there only in a runbook's run (and then as the others).
+        if !ours && (*when == When::Always || !entries.is_empty()) {
             problems.push(format!("StepProof's hook is not registered for {event}"));
         }
     }
@@ -456,13 +483,14 @@ pub fn plan_agent(
             .into_iter()
             .map(|name| (name, String::new())),
     );
-    let ours = managed_settings(&profile.claude.managed_settings, &pinned);
+    let ours = managed_settings(&profile.claude.managed_settings, &pinned, facts.runbook);
     let settings = serde_json::to_string_pretty(&ours).expect("JSON values serialize");
     let pinned_names: Vec<String> = pinned.iter().map(|(name, _)| name.clone()).collect();
     let host = read_host_managed(&facts.claude_managed_dir, &pinned_names);
     let merged = merge_managed(&ours, &host.documents);
     let mut managed_files = vec![(PathBuf::from(MANAGED_FILE), settings)];
     managed_files.extend(host.files);
+    managed_memory(&mut managed_files, &policy);
     let state = AgentState {
         run_dir: facts.run_dir.clone(),
         config_dir: facts.run_dir.join("claude-config"),
@@ -546,6 +574,36 @@ pub fn plan_agent(
         env,
         state,
     }))
+}
+
+/// Claude Code's organisation-managed memory file in the managed directory: it puts the file in
+/// the context of every session (and keeps it there through compaction, subagents included).
+pub const MANAGED_MEMORY: &str = "CLAUDE.md";
+
+/// Where the session runs and what it may do, told to the model once per session in the managed
+/// `CLAUDE.md` (after the host's own, when the host has one), instead of with every prompt.
+fn managed_memory(files: &mut Vec<(PathBuf, String)>, policy: &[u8]) {
+    let Ok(policy) = stepproof_hook::load::parse(policy, &stepproof_hook::load::Needs::minimal())
+    else {
+        return;
+    };
+    let ours = format!(
+        "# StepProof\n\n{}\n",
+        stepproof_hook::contract::context_text(&policy)
+    );
+    match files
+        .iter_mut()
+        .find(|(rel, _)| rel == Path::new(MANAGED_MEMORY))
+    {
+        Some((_, host)) => {
+            if !host.ends_with('\n') {
+                host.push('\n');
+            }
+            host.push('\n');
+            host.push_str(&ours);
+        }
+        None => files.push((PathBuf::from(MANAGED_MEMORY), ours)),
+    }
 }
 
 /// The host's managed-settings directory as the agent gets it.
@@ -786,6 +844,7 @@ mod tests {
         let settings = managed_settings(
             &extra,
             &pinned_env(&[("PATH".into(), "/usr/bin:/bin".into())]),
+            false,
         );
         assert_eq!(settings["env"]["PATH"], "/usr/bin:/bin");
         assert_eq!(settings["env"]["BASH_ENV"], "");
@@ -799,7 +858,33 @@ mod tests {
         );
         assert_eq!(settings["permissions"]["deny"][0], "Bash(rm -rf *)");
         assert_eq!(settings["allowManagedHooksOnly"], true);
-        for (event, _, blocks) in EVENTS {
+        // A runbook's observers are registered only with a runbook; no hook is async.
+        let with_runbook = managed_settings(&extra, &[], true);
+        for (event, _, _, when) in EVENTS {
+            assert!(
+                with_runbook["hooks"][event][0]["hooks"][0].is_object(),
+                "{event}"
+            );
+            let registered = settings["hooks"].get(event).is_some();
+            assert_eq!(registered, *when == When::Always, "{event}");
+        }
+        assert!(managed_settings_problems(&with_runbook, false).is_empty());
+        let mut not_waited = settings.clone();
+        not_waited["hooks"]["Stop"][0]["hooks"][0]["async"] = true.into();
+        assert_eq!(
+            managed_settings_problems(&not_waited, false),
+            ["StepProof's hook is not registered for Stop"]
+        );
+        let mut foreign = with_runbook.clone();
+        foreign["hooks"]["SessionEnd"][0]["hooks"][0]["command"] = "/bin/true".into();
+        assert_eq!(
+            managed_settings_problems(&foreign, false),
+            ["StepProof's hook is not registered for SessionEnd"]
+        );
+        for (event, _, blocks, when) in EVENTS {
+            if *when != When::Always {
+                continue;
+            }
             let entry = &settings["hooks"][event][0]["hooks"][0];
             assert_eq!(entry["command"], HOOK_BINARY, "{event}");
             assert!(entry["timeout"].as_u64().unwrap() <= 30, "{event}");
@@ -866,6 +951,7 @@ mod tests {
         let settings = managed_settings(
             &serde_json::Map::new(),
             &[("BASH_FUNC_git%%".into(), String::new())],
+            false,
         );
         assert_eq!(settings["env"]["BASH_FUNC_git%%"], "");
         assert!(managed_settings_problems(&settings, false).is_empty());
@@ -990,6 +1076,7 @@ mod tests {
         let ours = managed_settings(
             &serde_json::Map::new(),
             &[("PATH".into(), "/usr/bin:/bin".into())],
+            false,
         );
         let merged = merge_managed(&ours, &host.documents);
         assert_eq!(merged["model"], "team-model");

@@ -58,6 +58,9 @@ pub struct HostFacts {
     /// The host's Claude Code managed-settings directory (`/etc/claude-code`), read to build
     /// the agent's own copy.
     pub claude_managed_dir: PathBuf,
+    /// A runbook runs (`stepproof-run --runbook`): its observers answer in the model's context,
+    /// so Claude Code waits for them (see `agent_layer::managed_settings`).
+    pub runbook: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -1502,6 +1505,7 @@ mod tests {
             run_dir: home.join(".local/state/stepproof/runs/test"),
             hook_binary: Some(PathBuf::from("/usr/bin/true")),
             claude_managed_dir: PathBuf::from("/nonexistent/claude-code"),
+            runbook: false,
         }
     }
 
