@@ -641,9 +641,11 @@ pub fn prepare(plan: &SandboxPlan) -> Result<Option<Prepared>, String> {
         ));
     }
     let read_only = read_only_hosts(&plan.read_only, &mut notes)?;
+    tracing::debug!("credentials: read-only hosts");
     let authority = match plan_run_dir(plan) {
         Some(run_dir) => {
             let authority = RunAuthority::generate()?;
+            tracing::debug!("credentials: run CA made");
             write_trust_files(&trust_dir(run_dir), &authority, &mut notes)?;
             Some(authority)
         }

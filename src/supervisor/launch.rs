@@ -560,6 +560,7 @@ fn launch(
     let hook_listener = match &plan.agent {
         Some(state) => {
             let listener = agent_config_dir::prepare(plan, state, &placeholder)?;
+            tracing::debug!("launch: agent config dir");
             if let Some(definition) = options.verifier_agent {
                 agent_config_dir::install_verifier_agent(state, definition)?;
             }
