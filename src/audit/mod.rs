@@ -39,6 +39,11 @@ pub const STATE_DIR: &str = ".local/state/stepproof";
 
 pub mod chain;
 pub mod command;
+pub mod export;
+pub mod export_config;
+pub mod export_http;
+pub mod export_otlp;
+pub mod export_verify;
 pub mod receiver;
 pub mod runbook_steps;
 pub mod runs;
