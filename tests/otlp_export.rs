@@ -104,6 +104,18 @@ fn out_dir(w: &World) -> PathBuf {
 
 /// One run of `n` hook calls with the export pointed at `endpoint`.
 fn run(w: &World, name: &str, endpoint: Option<&str>, profile: &Path, n: usize) -> Run {
+    run_in(w, name, endpoint, profile, n, None)
+}
+
+/// The same in a workspace of its own (concurrent runs: each its own project, as on a fleet).
+fn run_in(
+    w: &World,
+    name: &str,
+    endpoint: Option<&str>,
+    profile: &Path,
+    n: usize,
+    workspace: Option<&Path>,
+) -> Run {
     let log = out_dir(w).join(format!("{name}.jsonl"));
     let status = out_dir(w).join(format!("{name}-status.json"));
     let mut cmd = w.command(
@@ -117,6 +129,9 @@ fn run(w: &World, name: &str, endpoint: Option<&str>, profile: &Path, n: usize) 
         ],
         &["/bin/sh", "-c", &hook_calls(n)],
     );
+    if let Some(workspace) = workspace {
+        cmd.current_dir(workspace);
+    }
     if let Some(endpoint) = endpoint {
         cmd.env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
             .env("OTEL_EXPORTER_OTLP_HEADERS", "x-otlp-token=tok%20123")
@@ -419,7 +434,12 @@ both!(sixteen_runs_into_one_receiver_lose_nothing, |w: &World| {
         let handles: Vec<_> = (0..16)
             .map(|i| {
                 let (profile, endpoint) = (&profile, &endpoint);
-                s.spawn(move || run(w, &format!("many-{i}"), Some(endpoint), profile, 3))
+                let workspace = w.home.join(format!("src/project-{i}"));
+                fs::create_dir_all(&workspace).unwrap();
+                support::chown_tree(&workspace, w.owner);
+                s.spawn(move || {
+                    run_in(w, &format!("many-{i}"), Some(endpoint), profile, 3, Some(&workspace))
+                })
             })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
