@@ -16,7 +16,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::{Duration, Instant};
-use support::{STEPPROOF, World, Who, describe};
+use support::{STEPPROOF, Who, World, describe};
 
 /// A string the hook calls carry in their command: it is in the local log and must never be
 /// in what is shipped (the default redaction, `commands`).
@@ -136,7 +136,10 @@ fn run_in(
         cmd.env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
             .env("OTEL_EXPORTER_OTLP_HEADERS", "x-otlp-token=tok%20123")
             .env("MY_COLLECTOR_HEADERS", "x-team=audit")
-            .env("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=test,stepproof.run.id=forged")
+            .env(
+                "OTEL_RESOURCE_ATTRIBUTES",
+                "deployment.environment=test,stepproof.run.id=forged",
+            )
             .env("GITHUB_ACTIONS", "true")
             .env("GITHUB_RUN_ID", "4242");
     }
@@ -266,163 +269,194 @@ fn run_id_of(lines: &[String]) -> String {
     start["run_id"].as_str().unwrap().to_string()
 }
 
-both!(every_record_arrives_with_its_attributes_and_hashes, |w: &World| {
-    let receiver = Receiver::start();
-    let profile = profile(w, "30s");
-    let r = run(w, "up", Some(&receiver.endpoint()), &profile, 5);
-    assert_eq!(r.status["export"]["unsent"], 0, "{}", r.status);
-    let lines = r.lines();
-    let run_id = run_id_of(&lines);
-    let got = by_seq(&receiver.records(), &run_id);
-    assert_eq!(got.len(), lines.len(), "records: {:?}", got.keys());
-    assert!(lines.iter().any(|l| l.contains(MARKER)), "the local log keeps everything");
-    let mut prev = "0".repeat(64);
-    let mut redacted = 0;
-    for (i, line) in lines.iter().enumerate() {
-        let r = &got[&(i as u64)];
-        let hash = stepproof::audit::line_hash(line.as_bytes());
-        assert_eq!(r.attr_str("stepproof.record.hash"), hash);
-        assert_eq!(r.attr_str("stepproof.record.prev"), prev);
-        assert_eq!(r.attr_int("stepproof.run.first_seq"), Some(0));
-        let record: Value = serde_json::from_str(line).unwrap();
-        assert_eq!(r.attr_str("stepproof.record.kind"), record["kind"]);
-        assert_eq!(r.attr_str("stepproof.record.source"), record["source"]);
-        assert_eq!(r.time_unix_nano, record["ts_ms"].as_u64().unwrap() * 1_000_000);
-        // The body is the exact line, or its redaction (never the command).
-        assert!(!r.body.contains(MARKER), "shipped: {}", r.body);
-        if r.attr("stepproof.record.redacted").is_some() {
-            redacted += 1;
-            let body: Value = serde_json::from_str(&r.body).unwrap();
-            assert_eq!((body["seq"].clone(), body["prev"].clone()), (record["seq"].clone(), record["prev"].clone()));
-        } else {
-            assert_eq!(&r.body, line);
+both!(
+    every_record_arrives_with_its_attributes_and_hashes,
+    |w: &World| {
+        let receiver = Receiver::start();
+        let profile = profile(w, "30s");
+        let r = run(w, "up", Some(&receiver.endpoint()), &profile, 5);
+        assert_eq!(r.status["export"]["unsent"], 0, "{}", r.status);
+        let lines = r.lines();
+        let run_id = run_id_of(&lines);
+        let got = by_seq(&receiver.records(), &run_id);
+        assert_eq!(got.len(), lines.len(), "records: {:?}", got.keys());
+        assert!(
+            lines.iter().any(|l| l.contains(MARKER)),
+            "the local log keeps everything"
+        );
+        let mut prev = "0".repeat(64);
+        let mut redacted = 0;
+        for (i, line) in lines.iter().enumerate() {
+            let r = &got[&(i as u64)];
+            let hash = stepproof::audit::line_hash(line.as_bytes());
+            assert_eq!(r.attr_str("stepproof.record.hash"), hash);
+            assert_eq!(r.attr_str("stepproof.record.prev"), prev);
+            assert_eq!(r.attr_int("stepproof.run.first_seq"), Some(0));
+            let record: Value = serde_json::from_str(line).unwrap();
+            assert_eq!(r.attr_str("stepproof.record.kind"), record["kind"]);
+            assert_eq!(r.attr_str("stepproof.record.source"), record["source"]);
+            assert_eq!(
+                r.time_unix_nano,
+                record["ts_ms"].as_u64().unwrap() * 1_000_000
+            );
+            // The body is the exact line, or its redaction (never the command).
+            assert!(!r.body.contains(MARKER), "shipped: {}", r.body);
+            if r.attr("stepproof.record.redacted").is_some() {
+                redacted += 1;
+                let body: Value = serde_json::from_str(&r.body).unwrap();
+                assert_eq!(
+                    (body["seq"].clone(), body["prev"].clone()),
+                    (record["seq"].clone(), record["prev"].clone())
+                );
+            } else {
+                assert_eq!(&r.body, line);
+            }
+            prev = hash;
         }
-        prev = hash;
-    }
-    assert!(redacted >= 5, "the five decisions quote their command: {redacted} redacted");
-    // The seal: the last record is the run-end, and its hash is the head the run printed.
-    let last = got.values().last().unwrap();
-    assert_eq!(last.attr_str("stepproof.record.kind"), "run-end");
-    assert_eq!(last.attr_str("stepproof.record.hash"), r.head());
-    // The resource names the run; the caller's attributes add to it, never replace its id.
-    let start: Value = serde_json::from_str(&lines[0]).unwrap();
-    for g in got.values() {
-        assert_eq!(g.resource_attr("service.name"), Some("stepproof"));
-        assert_eq!(g.resource_attr("stepproof.run.id"), Some(run_id.as_str()));
-        assert_eq!(
-            g.resource_attr("stepproof.profile.hash"),
-            start["policy_hash"].as_str()
+        assert!(
+            redacted >= 5,
+            "the five decisions quote their command: {redacted} redacted"
         );
-        assert_eq!(g.resource_attr("cicd.pipeline.run.id"), Some("4242"));
-        assert_eq!(g.resource_attr("deployment.environment"), Some("test"));
-        assert!(g.resource_attr("host.name").is_some_and(|h| !h.is_empty()));
-    }
-    for headers in receiver.headers() {
-        let h = |k: &str| headers.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
-        assert_eq!(h("x-otlp-token"), Some("tok 123"));
-        assert_eq!(h("x-team"), Some("audit"));
-        assert_eq!(h("content-type"), Some("application/x-protobuf"));
-    }
-    assert!(receiver.paths().iter().all(|p| p == "/v1/logs"));
+        // The seal: the last record is the run-end, and its hash is the head the run printed.
+        let last = got.values().last().unwrap();
+        assert_eq!(last.attr_str("stepproof.record.kind"), "run-end");
+        assert_eq!(last.attr_str("stepproof.record.hash"), r.head());
+        // The resource names the run; the caller's attributes add to it, never replace its id.
+        let start: Value = serde_json::from_str(&lines[0]).unwrap();
+        for g in got.values() {
+            assert_eq!(g.resource_attr("service.name"), Some("stepproof"));
+            assert_eq!(g.resource_attr("stepproof.run.id"), Some(run_id.as_str()));
+            assert_eq!(
+                g.resource_attr("stepproof.profile.hash"),
+                start["policy_hash"].as_str()
+            );
+            assert_eq!(g.resource_attr("cicd.pipeline.run.id"), Some("4242"));
+            assert_eq!(g.resource_attr("deployment.environment"), Some("test"));
+            assert!(g.resource_attr("host.name").is_some_and(|h| !h.is_empty()));
+        }
+        for headers in receiver.headers() {
+            let h = |k: &str| {
+                headers
+                    .iter()
+                    .find(|(n, _)| n == k)
+                    .map(|(_, v)| v.as_str())
+            };
+            assert_eq!(h("x-otlp-token"), Some("tok 123"));
+            assert_eq!(h("x-team"), Some("audit"));
+            assert_eq!(h("content-type"), Some("application/x-protobuf"));
+        }
+        assert!(receiver.paths().iter().all(|p| p == "/v1/logs"));
 
-    // The export read back verifies, against the head too; each kind of tampering fails.
-    let export = receiver.otlp_json();
-    let head = r.head();
-    let (code, out) = verify_export(w, &export, "intact", Some(&head));
-    assert_eq!(code, 0, "{out}");
-    assert!(out.contains("intact"), "{out}");
-    // A body changed: the first record shipped unredacted gets one more key.
-    let changed = change_first_plain_body(&export);
-    let (code, out) = verify_export(w, &changed, "changed", None);
-    assert_eq!(code, 1, "{out}");
-    assert!(out.contains("does not hash"), "{out}");
-    // A record lost on the way (the run-start): missing, so incomplete.
-    let (code, out) = verify_export(w, &drop_record(&export, 0), "fewer", None);
-    assert_eq!(code, 3, "{out}");
-    assert!(out.contains("missing: seq 0"), "{out}");
-    // One in the middle.
-    let (code, out) = verify_export(w, &drop_record(&export, 3), "gap", None);
-    assert_eq!(code, 3, "{out}");
-    assert!(out.contains("missing: seq 3"), "{out}");
-    // A record's hash attribute replaced, as if another record stood there.
-    let other_hash = stepproof::audit::line_hash(b"another");
-    let forged = export.replacen(&head, &other_hash, 1);
-    let (code, out) = verify_export(w, &forged, "forged", Some(&head));
-    assert_eq!(code, 1, "{out}");
-    // Duplicates are dropped.
-    let twice = format!("{export}{export}");
-    let (code, out) = verify_export(w, &twice, "twice", Some(&head));
-    assert_eq!(code, 0, "{out}");
-    assert!(out.contains(&format!("({} duplicates dropped", lines.len())), "{out}");
-});
-
-both!(receiver_down_the_run_does_not_wait_and_ship_delivers_later, |w: &World| {
-    // A port with nothing listening.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
-    let endpoint = format!("http://{port}");
-    let profile = profile(w, "30s");
-    let baseline = run(w, "baseline", None, &profile, 20);
-    let r = run(w, "down", Some(&endpoint), &profile, 20);
-    eprintln!(
-        "20 hook calls: no export {:?}, receiver down {:?}",
-        baseline.took, r.took
-    );
-    // The end of the run does not wait for a collector it cannot reach: far below the 30 s
-    // flush timeout (the bound), whatever the machine's load.
-    assert!(
-        r.took < baseline.took + Duration::from_secs(15),
-        "the run waited: {:?} against {:?} without export",
-        r.took,
-        baseline.took
-    );
-    let lines = r.lines();
-    assert_eq!(r.status["export"]["records"], lines.len(), "{}", r.status);
-    assert_eq!(r.status["export"]["unsent"], lines.len(), "{}", r.status);
-    assert!(
-        String::from_utf8_lossy(&r.out.stderr).contains("stepproof audit ship"),
-        "{}",
-        describe(&r.out)
-    );
-    let dir = r.outbox_dir();
-    let outbox = fs::read_to_string(dir.join("export-outbox.jsonl")).unwrap();
-    assert_eq!(outbox.lines().count(), lines.len() + 1, "header + every record");
-
-    // Still down: ship says so and keeps everything.
-    let out = stepproof(
-        w,
-        &["audit", "ship", dir.to_str().unwrap()],
-        &[],
-    );
-    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
-    // The collector is back (at the address the run used: no variable needed).
-    let receiver = Receiver::bind(port);
-    let out = stepproof(
-        w,
-        &["audit", "ship", dir.parent().unwrap().to_str().unwrap()],
-        &[("OTEL_EXPORTER_OTLP_HEADERS", "x-otlp-token=later")],
-    );
-    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
-    let run_id = run_id_of(&lines);
-    let got = by_seq(&receiver.records(), &run_id);
-    assert_eq!(got.len(), lines.len());
-    for (i, line) in lines.iter().enumerate() {
-        assert_eq!(
-            got[&(i as u64)].attr_str("stepproof.record.hash"),
-            stepproof::audit::line_hash(line.as_bytes())
+        // The export read back verifies, against the head too; each kind of tampering fails.
+        let export = receiver.otlp_json();
+        let head = r.head();
+        let (code, out) = verify_export(w, &export, "intact", Some(&head));
+        assert_eq!(code, 0, "{out}");
+        assert!(out.contains("intact"), "{out}");
+        // A body changed: the first record shipped unredacted gets one more key.
+        let changed = change_first_plain_body(&export);
+        let (code, out) = verify_export(w, &changed, "changed", None);
+        assert_eq!(code, 1, "{out}");
+        assert!(out.contains("does not hash"), "{out}");
+        // A record lost on the way (the run-start): missing, so incomplete.
+        let (code, out) = verify_export(w, &drop_record(&export, 0), "fewer", None);
+        assert_eq!(code, 3, "{out}");
+        assert!(out.contains("missing: seq 0"), "{out}");
+        // One in the middle.
+        let (code, out) = verify_export(w, &drop_record(&export, 3), "gap", None);
+        assert_eq!(code, 3, "{out}");
+        assert!(out.contains("missing: seq 3"), "{out}");
+        // A record's hash attribute replaced, as if another record stood there.
+        let other_hash = stepproof::audit::line_hash(b"another");
+        let forged = export.replacen(&head, &other_hash, 1);
+        let (code, out) = verify_export(w, &forged, "forged", Some(&head));
+        assert_eq!(code, 1, "{out}");
+        // Duplicates are dropped.
+        let twice = format!("{export}{export}");
+        let (code, out) = verify_export(w, &twice, "twice", Some(&head));
+        assert_eq!(code, 0, "{out}");
+        assert!(
+            out.contains(&format!("({} duplicates dropped", lines.len())),
+            "{out}"
         );
     }
-    assert!(receiver.headers().iter().all(|h| h.contains(&("x-otlp-token".into(), "later".into()))));
-    let (code, out) = verify_export(w, &receiver.otlp_json(), "shipped", Some(&r.head()));
-    assert_eq!(code, 0, "{out}");
-    // Shipped already: nothing more goes.
-    let before = receiver.requests();
-    let out = stepproof(w, &["audit", "ship", dir.to_str().unwrap()], &[]);
-    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
-    assert_eq!(receiver.requests(), before);
-});
+);
+
+both!(
+    receiver_down_the_run_does_not_wait_and_ship_delivers_later,
+    |w: &World| {
+        // A port with nothing listening.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let endpoint = format!("http://{port}");
+        let profile = profile(w, "30s");
+        let baseline = run(w, "baseline", None, &profile, 20);
+        let r = run(w, "down", Some(&endpoint), &profile, 20);
+        eprintln!(
+            "20 hook calls: no export {:?}, receiver down {:?}",
+            baseline.took, r.took
+        );
+        // The end of the run does not wait for a collector it cannot reach: far below the 30 s
+        // flush timeout (the bound), whatever the machine's load.
+        assert!(
+            r.took < baseline.took + Duration::from_secs(15),
+            "the run waited: {:?} against {:?} without export",
+            r.took,
+            baseline.took
+        );
+        let lines = r.lines();
+        assert_eq!(r.status["export"]["records"], lines.len(), "{}", r.status);
+        assert_eq!(r.status["export"]["unsent"], lines.len(), "{}", r.status);
+        assert!(
+            String::from_utf8_lossy(&r.out.stderr).contains("stepproof audit ship"),
+            "{}",
+            describe(&r.out)
+        );
+        let dir = r.outbox_dir();
+        let outbox = fs::read_to_string(dir.join("export-outbox.jsonl")).unwrap();
+        assert_eq!(
+            outbox.lines().count(),
+            lines.len() + 1,
+            "header + every record"
+        );
+
+        // Still down: ship says so and keeps everything.
+        let out = stepproof(w, &["audit", "ship", dir.to_str().unwrap()], &[]);
+        assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+        // The collector is back (at the address the run used: no variable needed).
+        let receiver = Receiver::bind(port);
+        let out = stepproof(
+            w,
+            &["audit", "ship", dir.parent().unwrap().to_str().unwrap()],
+            &[("OTEL_EXPORTER_OTLP_HEADERS", "x-otlp-token=later")],
+        );
+        assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+        let run_id = run_id_of(&lines);
+        let got = by_seq(&receiver.records(), &run_id);
+        assert_eq!(got.len(), lines.len());
+        for (i, line) in lines.iter().enumerate() {
+            assert_eq!(
+                got[&(i as u64)].attr_str("stepproof.record.hash"),
+                stepproof::audit::line_hash(line.as_bytes())
+            );
+        }
+        assert!(
+            receiver
+                .headers()
+                .iter()
+                .all(|h| h.contains(&("x-otlp-token".into(), "later".into())))
+        );
+        let (code, out) = verify_export(w, &receiver.otlp_json(), "shipped", Some(&r.head()));
+        assert_eq!(code, 0, "{out}");
+        // Shipped already: nothing more goes.
+        let before = receiver.requests();
+        let out = stepproof(w, &["audit", "ship", dir.to_str().unwrap()], &[]);
+        assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+        assert_eq!(receiver.requests(), before);
+    }
+);
 
 both!(sixteen_runs_into_one_receiver_lose_nothing, |w: &World| {
     let receiver = Receiver::start();
@@ -438,7 +472,14 @@ both!(sixteen_runs_into_one_receiver_lose_nothing, |w: &World| {
                 fs::create_dir_all(&workspace).unwrap();
                 support::chown_tree(&workspace, w.owner);
                 s.spawn(move || {
-                    run_in(w, &format!("many-{i}"), Some(endpoint), profile, 3, Some(&workspace))
+                    run_in(
+                        w,
+                        &format!("many-{i}"),
+                        Some(endpoint),
+                        profile,
+                        3,
+                        Some(&workspace),
+                    )
                 })
             })
             .collect();
@@ -463,7 +504,10 @@ both!(sixteen_runs_into_one_receiver_lose_nothing, |w: &World| {
         assert!(out.contains(&format!("run {run_id}: intact")), "{out}");
     }
     assert_eq!(code, 0, "{out}");
-    assert!(dropped_somewhere, "no batch was sent twice: the duplicates were not exercised");
+    assert!(
+        dropped_somewhere,
+        "no batch was sent twice: the duplicates were not exercised"
+    );
 });
 
 /// The overhead of export on a run with 1,000 hook decisions: no export, receiver up,
@@ -475,7 +519,10 @@ fn overhead_of_export_on_1000_hook_decisions() {
     let Some(w) = World::new(Who::Root) else {
         return;
     };
-    let rounds: usize = std::env::var("ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(3);
+    let rounds: usize = std::env::var("ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
     let receiver = Receiver::start();
     let down = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -489,7 +536,13 @@ fn overhead_of_export_on_1000_hook_decisions() {
             .iter()
             .enumerate()
         {
-            let r = run(&w, &format!("bench-{round}-{i}"), endpoint.as_deref(), &profile, 1000);
+            let r = run(
+                &w,
+                &format!("bench-{round}-{i}"),
+                endpoint.as_deref(),
+                &profile,
+                1000,
+            );
             if i == 1 {
                 assert_eq!(r.status["export"]["unsent"], 0, "{}", r.status);
             }

@@ -167,7 +167,10 @@ fn verify_export_file(path: &Path, file: &File, head: Option<&str>, json: bool) 
         if let Some(p) = &head_problem {
             value["head_problem"] = p.clone().into();
         }
-        crate::out!("{}", serde_json::to_string_pretty(&value).unwrap_or_default());
+        crate::out!(
+            "{}",
+            serde_json::to_string_pretty(&value).unwrap_or_default()
+        );
     } else {
         for run in &report.runs {
             crate::out!("{}", export_verify::describe(run));

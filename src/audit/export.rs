@@ -393,7 +393,10 @@ impl Shipper {
         let sent_path = dir.join(SENT_FILE);
         let (offset, sent) = match fs::read_to_string(&sent_path) {
             Ok(text) => parse_sent(&text).ok_or_else(|| {
-                OpenError::Other(format!("{}: not a StepProof export cursor", sent_path.display()))
+                OpenError::Other(format!(
+                    "{}: not a StepProof export cursor",
+                    sent_path.display()
+                ))
             })?,
             Err(e) if e.kind() == io::ErrorKind::NotFound => (0, 0),
             Err(e) => {
@@ -416,7 +419,9 @@ impl Shipper {
         if shipper.offset == 0 {
             // Past the header line.
             let mut header_len = 0u64;
-            shipper.seek(0).map_err(|e| OpenError::Other(e.to_string()))?;
+            shipper
+                .seek(0)
+                .map_err(|e| OpenError::Other(e.to_string()))?;
             crate::audit::chain::for_each_line(BufReader::new(&shipper.reader), |line| {
                 if let crate::audit::chain::LogLine::Terminated(b) = line {
                     header_len = b.len() as u64 + 1;
@@ -633,9 +638,12 @@ fn config_for_ship(
     header: &OutboxHeader,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<ExportConfig, String> {
-    let named = ["OTEL_EXPORTER_OTLP_LOGS_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"]
-        .iter()
-        .any(|n| env(n).is_some_and(|v| !v.trim().is_empty()));
+    let named = [
+        "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+    ]
+    .iter()
+    .any(|n| env(n).is_some_and(|v| !v.trim().is_empty()));
     let env_with_run = |name: &str| {
         if !named && name == "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT" {
             return Some(header.endpoint.clone());

@@ -474,12 +474,9 @@ mod tests {
         );
         assert!(resolve(None, &env(&[])).unwrap().is_none());
         assert!(
-            resolve(
-                Some(&profile),
-                &env(&[("OTEL_SDK_DISABLED", "true")])
-            )
-            .unwrap()
-            .is_none()
+            resolve(Some(&profile), &env(&[("OTEL_SDK_DISABLED", "true")]))
+                .unwrap()
+                .is_none()
         );
     }
 
@@ -494,7 +491,10 @@ mod tests {
             Some(&profile),
             &env(&[
                 ("MY_COLLECTOR", "x-team=a%20b"),
-                ("OTEL_EXPORTER_OTLP_HEADERS", "Authorization=Bearer%20t0k,x-team=c"),
+                (
+                    "OTEL_EXPORTER_OTLP_HEADERS",
+                    "Authorization=Bearer%20t0k,x-team=c",
+                ),
             ]),
         )
         .unwrap()
@@ -519,7 +519,10 @@ mod tests {
             ..ExportSettings::default()
         };
         let err = with_value.validate().unwrap_err();
-        assert!(err.contains("headers_env") && !err.contains("secret"), "{err}");
+        assert!(
+            err.contains("headers_env") && !err.contains("secret"),
+            "{err}"
+        );
     }
 
     #[test]

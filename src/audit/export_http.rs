@@ -158,7 +158,8 @@ pub fn post(
         .and_then(|()| stream.write_all(body))
         .and_then(|()| stream.flush())
         .map_err(|e| io("sending to", e))?;
-    let response = read_response(&mut stream, deadline).map_err(|e| io("reading the answer of", e))?;
+    let response =
+        read_response(&mut stream, deadline).map_err(|e| io("reading the answer of", e))?;
     let status = response.status;
     let message = || {
         let text = String::from_utf8_lossy(&response.body);

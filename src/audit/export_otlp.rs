@@ -10,9 +10,7 @@
 use crate::audit::chain::line_hash;
 use crate::audit::export_config::Redaction;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{
-    AnyValue, InstrumentationScope, KeyValue, any_value,
-};
+use opentelemetry_proto::tonic::common::v1::{AnyValue, InstrumentationScope, KeyValue, any_value};
 use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use serde_json::{Map, Value};
@@ -135,8 +133,8 @@ fn redact_value(
     extra: &[String],
     removed: &mut Vec<String>,
 ) -> bool {
-    let listed = extra.iter().any(|k| k == key)
-        || (level != Redaction::None && COMMAND_KEYS.contains(&key));
+    let listed =
+        extra.iter().any(|k| k == key) || (level != Redaction::None && COMMAND_KEYS.contains(&key));
     if listed {
         if matches!(value, Value::Null) || *value == Value::String(REDACTED.into()) {
             return false;
@@ -350,7 +348,8 @@ mod tests {
     use serde_json::json;
 
     fn line(body: Value) -> Vec<u8> {
-        let mut record = json!({ "seq": 4, "prev": "ab", "ts_ms": 1, "source": "sandbox", "kind": "decision" });
+        let mut record =
+            json!({ "seq": 4, "prev": "ab", "ts_ms": 1, "source": "sandbox", "kind": "decision" });
         record
             .as_object_mut()
             .unwrap()
@@ -371,7 +370,10 @@ mod tests {
         assert_eq!(v["reported"]["rule_id"], "net");
         assert_eq!(v["reported"]["input"], REDACTED);
         assert_eq!(v["reported"]["reason"], REDACTED);
-        assert_eq!((v["seq"].clone(), v["prev"].clone()), (json!(4), json!("ab")));
+        assert_eq!(
+            (v["seq"].clone(), v["prev"].clone()),
+            (json!(4), json!("ab"))
+        );
         // Nothing to replace: the line itself is the body.
         let network = line(json!({ "host": "api.anthropic.com", "allowed": true }));
         assert_eq!(redact(&network, Redaction::Commands, &[]), None);
@@ -383,8 +385,10 @@ mod tests {
 
     #[test]
     fn all_text_keeps_only_the_structure() {
-        let start = line(json!({ "argv": ["claude", "-p", "fix it"], "workspace": "/home/me/secret-project",
-                                 "profile": "default", "notes": ["a note about /home/me"] }));
+        let start = line(
+            json!({ "argv": ["claude", "-p", "fix it"], "workspace": "/home/me/secret-project",
+                                 "profile": "default", "notes": ["a note about /home/me"] }),
+        );
         let shipped = redact(&start, Redaction::AllText, &[]).unwrap();
         let v: Value = serde_json::from_str(&shipped).unwrap();
         assert_eq!(v["argv"], REDACTED);

@@ -107,7 +107,8 @@ pub fn verify_export<R: BufRead>(reader: R) -> std::io::Result<ExportReport> {
     crate::audit::chain::for_each_line(reader, |line| {
         number += 1;
         let bytes = match line {
-            crate::audit::chain::LogLine::Terminated(b) | crate::audit::chain::LogLine::CutShort(b) => b,
+            crate::audit::chain::LogLine::Terminated(b)
+            | crate::audit::chain::LogLine::CutShort(b) => b,
             crate::audit::chain::LogLine::TooLong => {
                 unreadable.push(number);
                 return true;
@@ -223,13 +224,12 @@ fn check_run(records: BTreeMap<u64, Received>, mut verdict: RunVerdict) -> RunVe
             ));
         }
         match previous {
-            Some((p, before)) if p + 1 == seq => {
-                if prev != Some(before.hash.as_str()) {
-                    verdict.problems.push(format!(
-                        "seq {seq}: its prev is not the hash of seq {p}: a record was changed or moved"
-                    ));
-                }
+            Some((p, before)) if p + 1 == seq && prev != Some(before.hash.as_str()) => {
+                verdict.problems.push(format!(
+                    "seq {seq}: its prev is not the hash of seq {p}: a record was changed or moved"
+                ));
             }
+            Some((p, _)) if p + 1 == seq => {}
             Some((p, _)) => verdict.missing.push((p + 1, seq - 1)),
             None => {}
         }
@@ -240,9 +240,9 @@ fn check_run(records: BTreeMap<u64, Received>, mut verdict: RunVerdict) -> RunVe
             verdict.head = Some(record.hash.clone());
         }
         if Some(seq) == first_seq && kind != Some("run-start") {
-            verdict
-                .problems
-                .push(format!("seq {seq}: the run's first record is not its run-start"));
+            verdict.problems.push(format!(
+                "seq {seq}: the run's first record is not its run-start"
+            ));
         }
         previous = Some((seq, record));
     }

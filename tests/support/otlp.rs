@@ -26,7 +26,10 @@ pub struct Got {
 
 impl Got {
     pub fn attr(&self, key: &str) -> Option<&Value> {
-        self.attributes.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+        self.attributes
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v)
     }
 
     pub fn attr_str(&self, key: &str) -> &str {
@@ -200,7 +203,10 @@ impl Receiver {
                     .map(|kv| {
                         (
                             kv.key.clone(),
-                            any_to_json(&kv.value).as_str().unwrap_or_default().to_string(),
+                            any_to_json(&kv.value)
+                                .as_str()
+                                .unwrap_or_default()
+                                .to_string(),
                         )
                     })
                     .collect();
@@ -213,7 +219,10 @@ impl Receiver {
                                 .iter()
                                 .map(|kv| (kv.key.clone(), any_to_json(&kv.value)))
                                 .collect(),
-                            body: any_to_json(&r.body).as_str().unwrap_or_default().to_string(),
+                            body: any_to_json(&r.body)
+                                .as_str()
+                                .unwrap_or_default()
+                                .to_string(),
                             time_unix_nano: r.time_unix_nano,
                             severity_number: r.severity_number,
                         });
@@ -298,7 +307,9 @@ fn serve(mut conn: TcpStream, state: &Mutex<State>, withhold: &AtomicU64) {
     }
     let body = &buf[body_start..body_start + length];
     let Ok(request) = ExportLogsServiceRequest::decode(body) else {
-        let _ = conn.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        let _ = conn.write_all(
+            b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+        );
         return;
     };
     {
