@@ -92,6 +92,8 @@ struct Progress {
     not_appended: u64,
     sent: u64,
     rejected: u64,
+    /// Requests that failed (and were tried again, or left for later).
+    failed_requests: u64,
     last_error: Option<String>,
     /// The run is ending: ship what is left until then.
     flush_until: Option<Instant>,
@@ -134,6 +136,8 @@ pub struct ExportSummary {
     pub rejected: u64,
     #[serde(skip_serializing_if = "is_zero")]
     pub not_in_outbox: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub failed_requests: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
 }
@@ -244,6 +248,7 @@ impl Exporter {
             unsent: p.appended.saturating_sub(p.sent),
             rejected: p.rejected,
             not_in_outbox: p.not_appended,
+            failed_requests: p.failed_requests,
             last_error: p.last_error.clone(),
         }
     }
@@ -291,7 +296,7 @@ fn ship_while_running(outbox: &Outbox, mut shipper: Shipper) {
                     .wait_timeout_while(p, BATCH_DELAY, |p| {
                         !p.stop
                             && p.flush_until.is_none()
-                            && p.appended - shipper.sent < MAX_BATCH as u64
+                            && p.appended.saturating_sub(shipper.sent) < MAX_BATCH as u64
                     })
                     .map(|(g, _)| g)
                     .unwrap_or_else(|e| e.into_inner().0);
@@ -325,6 +330,7 @@ fn ship_while_running(outbox: &Outbox, mut shipper: Shipper) {
                     _ => {}
                 }
                 tracing::debug!("audit export: {e}");
+                p.failed_requests += 1;
                 p.last_error = Some(e.to_string());
                 backoff = (backoff * 2).clamp(Duration::from_millis(250), MAX_BACKOFF);
                 if ending {

@@ -126,8 +126,20 @@ pub fn post(
         Some(config) => {
             let name = rustls::pki_types::ServerName::try_from(endpoint.host.clone())
                 .map_err(|e| SendError::Refused(format!("TLS name {}: {e}", endpoint.host)))?;
-            let conn = rustls::ClientConnection::new(config.clone(), name)
+            let mut conn = rustls::ClientConnection::new(config.clone(), name)
                 .map_err(|e| SendError::Transient(format!("TLS to {where_}: {e}")))?;
+            let mut tcp = tcp;
+            // The handshake alone first: a certificate that is not trusted will not be
+            // trusted a second later, so it counts as not reaching the collector.
+            while conn.is_handshaking() {
+                if let Err(e) = conn.complete_io(&mut tcp) {
+                    return Err(if e.kind() == io::ErrorKind::InvalidData {
+                        SendError::Unreachable(format!("TLS handshake with {where_}: {e}"))
+                    } else {
+                        SendError::Transient(format!("TLS handshake with {where_}: {e}"))
+                    });
+                }
+            }
             Box::new(rustls::StreamOwned::new(conn, tcp))
         }
     };

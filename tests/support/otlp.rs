@@ -58,6 +58,8 @@ struct State {
 
 pub struct Receiver {
     pub addr: SocketAddr,
+    /// `https`: the PEM of the CA that signed its certificate (for `localhost`).
+    pub ca_pem: Option<String>,
     state: Arc<Mutex<State>>,
     stop: Arc<AtomicBool>,
     /// Answers still to withhold (the request is kept, the connection closed without an
@@ -142,6 +144,40 @@ impl Receiver {
 
     /// Listens at `addr` (a port a test took down and brings back).
     pub fn bind(addr: SocketAddr) -> Receiver {
+        Receiver::listen(addr, None)
+    }
+
+    /// Over TLS, with a certificate for `localhost` signed by a CA of its own.
+    pub fn start_tls() -> Receiver {
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca_params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "otlp test CA");
+        let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+        let issuer = rcgen::Issuer::new(ca_params, ca_key);
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["localhost".to_string()])
+            .unwrap()
+            .signed_by(&key, &issuer)
+            .unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![cert.der().clone()],
+                rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+            )
+            .unwrap();
+        let mut receiver = Receiver::listen("127.0.0.1:0".parse().unwrap(), Some(Arc::new(config)));
+        receiver.ca_pem = Some(ca_cert.pem());
+        receiver
+    }
+
+    fn listen(addr: SocketAddr, tls: Option<Arc<rustls::ServerConfig>>) -> Receiver {
         let listener = TcpListener::bind(addr).unwrap_or_else(|e| panic!("binding {addr}: {e}"));
         listener.set_nonblocking(true).unwrap();
         let addr = listener.local_addr().unwrap();
@@ -153,8 +189,18 @@ impl Receiver {
             while !st.load(Ordering::SeqCst) {
                 match listener.accept() {
                     Ok((conn, _)) => {
-                        let (s, w) = (s.clone(), w.clone());
-                        std::thread::spawn(move || serve(conn, &s, &w));
+                        let (s, w, tls) = (s.clone(), w.clone(), tls.clone());
+                        std::thread::spawn(move || {
+                            let _ = conn.set_nonblocking(false);
+                            let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
+                            match tls {
+                                Some(config) => {
+                                    let tls = rustls::ServerConnection::new(config).unwrap();
+                                    serve(rustls::StreamOwned::new(tls, conn), &s, &w)
+                                }
+                                None => serve(conn, &s, &w),
+                            }
+                        });
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(5)),
                 }
@@ -162,6 +208,7 @@ impl Receiver {
         });
         Receiver {
             addr,
+            ca_pem: None,
             state,
             stop,
             withhold,
@@ -170,7 +217,10 @@ impl Receiver {
 
     /// The base URL for `OTEL_EXPORTER_OTLP_ENDPOINT`.
     pub fn endpoint(&self) -> String {
-        format!("http://{}", self.addr)
+        match self.ca_pem {
+            Some(_) => format!("https://localhost:{}", self.addr.port()),
+            None => format!("http://{}", self.addr),
+        }
     }
 
     /// The next `n` requests are kept but not answered.
@@ -267,9 +317,7 @@ impl Drop for Receiver {
     }
 }
 
-fn serve(mut conn: TcpStream, state: &Mutex<State>, withhold: &AtomicU64) {
-    let _ = conn.set_nonblocking(false);
-    let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
+fn serve(mut conn: impl Read + Write, state: &Mutex<State>, withhold: &AtomicU64) {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 16384];
     let (path, headers, body_start, length) = loop {
