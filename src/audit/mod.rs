@@ -1,5 +1,6 @@
 //! The run's audit log: a hash chain of JSON Lines written by the supervisor, the receiver for
-//! the records the hook reports from inside the sandbox, and `stepproof audit verify|show`.
+//! the records the hook reports from inside the sandbox, `stepproof audit verify|show|ship`,
+//! and the export of every record as an OpenTelemetry log record ([`export`]).
 //!
 //! # The chain
 //!
