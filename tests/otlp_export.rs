@@ -579,6 +579,55 @@ both!(an_https_collector_with_its_own_ca, |w: &World| {
     );
 });
 
+// The shipper thread never takes a signal meant for the supervisor: SIGTERM from outside still
+// ends the run the supervisor's way (its end record written, and shipped).
+both!(
+    sigterm_is_still_the_supervisors_with_export_on,
+    |w: &World| {
+        let receiver = Receiver::start();
+        let profile = profile(w, "30s");
+        let log = out_dir(w).join("term.jsonl");
+        let child = w
+            .command(
+                &[
+                    "--profile",
+                    profile.to_str().unwrap(),
+                    "--audit-log",
+                    log.to_str().unwrap(),
+                ],
+                &["/bin/sleep", "30"],
+            )
+            .env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The run has started (its start record was shipped): the signalfd is in place.
+        assert!(receiver.wait_for(Duration::from_secs(20), |got| !got.is_empty()));
+        std::thread::sleep(Duration::from_millis(300));
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert_ne!(
+            out.status.code(),
+            None,
+            "stepproof-run itself died of the signal: {}",
+            describe(&out)
+        );
+        let text = fs::read_to_string(&log).unwrap();
+        let last: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+        assert_eq!(last["kind"], "run-end", "{text}");
+        let run_id = run_id_of(&text.lines().map(str::to_string).collect::<Vec<_>>());
+        assert_eq!(
+            by_seq(&receiver.records(), &run_id).len(),
+            text.lines().count()
+        );
+    }
+);
+
 /// The overhead of export on a run with 1,000 hook decisions: no export, receiver up,
 /// receiver down (run by hand: `cargo test --release --test otlp_export -- --ignored
 /// --nocapture overhead`).

@@ -265,6 +265,10 @@ impl Drop for Exporter {
 
 /// The shipper thread: waits for records, lets a batch gather, sends it, backs off on failure.
 fn ship_while_running(outbox: &Outbox, mut shipper: Shipper) {
+    // Started before the supervisor blocks the signals it reads through its signalfd: a signal
+    // must never land here (Ctrl-C or SIGTERM would take the default action and end the
+    // supervisor without its end record; SIGCHLD would be lost; a read would fail with EINTR).
+    let _ = nix::sys::signal::SigSet::all().thread_block();
     let mut backoff = Duration::ZERO;
     let mut retry_at: Option<Instant> = None;
     loop {

@@ -271,9 +271,12 @@ fn read_response(stream: &mut dyn Stream, deadline: Instant) -> io::Result<Respo
 
 /// A TLS peer that closes without `close_notify` ends the body as well as an orderly close.
 fn read_some(stream: &mut dyn Stream, buf: &mut [u8]) -> io::Result<usize> {
-    match stream.read(buf) {
-        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(0),
-        other => other,
+    loop {
+        match stream.read(buf) {
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(0),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
     }
 }
 
