@@ -201,10 +201,21 @@ impl Exporter {
         });
         let shipper = Shipper::open(dir, header, config.clone())?;
         let shared = outbox.clone();
+        let (started, running) = std::sync::mpsc::channel::<()>();
         std::thread::Builder::new()
             .name("audit-export".into())
-            .spawn(move || ship_while_running(&shared, shipper))
+            .spawn(move || {
+                let _ = started.send(());
+                ship_while_running(&shared, shipper)
+            })
             .map_err(|e| format!("starting the export thread: {e}"))?;
+        // The sandbox's init is cloned later from a copy of this process's memory (not a
+        // fork: glibc does not tidy its thread list there). A thread glibc still counts as
+        // being created in that copy makes the init's `setgroups` wait for it forever, so the
+        // thread must be running before this returns.
+        running
+            .recv()
+            .map_err(|_| "the export thread did not start".to_string())?;
         Ok(Exporter {
             outbox,
             dir: dir.to_path_buf(),
