@@ -282,6 +282,8 @@ fn ship_while_running(outbox: &Outbox, mut shipper: Shipper) {
     let _ = nix::sys::signal::SigSet::all().thread_block();
     let mut backoff = Duration::ZERO;
     let mut retry_at: Option<Instant> = None;
+    // The end of the run does not wait out a backoff taken while the run was on.
+    let mut flush_tried = false;
     loop {
         let flush_until = {
             let mut p = outbox.lock();
@@ -290,7 +292,8 @@ fn ship_while_running(outbox: &Outbox, mut shipper: Shipper) {
                     return;
                 }
                 let now = Instant::now();
-                let ready = retry_at.is_none_or(|t| now >= t);
+                let ready = retry_at.is_none_or(|t| now >= t)
+                    || (p.flush_until.is_some() && !flush_tried);
                 if p.appended > shipper.sent && ready && !p.halted {
                     break;
                 }
@@ -320,6 +323,7 @@ fn ship_while_running(outbox: &Outbox, mut shipper: Shipper) {
                 p.flush_until
             }
         };
+        flush_tried |= flush_until.is_some();
         let result = shipper.ship_batch(flush_until);
         let mut p = outbox.lock();
         match result {
