@@ -292,8 +292,8 @@ fn ship_while_running(outbox: &Outbox, mut shipper: Shipper) {
                     return;
                 }
                 let now = Instant::now();
-                let ready = retry_at.is_none_or(|t| now >= t)
-                    || (p.flush_until.is_some() && !flush_tried);
+                let ready =
+                    retry_at.is_none_or(|t| now >= t) || (p.flush_until.is_some() && !flush_tried);
                 if p.appended > shipper.sent && ready && !p.halted {
                     break;
                 }
