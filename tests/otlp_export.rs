@@ -664,12 +664,19 @@ fn overhead_of_export_on_1000_hook_decisions() {
             if i == 1 {
                 assert_eq!(r.status["export"]["unsent"], 0, "{}", r.status);
             }
-            let decisions = r.lines().iter().filter(|l| l.contains(r#""kind":"decision""#)).count();
+            let decisions = r
+                .lines()
+                .iter()
+                .filter(|l| l.contains(r#""kind":"decision""#))
+                .count();
             assert_eq!(decisions, 1000, "every call decided and recorded");
             times[i].push(r.took.as_secs_f64());
         }
     }
-    println!("every run (s): no export {:?}, up {:?}, down {:?}", times[0], times[1], times[2]);
+    println!(
+        "every run (s): no export {:?}, up {:?}, down {:?}",
+        times[0], times[1], times[2]
+    );
     let median = |v: &mut Vec<f64>| {
         v.sort_by(|a, b| a.partial_cmp(b).unwrap());
         v[v.len() / 2]
