@@ -376,6 +376,15 @@ fn carry_out(
         )?),
         None => None,
     };
+    // The run's id, in its start record and on every record the export ships.
+    let run_id = crate::audit::export::new_run_id();
+    let exporter = match &audit {
+        // The self-test's own run is not a run of the caller's to ship.
+        Some(audit) if !args.selftest => {
+            start_export(&profile, &plan, runbook.as_ref(), &facts, audit, &run_id)?
+        }
+        _ => None,
+    };
     if let Some(audit) = &audit {
         let argv: Vec<String> = args
             .command
@@ -386,6 +395,7 @@ fn carry_out(
             "supervisor",
             "run-start",
             &serde_json::json!({
+                "run_id": run_id,
                 "argv": argv,
                 "profile": plan.profile,
                 "policy_hash": plan.policy_hash,
@@ -689,6 +699,9 @@ fn carry_out(
             }),
         );
         audit.sync();
+        if let Some(exporter) = exporter {
+            finish_export(exporter, outputs);
+        }
         match audit.failure() {
             // The head hash makes a truncated log detectable: `stepproof audit verify --head`.
             None => {
@@ -748,6 +761,84 @@ fn carry_out(
         write_summaries(outputs, &summary, &result.outcome);
     }
     Ok((result.outcome, result.report))
+}
+
+/// The audit export, when the profile or `stepproof-run`'s environment names a collector: the
+/// outbox in the run's directory, attached to the sink before the start record, and its
+/// shipper thread. A setting that cannot be right (a bad URL or header) refuses the run; an
+/// outbox that cannot be made only warns (the local log is the record).
+fn start_export(
+    profile: &Profile,
+    plan: &crate::sandbox::plan::SandboxPlan,
+    runbook: Option<&LoadedRunbook>,
+    facts: &crate::sandbox::plan::HostFacts,
+    audit: &AuditSink,
+    run_id: &str,
+) -> Result<Option<crate::audit::export::Exporter>, Failure> {
+    let env = |name: &str| std::env::var(name).ok();
+    let config = crate::audit::export_config::resolve(profile.audit.export.as_ref(), &env)
+        .map_err(|e| Failure::refused(format!("the audit export: {e}")))?;
+    let Some(config) = config else {
+        return Ok(None);
+    };
+    let mut resource: Vec<(String, String)> = vec![
+        ("service.name".into(), "stepproof".into()),
+        ("service.version".into(), env!("CARGO_PKG_VERSION").into()),
+        ("stepproof.run.id".into(), run_id.into()),
+        ("stepproof.profile.name".into(), plan.profile.clone()),
+        ("stepproof.profile.hash".into(), plan.policy_hash.clone()),
+    ];
+    if let Ok(host) = nix::unistd::gethostname() {
+        resource.push(("host.name".into(), host.to_string_lossy().into_owned()));
+    }
+    if let Some(r) = runbook {
+        resource.push(("stepproof.runbook.id".into(), r.runbook.id.to_string()));
+        resource.push(("stepproof.runbook.hash".into(), r.runbook.hash()));
+    }
+    resource.extend(crate::audit::export_otlp::ci_attributes(&env));
+    // The caller's attributes add to these (and may rename the service), never change the
+    // run's identity.
+    for (key, value) in config.resource.clone() {
+        if key.starts_with("stepproof.") {
+            continue;
+        }
+        resource.retain(|(k, _)| *k != key);
+        resource.push((key, value));
+    }
+    let first_seq = audit.next_seq();
+    match crate::audit::export::Exporter::start(&facts.run_dir, config, run_id, first_seq, resource)
+    {
+        Ok(exporter) => {
+            audit.attach_outbox(exporter.outbox());
+            Ok(Some(exporter))
+        }
+        Err(e) => {
+            crate::say!("stepproof-run: WARNING: the audit export is off for this run: {e}");
+            Ok(None)
+        }
+    }
+}
+
+/// The end of the export: what is left is sent for at most `flush_timeout`; the status says
+/// how many records were not (they wait in the outbox for `stepproof audit ship`).
+fn finish_export(exporter: crate::audit::export::Exporter, outputs: &mut Outputs) {
+    let summary = exporter.finish();
+    if summary.unsent > 0 {
+        crate::say!(
+            "stepproof-run: audit export: {} of {} records NOT yet sent to {} ({}); they wait in {} — `stepproof audit ship {}` sends them",
+            summary.unsent,
+            summary.records,
+            summary.endpoint,
+            summary.last_error.as_deref().unwrap_or("flush timeout"),
+            summary.outbox,
+            summary.outbox
+        );
+    } else {
+        tracing::info!(records = summary.sent, "audit export: every record sent");
+    }
+    if let Ok(value) = serde_json::to_value(&summary) {
+        outputs.status_extra.insert("export".into(), value);
+    }
 }
 
 /// A runbook as `--runbook` named it, checked against the run's profile.

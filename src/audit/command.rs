@@ -4,7 +4,7 @@
 //! `run-end`); 4 intact so far, and the last run is still being written.
 
 use crate::audit::chain::{self, ChainReport, Status};
-use crate::audit::show;
+use crate::audit::{export, export_verify, show};
 use std::fs::{File, TryLockError};
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
@@ -25,11 +25,27 @@ pub enum AuditCommand {
     ///
     /// Without --head, a log cut between two runs still looks intact: pass the head hash
     /// `stepproof-run` printed at the end of the run to detect a truncated tail.
+    ///
+    /// FILE may also be an export read back: OTLP/JSON lines (one ExportLogsServiceRequest a
+    /// line, as a collector's file exporter writes them). Each run in it is checked: exact
+    /// duplicates dropped, every body against its hash, every prev against the record before,
+    /// missing records named; exit 3 when records are missing or the run-end has not arrived.
     Verify {
         file: PathBuf,
         /// The hash the chain must end at (printed at the end of the run).
         #[arg(long, value_name = "HASH", value_parser = parse_hash)]
         head: Option<String>,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Send what is left in the export outboxes under DIR (a run directory, or a directory of
+    /// them such as ~/.local/state/stepproof/runs) to the OTLP collector: the one this
+    /// environment's OTEL_EXPORTER_OTLP_* variables name, else the one the run used; headers
+    /// from this environment. Exit 0 when nothing is left, 1 when records are left (the
+    /// collector is unreachable or refused them), 2 on an error.
+    Ship {
+        dir: PathBuf,
         /// Machine-readable output.
         #[arg(long)]
         json: bool,
@@ -58,7 +74,141 @@ pub fn run_command(command: AuditCommand) -> i32 {
     match command {
         AuditCommand::Verify { file, head, json } => verify_file(&file, head.as_deref(), json),
         AuditCommand::Show { file, json } => show_file(&file, json),
+        AuditCommand::Ship { dir, json } => ship(&dir, json),
     }
+}
+
+fn ship(dir: &Path, json: bool) -> i32 {
+    if !dir.is_dir() {
+        crate::say!("stepproof audit ship: {}: not a directory", dir.display());
+        return EXIT_ERROR;
+    }
+    let outboxes = export::outboxes_under(dir);
+    if outboxes.is_empty() {
+        crate::say!(
+            "stepproof audit ship: no export outbox in {} or the run directories in it",
+            dir.display()
+        );
+        return EXIT_ERROR;
+    }
+    let env = |name: &str| std::env::var(name).ok();
+    let results: Vec<export::Shipped> = outboxes
+        .iter()
+        .map(|o| export::ship_outbox(o, &env))
+        .collect();
+    if json {
+        crate::out!(
+            "{}",
+            serde_json::to_string_pretty(&results).unwrap_or_default()
+        );
+    } else {
+        for r in &results {
+            let error = r
+                .error
+                .as_deref()
+                .map(|e| format!(" ({e})"))
+                .unwrap_or_default();
+            crate::out!(
+                "{}: run {}: sent {}, left {}{error}",
+                r.outbox,
+                r.run_id.as_deref().unwrap_or("?"),
+                r.sent,
+                r.left
+            );
+        }
+    }
+    if results
+        .iter()
+        .any(|r| r.run_id.is_none() || (r.error.is_some() && r.left == 0 && !r.busy))
+    {
+        EXIT_ERROR
+    } else if results.iter().any(|r| r.left > 0 || r.busy) {
+        EXIT_BROKEN
+    } else {
+        EXIT_INTACT
+    }
+}
+
+/// `verify` on an export read back (OTLP/JSON lines): per run, duplicates dropped, gaps and
+/// changes named.
+fn verify_export_file(path: &Path, file: &File, head: Option<&str>, json: bool) -> i32 {
+    let report = match export_verify::verify_export(BufReader::new(file)) {
+        Ok(r) => r,
+        Err(e) => {
+            crate::say!("stepproof audit: reading {}: {e}", path.display());
+            return EXIT_ERROR;
+        }
+    };
+    if report.runs.is_empty() {
+        crate::say!(
+            "stepproof audit: {}: no StepProof records in this export",
+            path.display()
+        );
+        return EXIT_ERROR;
+    }
+    let mut head_problem = None;
+    if let Some(head) = head {
+        if report.runs.len() != 1 {
+            crate::say!(
+                "stepproof audit: {}: --head needs an export of one run ({} here)",
+                path.display(),
+                report.runs.len()
+            );
+            return EXIT_ERROR;
+        }
+        if report.runs[0].head.as_deref() != Some(head) {
+            head_problem = Some(format!(
+                "the run does not end at the expected head {head} (its run-end is missing or another)"
+            ));
+        }
+    }
+    if json {
+        let mut value = serde_json::to_value(&report).unwrap_or_default();
+        if let Some(p) = &head_problem {
+            value["head_problem"] = p.clone().into();
+        }
+        crate::out!(
+            "{}",
+            serde_json::to_string_pretty(&value).unwrap_or_default()
+        );
+    } else {
+        for run in &report.runs {
+            crate::out!("{}", export_verify::describe(run));
+        }
+        if report.other_records > 0 {
+            crate::out!("{} records of other services skipped", report.other_records);
+        }
+        if !report.unreadable_lines.is_empty() {
+            crate::out!(
+                "broken: lines that are not OTLP/JSON: {:?}",
+                report.unreadable_lines
+            );
+        }
+        if let Some(p) = &head_problem {
+            crate::out!("broken: {p}");
+        }
+    }
+    if report.broken() || head_problem.is_some() {
+        EXIT_BROKEN
+    } else if report.incomplete() {
+        EXIT_INCOMPLETE
+    } else {
+        EXIT_INTACT
+    }
+}
+
+/// Whether the file's first line is an OTLP/JSON request (an export read back), not a log.
+fn is_export(file: &File) -> bool {
+    use std::io::{Seek, SeekFrom};
+    let mut first = None;
+    let _ = chain::for_each_line(BufReader::new(file), |line| {
+        if let chain::LogLine::Terminated(b) | chain::LogLine::CutShort(b) = line {
+            first = Some(export_verify::is_export_line(b));
+        }
+        false
+    });
+    let _ = (&mut &*file).seek(SeekFrom::Start(0));
+    first.unwrap_or(false)
 }
 
 /// The log, which must be a regular file (a FIFO is refused, not waited on).
@@ -111,6 +261,9 @@ fn verify_file(path: &Path, head: Option<&str>, json: bool) -> i32 {
         Ok(f) => f,
         Err(code) => return code,
     };
+    if is_export(&file) {
+        return verify_export_file(path, &file, head, json);
+    }
     let report = match chain::verify(BufReader::new(&file), head) {
         Ok(report) => report,
         Err(e) => {

@@ -1,5 +1,6 @@
 //! The run's audit log: a hash chain of JSON Lines written by the supervisor, the receiver for
-//! the records the hook reports from inside the sandbox, and `stepproof audit verify|show`.
+//! the records the hook reports from inside the sandbox, `stepproof audit verify|show|ship`,
+//! and the export of every record as an OpenTelemetry log record ([`export`]).
 //!
 //! # The chain
 //!
@@ -39,6 +40,11 @@ pub const STATE_DIR: &str = ".local/state/stepproof";
 
 pub mod chain;
 pub mod command;
+pub mod export;
+pub mod export_config;
+pub mod export_http;
+pub mod export_otlp;
+pub mod export_verify;
 pub mod receiver;
 pub mod runbook_steps;
 pub mod runs;

@@ -44,6 +44,8 @@ struct ChainWriter {
     /// The first record that could not be written (or the flush that failed), and why: the
     /// run's outcome says the log is incomplete even when later records were written.
     failed: Option<String>,
+    /// The export's outbox: every record written is appended there too (in chain order).
+    outbox: Option<Arc<crate::audit::export::Outbox>>,
 }
 
 impl AuditSink {
@@ -125,6 +127,7 @@ impl AuditSink {
                 not_written: 0,
                 last_error: None,
                 failed: None,
+                outbox: None,
             })),
         })
     }
@@ -189,6 +192,19 @@ impl AuditSink {
         state
             .write_record(source, kind, body)
             .map_err(|e| state.count_lost(e))
+    }
+
+    /// From now on every record written also goes to the export's outbox; returns the `seq`
+    /// the next record will have.
+    pub fn attach_outbox(&self, outbox: Arc<crate::audit::export::Outbox>) -> u64 {
+        let mut state = self.lock();
+        state.outbox = Some(outbox);
+        state.next_seq
+    }
+
+    /// The `seq` the next record will have.
+    pub fn next_seq(&self) -> u64 {
+        self.lock().next_seq
     }
 
     /// `(seq, hash)` of the last record, or `None` before the first.
@@ -274,6 +290,10 @@ impl ChainWriter {
         }
         self.next_seq = seq + 1;
         self.head = hash;
+        if let Some(outbox) = &self.outbox {
+            // A local append, no network: the shipper thread sends it.
+            outbox.append(&line);
+        }
         Ok(seq)
     }
 

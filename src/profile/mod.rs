@@ -144,6 +144,7 @@ struct ProfileFile {
 #[serde(deny_unknown_fields)]
 struct AuditFile {
     inside_max_mib: Option<u64>,
+    export: Option<crate::audit::export_config::ExportSettings>,
 }
 
 /// The audit log.
@@ -152,6 +153,10 @@ pub struct Audit {
     /// Records reported from inside are written up to this many MiB per run; beyond it they are
     /// counted, not written (a run cannot fill the host's disk through its own log).
     pub inside_max_mib: u64,
+    /// `[audit.export]`: every record also shipped over OTLP (see `audit::export`). Left out
+    /// of the policy hash when absent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub export: Option<crate::audit::export_config::ExportSettings>,
 }
 
 /// Enough for hours of hook decisions and runbook evidence (a record is well under 1 KiB; the
@@ -863,6 +868,7 @@ fn merge(base: ProfileFile, child: ProfileFile) -> ProfileFile {
         audit: match (base.audit, child.audit) {
             (Some(b), Some(c)) => Some(AuditFile {
                 inside_max_mib: c.inside_max_mib.or(b.inside_max_mib),
+                export: c.export.or(b.export),
             }),
             (b, c) => c.or(b),
         },
@@ -1085,12 +1091,16 @@ fn resolve(file: ProfileFile, origins: Vec<String>) -> Result<Profile, String> {
             }
         },
         audit: {
-            let inside_max_mib = file
-                .audit
-                .and_then(|a| a.inside_max_mib)
-                .unwrap_or(DEFAULT_INSIDE_MAX_MIB);
+            let audit = file.audit.unwrap_or_default();
+            let inside_max_mib = audit.inside_max_mib.unwrap_or(DEFAULT_INSIDE_MAX_MIB);
             in_range("audit.inside_max_mib", inside_max_mib, 1, 1 << 16)?;
-            Audit { inside_max_mib }
+            if let Some(export) = &audit.export {
+                export.validate()?;
+            }
+            Audit {
+                inside_max_mib,
+                export: audit.export,
+            }
         },
         approvals: approvals::resolve(file.approvals)?,
     })

@@ -67,6 +67,18 @@ pub fn never_passed_notes(profile: &Profile, facts: &HostFacts) -> Vec<String> {
         .collect()
 }
 
+/// The audit export's variables (`OTEL_*`: the collector's address, the credentials in its
+/// headers; and the variables `[audit.export] headers_env` names) are `stepproof-run`'s own:
+/// never passed inside, whatever the allow-list or `set_env` say.
+fn export_variable(profile: &Profile, name: &str) -> bool {
+    name.starts_with(crate::audit::export_config::OTEL_VARIABLE_PREFIX)
+        || profile
+            .audit
+            .export
+            .as_ref()
+            .is_some_and(|e| e.headers_env.iter().any(|h| h == name))
+}
+
 fn allowed(name: &str, allow: &[String]) -> bool {
     // Whatever the allow-list says: the loader's variables, and those that would take Claude
     // Code's managed hooks away, never pass.
@@ -117,7 +129,7 @@ pub fn build_environment(
     let mut env: Vec<(String, String)> = Vec::new();
     let mut dropped = Vec::new();
     for (name, value) in &facts.env {
-        if allowed(name, &profile.process.env) {
+        if allowed(name, &profile.process.env) && !export_variable(profile, name) {
             env.push((name.clone(), value.clone()));
         } else {
             dropped.push(name.clone());
@@ -181,7 +193,11 @@ pub fn build_environment(
         env.push(("ANTHROPIC_UNIX_SOCKET".into(), GATEWAY_SOCKET.into()));
         env.push(("ANTHROPIC_BASE_URL".into(), "http://localhost".into()));
     }
-    env.retain(|(n, _)| !n.starts_with("LD_") && !NEVER_PASSED.iter().any(|(v, _)| n == v));
+    env.retain(|(n, _)| {
+        !n.starts_with("LD_")
+            && !NEVER_PASSED.iter().any(|(v, _)| n == v)
+            && !export_variable(profile, n)
+    });
     env.sort();
     dropped.sort();
     dropped.dedup();
