@@ -1197,7 +1197,7 @@ pub fn orientation_text(state: &Value) -> String {
         }
     }
     text.push_str(
-        "\nWhen the open step's work is done, ask for its completion with `stepproof step complete STEP` (`stepproof step status` shows the run): the supervisor checks the evidence itself.",
+        "\nWhen the open step's work is done, ask for its completion with `/run/stepproof/stepproof step complete` (add `--step STEP` when several are open; `/run/stepproof/stepproof step status` shows the run): the supervisor checks the evidence itself.",
     );
     text
 }

@@ -275,6 +275,8 @@ fn runbook_summary(kind: &str, record: &Map<String, Value>) -> String {
                     s("expected_exit_code"),
                     s("duration_ms")
                 ));
+            } else if item == "verifier" && record.get("not_run").is_some_and(Value::is_string) {
+                parts.push(format!("verifier tier {}: not started ({})", s("tier"), s("not_run")));
             } else if item == "verifier" {
                 parts.push(format!(
                     "verifier tier {}: {} by model {} ({} tried, {} tokens, transcript {})",
