@@ -488,7 +488,12 @@ approval = { approvers = "the release manager", deadline = "1m" }
     assert_eq!(approvals[0]["counted"], true);
     assert_eq!(approvals[0]["nonce"], requests[0]["nonce"]);
     assert_eq!(approvals[0]["approver"], "alice@example.com");
-    assert_eq!(run.records("runbook-complete").len(), 1, "{}", run.describe());
+    assert_eq!(
+        run.records("runbook-complete").len(),
+        1,
+        "{}",
+        run.describe()
+    );
     // What the model read: neither the URL nor the key.
     let everything = mock.raw();
     assert!(
@@ -500,39 +505,50 @@ approval = { approvers = "the release manager", deadline = "1m" }
 // `/step-evidence FILE` in the chat: Claude Code expands StepProof's command with the file, the
 // model runs the client (allowed by its own rule while the step allows only `echo`), the
 // supervisor hashes the file itself and its answer is the tool result the model reads.
-both_claude!(step_evidence_from_the_chat_reaches_the_supervisor, |w: &World| {
-    setup(w);
-    fs::write(w.workspace.join("notes.md"), "q1 q2 q3\n").unwrap();
-    chown_tree(&w.workspace, w.owner);
-    let mock = Mock::start(
-        w,
-        json!([bash(&format!("{CLIENT} step evidence 'notes.md'")), text("fin")]),
-    );
-    let run = runbook_run(w, &mock, "/step-evidence notes.md");
-    let first = seen(&mock.messages_requests()[0]);
-    assert!(
-        first.contains("<command-name>/step-evidence</command-name>")
-            && first.contains("Files given: notes.md"),
-        "the expanded slash command is not in the first request:\n{first}\n{}",
-        run.describe()
-    );
-    run.expect_decision(&call_id(None, 0), "allow", "runbook-client");
-    let answer = mock.expect_result(&call_id(None, 0));
-    assert!(
-        !answer.is_error && answer.text.contains("noted") && answer.text.contains("notes.md"),
-        "{answer:?}\n{}",
-        run.describe()
-    );
-    let named = run.records("runbook-evidence-named");
-    assert_eq!(named.len(), 1, "{}", run.describe());
-    assert_eq!(named[0]["reported_from"], "inside");
-    let digest = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(b"q1 q2 q3\n"));
-    assert_eq!(named[0]["files"][0]["path"], "notes.md", "{}", named[0]);
-    assert_eq!(named[0]["files"][0]["sha256"], digest.as_str(), "{}", named[0]);
-    // Naming a file completes nothing: the step is still open when the agent exits.
-    assert_eq!(run.status.code(), Some(116), "{}", run.describe());
-    assert!(run.records("runbook-step-passed").is_empty());
-});
+both_claude!(
+    step_evidence_from_the_chat_reaches_the_supervisor,
+    |w: &World| {
+        setup(w);
+        fs::write(w.workspace.join("notes.md"), "q1 q2 q3\n").unwrap();
+        chown_tree(&w.workspace, w.owner);
+        let mock = Mock::start(
+            w,
+            json!([
+                bash(&format!("{CLIENT} step evidence 'notes.md'")),
+                text("fin")
+            ]),
+        );
+        let run = runbook_run(w, &mock, "/step-evidence notes.md");
+        let first = seen(&mock.messages_requests()[0]);
+        assert!(
+            first.contains("<command-name>/step-evidence</command-name>")
+                && first.contains("Files given: notes.md"),
+            "the expanded slash command is not in the first request:\n{first}\n{}",
+            run.describe()
+        );
+        run.expect_decision(&call_id(None, 0), "allow", "runbook-client");
+        let answer = mock.expect_result(&call_id(None, 0));
+        assert!(
+            !answer.is_error && answer.text.contains("noted") && answer.text.contains("notes.md"),
+            "{answer:?}\n{}",
+            run.describe()
+        );
+        let named = run.records("runbook-evidence-named");
+        assert_eq!(named.len(), 1, "{}", run.describe());
+        assert_eq!(named[0]["reported_from"], "inside");
+        let digest = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(b"q1 q2 q3\n"));
+        assert_eq!(named[0]["files"][0]["path"], "notes.md", "{}", named[0]);
+        assert_eq!(
+            named[0]["files"][0]["sha256"],
+            digest.as_str(),
+            "{}",
+            named[0]
+        );
+        // Naming a file completes nothing: the step is still open when the agent exits.
+        assert_eq!(run.status.code(), Some(116), "{}", run.describe());
+        assert!(run.records("runbook-step-passed").is_empty());
+    }
+);
 
 // ---- The README's walk-through ----
 
@@ -626,11 +642,7 @@ fn walkthrough() {
         .unwrap_or_else(|| panic!("no prompt context in the first request: {}", seen(first)));
     let result = |turn| {
         let r = mock.expect_result(&call_id(None, turn));
-        format!(
-            "{}{}",
-            if r.is_error { "[is_error] " } else { "" },
-            r.text
-        )
+        format!("{}{}", if r.is_error { "[is_error] " } else { "" }, r.text)
     };
     let shown = std::process::Command::new(STEPPROOF)
         .args(["audit", "show"])

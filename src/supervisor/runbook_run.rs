@@ -496,7 +496,11 @@ fn serve_step(
                 ok: true,
                 message: format!(
                     "noted for the record: {}. Naming a file completes nothing: when the step is completed the supervisor judges its evidence by its own hashes.",
-                    if listed.is_empty() { "no file".to_string() } else { listed.join(", ") }
+                    if listed.is_empty() {
+                        "no file".to_string()
+                    } else {
+                        listed.join(", ")
+                    }
                 ),
                 state: None,
             }
@@ -708,7 +712,9 @@ fn complete(
             step.on_fail().name()
         )
     } else {
-        format!("{left} attempt(s) left; fix it and ask again (`/run/stepproof/stepproof step complete`, in the chat /step-complete).")
+        format!(
+            "{left} attempt(s) left; fix it and ask again (`/run/stepproof/stepproof step complete`, in the chat /step-complete)."
+        )
     };
     Answer {
         ok: false,
@@ -894,12 +900,7 @@ fn check_item(
         };
         let why = format!(
             "command `{}` {} (wanted exit {}); its output (last {} bytes):\n{}",
-            command
-                .run
-                .iter()
-                .map(|w| shell_word(w))
-                .collect::<Vec<_>>()
-                .join(" "),
+            crate::audit::text::command_line(&command.run),
             match ran.exit_code {
                 Some(code) => format!("exited {code}"),
                 None => format!("did not finish: {}", ran.error.clone().unwrap_or_default()),
@@ -1516,19 +1517,6 @@ fn hash_file(path: &Path) -> std::io::Result<String> {
         }
     }
     Ok(hex::encode(hasher.finalize()))
-}
-
-/// `word` as a shell would need it written: as it is when it is plain, single-quoted otherwise.
-fn shell_word(word: &str) -> String {
-    let plain = !word.is_empty()
-        && word
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,@%+".contains(c));
-    if plain {
-        word.to_string()
-    } else {
-        format!("'{}'", word.replace('\'', "'\\''"))
-    }
 }
 
 /// At most this many ledger entries are named per evidence item (the newest).
