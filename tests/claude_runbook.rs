@@ -510,11 +510,17 @@ both_claude!(
     |w: &World| {
         setup(w);
         fs::write(w.workspace.join("notes.md"), "q1 q2 q3\n").unwrap();
+        // Two names for a file outside the workspace: the supervisor hashes neither.
+        let outside = w.workspace.parent().unwrap().join("outside.txt");
+        fs::write(&outside, "not the workspace's\n").unwrap();
+        std::os::unix::fs::symlink(&outside, w.workspace.join("link.md")).unwrap();
         chown_tree(&w.workspace, w.owner);
         let mock = Mock::start(
             w,
             json!([
-                bash(&format!("{CLIENT} step evidence 'notes.md'")),
+                bash(&format!(
+                    "{CLIENT} step evidence 'notes.md' '../outside.txt' 'link.md'"
+                )),
                 text("fin")
             ]),
         );
@@ -543,6 +549,18 @@ both_claude!(
             digest.as_str(),
             "{}",
             named[0]
+        );
+        for n in [1, 2] {
+            assert!(named[0]["files"][n]["sha256"].is_null(), "{}", named[0]);
+        }
+        assert!(
+            answer
+                .text
+                .contains("../outside.txt (not a regular file in the workspace)")
+                && answer
+                    .text
+                    .contains("link.md (not a regular file in the workspace)"),
+            "{answer:?}"
         );
         // Naming a file completes nothing: the step is still open when the agent exits.
         assert_eq!(run.status.code(), Some(116), "{}", run.describe());

@@ -472,10 +472,7 @@ fn serve_step(
             let hashed: Vec<Value> = files
                 .iter()
                 .take(256)
-                .map(|f| {
-                    let path = engine.context.workspace.join(f.trim_start_matches('/'));
-                    json!({ "path": f, "sha256": hash_file(&path).ok() })
-                })
+                .map(|f| json!({ "path": f, "sha256": hash_named(&engine.context.workspace, f).ok() }))
                 .collect();
             engine.record_inside(
                 "runbook-evidence-named",
@@ -1502,6 +1499,22 @@ fn hash_file(path: &Path) -> std::io::Result<String> {
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(path)?;
+    hash_open(file)
+}
+
+/// sha256 of a file the agent named (`step evidence`), resolved beneath the workspace without
+/// following a link: a `..` out of it, or a link anywhere on the way, is an error (the
+/// supervisor never hashes a file outside the workspace for the agent).
+fn hash_named(workspace: &Path, named: &str) -> std::io::Result<String> {
+    use crate::sandbox::sys::beneath::{DIR_LOOKUP, FILE_READING, open_beneath, open_root};
+    use std::os::fd::AsFd;
+    let root = open_root(workspace, DIR_LOOKUP)?;
+    let rel = Path::new(named.trim_start_matches('/'));
+    let fd = open_beneath(root.as_fd(), rel, FILE_READING, 0)?;
+    hash_open(std::fs::File::from(fd))
+}
+
+fn hash_open(file: std::fs::File) -> std::io::Result<String> {
     if !file.metadata()?.is_file() {
         return Err(std::io::Error::other("not a regular file"));
     }
