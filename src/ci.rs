@@ -273,6 +273,10 @@ impl Summary {
                 .runbook
                 .markdown(|text| cell(&Value::String(text.to_string()))),
         );
+        if !md.ends_with("\n\n") {
+            // A table ends at a blank line.
+            md.push('\n');
+        }
         md.push_str("### Enforced\n\n");
         for line in &self.enforced {
             md.push_str(&format!("- {line}\n"));

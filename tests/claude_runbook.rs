@@ -405,3 +405,318 @@ both_claude!(runbook_abandon_from_the_chat, |w: &World| {
     );
     assert_eq!(record[0]["open"], json!(["draft"]));
 });
+
+// ---- Approvals by webhook, with the real Claude Code as the worker ----
+
+#[path = "support/webhook.rs"]
+mod webhook;
+
+const HOOK_KEY: &str = "0123456789abcdef0123456789abcdef-e2e-key";
+
+// The worker asks for completion of an approval step from the chat; the supervisor asks the
+// webhook (an HTTPS stand-in on the host's loopback), whose signed approval is counted, and the
+// model reads the pass — naming the approver — in its tool result. The model never had the URL
+// or the key.
+both_claude!(a_webhook_approval_reaches_the_model, |w: &World| {
+    fs::write(
+        w.workspace.join("runbook.toml"),
+        r#"id = "gated"
+title = "A person says yes"
+owner = "tests"
+
+[[steps]]
+id = "ship"
+title = "Ship it"
+instructions = "Ask for the release manager's approval"
+on_fail = "block"
+[[steps.evidence]]
+approval = { approvers = "the release manager", deadline = "1m" }
+"#,
+    )
+    .unwrap();
+    let key = w.home.join("work-notes/hook.txt");
+    fs::create_dir_all(key.parent().unwrap()).unwrap();
+    fs::write(&key, format!("{HOOK_KEY}\n")).unwrap();
+    chown_tree(&w.home, w.owner);
+    chown_tree(&w.workspace, w.owner);
+    let hook = webhook::Webhook::start(
+        &w.base.join("hook"),
+        HOOK_KEY,
+        Box::new(|request, _, _| {
+            webhook::answer(HOOK_KEY, request, "approve", "ship it", "alice@example.com")
+        }),
+    );
+    let mock = Mock::start(
+        w,
+        json!([bash(&format!("{CLIENT} step complete")), text("fin")]),
+    );
+    let ca = hook.ca.display().to_string();
+    let key = key.display().to_string();
+    let run = run_claude_as(
+        w,
+        &Launch {
+            run_args: &["--runbook", "runbook.toml", "--runbook-fresh"],
+            env: &[
+                ("STEPPROOF_TEST_ONWARD_CA", &ca),
+                ("STEPPROOF_APPROVAL_WEBHOOK", &hook.url),
+                ("STEPPROOF_APPROVAL_HMAC_KEY_FILE", &key),
+            ],
+            ..Launch::default()
+        },
+        &profile(w, &mock, true, ""),
+        &[],
+    );
+    assert_eq!(run.status.code(), Some(0), "{}", run.describe());
+    run.expect_decision(&call_id(None, 0), "allow", "runbook-client");
+    let result = mock.expect_result(&call_id(None, 0));
+    assert!(
+        !result.is_error
+            && result.text.contains("step ship passed")
+            && result
+                .text
+                .contains("approval: approved by alice@example.com (from webhook)"),
+        "{result:?}\n{}",
+        run.describe()
+    );
+    // One signed request to the stand-in, for this step; its answer counted.
+    let requests = hook.requests();
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    assert_eq!(requests[0]["step"], "ship");
+    let approvals = run.records("runbook-approval");
+    assert_eq!(approvals.len(), 1, "{}", run.describe());
+    assert_eq!(approvals[0]["from"], "webhook");
+    assert_eq!(approvals[0]["counted"], true);
+    assert_eq!(approvals[0]["nonce"], requests[0]["nonce"]);
+    assert_eq!(approvals[0]["approver"], "alice@example.com");
+    assert_eq!(
+        run.records("runbook-complete").len(),
+        1,
+        "{}",
+        run.describe()
+    );
+    // What the model read: neither the URL nor the key.
+    let everything = mock.raw();
+    assert!(
+        !everything.contains(&hook.url) && !everything.contains(HOOK_KEY),
+        "the webhook's URL or key reached the model"
+    );
+});
+
+// `/step-evidence FILE` in the chat: Claude Code expands StepProof's command with the file, the
+// model runs the client (allowed by its own rule while the step allows only `echo`), the
+// supervisor hashes the file itself and its answer is the tool result the model reads.
+both_claude!(
+    step_evidence_from_the_chat_reaches_the_supervisor,
+    |w: &World| {
+        setup(w);
+        fs::write(w.workspace.join("notes.md"), "q1 q2 q3\n").unwrap();
+        // Two names for a file outside the workspace: the supervisor hashes neither.
+        let outside = w.workspace.parent().unwrap().join("outside.txt");
+        fs::write(&outside, "not the workspace's\n").unwrap();
+        std::os::unix::fs::symlink(&outside, w.workspace.join("link.md")).unwrap();
+        chown_tree(&w.workspace, w.owner);
+        let mock = Mock::start(
+            w,
+            json!([
+                bash(&format!(
+                    "{CLIENT} step evidence 'notes.md' '../outside.txt' 'link.md'"
+                )),
+                text("fin")
+            ]),
+        );
+        let run = runbook_run(w, &mock, "/step-evidence notes.md");
+        let first = seen(&mock.messages_requests()[0]);
+        assert!(
+            first.contains("<command-name>/step-evidence</command-name>")
+                && first.contains("Files given: notes.md"),
+            "the expanded slash command is not in the first request:\n{first}\n{}",
+            run.describe()
+        );
+        run.expect_decision(&call_id(None, 0), "allow", "runbook-client");
+        let answer = mock.expect_result(&call_id(None, 0));
+        assert!(
+            !answer.is_error && answer.text.contains("noted") && answer.text.contains("notes.md"),
+            "{answer:?}\n{}",
+            run.describe()
+        );
+        let named = run.records("runbook-evidence-named");
+        assert_eq!(named.len(), 1, "{}", run.describe());
+        assert_eq!(named[0]["reported_from"], "inside");
+        let digest = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(b"q1 q2 q3\n"));
+        assert_eq!(named[0]["files"][0]["path"], "notes.md", "{}", named[0]);
+        assert_eq!(
+            named[0]["files"][0]["sha256"],
+            digest.as_str(),
+            "{}",
+            named[0]
+        );
+        for n in [1, 2] {
+            assert!(named[0]["files"][n]["sha256"].is_null(), "{}", named[0]);
+        }
+        assert!(
+            answer
+                .text
+                .contains("../outside.txt (not a regular file in the workspace)")
+                && answer
+                    .text
+                    .contains("link.md (not a regular file in the workspace)"),
+            "{answer:?}"
+        );
+        // Naming a file completes nothing: the step is still open when the agent exits.
+        assert_eq!(run.status.code(), Some(116), "{}", run.describe());
+        assert!(run.records("runbook-step-passed").is_empty());
+    }
+);
+
+// ---- The README's walk-through ----
+
+/// The walk-through's runbook (README, "A whole session").
+const WALKTHROUGH_RUNBOOK: &str = r#"id = "fix-greeting"
+title = "Fix the greeting"
+owner = "docs-team"
+
+[verifiers]
+tier2 = ["claude-haiku-4-5"]
+
+[[steps]]
+id = "fix"
+title = "Fix the typo in greeting.txt"
+instructions = "greeting.txt says 'Helo, world'. Make it say 'Hello, world'; change nothing else."
+acceptance = ["greeting.txt says exactly 'Hello, world'", "no other file changed"]
+[[steps.allow.bash]]
+id = "sed-only"
+reason = "this step edits greeting.txt with sed and nothing else"
+commands = ["sed *", "cat *"]
+[[steps.evidence]]
+command = { run = ["grep", "-qx", "Hello, world", "greeting.txt"] }
+[[steps.evidence]]
+verifier = { tier = 2 }
+"#;
+
+/// One whole session for the README (`scripts/runbook-walkthrough.sh` runs it): the real Claude
+/// Code against the mock, a refused call, a failed and a passed `/step-complete`, a verifier's
+/// verdict, and the summaries. Writes what it saw to `$STEPPROOF_WALKTHROUGH_OUT` (a directory)
+/// or prints it. Ignored by default: it documents, the tests above hold the behaviour.
+#[test]
+#[ignore = "regenerates the README's walk-through: scripts/runbook-walkthrough.sh"]
+fn walkthrough() {
+    let Some(w) = world(Who::Root) else {
+        return;
+    };
+    fs::write(w.workspace.join("runbook.toml"), WALKTHROUGH_RUNBOOK).unwrap();
+    fs::write(w.workspace.join("greeting.txt"), "Helo, world\n").unwrap();
+    chown_tree(&w.workspace, w.owner);
+    let greeting = w.workspace.join("greeting.txt").display().to_string();
+    let answer = json!({
+        "verdict": "pass",
+        "reasons": ["greeting.txt is exactly 'Hello, world'", "the supervisor's command evidence shows no other change was needed"]
+    })
+    .to_string();
+    let mock = Mock::start(
+        &w,
+        json!({
+            "turns": [
+                bash("python3 -c \"open('greeting.txt','w').write('Hello, world\\n')\""),
+                bash(&format!("{CLIENT} step complete")),
+                bash("sed -i 's/^Helo, world$/Hello, world/' greeting.txt"),
+                bash(&format!("{CLIENT} step complete --note 'typo fixed with sed'")),
+                text("greeting.txt now says 'Hello, world'; the supervisor passed step fix and the runbook is complete."),
+            ],
+            "models": { "claude-haiku-4-5": { "turns": [
+                tool("Read", json!({ "file_path": greeting })),
+                text(&answer),
+            ]}},
+        }),
+    );
+    let dir = scratch(&w, "walkthrough");
+    chown_tree(&dir, w.owner);
+    let summary = dir.join("summary.md");
+    let summary_arg = summary.display().to_string();
+    let run = run_claude_as(
+        &w,
+        &Launch {
+            run_args: &[
+                "--runbook",
+                "runbook.toml",
+                "--runbook-fresh",
+                "--summary",
+                &summary_arg,
+            ],
+            prompt: Some("Fix the greeting."),
+            ..Launch::default()
+        },
+        &profile(&w, &mock, true, ""),
+        &[],
+    );
+    let requests = mock.messages_requests();
+    let first = requests
+        .iter()
+        .find(|r| r["body"]["model"] != "claude-haiku-4-5")
+        .unwrap_or_else(|| panic!("no request reached the mock: {}", run.describe()));
+    let marker = "UserPromptSubmit hook additional context:";
+    let orientation = seen(first)
+        .split_once(marker)
+        .map(|(_, after)| after.trim().to_string())
+        .unwrap_or_else(|| panic!("no prompt context in the first request: {}", seen(first)));
+    let result = |turn| {
+        let r = mock.expect_result(&call_id(None, turn));
+        format!("{}{}", if r.is_error { "[is_error] " } else { "" }, r.text)
+    };
+    let shown = std::process::Command::new(STEPPROOF)
+        .args(["audit", "show"])
+        .arg(&run.audit_path)
+        .output()
+        .unwrap();
+    let verdicts: Vec<String> = run
+        .audit
+        .iter()
+        .filter(|r| {
+            r["kind"] == "runbook-verifier-attempt"
+                || (r["kind"] == "runbook-evidence" && r["verdict"].is_string())
+        })
+        .map(|r| serde_json::to_string_pretty(r).unwrap())
+        .collect();
+    let parts = [
+        ("runbook.toml", WALKTHROUGH_RUNBOOK.to_string()),
+        ("orientation.txt", orientation),
+        ("refused.txt", result(0)),
+        ("complete-failed.txt", result(1)),
+        ("complete-passed.txt", result(3)),
+        ("verifier-records.json", verdicts.join("\n")),
+        ("stderr.txt", run.stderr.clone()),
+        ("stdout.json", run.stdout.clone()),
+        (
+            "audit-show.txt",
+            String::from_utf8_lossy(&shown.stdout).into_owned(),
+        ),
+        (
+            "summary.md",
+            fs::read_to_string(&summary).unwrap_or_default(),
+        ),
+        (
+            "models.txt",
+            requests
+                .iter()
+                .map(|r| r["body"]["model"].as_str().unwrap_or("?").to_string())
+                .collect::<Vec<_>>()
+                .join("\n"),
+        ),
+    ];
+    match std::env::var_os("STEPPROOF_WALKTHROUGH_OUT") {
+        Some(out) => {
+            let out = std::path::PathBuf::from(out);
+            fs::create_dir_all(&out).unwrap();
+            for (name, text) in &parts {
+                fs::write(out.join(name), text).unwrap();
+            }
+            println!("walk-through written to {}", out.display());
+        }
+        None => {
+            for (name, text) in &parts {
+                println!("==== {name}\n{text}\n");
+            }
+        }
+    }
+    assert_eq!(run.status.code(), Some(0), "{}", run.describe());
+    assert!(shown.status.success(), "{}", describe(&shown));
+}

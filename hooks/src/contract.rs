@@ -24,7 +24,7 @@ use thiserror::Error;
 
 use crate::decision::{Decision, Verdict};
 use crate::load::Needs;
-use crate::policy::{CallContext, CompiledPolicy, FORMAT_VERSION};
+use crate::policy::{CallContext, CompiledPolicy, FORMAT_VERSION, RULE_DEFAULT};
 
 /// Where the launcher mounts the compiled policy inside the sandbox.
 pub const DEFAULT_POLICY_PATH: &str = "/run/stepproof/policy";
@@ -571,13 +571,25 @@ fn narrow_by_steps(
         };
         let narrowed = evaluate_analysed(&step, input, needs.effects.as_deref());
         if narrowed.decision > verdict.decision {
-            verdict = Verdict {
-                reason: format!(
+            // Outside the step's allow rules: the step, not a profile, is what left it out
+            // (the policy's own wording says "profile" and lists command names).
+            let uncovered = format!(
+                " is not covered by profile '{}' (rule {RULE_DEFAULT}).",
+                step.profile
+            );
+            let reason = match narrowed.reason.find(&uncovered) {
+                Some(at) if narrowed.rule_id == RULE_DEFAULT => format!(
+                    "{} is not among what {} allows (rule {RULE_DEFAULT}): while it is open, it allows {}.",
+                    &narrowed.reason[..at],
+                    step.profile,
+                    step.summary
+                ),
+                _ => format!(
                     "{} While {} is open, it allows {}.",
                     narrowed.reason, step.profile, step.summary
                 ),
-                ..narrowed
             };
+            verdict = Verdict { reason, ..narrowed };
         }
         std::mem::forget(step);
         if verdict.decision == Decision::Deny {
@@ -1197,7 +1209,7 @@ pub fn orientation_text(state: &Value) -> String {
         }
     }
     text.push_str(
-        "\nWhen the open step's work is done, ask for its completion with `stepproof step complete STEP` (`stepproof step status` shows the run): the supervisor checks the evidence itself.",
+        "\nWhen the open step's work is done, ask for its completion with `/run/stepproof/stepproof step complete` (add `--step STEP` when several are open; `/run/stepproof/stepproof step status` shows the run): the supervisor checks the evidence itself.",
     );
     text
 }

@@ -289,7 +289,7 @@ fn evidence_text(r: &Value) -> String {
             "command `{}` exit {} (wanted {}) in {} · {held}",
             r["run"]
                 .as_array()
-                .map(|a| a.iter().map(text).collect::<Vec<_>>().join(" "))
+                .map(|a| crate::audit::text::command_line(&a.iter().map(text).collect::<Vec<_>>()))
                 .unwrap_or_default(),
             text(&r["exit_code"]),
             text(&r["expected_exit_code"]),

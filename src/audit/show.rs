@@ -3,6 +3,7 @@
 //! escaped: records reported from inside the sandbox must not drive the reader's terminal.
 
 use crate::audit::chain::{self, ChainChecker, ChainReport, LogLine, Status, for_each_line};
+use crate::audit::text::shell_word;
 use serde::Serialize;
 use serde_json::{Map, Value};
 use std::fmt::Write as _;
@@ -270,10 +271,16 @@ fn runbook_summary(kind: &str, record: &Map<String, Value>) -> String {
             if let Some(Value::Array(run)) = record.get("run") {
                 parts.push(format!(
                     "command `{}` exit {} (wanted {}) in {} ms",
-                    run.iter().map(plain).collect::<Vec<_>>().join(" "),
+                    crate::audit::text::command_line(&run.iter().map(plain).collect::<Vec<_>>()),
                     s("exit_code"),
                     s("expected_exit_code"),
                     s("duration_ms")
+                ));
+            } else if item == "verifier" && record.get("not_run").is_some_and(Value::is_string) {
+                parts.push(format!(
+                    "verifier tier {}: not started ({})",
+                    s("tier"),
+                    s("not_run")
                 ));
             } else if item == "verifier" {
                 parts.push(format!(
@@ -384,23 +391,11 @@ fn plain(value: &Value) -> String {
 /// `key=value` pairs of what is left once `skip` is removed.
 fn compact(map: &Map<String, Value>, skip: &[&str]) -> String {
     map.iter()
-        .filter(|(k, _)| !skip.contains(&k.as_str()))
+        // A null says nothing a missing key would not.
+        .filter(|(k, v)| !skip.contains(&k.as_str()) && !v.is_null())
         .map(|(k, v)| format!("{k}={}", plain(v)))
         .collect::<Vec<_>>()
         .join(" ")
-}
-
-/// An argv word as a shell would need it.
-fn shell_word(word: &str) -> String {
-    let safe = !word.is_empty()
-        && word
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,@%+".contains(&b));
-    if safe {
-        word.to_string()
-    } else {
-        format!("'{}'", word.replace('\'', r"'\''"))
-    }
 }
 
 /// Control characters, C1 controls and bidirectional overrides escaped as `\u{…}`.

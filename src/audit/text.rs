@@ -9,6 +9,29 @@ use std::borrow::Cow;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+/// A command's words as a person would type them: a plain word as it is, any other
+/// single-quoted (`grep -qx 'Hello, world' greeting.txt`).
+pub fn command_line<S: AsRef<str>>(words: &[S]) -> String {
+    words
+        .iter()
+        .map(|w| shell_word(w.as_ref()))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// `word` as a shell would need it written: as it is when it is plain, single-quoted otherwise.
+pub fn shell_word(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,@%+".contains(c));
+    if plain {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
+    }
+}
+
 /// The path as text: itself when it is UTF-8, else with `\xNN` for the bytes that are not.
 pub fn path(p: &Path) -> Cow<'_, str> {
     let bytes = p.as_os_str().as_bytes();

@@ -238,7 +238,7 @@ fn evidence_text(item: &Evidence) -> String {
         let exit = c.exit_code.unwrap_or(0);
         return format!(
             "command `{}` exits {exit} within {} ({}), run by the supervisor in a fresh sandbox; its writes are thrown away",
-            c.run.join(" "),
+            crate::audit::text::command_line(&c.run),
             c.timeout().render(),
             if c.network.unwrap_or(false) {
                 "with the profile's network"

@@ -472,18 +472,33 @@ fn serve_step(
             let hashed: Vec<Value> = files
                 .iter()
                 .take(256)
-                .map(|f| {
-                    let path = engine.context.workspace.join(f.trim_start_matches('/'));
-                    json!({ "path": f, "sha256": hash_file(&path).ok() })
-                })
+                .map(|f| json!({ "path": f, "sha256": hash_named(&engine.context.workspace, f).ok() }))
                 .collect();
             engine.record_inside(
                 "runbook-evidence-named",
                 json!({ "files": hashed, "peer": who }),
             );
+            let listed: Vec<String> = hashed
+                .iter()
+                .map(|f| {
+                    let path = f["path"].as_str().unwrap_or_default();
+                    if f["sha256"].is_null() {
+                        format!("{path} (not a regular file in the workspace)")
+                    } else {
+                        path.to_string()
+                    }
+                })
+                .collect();
             Answer {
                 ok: true,
-                message: "noted: the supervisor judges evidence by its own hashes when the step is completed".into(),
+                message: format!(
+                    "noted for the record: {}. Naming a file completes nothing: when the step is completed the supervisor judges its evidence by its own hashes.",
+                    if listed.is_empty() {
+                        "no file".to_string()
+                    } else {
+                        listed.join(", ")
+                    }
+                ),
                 state: None,
             }
         }
@@ -578,7 +593,18 @@ fn complete(
                     verifier.tier
                 ),
             ),
-            None => check_item(engine, approvals, run_id, index, &step, item),
+            None => {
+                let checked = check_item(engine, approvals, run_id, index, &step, item);
+                if checked.0 && checked.1["kind"] == "approval" {
+                    // Who said yes, in the agent's answer (a denial says why among the failures).
+                    let from = checked.1["from"].as_str().unwrap_or("a person");
+                    verdicts.push(match checked.1["approver"].as_str() {
+                        Some(who) => format!("approval: approved by {who} (from {from})"),
+                        None => format!("approval: approved (from {from})"),
+                    });
+                }
+                checked
+            }
         };
         let e = lock();
         let mut record = record;
@@ -612,9 +638,9 @@ fn complete(
         }
         let opened = e.open_ids();
         if opened.is_empty() {
-            message.push_str(" No step is open: the runbook is complete.");
+            message.push_str("\nNo step is open: the runbook is complete.");
         } else {
-            message.push_str(&format!(" Open now: {}.", opened.join(", ")));
+            message.push_str(&format!("\nOpen now: {}.", opened.join(", ")));
             // What the agent needs next, without waiting for the next prompt's orientation.
             for (next, s) in e.runbook.steps.iter().zip(&e.steps) {
                 if s.status == Status::Open && next.id != step.id {
@@ -683,7 +709,9 @@ fn complete(
             step.on_fail().name()
         )
     } else {
-        format!("{left} attempt(s) left; fix it and run `stepproof step complete` again.")
+        format!(
+            "{left} attempt(s) left; fix it and ask again (`/run/stepproof/stepproof step complete`, in the chat /step-complete)."
+        )
     };
     Answer {
         ok: false,
@@ -855,10 +883,21 @@ fn check_item(
         };
         let ran = run_command_evidence(&context, step, command, n);
         let held = ran.exit_code == Some(command.exit_code.unwrap_or(0));
-        let shown = String::from_utf8_lossy(tail(&ran.output, OUTPUT_SHOWN_BYTES)).into_owned();
+        // The evidence sandbox's own closing line (its log is in the chain record) is not the
+        // command's output.
+        let shown: String = String::from_utf8_lossy(tail(&ran.output, OUTPUT_SHOWN_BYTES))
+            .lines()
+            .filter(|l| !l.starts_with("stepproof-run: audit log "))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let shown = if shown.trim().is_empty() {
+            "(none)\n".to_string()
+        } else {
+            shown
+        };
         let why = format!(
             "command `{}` {} (wanted exit {}); its output (last {} bytes):\n{}",
-            command.run.join(" "),
+            crate::audit::text::command_line(&command.run),
             match ran.exit_code {
                 Some(code) => format!("exited {code}"),
                 None => format!("did not finish: {}", ran.error.clone().unwrap_or_default()),
@@ -1460,6 +1499,22 @@ fn hash_file(path: &Path) -> std::io::Result<String> {
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(path)?;
+    hash_open(file)
+}
+
+/// sha256 of a file the agent named (`step evidence`), resolved beneath the workspace without
+/// following a link: a `..` out of it, or a link anywhere on the way, is an error (the
+/// supervisor never hashes a file outside the workspace for the agent).
+fn hash_named(workspace: &Path, named: &str) -> std::io::Result<String> {
+    use crate::sandbox::sys::beneath::{DIR_LOOKUP, FILE_READING, open_beneath, open_root};
+    use std::os::fd::AsFd;
+    let root = open_root(workspace, DIR_LOOKUP)?;
+    let rel = Path::new(named.trim_start_matches('/'));
+    let fd = open_beneath(root.as_fd(), rel, FILE_READING, 0)?;
+    hash_open(std::fs::File::from(fd))
+}
+
+fn hash_open(file: std::fs::File) -> std::io::Result<String> {
     if !file.metadata()?.is_file() {
         return Err(std::io::Error::other("not a regular file"));
     }
