@@ -82,28 +82,23 @@ impl Caches {
             .map_err(fail("creating the caches directory", root))?;
         for (name, _) in CACHES {
             let dir = root.join(name);
-            match fs::DirBuilder::new().mode(0o700).create(&dir) {
-                Ok(()) => {
-                    std::os::unix::fs::lchown(&dir, Some(uid), Some(gid))
-                        .map_err(fail("chown", &dir))?;
-                }
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                    // Kept from an earlier run: the sandbox user's own directory, or refused
-                    // (another identity's files below it would be unwritable; chowning the top
-                    // alone would hide that, and the sandbox user's files are not ours to judge).
-                    let meta = fs::symlink_metadata(&dir).map_err(fail("reading", &dir))?;
-                    if !meta.is_dir() || meta.uid() != uid {
-                        return Err(CachesError {
-                            step: "using the kept cache",
-                            path: dir,
-                            source: io::Error::other(format!(
-                                "it is not a directory of the sandbox user (uid {uid}; found uid {}): remove it",
-                                meta.uid()
-                            )),
-                        });
-                    }
-                }
-                Err(e) => return Err(fail("creating", &dir)(e)),
+            if create_owned_dir(&dir, uid, gid).map_err(fail("creating", &dir))? {
+                continue;
+            }
+            // Kept from an earlier run (or made by a run beside this one): the sandbox user's
+            // own directory, or refused (another identity's files below it would be unwritable;
+            // chowning the top alone would hide that, and the sandbox user's files are not ours
+            // to judge).
+            let meta = fs::symlink_metadata(&dir).map_err(fail("reading", &dir))?;
+            if !meta.is_dir() || meta.uid() != uid {
+                return Err(CachesError {
+                    step: "using the kept cache",
+                    path: dir,
+                    source: io::Error::other(format!(
+                        "it is not a directory of the sandbox user (uid {uid}; found uid {}): remove it",
+                        meta.uid()
+                    )),
+                });
             }
         }
         // The root stays the supervisor's (its markers with it); the sandbox user may enter it.
@@ -113,6 +108,49 @@ impl Caches {
             planned,
             _lock: lock,
         }))
+    }
+}
+
+/// Makes `dir` (mode 0700) owned by `uid`:`gid` in one step as another run sees it: made under
+/// a name of this process's, given away, then renamed into place unless something is there
+/// already. Runs of one workspace started together would otherwise see each other's directory
+/// between its creation and its chown, still root's, and refuse it. False when `dir` exists.
+fn create_owned_dir(dir: &Path, uid: u32, gid: u32) -> io::Result<bool> {
+    match fs::symlink_metadata(dir) {
+        Ok(_) => return Ok(false),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    let name = dir.file_name().unwrap_or_default().to_string_lossy();
+    static STAGED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let staged = dir.with_file_name(format!(
+        ".{name}.new-{}-{}",
+        std::process::id(),
+        STAGED.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    // Left by a run with this pid that ended here: it was never in use.
+    let _ = fs::remove_dir(&staged);
+    fs::DirBuilder::new().mode(0o700).create(&staged)?;
+    let placed = std::os::unix::fs::lchown(&staged, Some(uid), Some(gid)).and_then(|()| {
+        nix::fcntl::renameat2(
+            nix::fcntl::AT_FDCWD,
+            &staged,
+            nix::fcntl::AT_FDCWD,
+            dir,
+            nix::fcntl::RenameFlags::RENAME_NOREPLACE,
+        )
+        .map_err(io::Error::from)
+    });
+    match placed {
+        Ok(()) => Ok(true),
+        Err(e) => {
+            let _ = fs::remove_dir(&staged);
+            if e.kind() == io::ErrorKind::AlreadyExists {
+                Ok(false)
+            } else {
+                Err(e)
+            }
+        }
     }
 }
 
@@ -151,6 +189,46 @@ pub fn prune(root: &Path, now: SystemTime) -> Vec<PathBuf> {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    // Runs of one workspace started together: every one takes the directory, none sees it
+    // half made (root's, before its chown), one of them made it.
+    #[test]
+    fn a_cache_directory_made_by_runs_started_together_is_the_sandbox_users() {
+        use std::os::unix::fs::MetadataExt;
+        let root = tempfile::tempdir().unwrap();
+        let uid = if nix::unistd::geteuid().is_root() {
+            4711
+        } else {
+            nix::unistd::geteuid().as_raw()
+        };
+        let gid = nix::unistd::getegid().as_raw();
+        for round in 0..20 {
+            let dir = root.path().join(format!("cargo-{round}"));
+            let made: Vec<bool> = std::thread::scope(|scope| {
+                let handles: Vec<_> = (0..8)
+                    .map(|_| {
+                        scope.spawn(|| {
+                            let made = super::create_owned_dir(&dir, uid, gid).unwrap();
+                            // What the caller checks next: never a directory still root's.
+                            assert_eq!(fs::symlink_metadata(&dir).unwrap().uid(), uid);
+                            made
+                        })
+                    })
+                    .collect();
+                handles.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            assert_eq!(made.iter().filter(|m| **m).count(), 1, "{made:?}");
+            let meta = fs::symlink_metadata(&dir).unwrap();
+            assert!(meta.is_dir() && meta.uid() == uid, "round {round}");
+        }
+        // Nothing staged is left beside them.
+        let left: Vec<_> = fs::read_dir(root.path())
+            .unwrap()
+            .filter_map(Result::ok)
+            .filter(|e| e.file_name().to_string_lossy().starts_with('.'))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+    }
 
     #[test]
     fn read_only_trees_are_removed_and_links_not_followed() {
