@@ -59,8 +59,8 @@ both_claude!(
 );
 
 // The model is told where it runs once, by the managed CLAUDE.md (not with every prompt); the
-// prompt and the turn's end are recorded; a runbook's observers (SessionEnd, subagents,
-// PreCompact) are not registered without one: one hook process fewer at exit.
+// prompt is recorded; a runbook's observers (Stop, SessionEnd, subagents, PreCompact) are not
+// registered without one: Claude Code waits for every hook it runs.
 both_claude!(the_model_is_told_once_where_it_runs, |w: &World| {
     let mock = Mock::start(w, json!([bash("true"), text("fin")]));
     let run = run_claude(w, &profile(w, &mock, true, ""), &[]);
@@ -80,10 +80,10 @@ both_claude!(the_model_is_told_once_where_it_runs, |w: &World| {
             .iter()
             .any(|r| r["source"] == "sandbox" && r["reported"]["event"] == event)
     };
-    for event in ["UserPromptSubmit", "Stop"] {
-        assert!(recorded(event), "no {event} record: {}", run.describe());
+    assert!(recorded("UserPromptSubmit"), "{}", run.describe());
+    for event in ["Stop", "SessionEnd"] {
+        assert!(!recorded(event), "{event}: {}", run.describe());
     }
-    assert!(!recorded("SessionEnd"), "{}", run.describe());
 });
 
 // 2. A denied command is blocked; the model reads StepProof's reason; no effect.
@@ -919,7 +919,7 @@ both_claude!(
 
 // 13. An ask in an unattended run: nobody answers it. The audit log says what became of it: the
 // supervisor's ask-answer record, inferred from what followed (no PostToolUse for the call, and
-// then the turn's Stop).
+// then the end of the run: without a runbook no Stop hook is registered).
 both_claude!(an_unanswered_ask_is_recorded_as_refused, |w: &World| {
     let mock = Mock::start(w, json!([bash("echo ask-probe"), text("fin")]));
     let extra = "[[hook.bash]]\nid = \"test-ask\"\nreason = \"the test asks\"\ndecision = \"ask\"\ncommands = [\"echo ask-probe\"]\n";
@@ -939,10 +939,7 @@ both_claude!(an_unanswered_ask_is_recorded_as_refused, |w: &World| {
     assert_eq!(answers[0]["source"], "supervisor");
     assert_eq!(answers[0]["answer"], "refused", "{:#}", answers[0]);
     assert!(
-        answers[0]["inferred_from"]
-            .as_str()
-            .unwrap()
-            .starts_with("Stop (seq "),
+        answers[0]["inferred_from"].as_str().unwrap() == "the end of the run",
         "{:#}",
         answers[0]
     );

@@ -92,8 +92,10 @@ const EVENTS: &[(&str, bool, bool, When)] = &[
     ("UserPromptSubmit", false, false, When::Always),
     // The runbook's state for the summary (plain text).
     ("PreCompact", false, false, When::WithRunbook),
-    // The end of a turn: asks still open were not approved.
-    ("Stop", false, false, When::Always),
+    // The end of a turn: asks still open were not approved. Without a runbook the next prompt
+    // or the end of the run says so as well (the supervisor settles what is open then), and
+    // Claude Code's wait for this hook (7–20 ms a turn) is not worth the earlier record.
+    ("Stop", false, false, When::WithRunbook),
     // The supervisor records the run's end itself; a runbook's chain records the session's.
     ("SessionEnd", false, false, When::WithRunbook),
     // Recorded with `agent_id`/`agent_type` while a runbook runs.
@@ -870,10 +872,10 @@ mod tests {
         }
         assert!(managed_settings_problems(&with_runbook, false).is_empty());
         let mut not_waited = settings.clone();
-        not_waited["hooks"]["Stop"][0]["hooks"][0]["async"] = true.into();
+        not_waited["hooks"]["UserPromptSubmit"][0]["hooks"][0]["async"] = true.into();
         assert_eq!(
             managed_settings_problems(&not_waited, false),
-            ["StepProof's hook is not registered for Stop"]
+            ["StepProof's hook is not registered for UserPromptSubmit"]
         );
         let mut foreign = with_runbook.clone();
         foreign["hooks"]["SessionEnd"][0]["hooks"][0]["command"] = "/bin/true".into();
