@@ -324,6 +324,12 @@ fn ship_while_running(outbox: &Outbox, mut shipper: Shipper) {
             }
         };
         flush_tried |= flush_until.is_some();
+        // Never while the sandbox's init is being cloned from a copy of this process (see
+        // `sandbox::sys::seed::QUIET`): a lock held here would stay held in the init. Held to
+        // the end of this round (what follows the batch allocates too).
+        let _quiet = crate::sandbox::sys::seed::QUIET
+            .read()
+            .unwrap_or_else(|e| e.into_inner());
         let result = shipper.ship_batch(flush_until);
         let mut p = outbox.lock();
         match result {

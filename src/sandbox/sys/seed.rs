@@ -27,6 +27,13 @@ const STACK_SIZE: usize = 8 * 1024 * 1024;
 /// The network maker's stack: raw calls only.
 const NET_STACK_SIZE: usize = 64 * 1024;
 
+/// Held for reading by a supervisor thread while it does work that takes locks of the process
+/// (the allocator's, stdio's: the audit export's batches), and for writing by [`NamespaceSeed::
+/// clone_init`] while the init's copy of this process's memory is taken: a lock another thread
+/// held at that instant would stay held in the copy, and the init would wait on it forever.
+/// A thread blocked on this lock holds none of those.
+pub static QUIET: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
 /// Reply tags, seed → supervisor.
 const NET_READY: u8 = b'N';
 const CLONED: u8 = b'P';
@@ -386,7 +393,9 @@ impl NamespaceSeed {
     /// child's pid.
     ///
     /// The child gets a copy of this process's memory taken while this thread is blocked here;
-    /// call it from a process with one thread, as [`super::clone_with_namespaces`] says.
+    /// call it from a process with one thread, as [`super::clone_with_namespaces`] says, or whose
+    /// other threads are blocked, or hold [`QUIET`] while they take locks (it is taken for
+    /// writing here).
     pub fn clone_init<F: FnOnce() -> i32>(
         &mut self,
         flags: libc::c_int,
@@ -403,6 +412,8 @@ impl NamespaceSeed {
             init()
         });
         let job = job_for(&mut slot);
+        // No other thread of ours is inside an allocator or stdio call while the copy is taken.
+        let quiet = QUIET.write().unwrap_or_else(|e| e.into_inner());
         let flags = flags as u64;
         let mut request = [0u8; 16];
         request[..8].copy_from_slice(&flags.to_ne_bytes());
@@ -411,6 +422,7 @@ impl NamespaceSeed {
             return Err(io::Error::last_os_error());
         }
         let pid = self.read_reply(CLONED);
+        drop(quiet);
         // The seed has exited or is about to, touching nothing more; `slot` still holds the
         // closure on this side, and dropping it closes this side's copies of what it captured.
         self.cloned = true;
