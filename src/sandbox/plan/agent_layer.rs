@@ -1029,6 +1029,26 @@ mod tests {
                 "managed-settings.d/002-20-model.json",
             ]
         );
+        // The host's own memory file first, then StepProof's paragraph.
+        let profile = crate::profile::Profile::builtin_default().unwrap();
+        let policy =
+            compiled_policy(&profile, Path::new("/home/u"), Path::new("/home/u/ws")).unwrap();
+        let mut files = host.files.clone();
+        managed_memory(&mut files, &policy);
+        let memory = &files
+            .iter()
+            .find(|(p, _)| p == Path::new(MANAGED_MEMORY))
+            .unwrap()
+            .1;
+        assert!(
+            memory.starts_with(
+                "Be careful.\n\n# StepProof\n\nThis session runs under StepProof, profile 'default'"
+            ) && memory.contains("Workspace: /home/u/ws."),
+            "{memory}"
+        );
+        let mut alone = Vec::new();
+        managed_memory(&mut alone, &policy);
+        assert!(alone[0].1.starts_with("# StepProof\n"), "{alone:?}");
         let org: serde_json::Value = serde_json::from_str(&host.files[2].1).unwrap();
         assert_eq!(
             org,
