@@ -806,8 +806,16 @@ fn start_export(
         resource.push((key, value));
     }
     let first_seq = audit.next_seq();
-    match crate::audit::export::Exporter::start(&facts.run_dir, config, run_id, first_seq, resource)
-    {
+    // The shipper's batches never overlap the init's clone from a copy of this process: a lock
+    // it held then would stay held in the init (see `sandbox::sys::seed::QUIET`).
+    match crate::audit::export::Exporter::start(
+        &facts.run_dir,
+        config,
+        run_id,
+        first_seq,
+        resource,
+        &crate::sandbox::sys::seed::QUIET,
+    ) {
         Ok(exporter) => {
             audit.attach_outbox(exporter.outbox());
             Ok(Some(exporter))

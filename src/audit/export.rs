@@ -163,6 +163,7 @@ impl Exporter {
         run_id: &str,
         first_seq: u64,
         resource: Vec<(String, String)>,
+        quiet: &'static std::sync::RwLock<()>,
     ) -> Result<Exporter, String> {
         use std::os::unix::fs::DirBuilderExt;
         fs::DirBuilder::new()
@@ -206,7 +207,7 @@ impl Exporter {
             .name("audit-export".into())
             .spawn(move || {
                 let _ = started.send(());
-                ship_while_running(&shared, shipper)
+                ship_while_running(&shared, shipper, quiet)
             })
             .map_err(|e| format!("starting the export thread: {e}"))?;
         // The sandbox's init is cloned later from a copy of this process's memory (not a
@@ -275,7 +276,10 @@ impl Drop for Exporter {
 }
 
 /// The shipper thread: waits for records, lets a batch gather, sends it, backs off on failure.
-fn ship_while_running(outbox: &Outbox, mut shipper: Shipper) {
+/// `quiet` is held for reading while a batch is shipped (see [`Exporter::start`]'s caller: the
+/// sandbox's init must never be cloned from a copy of this process while this thread holds a
+/// lock of the process, the allocator's included).
+fn ship_while_running(outbox: &Outbox, mut shipper: Shipper, quiet: &std::sync::RwLock<()>) {
     // Started before the supervisor blocks the signals it reads through its signalfd: a signal
     // must never land here (Ctrl-C or SIGTERM would take the default action and end the
     // supervisor without its end record; SIGCHLD would be lost; a read would fail with EINTR).
@@ -324,12 +328,8 @@ fn ship_while_running(outbox: &Outbox, mut shipper: Shipper) {
             }
         };
         flush_tried |= flush_until.is_some();
-        // Never while the sandbox's init is being cloned from a copy of this process (see
-        // `sandbox::sys::seed::QUIET`): a lock held here would stay held in the init. Held to
-        // the end of this round (what follows the batch allocates too).
-        let _quiet = crate::sandbox::sys::seed::QUIET
-            .read()
-            .unwrap_or_else(|e| e.into_inner());
+        // Held to the end of this round (what follows the batch allocates too).
+        let _quiet = quiet.read().unwrap_or_else(|e| e.into_inner());
         let result = shipper.ship_batch(flush_until);
         let mut p = outbox.lock();
         match result {
