@@ -711,6 +711,9 @@ mod tests {
         let judge = |body: &[u8], sig: Option<&str>, now: u64| {
             judge_answer(&k, &mine, body, sig.map(str::as_bytes), &used, &all, now)
         };
+        // Why an answer signed with the right key is refused.
+        let refused =
+            |body: &[u8], now: u64| judge(body, Some(&sign(&k, body)), now).unwrap_err().0;
         let good = answer("n2", "gate", "approve", 1500);
         let verdict = judge(&good, Some(&sign(&k, &good)), 1500).unwrap();
         assert!(verdict.approved);
@@ -735,56 +738,24 @@ mod tests {
         assert!(judge(&changed, Some(&sign(&k, &good)), 1500).is_err());
         // A valid answer to an earlier request, replayed.
         let replay = answer("n1", "first", "approve", 1100);
-        let why = judge(&replay, Some(&sign(&k, &replay)), 1500)
-            .unwrap_err()
-            .0;
+        let why = refused(&replay, 1500);
         assert!(
             why.contains("replayed") && why.contains("step first"),
             "{why}"
         );
         let unknown = answer("n9", "gate", "approve", 1500);
-        assert!(
-            judge(&unknown, Some(&sign(&k, &unknown)), 1500)
-                .unwrap_err()
-                .0
-                .contains("never sent")
-        );
+        assert!(refused(&unknown, 1500).contains("never sent"));
         // Right nonce, wrong step.
         let other = answer("n2", "first", "approve", 1500);
-        assert!(
-            judge(&other, Some(&sign(&k, &other)), 1500)
-                .unwrap_err()
-                .0
-                .contains("names run")
-        );
+        assert!(refused(&other, 1500).contains("names run"));
         // Stale both ways, and received after the expiry.
         let late = answer("n2", "gate", "approve", 2001);
-        assert!(
-            judge(&late, Some(&sign(&k, &late)), 1500)
-                .unwrap_err()
-                .0
-                .contains("stale")
-        );
-        assert!(
-            judge(&good, Some(&sign(&k, &good)), 2001)
-                .unwrap_err()
-                .0
-                .contains("stale")
-        );
+        assert!(refused(&late, 1500).contains("stale"));
+        assert!(refused(&good, 2001).contains("stale"));
         let early = answer("n2", "gate", "approve", 600);
-        assert!(
-            judge(&early, Some(&sign(&k, &early)), 1500)
-                .unwrap_err()
-                .0
-                .contains("before the request")
-        );
+        assert!(refused(&early, 1500).contains("before the request"));
         let odd = answer("n2", "gate", "maybe", 1500);
-        assert!(
-            judge(&odd, Some(&sign(&k, &odd)), 1500)
-                .unwrap_err()
-                .0
-                .contains("decision")
-        );
+        assert!(refused(&odd, 1500).contains("decision"));
         // This request's own nonce, once used, is a replay too.
         let used_mine: HashSet<String> = ["n2".to_string()].into();
         assert!(
