@@ -179,6 +179,13 @@ fn carry_out(
     let profile =
         Profile::load(args.profile.as_deref()).map_err(|e| Failure::refused(e.to_string()))?;
     tracing::debug!("profile loaded");
+    if profile.network.gateway.is_some() || profile.hook.is_some() {
+        // The gateway's onward trust, parsed on the other core while the plan is made.
+        let extra = crate::supervisor::gateway::caller_extra_roots();
+        if !extra.is_empty() {
+            crate::supervisor::login::prepare_client_config(extra);
+        }
+    }
     let runbook = args
         .runbook
         .as_deref()
@@ -263,16 +270,21 @@ fn carry_out(
         }
     }
     outputs.run_dir = Some(facts.run_dir.clone());
+    // The retention rule beside this run's directory: started once the sandbox exists, waited
+    // for when the run ends.
+    crate::supervisor::housekeeping::arrange(&facts.run_dir, args.keep_runs);
     tracing::debug!("facts gathered");
     let audit = open_audit_log(args, &facts.home).map_err(audit_failure)?;
     tracing::debug!("audit log opened");
     let mut plan = host::plan_for(&profile, &facts).map_err(plan_failure)?;
     // What the plan names, made now (and removed when this goes, whatever happens next).
     let scratch = launch::ScratchDir::create(&plan).map_err(|e| Failure::host(e.to_string()))?;
+    tracing::debug!("scratch made");
     // The model login (the gateway's): found before the plan is final, because the
     // organisation's server-managed settings are fetched with it (when the command is Claude
     // Code and Claude Code on this host would fetch them) and carried in as a managed drop-in.
     let gateway = launch::prepare_gateway(&plan).map_err(Failure::host)?;
+    tracing::debug!("gateway prepared");
     if let Some((upstream, login)) = &gateway
         && plan.agent.is_some()
         && !args.selftest
@@ -310,6 +322,7 @@ fn carry_out(
         .inspect_err(|_| outputs.opened = true)
         .map_err(Failure::refused)?;
     outputs.run_dir = run_dir;
+    tracing::debug!("outputs opened");
     // Unattended runs, the self-test and model verifier runs start from nothing and keep
     // nothing.
     if (args.ci || args.selftest || args.verifier_agent.is_some())
@@ -325,6 +338,7 @@ fn carry_out(
     // The build caches the plan binds, made now (a run's own removed when this goes).
     let caches = crate::supervisor::caches::Caches::create(&plan)
         .map_err(|e| Failure::host(format!("stepproof-run: {e}")))?;
+    tracing::debug!("caches made");
     let command: Vec<OsString> = if args.selftest {
         crate::selftest::install_probe_binary(&mut plan).map_err(Failure::host)?
     } else {
@@ -361,6 +375,7 @@ fn carry_out(
     for dropped in &limits.dropped {
         tracing::info!("{dropped}");
     }
+    tracing::debug!("cgroup prepared");
     // The runbook's directory and sockets, its file protected like the profile's, the
     // client bound inside.
     let runbook_run = match &runbook {
@@ -440,6 +455,7 @@ fn carry_out(
             });
         }
     }
+    tracing::debug!("start record written");
     if let Some(run) = &runbook_run {
         run.start()
             .map_err(|e| Failure::host(format!("the runbook's state: {e}")))?;
@@ -1244,30 +1260,8 @@ pub fn run(args: &Request) -> i32 {
     }
     let json = serde_json::to_string_pretty(&status).unwrap_or_default();
     write_output(&mut outputs.status, (json + "\n").as_bytes());
-    if let Some(own) = &outputs.run_dir {
-        let (removed, failed) = crate::audit::runs::prune(own, args.keep_runs);
-        tracing::debug!(removed = removed.len(), "older run directories removed");
-        for (path, e) in failed {
-            crate::say!(
-                "stepproof-run: removing the old run directory {}: {e}",
-                path.display()
-            );
-        }
-        // Kept sessions of workspaces no run used for a long time go with the old runs.
-        if args.keep_runs != crate::audit::runs::Keep::All
-            && let Some(state) = own.parent().and_then(std::path::Path::parent)
-        {
-            let removed = crate::supervisor::session_state::prune(
-                &state.join("sessions"),
-                std::time::SystemTime::now(),
-            );
-            tracing::debug!(removed = removed.len(), "unused session states removed");
-            let removed = crate::supervisor::caches::prune(
-                &state.join("caches"),
-                std::time::SystemTime::now(),
-            );
-            tracing::debug!(removed = removed.len(), "unused caches removed");
-        }
+    for said in crate::supervisor::housekeeping::finish() {
+        crate::say!("stepproof-run: {said}");
     }
     launch::reap_children(std::time::Duration::from_secs(10));
     tracing::debug!("exiting");

@@ -57,10 +57,13 @@ impl Caches {
                 .create(state)
                 .map_err(fail("creating the caches directory", state))?;
             let workspace = state.join("workspace");
-            fs::write(&workspace, plan.workspace.as_os_str().as_encoded_bytes())
-                .map_err(fail("writing", &workspace))?;
+            crate::supervisor::session_state::write_unless_same(
+                &workspace,
+                plan.workspace.as_os_str().as_encoded_bytes(),
+            )
+            .map_err(fail("writing", &workspace))?;
             let used = state.join("last-used");
-            fs::write(&used, b"").map_err(fail("writing", &used))?;
+            crate::supervisor::session_state::touch(&used).map_err(fail("writing", &used))?;
             let path = state.join("lock");
             let file = OpenOptions::new()
                 .create(true)

@@ -955,6 +955,16 @@ fn write_status(out: &mut impl Write, code: u16, phrase: &str, body: &str) -> io
 
 pub use crate::supervisor::login::EXTRA_CA_ENV;
 
+/// The CA files the caller's environment adds to the public roots onward (its
+/// `NODE_EXTRA_CA_CERTS`: a corporate CA, a test CA).
+pub fn caller_extra_roots() -> Vec<std::path::PathBuf> {
+    std::env::var_os(EXTRA_CA_ENV)
+        .filter(|v| !v.to_string_lossy().trim().is_empty())
+        .into_iter()
+        .map(Into::into)
+        .collect()
+}
+
 /// The gateway's upstream and login for a plan's `[network.gateway]`, resolved before the
 /// sandbox starts (a missing credential named by the profile, or an unreadable CA, stops the
 /// launch). `held` are the login variables the plan kept outside; the caller's own
@@ -967,8 +977,7 @@ pub fn prepare(
 ) -> Result<(Upstream, Arc<ModelLogin>), String> {
     use crate::supervisor::login::{self, RefreshEndpoint, Sources};
     let caller = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
-    let extra_roots: Vec<std::path::PathBuf> =
-        caller(EXTRA_CA_ENV).into_iter().map(Into::into).collect();
+    let extra_roots = caller_extra_roots();
     let upstream = upstream_from_profile(config, home, &extra_roots)?;
     let refresh = RefreshEndpoint {
         url: caller(login::TOKEN_URL_ENV).unwrap_or_else(|| login::TOKEN_URL.to_owned()),

@@ -555,25 +555,46 @@ fn launch(
     // 3. What only host root may make (idmapped trees), the agent's state (with the
     //    placeholder login) and the hook's socket, and descriptors of what the sandbox binds
     //    from the host.
-    let idmapped = prepare_idmapped_trees(plan)?;
-    tracing::debug!("launch: idmapped trees made");
-    let hook_listener = match &plan.agent {
-        Some(state) => {
-            let listener = agent_config_dir::prepare(plan, state, &placeholder)?;
-            tracing::debug!("launch: agent config dir");
-            if let Some(definition) = options.verifier_agent {
-                agent_config_dir::install_verifier_agent(state, definition)?;
-            }
-            Some(listener)
-        }
-        None => None,
-    };
     //    The service credentials: each secret read outside, the run's CA made and its public
     //    half written where the plan binds it (before the handed paths are opened); a source
-    //    that cannot be read stops the launch here. Read-only hosts need the CA as well.
-    tracing::debug!("launch: agent state prepared");
-    let credentials = credentials::prepare(plan).map_err(LaunchError::Credentials)?;
-    tracing::debug!("launch: credentials prepared");
+    //    that cannot be read stops the launch here. Read-only hosts need the CA as well. They
+    //    are made on a thread of their own while this one makes the rest (both end before the
+    //    init is cloned from this process's memory).
+    let (idmapped, hook_listener, credentials) = std::thread::scope(|scope| {
+        let on_the_side = std::thread::Builder::new()
+            .name("stepproof-creds".into())
+            .spawn_scoped(scope, || credentials::prepare(plan))
+            .ok();
+        let ours = (|| -> Result<_, LaunchError> {
+            let idmapped = prepare_idmapped_trees(plan)?;
+            tracing::debug!("launch: idmapped trees made");
+            let hook_listener = match &plan.agent {
+                Some(state) => {
+                    let listener = agent_config_dir::prepare(plan, state, &placeholder)?;
+                    tracing::debug!("launch: agent config dir");
+                    if let Some(definition) = options.verifier_agent {
+                        agent_config_dir::install_verifier_agent(state, definition)?;
+                    }
+                    Some(listener)
+                }
+                None => None,
+            };
+            Ok((idmapped, hook_listener))
+        })();
+        let credentials = match on_the_side {
+            Some(thread) => thread.join().unwrap_or_else(|_| {
+                Err("preparing the service credentials failed (its thread panicked)".into())
+            }),
+            None => credentials::prepare(plan),
+        };
+        tracing::debug!("launch: credentials prepared");
+        let (idmapped, hook_listener) = ours?;
+        Ok::<_, LaunchError>((
+            idmapped,
+            hook_listener,
+            credentials.map_err(LaunchError::Credentials)?,
+        ))
+    })?;
     if let (Some(prepared), Some(audit)) = (&credentials, audit) {
         let rules: Vec<serde_json::Value> = prepared
             .broker
@@ -624,6 +645,8 @@ fn launch(
         })),
     };
     let handed = agent_config_dir::open_handed_paths(plan)?;
+    // No thread of the launch's preparation is left when the init is cloned.
+    crate::supervisor::login::settle_client_configs();
     tracing::debug!("idmapped trees ready");
     // 4. Without a network namespace the proxy listens on the host's loopback, bound before the
     //    command exists; Landlock lets the command connect to that port only.
@@ -737,6 +760,7 @@ fn launch(
     let watcher = options.watch.as_ref().and_then(|(targets, quarantine)| {
         crate::supervisor::watch::Watcher::start(&plan.workspace, targets.clone(), quarantine)
     });
+    crate::supervisor::housekeeping::start();
     tracing::debug!("sandbox cloned");
     // 9. Into the run's cgroup before the command exists: the init reads the whole seccomp
     //    channel before it forks the command, so everything of the run is born inside. Without

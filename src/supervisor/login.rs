@@ -883,7 +883,81 @@ fn strip_prefix_ci<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
 
 /// A TLS client configuration trusting the public web roots (webpki-roots) plus the PEM
 /// certificates in `extra` (a corporate CA, `NODE_EXTRA_CA_CERTS`, a test CA).
+/// One launch asks for the same trust up to three times (the gateway's upstream, the login's
+/// refresh, the server settings' fetch), and parsing a system-sized bundle costs most of a
+/// millisecond: each list of files is parsed once per process, and [`prepare_client_config`]
+/// may have started it already.
 pub fn client_config(extra: &[PathBuf]) -> Result<Arc<rustls::ClientConfig>, String> {
+    let pending = {
+        let mut made = client_configs();
+        match made.iter().position(|(k, _)| k == extra) {
+            Some(i) => match &made[i].1 {
+                Made::Ready(config) => return Ok(config.clone()),
+                Made::Pending(_) => match made.swap_remove(i).1 {
+                    Made::Pending(thread) => Some(thread),
+                    Made::Ready(_) => None,
+                },
+            },
+            None => None,
+        }
+    };
+    let config = match pending.map(std::thread::JoinHandle::join) {
+        Some(Ok(result)) => result?,
+        Some(Err(_)) | None => new_client_config(extra)?,
+    };
+    client_configs().push((extra.to_vec(), Made::Ready(config.clone())));
+    Ok(config)
+}
+
+enum Made {
+    Pending(std::thread::JoinHandle<Result<Arc<rustls::ClientConfig>, String>>),
+    Ready(Arc<rustls::ClientConfig>),
+}
+
+type ClientConfigs = Vec<(Vec<PathBuf>, Made)>;
+
+fn client_configs() -> std::sync::MutexGuard<'static, ClientConfigs> {
+    static MADE: std::sync::Mutex<ClientConfigs> = std::sync::Mutex::new(Vec::new());
+    MADE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Starts parsing `extra` for [`client_config`] on a thread of its own, while the launch goes
+/// on (`NODE_EXTRA_CA_CERTS` is often the whole system bundle). [`settle_client_configs`] ends
+/// it before the init is cloned from this process's memory.
+pub fn prepare_client_config(extra: Vec<PathBuf>) {
+    let mut made = client_configs();
+    if made.iter().any(|(k, _)| *k == extra) {
+        return;
+    }
+    let paths = extra.clone();
+    if let Ok(thread) = std::thread::Builder::new()
+        .name("stepproof-trust".into())
+        .spawn(move || new_client_config(&paths))
+    {
+        made.push((extra, Made::Pending(thread)));
+    }
+}
+
+/// Waits for every parse [`prepare_client_config`] started: no thread of it is left.
+pub fn settle_client_configs() {
+    let pending: Vec<(Vec<PathBuf>, Made)> = {
+        let mut made = client_configs();
+        let (pending, ready) = std::mem::take(&mut *made)
+            .into_iter()
+            .partition(|(_, m)| matches!(m, Made::Pending(_)));
+        *made = ready;
+        pending
+    };
+    for (extra, made) in pending {
+        if let Made::Pending(thread) = made
+            && let Ok(Ok(config)) = thread.join()
+        {
+            client_configs().push((extra, Made::Ready(config)));
+        }
+    }
+}
+
+fn new_client_config(extra: &[PathBuf]) -> Result<Arc<rustls::ClientConfig>, String> {
     use rustls::pki_types::pem::PemObject;
     let mut roots =
         rustls::RootCertStore::from_iter(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());

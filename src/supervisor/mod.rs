@@ -8,6 +8,7 @@ pub mod caches;
 pub mod cgroup;
 pub mod credentials;
 pub mod gateway;
+pub mod housekeeping;
 pub mod launch;
 pub mod login;
 pub mod outcome;

@@ -366,10 +366,33 @@ fn lock(state: &Path, exclusive: bool) -> io::Result<File> {
 
 /// Marks the state as used now (for [`prune`]) and says whose it is.
 fn mark_used(state: &Path, workspace: &Path) {
-    let _ = fs::write(state.join("last-used"), b"");
+    let _ = touch(&state.join("last-used"));
     let mut text = workspace.as_os_str().as_bytes().to_vec();
     text.push(b'\n');
-    let _ = fs::write(state.join("workspace"), text);
+    let _ = write_unless_same(&state.join("workspace"), &text);
+}
+
+/// Sets `path`'s mtime to now, creating it empty if it is missing (never following a link).
+/// Not a rewrite: that would be a truncate each run.
+pub(crate) fn touch(path: &Path) -> std::io::Result<()> {
+    fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)?
+        .set_modified(SystemTime::now())
+}
+
+/// Writes `bytes` to `path` unless it holds them already: a marker every run writes the same
+/// way is read, not rewritten (on ext4 the truncate of a rewrite frees a block, a discard
+/// where the disk is mounted so: the slowest write of a launch).
+pub(crate) fn write_unless_same(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    if fs::read(path).is_ok_and(|held| held == bytes) {
+        return Ok(());
+    }
+    fs::write(path, bytes)
 }
 
 /// Before the run: the workspace's kept files copied into the fresh config directory (mtimes
