@@ -47,7 +47,9 @@ pub fn open(path: &Path) -> io::Result<File> {
 /// `max_bytes + 1` bytes are ever read).
 pub fn read_to_string(path: &Path, max_bytes: u64) -> io::Result<String> {
     let file = open(path)?;
-    let mut bytes = Vec::new();
+    // Sized once (a CA bundle is a few hundred KiB: growing by doubling copies it over and over).
+    let size = file.metadata()?.len().min(max_bytes).saturating_add(1);
+    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
     file.take(max_bytes.saturating_add(1))
         .read_to_end(&mut bytes)?;
     if bytes.len() as u64 > max_bytes {

@@ -35,6 +35,8 @@ pub struct InitArgs<'a> {
     pub idmapped: IdmappedTrees,
     /// Descriptors of host paths the plan binds (`FromSupervisor`), in order.
     pub handed: crate::sandbox::mounts::SupervisorPaths,
+    /// The run's trust files, for the plan's `TrustFiles` (names relative to it, contents).
+    pub trust: Vec<(std::path::PathBuf, String)>,
     /// The signals the supervisor blocked; the init takes them through a signalfd.
     pub signals: SigSet,
 }
@@ -76,6 +78,7 @@ pub fn run_init(args: InitArgs<'_>) -> i32 {
         args.plan,
         args.idmapped,
         args.handed,
+        &args.trust,
         args.channels.network_namespace,
         args.channels.proxy,
     ) {
@@ -193,6 +196,7 @@ fn enter_sandbox(
     plan: &SandboxPlan,
     idmapped: IdmappedTrees,
     handed: crate::sandbox::mounts::SupervisorPaths,
+    trust: &[(std::path::PathBuf, String)],
     netns: Option<OwnedFd>,
     proxy_channel: Option<OwnedFd>,
 ) -> Result<(), SetupError> {
@@ -206,7 +210,7 @@ fn enter_sandbox(
     // namespace survive the change (uid 0 is not mapped here, so no "root → non-root" clearing).
     become_sandbox_user(plan)?;
     // The file system view, ending with pivot_root and the old root detached.
-    mounts::build_view(plan, idmapped, handed)?;
+    mounts::build_view(plan, idmapped, handed, trust)?;
     tracing::debug!("init: view built");
     // Join the network namespace the seed's maker made meanwhile (setns needs CAP_SYS_ADMIN,
     // which goes below), then open the proxy's port on its loopback.

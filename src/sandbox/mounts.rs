@@ -56,6 +56,7 @@ pub fn build_view(
     plan: &SandboxPlan,
     mut idmapped: IdmappedTrees,
     mut handed: SupervisorPaths,
+    trust: &[(PathBuf, String)],
 ) -> Result<(), MountError> {
     // No mount or unmount here may propagate back to the host.
     mount(
@@ -83,7 +84,7 @@ pub fn build_view(
         .map_err(err("chmod", Path::new(HIDDEN_FILE)))?;
 
     for (index, op) in plan.mounts.iter().enumerate() {
-        apply(op, index, &mut idmapped, &mut handed)?;
+        apply(op, index, &mut idmapped, &mut handed, trust)?;
     }
 
     // The old root is no longer needed: detach it so nothing inside can reach the host tree.
@@ -96,6 +97,39 @@ pub fn build_view(
         .map_err(nix_err("detaching the staging root", Path::new("/")))?;
     std::env::set_current_dir("/").map_err(err("chdir", Path::new("/")))?;
     Ok(())
+}
+
+/// A fresh read-only tmpfs at `target` holding exactly `files` (paths relative to it).
+fn generated(target: &Path, files: &[(PathBuf, String)]) -> Result<(), MountError> {
+    // Each file rounds up to whole pages.
+    let bytes: usize = files.iter().map(|(_, c)| c.len() + 4096).sum();
+    let size_mib = bytes / (1 << 20) + 1;
+    tmpfs(
+        target,
+        &format!("mode=755,size={size_mib}m"),
+        MsFlags::empty(),
+    )?;
+    for (rel, contents) in files {
+        // Names StepProof chose: relative, no `..` (the tmpfs is fresh, nothing in it
+        // is a link).
+        if rel.is_absolute()
+            || rel
+                .components()
+                .any(|c| !matches!(c, std::path::Component::Normal(_)))
+        {
+            return Err(err(format!("generating {} under", rel.display()), target)(
+                io::Error::from(io::ErrorKind::InvalidInput),
+            ));
+        }
+        let path = target.join(rel);
+        if let Some(parent) = path.parent() {
+            fs::create_dir_all(parent).map_err(err("creating", parent))?;
+        }
+        fs::write(&path, contents).map_err(err("writing", &path))?;
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o644))
+            .map_err(err("chmod", &path))?;
+    }
+    restrict(target, true, true)
 }
 
 /// A tmpfs becomes the root, with the host's root at /oldroot: every source is then read from
@@ -255,6 +289,7 @@ fn apply(
     index: usize,
     idmapped: &mut IdmappedTrees,
     handed: &mut SupervisorPaths,
+    trust: &[(PathBuf, String)],
 ) -> Result<(), MountError> {
     tracing::debug!(%op, "mount");
     match op {
@@ -393,37 +428,14 @@ fn apply(
         }
         MountOp::SealReadOnly { dst } => restrict(&inside(dst), true, true),
         MountOp::ScratchOverlay { dst, size_mib } => scratch_overlay(dst, *size_mib, index),
-        MountOp::Generated { dst, files } => {
-            let target = inside(dst);
-            let bytes: usize = files.iter().map(|(_, c)| c.len()).sum();
-            let size_mib = bytes / (1 << 20) + 1;
-            tmpfs(
-                &target,
-                &format!("mode=755,size={size_mib}m"),
-                MsFlags::empty(),
-            )?;
-            for (rel, contents) in files {
-                // Names StepProof chose: relative, no `..` (the tmpfs is fresh, nothing in it
-                // is a link).
-                if rel.is_absolute()
-                    || rel
-                        .components()
-                        .any(|c| !matches!(c, std::path::Component::Normal(_)))
-                {
-                    return Err(err(format!("generating {} under", rel.display()), &target)(
-                        io::Error::from(io::ErrorKind::InvalidInput),
-                    ));
-                }
-                let path = target.join(rel);
-                if let Some(parent) = path.parent() {
-                    fs::create_dir_all(parent).map_err(err("creating", parent))?;
-                }
-                fs::write(&path, contents).map_err(err("writing", &path))?;
-                fs::set_permissions(&path, fs::Permissions::from_mode(0o644))
-                    .map_err(err("chmod", &path))?;
-            }
-            restrict(&target, true, true)
-        }
+        MountOp::Generated { dst, files } => generated(&inside(dst), files),
+        MountOp::TrustFiles { dst } if trust.is_empty() => Err(MountError {
+            step: "laying out the run's trust files (the launch made none)".into(),
+            path: dst.clone(),
+            source: io::Error::from(io::ErrorKind::NotFound),
+            hint: "",
+        }),
+        MountOp::TrustFiles { dst } => generated(&inside(dst), trust),
         MountOp::File { dst, contents } => {
             let staged = PathBuf::from(format!("/generated-{index}"));
             fs::write(&staged, contents).map_err(err("writing", &staged))?;

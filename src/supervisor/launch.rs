@@ -560,7 +560,7 @@ fn launch(
     //    that cannot be read stops the launch here. Read-only hosts need the CA as well. They
     //    are made on a thread of their own while this one makes the rest (both end before the
     //    init is cloned from this process's memory).
-    let (idmapped, hook_listener, credentials) = std::thread::scope(|scope| {
+    let (idmapped, hook_listener, mut credentials) = std::thread::scope(|scope| {
         let on_the_side = std::thread::Builder::new()
             .name("stepproof-creds".into())
             .spawn_scoped(scope, || credentials::prepare(plan))
@@ -595,6 +595,11 @@ fn launch(
             credentials.map_err(LaunchError::Credentials)?,
         ))
     })?;
+    // The trust files go to the init, which lays them out inside.
+    let trust = credentials
+        .as_mut()
+        .map(|prepared| std::mem::take(&mut prepared.trust))
+        .unwrap_or_default();
     if let (Some(prepared), Some(audit)) = (&credentials, audit) {
         let rules: Vec<serde_json::Value> = prepared
             .broker
@@ -691,6 +696,7 @@ fn launch(
             channels: theirs,
             idmapped,
             handed,
+            trust,
             signals: init_signals,
         })
     };

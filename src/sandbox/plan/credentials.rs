@@ -21,11 +21,6 @@ pub const RUN_CA_FILE: &str = "run-ca.pem";
 /// Every placeholder starts with this: what a reader of a log or an environment recognises.
 pub const PLACEHOLDER_PREFIX: &str = "stepproof-placeholder-";
 
-/// Where the supervisor writes the run's trust files on the host (bound at [`TRUST_DIR`]).
-pub fn trust_dir(run_dir: &std::path::Path) -> PathBuf {
-    run_dir.join("trust")
-}
-
 /// A credential rule as the run uses it: the profile's rule and this run's placeholder.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PlannedCredential {

@@ -121,12 +121,10 @@ impl IsolationStrategy for MountView {
         });
         self.mounts.append(&mut self.agent_mounts);
         if crate::sandbox::plan::credentials::needs_trust(scope.profile) {
-            // The run's CA (public) and the bundle that trusts it, written by the supervisor at
+            // The run's CA (public) and the bundle that trusts it, made by the supervisor at
             // launch; its key never leaves the supervisor.
-            self.mounts.push(MountOp::FromSupervisor {
-                src: crate::sandbox::plan::credentials::trust_dir(&scope.facts.run_dir),
+            self.mounts.push(MountOp::TrustFiles {
                 dst: crate::sandbox::plan::credentials::TRUST_DIR.into(),
-                access: Access::ReadOnly,
             });
         }
         // The build caches, StepProof's own (the launch creates the directory).
@@ -308,9 +306,9 @@ fn landlock_rules(mounts: &[MountOp]) -> Result<Vec<LandlockRule>, PlanError> {
                     Access::ReadWrite => FsAccess::ReadWrite,
                 },
             ),
-            MountOp::Overlay { dst, .. } | MountOp::Generated { dst, .. } => {
-                (dst, FsAccess::ReadExecute)
-            }
+            MountOp::Overlay { dst, .. }
+            | MountOp::Generated { dst, .. }
+            | MountOp::TrustFiles { dst } => (dst, FsAccess::ReadExecute),
             // Writable inside; what is written never reaches the host.
             MountOp::ScratchOverlay { dst, .. } => (dst, FsAccess::ReadWrite),
         };
