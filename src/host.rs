@@ -105,6 +105,7 @@ pub fn gather_facts(workspace: Option<&Path>, probe_idmap: bool) -> Result<HostF
             .filter(|p| p.is_file()),
         claude_managed_dir: PathBuf::from(crate::sandbox::plan::agent_layer::MANAGED_DIR),
         runbook: false,
+        single_turn: false,
     })
 }
 

@@ -59,7 +59,8 @@ both_claude!(
 );
 
 // The model is told where it runs once, by the managed CLAUDE.md (not with every prompt); the
-// prompt is recorded; a runbook's observers (Stop, SessionEnd, subagents, PreCompact) are not
+// one turn of `claude -p PROMPT` is the run's start record (its argv has the prompt), without a
+// UserPromptSubmit hook; a runbook's observers (Stop, SessionEnd, subagents, PreCompact) are not
 // registered without one: Claude Code waits for every hook it runs.
 both_claude!(the_model_is_told_once_where_it_runs, |w: &World| {
     let mock = Mock::start(w, json!([bash("true"), text("fin")]));
@@ -80,7 +81,17 @@ both_claude!(the_model_is_told_once_where_it_runs, |w: &World| {
             .iter()
             .any(|r| r["source"] == "sandbox" && r["reported"]["event"] == event)
     };
-    assert!(recorded("UserPromptSubmit"), "{}", run.describe());
+    assert!(!recorded("UserPromptSubmit"), "{}", run.describe());
+    let start = run
+        .audit
+        .iter()
+        .find(|r| r["kind"] == "run-start")
+        .expect("a start record");
+    let argv: Vec<&str> = start["argv"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|v| v.as_str()).collect())
+        .unwrap_or_default();
+    assert!(argv.contains(&"Follow the script."), "{start}");
     for event in ["Stop", "SessionEnd"] {
         assert!(!recorded(event), "{event}: {}", run.describe());
     }

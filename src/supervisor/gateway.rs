@@ -1071,6 +1071,7 @@ mod tests {
             &serde_json::Map::new(),
             &[("PATH".into(), "/bin".into())],
             false,
+            false,
         );
         let handle = serve_gateway(
             listener,

@@ -369,6 +369,7 @@ mod tests {
                 ("BASH_ENV".into(), String::new()),
             ],
             false,
+            false,
         )
     }
 

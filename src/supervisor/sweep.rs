@@ -1487,6 +1487,7 @@ mod tests {
                 hook_binary: Some(PathBuf::from("/usr/bin/true")),
                 claude_managed_dir: PathBuf::from("/nonexistent/claude-code"),
                 runbook: false,
+                single_turn: false,
             };
             let mut plan = crate::sandbox::plan::build_plan(&self.profile, &facts).unwrap();
             // These tests change the workspace from outside, as the run would: nothing is
@@ -1913,6 +1914,7 @@ mod tests {
             hook_binary: Some(PathBuf::from("/usr/bin/true")),
             claude_managed_dir: PathBuf::from("/nonexistent/claude-code"),
             runbook: false,
+            single_turn: false,
         };
         let plan = crate::sandbox::plan::build_plan(&profile, &facts).unwrap();
         for round in 0..3 {

@@ -457,6 +457,7 @@ pub fn run_claude_as(w: &World, launch: &Launch, profile: &str, claude_args: &[&
 
 fn run_with_deadline(mut cmd: Command) -> (ExitStatus, String, String) {
     let mut child = cmd
+        .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

@@ -87,9 +87,11 @@ const EVENTS: &[(&str, bool, bool, When)] = &[
     // The supervisor's notices (a host the proxy refused, a read-only path) go into context.
     ("PostToolUse", true, false, When::Always),
     ("PostToolUseFailure", true, false, When::Always),
-    // The prompt's record (and the asks it settles); with a runbook, its orientation. Where the
-    // session runs is in the managed CLAUDE.md ([`managed_memory`]).
-    ("UserPromptSubmit", false, false, When::Always),
+    // Each turn's record (and the asks it settles); with a runbook, its orientation. Where the
+    // session runs is in the managed CLAUDE.md ([`managed_memory`]). The one turn of a
+    // `claude -p PROMPT` run is its start record (see [`single_turn`]): without a runbook,
+    // Claude Code's wait for this hook would be that run's whole hook cost, for a copy.
+    ("UserPromptSubmit", false, false, When::NotSingleTurn),
     // The runbook's state for the summary (plain text).
     ("PreCompact", false, false, When::WithRunbook),
     // The end of a turn: asks still open were not approved. Without a runbook the next prompt
@@ -109,6 +111,38 @@ enum When {
     Always,
     /// While a runbook runs (`stepproof-run --runbook`).
     WithRunbook,
+    /// Unless the run is a single turn ([`single_turn`]); always while a runbook runs.
+    NotSingleTurn,
+}
+
+impl When {
+    fn registered(self, runbook: bool, single_turn: bool) -> bool {
+        match self {
+            When::Always => true,
+            When::WithRunbook => runbook,
+            When::NotSingleTurn => runbook || !single_turn,
+        }
+    }
+}
+
+/// Whether `command` is Claude Code in print mode (`-p`, `--print`) taking one prompt (no
+/// `--input-format`, whose `stream-json` reads prompt after prompt): one turn, which the run's
+/// start record marks (its argv has the prompt; a UserPromptSubmit record holds no more than the
+/// turn). A spelling not recognised here keeps the UserPromptSubmit observer.
+pub fn single_turn(command: &[std::ffi::OsString]) -> bool {
+    if !command_is_claude(command) {
+        return false;
+    }
+    let Ok(claude) = after_env_prefix(command) else {
+        return false;
+    };
+    let args = || claude.iter().skip(1).take_while(|a| *a != "--");
+    let print = args().any(|a| a == "-p" || a == "--print");
+    let input_format = args().any(|a| {
+        a.to_str()
+            .is_none_or(|a| a == "--input-format" || a.starts_with("--input-format="))
+    });
+    print && !input_format
 }
 
 /// What the supervisor prepares on the host for the agent, and reads back after the run.
@@ -273,10 +307,11 @@ pub fn managed_settings(
     extra: &serde_json::Map<String, serde_json::Value>,
     pinned: &[(String, String)],
     runbook: bool,
+    single_turn: bool,
 ) -> serde_json::Value {
     let mut hooks = serde_json::Map::new();
     for (event, matcher, blocks, when) in EVENTS {
-        if *when == When::WithRunbook && !runbook {
+        if !when.registered(runbook, single_turn) {
             continue;
         }
         let mut entry = serde_json::json!({
@@ -485,7 +520,12 @@ pub fn plan_agent(
             .into_iter()
             .map(|name| (name, String::new())),
     );
-    let ours = managed_settings(&profile.claude.managed_settings, &pinned, facts.runbook);
+    let ours = managed_settings(
+        &profile.claude.managed_settings,
+        &pinned,
+        facts.runbook,
+        facts.single_turn,
+    );
     let settings = serde_json::to_string_pretty(&ours).expect("JSON values serialize");
     let pinned_names: Vec<String> = pinned.iter().map(|(name, _)| name.clone()).collect();
     let host = read_host_managed(&facts.claude_managed_dir, &pinned_names);
@@ -836,6 +876,37 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_single_turn_is_recognised() {
+        let argv =
+            |args: &[&str]| -> Vec<std::ffi::OsString> { args.iter().map(Into::into).collect() };
+        for yes in [
+            &["claude", "-p", "Say ok."][..],
+            &[
+                "/usr/local/bin/claude",
+                "--print",
+                "fix it",
+                "--output-format",
+                "json",
+            ],
+            &["env", "FOO=1", "claude", "-p", "x"],
+            &["claude", "--model", "m", "-p", "x", "--", "--input-format"],
+        ] {
+            assert!(single_turn(&argv(yes)), "{yes:?}");
+        }
+        for no in [
+            &["claude"][..],
+            &["claude", "fix it"],
+            &["claude", "-c"],
+            &["claude", "-p", "--input-format", "stream-json"],
+            &["claude", "-p", "--input-format=text", "x"],
+            &["node", "claude", "-p", "x"],
+            &["sh", "-c", "claude -p x"],
+        ] {
+            assert!(!single_turn(&argv(no)), "{no:?}");
+        }
+    }
+
+    #[test]
     fn managed_settings_register_every_event_and_gates_fail_closed() {
         let mut extra = serde_json::Map::new();
         extra.insert(
@@ -846,6 +917,7 @@ mod tests {
         let settings = managed_settings(
             &extra,
             &pinned_env(&[("PATH".into(), "/usr/bin:/bin".into())]),
+            false,
             false,
         );
         assert_eq!(settings["env"]["PATH"], "/usr/bin:/bin");
@@ -861,15 +933,23 @@ mod tests {
         assert_eq!(settings["permissions"]["deny"][0], "Bash(rm -rf *)");
         assert_eq!(settings["allowManagedHooksOnly"], true);
         // A runbook's observers are registered only with a runbook; no hook is async.
-        let with_runbook = managed_settings(&extra, &[], true);
+        let with_runbook = managed_settings(&extra, &[], true, false);
         for (event, _, _, when) in EVENTS {
             assert!(
                 with_runbook["hooks"][event][0]["hooks"][0].is_object(),
                 "{event}"
             );
             let registered = settings["hooks"].get(event).is_some();
-            assert_eq!(registered, *when == When::Always, "{event}");
+            assert_eq!(registered, when.registered(false, false), "{event}");
         }
+        // `claude -p PROMPT`: its one turn is the start record; with a runbook the observer is
+        // there for its orientation.
+        let print_mode = managed_settings(&extra, &[], false, true);
+        assert!(print_mode["hooks"].get("UserPromptSubmit").is_none());
+        assert!(print_mode["hooks"]["PreToolUse"].is_array());
+        assert!(managed_settings_problems(&print_mode, false).is_empty());
+        let print_runbook = managed_settings(&extra, &[], true, true);
+        assert!(print_runbook["hooks"]["UserPromptSubmit"].is_array());
         assert!(managed_settings_problems(&with_runbook, false).is_empty());
         let mut not_waited = settings.clone();
         not_waited["hooks"]["UserPromptSubmit"][0]["hooks"][0]["async"] = true.into();
@@ -953,6 +1033,7 @@ mod tests {
         let settings = managed_settings(
             &serde_json::Map::new(),
             &[("BASH_FUNC_git%%".into(), String::new())],
+            false,
             false,
         );
         assert_eq!(settings["env"]["BASH_FUNC_git%%"], "");
@@ -1098,6 +1179,7 @@ mod tests {
         let ours = managed_settings(
             &serde_json::Map::new(),
             &[("PATH".into(), "/usr/bin:/bin".into())],
+            false,
             false,
         );
         let merged = merge_managed(&ours, &host.documents);

@@ -61,6 +61,9 @@ pub struct HostFacts {
     /// A runbook runs (`stepproof-run --runbook`): its observers answer in the model's context,
     /// so Claude Code waits for them (see `agent_layer::managed_settings`).
     pub runbook: bool,
+    /// The command is Claude Code taking one prompt (`claude -p PROMPT`): its one turn is the
+    /// run's start record (see `agent_layer::single_turn`).
+    pub single_turn: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -1517,6 +1520,7 @@ mod tests {
             hook_binary: Some(PathBuf::from("/usr/bin/true")),
             claude_managed_dir: PathBuf::from("/nonexistent/claude-code"),
             runbook: false,
+            single_turn: false,
         }
     }
 
