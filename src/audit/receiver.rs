@@ -163,11 +163,16 @@ impl ReceiverHandle {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// Tells the receiver to stop, without waiting for it (it reads what is queued first).
+    pub fn stop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        drop(self.wake.take());
+    }
+
     /// Stops accepting, reads what is already queued (connections in the backlog included),
     /// closes every connection and returns the final counts. Call it after the sandbox ended.
     pub fn shutdown(mut self) -> ReceiverCounts {
-        self.stop.store(true, Ordering::SeqCst);
-        drop(self.wake.take());
+        self.stop();
         if let Some(thread) = self.thread.take()
             && thread.join().is_err()
         {

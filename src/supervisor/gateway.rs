@@ -139,6 +139,11 @@ pub struct GatewayHandle {
 }
 
 impl GatewayHandle {
+    /// Tells it to stop accepting, without waiting.
+    pub fn stop(&mut self) {
+        self.server.stop();
+    }
+
     /// Stops accepting, ends open connections, and returns once every record has been sent.
     pub fn shutdown(self) {
         self.server.shutdown();

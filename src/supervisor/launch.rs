@@ -890,7 +890,17 @@ fn launch(
     let (outcome, enforcement, moved_during_run) = relay.run();
     // 14. Afterwards: the services stop (their records written) and what was enforced is
     //     reported. Nothing of the login comes back from inside: the supervisor refreshed and
-    //     wrote back the real one itself.
+    //     wrote back the real one itself. Each is told first, so that they wind down together.
+    let (mut proxy, mut gateway, mut receiver) = (proxy, gateway, receiver);
+    if let Some((handle, _)) = &mut proxy {
+        handle.stop();
+    }
+    if let Some((handle, _)) = &mut gateway {
+        handle.stop();
+    }
+    if let Some(receiver) = &mut receiver {
+        receiver.stop();
+    }
     if let Some((handle, drain)) = proxy {
         handle.shutdown();
         let _ = drain.join();

@@ -127,6 +127,11 @@ pub struct ProxyHandle {
 }
 
 impl ProxyHandle {
+    /// Tells it to stop accepting, without waiting ([`Server::stop`]).
+    pub fn stop(&mut self) {
+        self.server.stop();
+    }
+
     /// Stops accepting, ends open connections, and returns once every record has been sent.
     pub fn shutdown(self) {
         self.server.shutdown();

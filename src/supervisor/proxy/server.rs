@@ -185,13 +185,19 @@ impl Server {
         }
     }
 
-    /// Stops accepting, closes every open connection, and waits for every connection thread,
-    /// so that every record has been sent when it returns.
-    pub fn shutdown(mut self) {
+    /// Tells the accept loop to stop, without waiting for it: a caller ending several servers
+    /// tells each first, so that they wind down together.
+    pub fn stop(&mut self) {
         self.shared.stopping.store(true, Ordering::SeqCst);
         if let Some(mut wake) = self.wake.take() {
             let _ = wake.write_all(b"x");
         }
+    }
+
+    /// Stops accepting, closes every open connection, and waits for every connection thread,
+    /// so that every record has been sent when it returns.
+    pub fn shutdown(mut self) {
+        self.stop();
         if let Some(accept) = self.accept.take() {
             let _ = accept.join();
         }
