@@ -685,6 +685,7 @@ fn launch(
     let mut signal_fd =
         SignalFd::with_flags(&signals, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
             .map_err(nix_os("creating a signalfd"))?;
+    tracing::debug!("launch: channels open");
     // 7. The init: cloned into the sandbox's namespaces from the seed, or forked without them.
     let init_signals = signals;
     let init = move || -> i32 {
@@ -718,6 +719,7 @@ fn launch(
             })?;
             let seed = seed.insert(new_seed);
             namespaces::write_id_maps(seed.pid(), &plan.identity)?;
+            tracing::debug!("launch: id maps written");
             let flags = libc::CLONE_NEWNS
                 | libc::CLONE_NEWPID
                 | libc::CLONE_NEWIPC
@@ -739,6 +741,7 @@ fn launch(
     };
     // From here on a step that fails may only be meeting the init's own failure (a channel it
     // closed on its way out): what it reported first is the cause to name.
+    tracing::debug!("launch: init cloned");
     let cause = |e: LaunchError| first_cause(e, &ours.status);
     // 8. The hook's records, checked message by message against the hook binary's identity;
     //    threads only from here on (nothing more is cloned from this process's memory). The
@@ -762,6 +765,7 @@ fn launch(
         }
         _ => None,
     };
+    tracing::debug!("launch: hook receiver started");
     let runbook_servers = options.runbook.map(|run| run.serve());
     let watcher = options.watch.as_ref().and_then(|(targets, quarantine)| {
         crate::supervisor::watch::Watcher::start(&plan.workspace, targets.clone(), quarantine)

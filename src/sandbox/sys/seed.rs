@@ -5,10 +5,12 @@
 //! half a millisecond here, more while another network namespace is being torn down) and
 //! leaves a descriptor of it in the shared table; so that work runs on the other core while the
 //! supervisor reads the profile, builds the plan and the init builds the view, instead of on
-//! the launch's critical path. When the plan is ready the seed clones the sandbox init into its
-//! user namespace (with the remaining namespace flags and `CLONE_PARENT`, so the init is the
-//! supervisor's child), reports the pid and exits; the init joins the network namespace once
-//! its view is built (the supervisor passes it the descriptor).
+//! the launch's critical path. The seed itself then makes the init's mount, PID, IPC, UTS and
+//! cgroup namespaces (`unshare`), on that core too. When the plan is ready the seed clones the
+//! sandbox init into them (with `CLONE_PARENT`, so the init is the supervisor's child, and any
+//! namespace flag the early `unshare` could not honour), reports the pid and exits; the init
+//! joins the network namespace once its view is built (the supervisor passes it the
+//! descriptor).
 //!
 //! The seed and the network maker run only raw system calls on their own stacks: no
 //! allocation, no locks, no destructors. The supervisor is blocked reading the seed's reply
@@ -162,6 +164,22 @@ extern "C" fn seed_main(arg: *mut libc::c_void) -> libc::c_int {
             report_network(args.net_reply, Err(errno()));
         }
     }
+    // The init's other namespaces, made now while the supervisor reads the profile and builds
+    // the plan: the mount table's copy and the IPC namespace's own mqueue mount are most of the
+    // clone's cost otherwise. The init, this seed's next child, is born in them (the new PID
+    // namespace's first process: its pid 1). Where the kernel refuses, the clone makes them.
+    const EARLY: libc::c_int = libc::CLONE_NEWNS
+        | libc::CLONE_NEWPID
+        | libc::CLONE_NEWIPC
+        | libc::CLONE_NEWUTS
+        | libc::CLONE_NEWCGROUP;
+    // SAFETY: unshare takes no pointers; this process shares no file system information
+    // (created without CLONE_FS), as a new mount namespace requires.
+    let made_early = if unsafe { libc::unshare(EARLY) } == 0 {
+        EARLY
+    } else {
+        0
+    };
     let mut request = [0u8; 16];
     if !read_exact_raw(args.request, &mut request) {
         // SAFETY: as above.
@@ -198,6 +216,7 @@ extern "C" fn seed_main(arg: *mut libc::c_void) -> libc::c_int {
         // (also in our copy), as `job_for` builds them.
         unsafe { (job.call)(job.data) }
     };
+    let flags = flags & !made_early;
     let pid = match super::clone_with_namespaces(flags, super::ParentOnlyFds::none(), init) {
         Ok(child) => child,
         Err(e) => -e.raw_os_error().unwrap_or(libc::EIO),
