@@ -27,7 +27,10 @@
 #
 # Environment:
 #   ROUNDS (15)        interleaved rounds; the variant order rotates every round
-#   VARIANTS ("bare default runbook", and "managed hooks" as root)
+#   VARIANTS ("bare default runbook", "bare-ns managed hooks" as root, "base-default" with
+#                      BASELINE_RUN)
+#   BASELINE_RUN ("")  another stepproof-run (an earlier build, its stepproof-hook beside it):
+#                      timed as `base-default` in the same rounds, its ratio to `default` printed
 #   STEPPROOF_RUN      path to stepproof-run (stepproof-hook beside it); default: built as
 #                      scripts/install does (scripts/build-release)
 #   CLAUDE             Claude Code's binary (default: `command -v claude`)
@@ -37,10 +40,12 @@
 set -euo pipefail
 
 ROUNDS=${ROUNDS:-15}
-if [[ $(id -u) == 0 ]] && command -v unshare >/dev/null; then
-    VARIANTS=${VARIANTS:-bare default runbook bare-ns managed hooks}
-else
-    VARIANTS=${VARIANTS:-bare default runbook}
+if [[ -z ${VARIANTS:-} ]]; then
+    VARIANTS="bare default runbook"
+    if [[ $(id -u) == 0 ]] && command -v unshare >/dev/null; then
+        VARIANTS+=" bare-ns managed hooks"
+    fi
+    [[ -n ${BASELINE_RUN:-} ]] && VARIANTS+=" base-default"
 fi
 PROMPT=${PROMPT:-Say ok.}
 
@@ -150,6 +155,10 @@ run() {
     bare-ns) cmd=("${layered[@]}" "$work/etc-none" "${claude_cmd[@]}") ;;
     managed | hooks) cmd=("${layered[@]}" "$work/etc-$v" "${claude_cmd[@]}") ;;
     default) cmd=("$stepproof_bin" --workspace "$ws" --audit-log "$audits/$v-$n.jsonl" -- "${claude_cmd[@]}") ;;
+    base-default)
+        [[ -x ${BASELINE_RUN:-} ]] || die "base-default needs BASELINE_RUN=/path/to/stepproof-run"
+        cmd=("$BASELINE_RUN" --workspace "$ws" --audit-log "$audits/$v-$n.jsonl" -- "${claude_cmd[@]}")
+        ;;
     runbook) cmd=("$stepproof_bin" --workspace "$ws" --audit-log "$audits/$v-$n.jsonl"
         --runbook "$runbook" --runbook-fresh -- "${claude_cmd[@]}") ;;
     *) die "unknown variant $v" ;;
@@ -256,6 +265,8 @@ for v in variants:
     base = "bare-ns" if v in ("managed", "hooks") else "bare"
     if v not in ("bare", "bare-ns") and base in med:
         print(f"  {v}/{base}  {med[v] / med[base]:.3f}  ({med[v] - med[base]:+.1f} ms)")
+if "default" in med and "base-default" in med:
+    print(f"  default/base-default  {med['default'] / med['base-default']:.3f}  ({med['default'] - med['base-default']:+.1f} ms: this build against BASELINE_RUN)")
 if "default" in med and "bare" in med:
     verdict = "MET" if med["default"] <= 1.05 * med["bare"] else "NOT MET"
     print(f"target: default within 5 % of bare: {verdict}")
