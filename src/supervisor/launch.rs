@@ -556,10 +556,10 @@ fn launch(
     //    placeholder login) and the hook's socket, and descriptors of what the sandbox binds
     //    from the host.
     //    The service credentials: each secret read outside, the run's CA made and its public
-    //    half written where the plan binds it (before the handed paths are opened); a source
-    //    that cannot be read stops the launch here. Read-only hosts need the CA as well. They
-    //    are made on a thread of their own while this one makes the rest (both end before the
-    //    init is cloned from this process's memory).
+    //    half put in the trust files the init lays out inside; a source that cannot be read
+    //    stops the launch here. Read-only hosts need the CA as well. They are made on a thread
+    //    of their own while this one makes the rest (both end before the init is cloned from
+    //    this process's memory).
     let (idmapped, hook_listener, mut credentials) = std::thread::scope(|scope| {
         let on_the_side = std::thread::Builder::new()
             .name("stepproof-creds".into())
