@@ -277,7 +277,7 @@ impl Handler for GatewayHandler {
             }
         };
         let _ = client.set_write_timeout(Some(Duration::from_secs(1)));
-        let _ = write_status(&mut &client, 503, "Service Unavailable", &body);
+        let _ = http::write_status(&mut &client, 503, "Service Unavailable", &body);
         let _ = self.records.send(ConnectionRecord {
             host: self.upstream.host.clone(),
             port: self.upstream.port,
@@ -310,7 +310,7 @@ impl GatewayHandler {
                     HeadError::Timeout => (408, "Request Timeout"),
                     _ => (400, "Bad Request"),
                 };
-                let _ = write_status(
+                let _ = http::write_status(
                     &mut &*client,
                     code,
                     phrase,
@@ -324,7 +324,7 @@ impl GatewayHandler {
         record.method = head.method.clone();
         let refuse = |record: &mut ConnectionRecord, code: u16, phrase: &str, why: String| {
             record.error = Some(why.clone());
-            let _ = write_status(
+            let _ = http::write_status(
                 &mut &*client,
                 code,
                 phrase,
@@ -361,7 +361,7 @@ impl GatewayHandler {
             let why = "the model credential is empty or holds control characters".to_owned();
             return refuse(record, 500, "Internal Server Error", why);
         }
-        let client_keep = wants_keep_alive(&head.headers, head.minor);
+        let client_keep = http::wants_keep_alive(&head.headers, head.minor);
         if expects_continue(&head.headers) {
             // Answered here rather than relayed: the gateway sends the body only as it reads it,
             // so waiting for the upstream's 100 would stall until the client's own timeout.
@@ -495,7 +495,7 @@ impl GatewayHandler {
                 record.error = Some(e);
                 *upstream = None;
                 if down == 0 {
-                    let _ = write_status(
+                    let _ = http::write_status(
                         &mut &*client,
                         502,
                         "Bad Gateway",
@@ -527,7 +527,7 @@ impl GatewayHandler {
     ) -> bool {
         let refuse = |record: &mut ConnectionRecord, code: u16, phrase: &str, why: String| {
             record.error = Some(why.clone());
-            let _ = write_status(
+            let _ = http::write_status(
                 &mut &*client,
                 code,
                 phrase,
@@ -700,7 +700,8 @@ impl GatewayHandler {
                     http::body_framing(&response.headers, Framing::UntilClose)
                         .map_err(|e| format!("upstream response: {e}"))?
                 };
-                let keep = framing != Framing::UntilClose && wants_keep_alive(&response.headers, 1);
+                let keep =
+                    framing != Framing::UntilClose && http::wants_keep_alive(&response.headers, 1);
                 let mut body = Vec::new();
                 let mut capped = CappedWriter {
                     out: &mut body,
@@ -863,55 +864,20 @@ impl Write for CappedWriter<'_> {
     }
 }
 
-/// Relays interim (1xx) heads, then the final head and its body; `Ok(keep)`: whether the
-/// upstream connection may be used again.
+/// Relays the response (see [`http::relay_response`]); `Ok(keep)`: whether the upstream
+/// connection may be used again.
 fn relay_response(
     conn: &mut UpstreamConn,
     client: &UnixStream,
     method: &str,
     down: &mut u64,
 ) -> Result<bool, String> {
-    loop {
-        let response = http::read_response_head(&mut conn.input)
-            .map_err(|e| format!("reading the upstream response: {e}"))?;
-        (&*client)
-            .write_all(&response.raw)
-            .map_err(|e| format!("writing to the client: {e}"))?;
-        *down += response.raw.len() as u64;
-        if (100..200).contains(&response.code) {
-            if response.code == 101 {
-                return Err("upstream switched protocols; not supported".into());
-            }
-            continue;
-        }
-        let no_body =
-            method.eq_ignore_ascii_case("HEAD") || response.code == 204 || response.code == 304;
-        let framing = if no_body {
-            Framing::None
-        } else {
-            http::body_framing(&response.headers, Framing::UntilClose)
-                .map_err(|e| format!("upstream response: {e}"))?
-        };
-        let body = http::relay_body(&mut conn.input, &mut &*client, framing)
-            .map_err(|e| format!("relaying the response body: {e}"))?;
-        *down += body;
-        return Ok(framing != Framing::UntilClose && wants_keep_alive(&response.headers, 1));
-    }
+    http::relay_response(method, &mut conn.input, &mut &*client, down, &mut None)
 }
 
-/// An idle upstream connection is reusable when nothing is waiting on it: no buffered bytes and
-/// neither end of stream nor data (a TLS close_notify, say) readable on the socket.
+/// An idle upstream connection is reusable when nothing is waiting on it.
 fn is_reusable(conn: &UpstreamConn) -> bool {
-    if !conn.input.buffered().is_empty() {
-        return false;
-    }
-    let sock = conn.input.inner.sock();
-    if sock.set_nonblocking(true).is_err() {
-        return false;
-    }
-    let mut probe = [0u8; 1];
-    let quiet = matches!(sock.peek(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock);
-    sock.set_nonblocking(false).is_ok() && quiet
+    http::is_idle(&conn.input, conn.input.inner.sock())
 }
 
 /// The origin-form path of a request to the gateway (`/v1/messages?beta=true`); absolute-form
@@ -929,33 +895,8 @@ fn origin_path(target: &str) -> Option<String> {
     }
 }
 
-fn has_token(headers: &[Header], name: &str, token: &str) -> bool {
-    http::header_values(headers, name)
-        .flat_map(|v| v.split(|b| *b == b','))
-        .any(|v| {
-            String::from_utf8_lossy(v)
-                .trim()
-                .eq_ignore_ascii_case(token)
-        })
-}
-
-fn wants_keep_alive(headers: &[Header], minor: u8) -> bool {
-    if has_token(headers, "connection", "close") {
-        return false;
-    }
-    minor >= 1 || has_token(headers, "connection", "keep-alive")
-}
-
 fn expects_continue(headers: &[Header]) -> bool {
-    has_token(headers, "expect", "100-continue")
-}
-
-fn write_status(out: &mut impl Write, code: u16, phrase: &str, body: &str) -> io::Result<()> {
-    let response = format!(
-        "HTTP/1.1 {code} {phrase}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    out.write_all(response.as_bytes())
+    http::has_token(headers, "expect", "100-continue")
 }
 
 pub use crate::supervisor::login::EXTRA_CA_ENV;

@@ -299,6 +299,91 @@ pub fn body_framing(headers: &[Header], absent: Framing) -> Result<Framing, Stri
     }
 }
 
+/// Whether header `name` lists `token` among its comma-separated values (case-insensitive).
+pub fn has_token(headers: &[Header], name: &str, token: &str) -> bool {
+    header_values(headers, name)
+        .flat_map(|v| v.split(|b| *b == b','))
+        .any(|v| {
+            String::from_utf8_lossy(v)
+                .trim()
+                .eq_ignore_ascii_case(token)
+        })
+}
+
+/// Whether a message of HTTP/1.`minor` with these headers leaves its connection open.
+pub fn wants_keep_alive(headers: &[Header], minor: u8) -> bool {
+    if has_token(headers, "connection", "close") {
+        return false;
+    }
+    minor >= 1 || has_token(headers, "connection", "keep-alive")
+}
+
+/// A whole plain-text response that closes the connection.
+pub fn write_status(out: &mut impl Write, code: u16, phrase: &str, body: &str) -> io::Result<()> {
+    let response = format!(
+        "HTTP/1.1 {code} {phrase}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    out.write_all(response.as_bytes())?;
+    out.flush()
+}
+
+/// Relays an upstream's response to `client`: interim (1xx) heads, then the final head (its
+/// code in `status` as soon as it is known) and its body, counting the bytes into `down`. A
+/// switch of protocols (101) is refused before anything of it reaches the client. `Ok(keep)`:
+/// whether the upstream connection may carry another request.
+pub fn relay_response<R: Read>(
+    method: &str,
+    conn: &mut Input<R>,
+    client: &mut impl Write,
+    down: &mut u64,
+    status: &mut Option<u16>,
+) -> Result<bool, String> {
+    loop {
+        let response =
+            read_response_head(conn).map_err(|e| format!("reading the upstream response: {e}"))?;
+        if response.code == 101 {
+            return Err("upstream switched protocols; not supported".into());
+        }
+        client
+            .write_all(&response.raw)
+            .map_err(|e| format!("writing to the client: {e}"))?;
+        *down += response.raw.len() as u64;
+        if (100..200).contains(&response.code) {
+            continue;
+        }
+        *status = Some(response.code);
+        let no_body =
+            method.eq_ignore_ascii_case("HEAD") || response.code == 204 || response.code == 304;
+        let framing = if no_body {
+            Framing::None
+        } else {
+            body_framing(&response.headers, Framing::UntilClose)
+                .map_err(|e| format!("upstream response: {e}"))?
+        };
+        *down += relay_body(conn, client, framing)
+            .map_err(|e| format!("relaying the response body: {e}"))?;
+        client
+            .flush()
+            .map_err(|e| format!("writing to the client: {e}"))?;
+        return Ok(framing != Framing::UntilClose && wants_keep_alive(&response.headers, 1));
+    }
+}
+
+/// Whether an idle upstream connection may carry another request: nothing buffered from it, and
+/// nothing (no data, no end of stream, a TLS close_notify) readable on its socket.
+pub fn is_idle<R: Read>(conn: &Input<R>, sock: &TcpStream) -> bool {
+    if !conn.buffered().is_empty() {
+        return false;
+    }
+    if sock.set_nonblocking(true).is_err() {
+        return false;
+    }
+    let mut probe = [0u8; 1];
+    let quiet = matches!(sock.peek(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock);
+    sock.set_nonblocking(false).is_ok() && quiet
+}
+
 /// Copies a body with the given framing from `input` to `out`, chunk framing included, writing
 /// each piece as soon as it arrives (server-sent events must not wait for a full buffer).
 /// Returns the bytes written.

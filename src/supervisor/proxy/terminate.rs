@@ -10,7 +10,7 @@
 //! rule's scope is refused and recorded as an exfiltration attempt; the rule's header is removed
 //! from what the client sent and the real one added.
 
-use super::io::{self as http, Framing, HeadError, Header, Input, TimedRead};
+use super::io::{self as http, Framing, HeadError, Input, TimedRead};
 use super::server::{Sock, Sockets};
 use super::{ConnectionRecord, HEAD_TIMEOUT, ProxyHandler, Target};
 use crate::profile::allow::host::parse_authority;
@@ -227,7 +227,7 @@ impl Exchange<'_, '_> {
     /// An answer of the proxy's own; the connection closes after it.
     fn refuse(&self, record: &mut ConnectionRecord, code: u16, phrase: &str, body: &str) -> bool {
         record.status = Some(code);
-        let _ = write_status(&mut &*self.side, code, phrase, &format!("{body}\n"));
+        let _ = http::write_status(&mut &*self.side, code, phrase, &format!("{body}\n"));
         false
     }
 
@@ -246,7 +246,7 @@ impl Exchange<'_, '_> {
             self.target.host
         );
         record.status = Some(403);
-        let _ = write_status(&mut &*self.side, 403, &phrase, &format!("{why}\n"));
+        let _ = http::write_status(&mut &*self.side, 403, &phrase, &format!("{why}\n"));
         false
     }
 
@@ -403,8 +403,8 @@ impl Exchange<'_, '_> {
             },
             None => Vec::new(),
         };
-        let client_keep = wants_keep_alive(&head.headers, head.minor);
-        if has_token(&head.headers, "expect", "100-continue")
+        let client_keep = http::wants_keep_alive(&head.headers, head.minor);
+        if http::has_token(&head.headers, "expect", "100-continue")
             && (&*self.side)
                 .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
                 .is_err()
@@ -541,8 +541,7 @@ const DROPPED: &[&str] = &[
     "expect",
 ];
 
-/// Relays the response: interim (1xx) heads, then the final head and its body. `Ok(keep)`:
-/// whether the upstream connection may carry another request.
+/// Relays the response (see [`http::relay_response`]), its status into the record.
 fn relay_response(
     method: &str,
     conn: &mut Input<UpstreamTls>,
@@ -550,74 +549,10 @@ fn relay_response(
     down: &mut u64,
     record: &mut ConnectionRecord,
 ) -> Result<bool, String> {
-    loop {
-        let response = http::read_response_head(conn)
-            .map_err(|e| format!("reading the upstream response: {e}"))?;
-        if response.code == 101 {
-            return Err("upstream switched protocols; not supported".into());
-        }
-        (&*client)
-            .write_all(&response.raw)
-            .map_err(|e| format!("writing to the client: {e}"))?;
-        *down += response.raw.len() as u64;
-        if (100..200).contains(&response.code) {
-            continue;
-        }
-        record.status = Some(response.code);
-        let no_body =
-            method.eq_ignore_ascii_case("HEAD") || response.code == 204 || response.code == 304;
-        let framing = if no_body {
-            Framing::None
-        } else {
-            http::body_framing(&response.headers, Framing::UntilClose)
-                .map_err(|e| format!("upstream response: {e}"))?
-        };
-        let body = http::relay_body(conn, &mut &*client, framing)
-            .map_err(|e| format!("relaying the response body: {e}"))?;
-        *down += body;
-        (&*client)
-            .flush()
-            .map_err(|e| format!("writing to the client: {e}"))?;
-        return Ok(framing != Framing::UntilClose && wants_keep_alive(&response.headers, 1));
-    }
+    http::relay_response(method, conn, &mut &*client, down, &mut record.status)
 }
 
 /// An idle upstream connection is reusable when nothing is waiting on it.
 fn is_reusable(conn: &Input<UpstreamTls>) -> bool {
-    if !conn.buffered().is_empty() {
-        return false;
-    }
-    let sock = &conn.inner.sock;
-    if sock.set_nonblocking(true).is_err() {
-        return false;
-    }
-    let mut probe = [0u8; 1];
-    let quiet = matches!(sock.peek(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock);
-    sock.set_nonblocking(false).is_ok() && quiet
-}
-
-fn has_token(headers: &[Header], name: &str, token: &str) -> bool {
-    http::header_values(headers, name)
-        .flat_map(|v| v.split(|b| *b == b','))
-        .any(|v| {
-            String::from_utf8_lossy(v)
-                .trim()
-                .eq_ignore_ascii_case(token)
-        })
-}
-
-fn wants_keep_alive(headers: &[Header], minor: u8) -> bool {
-    if has_token(headers, "connection", "close") {
-        return false;
-    }
-    minor >= 1 || has_token(headers, "connection", "keep-alive")
-}
-
-fn write_status(out: &mut impl Write, code: u16, phrase: &str, body: &str) -> io::Result<()> {
-    let response = format!(
-        "HTTP/1.1 {code} {phrase}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    out.write_all(response.as_bytes())?;
-    out.flush()
+    http::is_idle(conn, &conn.inner.sock)
 }
