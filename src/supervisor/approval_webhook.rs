@@ -395,6 +395,15 @@ impl<'a, R: Fn(&str, Value)> Asking<'a, R> {
         }
     }
 
+    /// A failed exchange with the webhook, recorded once per distinct reason.
+    fn say_error(&mut self, issued: &Issued, why: &str) {
+        self.say_once(
+            "runbook-approval-webhook-error",
+            why,
+            json!({ "step": issued.step, "nonce": issued.nonce, "error": why }),
+        );
+    }
+
     /// POSTs (until it is taken) and polls until an answer counts, `stop`, or the deadline.
     fn poll(&mut self, stop: &AtomicBool, deliver: &dyn Fn(Verdict) -> bool) {
         let Some(issued) = self.issued.clone() else {
@@ -432,19 +441,11 @@ impl<'a, R: Fn(&str, Value)> Asking<'a, R> {
                         );
                         continue;
                     }
-                    Ok(r) => {
-                        let why = format!("the webhook answered the request with {}", r.status);
-                        self.say_once(
-                            "runbook-approval-webhook-error",
-                            &why,
-                            json!({ "step": issued.step, "nonce": issued.nonce, "error": why }),
-                        );
-                    }
-                    Err(why) => self.say_once(
-                        "runbook-approval-webhook-error",
-                        &why,
-                        json!({ "step": issued.step, "nonce": issued.nonce, "error": why }),
+                    Ok(r) => self.say_error(
+                        &issued,
+                        &format!("the webhook answered the request with {}", r.status),
                     ),
+                    Err(why) => self.say_error(&issued, &why),
                 }
             } else {
                 match https_exchange(&status_url, &self.webhook.tls, "GET", &[], b"", timeout) {
@@ -481,18 +482,9 @@ impl<'a, R: Fn(&str, Value)> Asking<'a, R> {
                     },
                     Ok(r) if matches!(r.status, 202 | 204 | 404) => {}
                     Ok(r) => {
-                        let why = format!("the status URL answered {}", r.status);
-                        self.say_once(
-                            "runbook-approval-webhook-error",
-                            &why,
-                            json!({ "step": issued.step, "nonce": issued.nonce, "error": why }),
-                        );
+                        self.say_error(&issued, &format!("the status URL answered {}", r.status))
                     }
-                    Err(why) => self.say_once(
-                        "runbook-approval-webhook-error",
-                        &why,
-                        json!({ "step": issued.step, "nonce": issued.nonce, "error": why }),
-                    ),
+                    Err(why) => self.say_error(&issued, &why),
                 }
             }
             // The next poll, unless told to stop or out of time.
