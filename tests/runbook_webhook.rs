@@ -109,6 +109,19 @@ fn command(w: &World, hook: &Webhook, flags: &[&str], env: &[(&str, &str)]) -> C
     cmd
 }
 
+/// [`command`] with the webhook and the test's key named in the caller's environment.
+fn with_key(w: &World, hook: &Webhook, flags: &[&str]) -> Command {
+    command(
+        w,
+        hook,
+        flags,
+        &[
+            ("STEPPROOF_APPROVAL_WEBHOOK", &hook.url),
+            ("STEPPROOF_APPROVAL_HMAC_KEY", KEY),
+        ],
+    )
+}
+
 fn audit_log(stderr: &str) -> PathBuf {
     let line = stderr
         .lines()
@@ -256,17 +269,7 @@ both!(a_webhook_denial_denies_with_its_reason, |w: &World| {
         Box::new(|request, _, _| answer(KEY, request, "deny", "not today", "bob@example.com")),
     );
     setup(w, &[("gate", "1m")], &agent(w, &hook, &["gate"]));
-    let out = command(
-        w,
-        &hook,
-        &[],
-        &[
-            ("STEPPROOF_APPROVAL_WEBHOOK", &hook.url),
-            ("STEPPROOF_APPROVAL_HMAC_KEY", KEY),
-        ],
-    )
-    .output()
-    .unwrap();
+    let out = with_key(w, &hook, &[]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let all = describe(&out);
     assert_eq!(out.status.code(), Some(117), "{all}");
@@ -362,17 +365,7 @@ both!(a_replayed_answer_is_refused, |w: &World| {
         &[("first", "1m"), ("gate", "3s")],
         &agent(w, &hook, &["first", "gate"]),
     );
-    let out = command(
-        w,
-        &hook,
-        &[],
-        &[
-            ("STEPPROOF_APPROVAL_WEBHOOK", &hook.url),
-            ("STEPPROOF_APPROVAL_HMAC_KEY", KEY),
-        ],
-    )
-    .output()
-    .unwrap();
+    let out = with_key(w, &hook, &[]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let all = describe(&out);
     assert!(text.contains("complete-first=0"), "{all}");
@@ -412,17 +405,7 @@ both!(an_answer_signed_with_another_key_is_refused, |w: &World| {
         }),
     );
     setup(w, &[("gate", "4s")], &agent(w, &hook, &["gate"]));
-    let out = command(
-        w,
-        &hook,
-        &[],
-        &[
-            ("STEPPROOF_APPROVAL_WEBHOOK", &hook.url),
-            ("STEPPROOF_APPROVAL_HMAC_KEY", KEY),
-        ],
-    )
-    .output()
-    .unwrap();
+    let out = with_key(w, &hook, &[]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let all = describe(&out);
     assert_eq!(out.status.code(), Some(117), "{all}");
@@ -611,19 +594,11 @@ both!(the_host_terminal_and_the_webhook_both_ask, |w: &World| {
         Box::new(|_, _, _| Reply::Pending),
     );
     setup(w, &[("gate", "1m")], &agent(w, &hook, &["gate"]));
-    let mut child = command(
-        w,
-        &hook,
-        &[],
-        &[
-            ("STEPPROOF_APPROVAL_WEBHOOK", &hook.url),
-            ("STEPPROOF_APPROVAL_HMAC_KEY", KEY),
-        ],
-    )
-    .stdout(std::process::Stdio::piped())
-    .stderr(std::process::Stdio::piped())
-    .spawn()
-    .unwrap();
+    let mut child = with_key(w, &hook, &[])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     let mut said = String::new();
     for line in BufReader::new(child.stderr.take().unwrap()).lines() {
         let line = line.unwrap();
@@ -676,17 +651,9 @@ both!(the_end_of_the_run_ends_an_approval_wait, |w: &World| {
     );
     setup(w, &[("gate", "1h")], &agent(w, &hook, &["gate"]));
     let started = std::time::Instant::now();
-    let out = command(
-        w,
-        &hook,
-        &["--ci", "--timeout", "4s"],
-        &[
-            ("STEPPROOF_APPROVAL_WEBHOOK", &hook.url),
-            ("STEPPROOF_APPROVAL_HMAC_KEY", KEY),
-        ],
-    )
-    .output()
-    .unwrap();
+    let out = with_key(w, &hook, &["--ci", "--timeout", "4s"])
+        .output()
+        .unwrap();
     let all = describe(&out);
     // Not a denial: the step stays open, and the run is abandoned (a later run continues it).
     assert_eq!(out.status.code(), Some(116), "{all}");
