@@ -370,3 +370,41 @@ macro_rules! both {
         }
     };
 }
+
+/// A certificate authority of its own (named `common_name`), written to `ca_file` (0644) when
+/// one is given, and a server configuration for `hosts` signed by it, serving the chain with the
+/// CA: what the HTTPS stand-ins answer with (`tests/support/net.rs` has its own, for the test
+/// binaries that do not include this module).
+pub fn server_tls(
+    common_name: &str,
+    hosts: Vec<String>,
+    ca_file: Option<&Path>,
+) -> std::sync::Arc<rustls::ServerConfig> {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, common_name);
+    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca_params, ca_key);
+    let leaf_key = KeyPair::generate().unwrap();
+    let leaf = CertificateParams::new(hosts)
+        .unwrap()
+        .signed_by(&leaf_key, &issuer)
+        .unwrap();
+    if let Some(path) = ca_file {
+        fs::write(path, ca_cert.pem()).unwrap();
+        fs::set_permissions(path, fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into());
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let server = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![leaf.der().clone(), ca_cert.der().clone()], key)
+        .unwrap();
+    std::sync::Arc::new(server)
+}

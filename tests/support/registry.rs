@@ -53,38 +53,14 @@ impl Registry {
     /// Serves `files` (their hosts are the certificate's names) on 127.88.x.y:443; the CA goes
     /// to `dir` (0755).
     pub fn start(dir: &Path, files: Vec<Served>) -> Registry {
-        use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
         let mut hosts: Vec<String> = files.iter().map(|f| f.host.clone()).collect();
         hosts.sort();
         hosts.dedup();
-        let ca_key = KeyPair::generate().unwrap();
-        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca_params
-            .distinguished_name
-            .push(DnType::CommonName, "StepProof registry stand-in CA");
-        let ca_cert = ca_params.self_signed(&ca_key).unwrap();
-        let issuer = Issuer::new(ca_params, ca_key);
-        let leaf_key = KeyPair::generate().unwrap();
-        let leaf = CertificateParams::new(hosts.clone())
-            .unwrap()
-            .signed_by(&leaf_key, &issuer)
-            .unwrap();
         fs::create_dir_all(dir).unwrap();
         fs::set_permissions(dir, fs::Permissions::from_mode(0o755)).unwrap();
         let ca = dir.join("registry-ca.pem");
-        fs::write(&ca, ca_cert.pem()).unwrap();
-        fs::set_permissions(&ca, fs::Permissions::from_mode(0o644)).unwrap();
-        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into());
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let config = Arc::new(
-            rustls::ServerConfig::builder_with_provider(provider)
-                .with_safe_default_protocol_versions()
-                .unwrap()
-                .with_no_client_auth()
-                .with_single_cert(vec![leaf.der().clone(), ca_cert.der().clone()], key)
-                .unwrap(),
-        );
+        let config =
+            crate::support::server_tls("StepProof registry stand-in CA", hosts.clone(), Some(&ca));
         // An address of its own per stand-in (tests run in parallel, all on port 443).
         let (ip, listener) = (0..512)
             .find_map(|_| {

@@ -93,34 +93,13 @@ pub fn answer(key: &str, request: &Value, decision: &str, reason: &str, approver
 impl Webhook {
     /// Serves on 127.0.0.1 (any port); the CA goes to `dir` (0755).
     pub fn start(dir: &Path, key: &str, policy: Policy) -> Webhook {
-        use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
-        let ca_key = KeyPair::generate().unwrap();
-        let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca_params
-            .distinguished_name
-            .push(DnType::CommonName, "StepProof webhook stand-in CA");
-        let ca_cert = ca_params.self_signed(&ca_key).unwrap();
-        let issuer = Issuer::new(ca_params, ca_key);
-        let leaf_key = KeyPair::generate().unwrap();
-        let leaf = CertificateParams::new(vec!["127.0.0.1".to_string()])
-            .unwrap()
-            .signed_by(&leaf_key, &issuer)
-            .unwrap();
         fs::create_dir_all(dir).unwrap();
         fs::set_permissions(dir, fs::Permissions::from_mode(0o755)).unwrap();
         let ca = dir.join("webhook-ca.pem");
-        fs::write(&ca, ca_cert.pem()).unwrap();
-        fs::set_permissions(&ca, fs::Permissions::from_mode(0o644)).unwrap();
-        let der = rustls::pki_types::PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into());
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let config = Arc::new(
-            rustls::ServerConfig::builder_with_provider(provider)
-                .with_safe_default_protocol_versions()
-                .unwrap()
-                .with_no_client_auth()
-                .with_single_cert(vec![leaf.der().clone(), ca_cert.der().clone()], der)
-                .unwrap(),
+        let config = crate::support::server_tls(
+            "StepProof webhook stand-in CA",
+            vec!["127.0.0.1".to_string()],
+            Some(&ca),
         );
         let listener = TcpListener::bind(("127.0.0.1", 0)).unwrap();
         let port = listener.local_addr().unwrap().port();
