@@ -1382,13 +1382,10 @@ tail -n 3 /tmp/push.out /tmp/push2.out /tmp/push3.out || true
 
 /// The audit log a run names on its standard error.
 fn audit_log_of(out: &std::process::Output) -> String {
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let path = stderr
-        .lines()
-        .find_map(|l| l.strip_prefix("stepproof-run: audit log "))
-        .and_then(|rest| rest.split(" head ").next())
-        .unwrap_or_else(|| panic!("no audit log named in:\n{stderr}"));
-    fs::read_to_string(path).unwrap()
+    fs::read_to_string(support::audit_log_named(&String::from_utf8_lossy(
+        &out.stderr,
+    )))
+    .unwrap()
 }
 
 both!(git_push, git_push_with_the_token_added_at_the_proxy);

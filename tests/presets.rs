@@ -544,11 +544,8 @@ both!(
 );
 
 fn audit_log_of(out: &std::process::Output) -> String {
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let path = stderr
-        .lines()
-        .find_map(|l| l.strip_prefix("stepproof-run: audit log "))
-        .and_then(|rest| rest.split(" head ").next())
-        .unwrap_or_else(|| panic!("no audit log named in:\n{stderr}"));
-    fs::read_to_string(path).unwrap()
+    fs::read_to_string(support::audit_log_named(&String::from_utf8_lossy(
+        &out.stderr,
+    )))
+    .unwrap()
 }

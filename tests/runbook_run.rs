@@ -67,20 +67,6 @@ fn setup(w: &World, deadline: &str, script: &str) {
     support::chown_tree(&w.workspace, w.owner);
 }
 
-/// The audit log path from stepproof-run's last words.
-fn audit_log(stderr: &str) -> PathBuf {
-    let line = stderr
-        .lines()
-        .rfind(|l| l.starts_with("stepproof-run: audit log "))
-        .unwrap_or_else(|| panic!("no audit log line in:\n{stderr}"));
-    PathBuf::from(
-        line.trim_start_matches("stepproof-run: audit log ")
-            .split(' ')
-            .next()
-            .unwrap(),
-    )
-}
-
 fn verify(log: &Path) {
     let out = std::process::Command::new(STEPPROOF)
         .args(["audit", "verify"])
@@ -227,7 +213,7 @@ both!(a_runbook_runs_step_by_step, |w: &World| {
     assert!(text.contains("complete-4=0"), "{all}");
     assert_eq!(out.status.code(), Some(0), "{all}");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    let log = audit_log(&stderr);
+    let log = support::audit_log_named(&stderr);
     verify(&log);
     let kinds = kinds(&log);
     for kind in [
@@ -306,7 +292,9 @@ both!(ci_denies_an_approval_without_pre_approval, |w: &World| {
     assert!(text.contains("complete-4=1"), "{}", describe(&out));
     assert!(text.contains("denied in --ci"), "{}", describe(&out));
     assert_eq!(out.status.code(), Some(117), "{}", describe(&out));
-    verify(&audit_log(&String::from_utf8_lossy(&out.stderr)));
+    verify(&support::audit_log_named(&String::from_utf8_lossy(
+        &out.stderr,
+    )));
 });
 
 /// Runs the agent without --ci and answers the approval from outside (or not at all).
@@ -341,7 +329,7 @@ fn approval_run(w: &World, deadline: &str, answer: Option<&str>) -> (String, i32
     (
         format!("{text}\n{said}"),
         out.status.code().unwrap_or(-1),
-        audit_log(&said),
+        support::audit_log_named(&said),
     )
 }
 
@@ -509,7 +497,7 @@ $S step complete --step gate; echo "complete-gate=$?"
         assert!(stdout.contains("complete-notes=0"), "{all}");
         assert!(stdout.contains("complete-gate=0"), "{all}");
         assert_eq!(out.status.code(), Some(0), "{all}");
-        let log = audit_log(&String::from_utf8_lossy(&out.stderr));
+        let log = support::audit_log_named(&String::from_utf8_lossy(&out.stderr));
         verify(&log);
         let records = records(&log);
         let continued = records
@@ -580,7 +568,7 @@ kill $LOOP
         String::from_utf8_lossy(&out.stdout).contains("complete=0"),
         "{all}"
     );
-    let log = audit_log(&String::from_utf8_lossy(&out.stderr));
+    let log = support::audit_log_named(&String::from_utf8_lossy(&out.stderr));
     verify(&log);
     let records = records(&log);
     let evidence = records
@@ -657,7 +645,7 @@ both!(
             !stdout.contains("complete-1=0"),
             "a claim alone passed: {all}"
         );
-        let log = audit_log(&String::from_utf8_lossy(&out.stderr));
+        let log = support::audit_log_named(&String::from_utf8_lossy(&out.stderr));
         verify(&log);
         let records = records(&log);
         let evidence: Vec<&serde_json::Value> = records
@@ -783,7 +771,7 @@ both!(a_worker_cannot_tamper_with_its_runbook, |w: &World| {
     assert!(text.contains("OPEN     write"), "{all}");
     assert!(text.contains("waiting  notes"), "{all}");
     assert_eq!(out.status.code(), Some(116), "{all}");
-    let log = audit_log(&String::from_utf8_lossy(&out.stderr));
+    let log = support::audit_log_named(&String::from_utf8_lossy(&out.stderr));
     verify(&log);
     let records = records(&log);
     let refused: Vec<&serde_json::Value> = records
@@ -846,7 +834,7 @@ both!(abandon_by_request_stops_the_run, |w: &World| {
     assert!(text.contains("ABANDONED write"), "{all}");
     assert!(text.contains("hook-exit=2"), "{all}");
     assert_eq!(out.status.code(), Some(116), "{all}");
-    let log = audit_log(&String::from_utf8_lossy(&out.stderr));
+    let log = support::audit_log_named(&String::from_utf8_lossy(&out.stderr));
     verify(&log);
     let kinds = kinds(&log);
     for kind in [

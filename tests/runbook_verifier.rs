@@ -279,18 +279,7 @@ fn shell_run(w: &World, profile: &str) -> (std::process::Output, PathBuf) {
         )
         .output()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    let line = stderr
-        .lines()
-        .rfind(|l| l.starts_with("stepproof-run: audit log "))
-        .unwrap_or_else(|| panic!("no audit log line: {}", describe(&out)))
-        .to_string();
-    let log = PathBuf::from(
-        line.trim_start_matches("stepproof-run: audit log ")
-            .split(' ')
-            .next()
-            .unwrap(),
-    );
+    let log = support::audit_log_named(&String::from_utf8_lossy(&out.stderr));
     (out, log)
 }
 
@@ -595,17 +584,7 @@ both_claude!(
         let all = describe(&out);
         assert!(matches!(out.status.code(), Some(117 | 124)), "{all}");
         assert!(took < std::time::Duration::from_secs(25), "{took:?}: {all}");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        let line = stderr
-            .lines()
-            .rfind(|l| l.starts_with("stepproof-run: audit log "))
-            .unwrap_or_else(|| panic!("{all}"));
-        let log = PathBuf::from(
-            line.trim_start_matches("stepproof-run: audit log ")
-                .split(' ')
-                .next()
-                .unwrap(),
-        );
+        let log = support::audit_log_named(&String::from_utf8_lossy(&out.stderr));
         verify_chain(&log);
         let (evidence, attempts) = verification(&log);
         assert_eq!(evidence["verdict"], "inconclusive", "{evidence}");

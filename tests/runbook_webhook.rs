@@ -122,21 +122,8 @@ fn with_key(w: &World, hook: &Webhook, flags: &[&str]) -> Command {
     )
 }
 
-fn audit_log(stderr: &str) -> PathBuf {
-    let line = stderr
-        .lines()
-        .rfind(|l| l.starts_with("stepproof-run: audit log "))
-        .unwrap_or_else(|| panic!("no audit log line in:\n{stderr}"));
-    PathBuf::from(
-        line.trim_start_matches("stepproof-run: audit log ")
-            .split(' ')
-            .next()
-            .unwrap(),
-    )
-}
-
 fn records(out: &Output) -> Vec<Value> {
-    let log = audit_log(&String::from_utf8_lossy(&out.stderr));
+    let log = support::audit_log_named(&String::from_utf8_lossy(&out.stderr));
     let verified = Command::new(STEPPROOF)
         .args(["audit", "verify"])
         .arg(&log)
@@ -245,7 +232,7 @@ both!(a_webhook_approval_opens_a_step, |w: &World| {
     assert_eq!(evidence[0]["approver"], "alice@example.com");
     assert_eq!(of_kind(&records, "runbook-step-passed").len(), 1);
     // Neither the key nor the variable's value is in the log.
-    let log = audit_log(&String::from_utf8_lossy(&out.stderr));
+    let log = support::audit_log_named(&String::from_utf8_lossy(&out.stderr));
     assert!(!fs::read_to_string(&log).unwrap().contains(KEY));
     // `audit show` names the channel and the approver.
     let shown = Command::new(STEPPROOF)
@@ -627,7 +614,7 @@ both!(the_host_terminal_and_the_webhook_both_ask, |w: &World| {
     assert_eq!(out.status.code(), Some(0), "{all}");
     assert!(text.contains("complete-gate=0"), "{all}");
     assert_eq!(hook.requests().len(), 1, "{all}");
-    let log = audit_log(&said);
+    let log = support::audit_log_named(&said);
     let records: Vec<Value> = fs::read_to_string(&log)
         .unwrap()
         .lines()

@@ -408,3 +408,18 @@ pub fn server_tls(
         .unwrap();
     std::sync::Arc::new(server)
 }
+
+/// The audit log a run names in its last words on standard error
+/// (`stepproof-run: audit log PATH head …`, or `… INCOMPLETE: …`).
+pub fn audit_log_named(stderr: &str) -> PathBuf {
+    let line = stderr
+        .lines()
+        .rfind(|l| l.starts_with("stepproof-run: audit log "))
+        .unwrap_or_else(|| panic!("no audit log named in:\n{stderr}"));
+    PathBuf::from(
+        line.trim_start_matches("stepproof-run: audit log ")
+            .split(' ')
+            .next()
+            .unwrap(),
+    )
+}
