@@ -520,26 +520,17 @@ fn run_one(
         stderr_tail: String::new(),
     };
     let seconds = time.as_secs().max(1);
-    let child = std::process::Command::new(&context.run_binary)
-        .arg("--profile")
-        .arg(&files.profile)
-        .arg("--workspace")
-        .arg(&context.workspace)
-        .arg("--audit-log")
-        .arg(&audit_log)
-        .arg("--status-file")
-        .arg(&status_file)
-        .arg("--verifier-agent")
-        .arg(&files.agent)
-        .args(["--keep-runs", "all", "--timeout"])
-        .arg(format!("{seconds}s"))
-        .arg("--")
-        .args(claude_argv(model, prompt))
-        .current_dir(&context.workspace)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn();
+    let child = crate::supervisor::runbook_run::nested_run(
+        &context.run_binary,
+        &context.workspace,
+        [&files.profile, &audit_log, &status_file],
+        seconds,
+    )
+    .arg("--verifier-agent")
+    .arg(&files.agent)
+    .arg("--")
+    .args(claude_argv(model, prompt))
+    .spawn();
     let mut child = match child {
         Ok(child) => child,
         Err(e) => {
