@@ -644,6 +644,28 @@ fn wait_for(handle: &ReceiverHandle, what: impl Fn(&ReceiverCounts) -> bool) {
     }
 }
 
+// A hook that connects the moment the receiver is served keeps its credentials: the listener
+// has SO_PASSCRED before `serve_hook_socket` returns. A connection made before that gets a
+// socket without it, and what the peer writes between the accept and the receiver's own
+// setsockopt arrives with pid 0 and is refused (seen once in the sixteen-client test below).
+#[test]
+fn the_listener_passes_credentials_before_anyone_can_connect() {
+    let dir = tempfile::tempdir().unwrap();
+    let listener = UnixListener::bind(dir.path().join("hook.sock")).unwrap();
+    let same = listener.try_clone().unwrap();
+    let sink = AuditSink::open(&dir.path().join("audit.jsonl")).unwrap();
+    let handle = serve_hook_socket(
+        listener,
+        sink.clone_handle(),
+        PeerCheck::for_executable(Path::new("/proc/self/exe")).unwrap(),
+        u64::MAX,
+    );
+    let passcred =
+        nix::sys::socket::getsockopt(&same, nix::sys::socket::sockopt::PassCred).unwrap();
+    handle.shutdown();
+    assert!(passcred, "SO_PASSCRED is not on the listener yet");
+}
+
 #[test]
 fn sixteen_hook_clients_and_the_supervisor_share_one_chain() {
     let served = serve(Path::new("/proc/self/exe"));

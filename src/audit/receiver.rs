@@ -191,6 +191,12 @@ pub fn serve_hook_socket(
     peer_check: PeerCheck,
     inside_max_bytes: u64,
 ) -> ReceiverHandle {
+    // Before anyone can connect through what this returns: a connection made while the listener
+    // lacked SO_PASSCRED gets a socket without it, and what the peer wrote between the accept and
+    // the socket's own setsockopt below would carry no credentials (pid 0: refused).
+    if let Err(e) = setsockopt(&listener, sockopt::PassCred, &true) {
+        tracing::warn!("hook receiver: SO_PASSCRED on the listener: {e}");
+    }
     let stop = Arc::new(AtomicBool::new(false));
     let counts = Arc::new(Mutex::new(ReceiverCounts::default()));
     // Without the pair the receiver still stops, at its next poll timeout.
@@ -351,9 +357,6 @@ impl Receiver {
     fn run(&mut self) {
         if let Err(e) = self.listener.set_nonblocking(true) {
             tracing::warn!("hook receiver: listener stays blocking: {e}");
-        }
-        if let Err(e) = setsockopt(&self.listener, sockopt::PassCred, &true) {
-            tracing::warn!("hook receiver: SO_PASSCRED on the listener: {e}");
         }
         while !self.stop.load(Ordering::SeqCst) {
             let (wake_ready, listener_ready, ready) = match self.wait() {
