@@ -74,34 +74,6 @@ pub enum Ending {
     },
 }
 
-/// A `stepproof-run` the supervisor starts for a runbook (an evidence command, a model
-/// verifier): in the workspace, with its own `[profile, audit log, status file]`, every run
-/// directory kept, ended after `seconds`; stdin closed, stdout and stderr piped. The caller adds
-/// its own flags, then `--` and the command.
-pub(crate) fn nested_run(
-    run_binary: &Path,
-    workspace: &Path,
-    [profile, audit_log, status_file]: [&Path; 3],
-    seconds: u64,
-) -> std::process::Command {
-    let mut cmd = std::process::Command::new(run_binary);
-    cmd.arg("--profile")
-        .arg(profile)
-        .arg("--workspace")
-        .arg(workspace)
-        .arg("--audit-log")
-        .arg(audit_log)
-        .arg("--status-file")
-        .arg(status_file)
-        .args(["--keep-runs", "all", "--timeout"])
-        .arg(format!("{seconds}s"))
-        .current_dir(workspace)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    cmd
-}
-
 /// What running evidence needs beyond the runbook.
 #[derive(Debug, Clone)]
 pub struct EvidenceContext {
@@ -1721,7 +1693,7 @@ fn run_command_evidence(
     }
     let frozen = freeze(&context.cgroup_dirs, true, context.no_freezer.as_deref());
     let timeout = command.timeout();
-    let child = nested_run(
+    let child = crate::supervisor::runbook_verifier::nested_run(
         &context.run_binary,
         &context.workspace,
         [&profile_path, &audit_log, &status_file],

@@ -520,7 +520,7 @@ fn run_one(
         stderr_tail: String::new(),
     };
     let seconds = time.as_secs().max(1);
-    let child = crate::supervisor::runbook_run::nested_run(
+    let child = nested_run(
         &context.run_binary,
         &context.workspace,
         [&files.profile, &audit_log, &status_file],
@@ -699,6 +699,34 @@ fn last_line(text: &str) -> Option<String> {
         .rev()
         .find(|l| !l.trim().is_empty())
         .map(|l| l.chars().take(300).collect())
+}
+
+/// A `stepproof-run` the supervisor starts for a runbook (an evidence command, a model
+/// verifier): in the workspace, with its own `[profile, audit log, status file]`, every run
+/// directory kept, ended after `seconds`; stdin closed, stdout and stderr piped. The caller adds
+/// its own flags, then `--` and the command.
+pub(crate) fn nested_run(
+    run_binary: &std::path::Path,
+    workspace: &std::path::Path,
+    [profile, audit_log, status_file]: [&std::path::Path; 3],
+    seconds: u64,
+) -> std::process::Command {
+    let mut cmd = std::process::Command::new(run_binary);
+    cmd.arg("--profile")
+        .arg(profile)
+        .arg("--workspace")
+        .arg(workspace)
+        .arg("--audit-log")
+        .arg(audit_log)
+        .arg("--status-file")
+        .arg(status_file)
+        .args(["--keep-runs", "all", "--timeout"])
+        .arg(format!("{seconds}s"))
+        .current_dir(workspace)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    cmd
 }
 
 #[cfg(test)]
