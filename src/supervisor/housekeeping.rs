@@ -70,17 +70,41 @@ fn tidy(own: &Path, keep: Keep) -> Vec<String> {
         .into_iter()
         .map(|(path, e)| format!("removing the old run directory {}: {e}", path.display()))
         .collect();
-    // Kept sessions of workspaces no run used for a long time go with the old runs.
+    // Kept sessions of workspaces no run used for a long time go with the old runs: looked
+    // for at most once an hour (each look reads every state's marker), whichever run is first.
+    let now = std::time::SystemTime::now();
     if keep != Keep::All
         && let Some(state) = own.parent().and_then(Path::parent)
+        && due(&state.join(LAST_LOOKED), now)
     {
-        let now = std::time::SystemTime::now();
         let removed = crate::supervisor::session_state::prune(&state.join("sessions"), now);
         tracing::debug!(removed = removed.len(), "unused session states removed");
         let removed = crate::supervisor::caches::prune(&state.join("caches"), now);
         tracing::debug!(removed = removed.len(), "unused caches removed");
     }
     said
+}
+
+/// The marker whose mtime is the last look for unused session states and caches.
+const LAST_LOOKED: &str = "unused-last-looked";
+/// How often a run looks for them.
+const LOOK_EVERY: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Whether the last look (`marker`'s mtime) is older than [`LOOK_EVERY`] (or in the future, or
+/// unknown); when it is, the marker is set to now (made when missing; a link there is never
+/// followed, and every run then looks). Two runs ending together may both look: harmless.
+fn due(marker: &Path, now: std::time::SystemTime) -> bool {
+    let recent = std::fs::symlink_metadata(marker)
+        .ok()
+        .filter(std::fs::Metadata::is_file)
+        .and_then(|m| m.modified().ok())
+        .and_then(|at| now.duration_since(at).ok())
+        .is_some_and(|age| age < LOOK_EVERY);
+    if recent {
+        return false;
+    }
+    let _ = crate::supervisor::session_state::touch_at(marker, now);
+    true
 }
 
 #[cfg(test)]
@@ -112,5 +136,32 @@ mod tests {
         assert!(own.exists());
         // Nothing arranged: nothing done.
         assert!(finish().is_empty());
+    }
+
+    #[test]
+    fn unused_states_are_looked_for_at_most_once_an_hour() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join(LAST_LOOKED);
+        let now = std::time::SystemTime::now();
+        // No marker: due, and the marker is made.
+        assert!(due(&marker, now));
+        assert!(marker.is_file());
+        // Just looked: not due, until an hour has passed.
+        assert!(!due(&marker, now));
+        assert!(due(
+            &marker,
+            now + LOOK_EVERY + std::time::Duration::from_secs(1)
+        ));
+        // A marker from the future (a clock set back) does not stop the looks.
+        let file = std::fs::File::options().write(true).open(&marker).unwrap();
+        file.set_modified(now + 10 * LOOK_EVERY).unwrap();
+        assert!(due(&marker, now));
+        // A link in its place is not followed.
+        let target = dir.path().join("elsewhere");
+        std::fs::remove_file(&marker).unwrap();
+        std::os::unix::fs::symlink(&target, &marker).unwrap();
+        assert!(due(&marker, now));
+        assert!(due(&marker, now));
+        assert!(!target.exists());
     }
 }

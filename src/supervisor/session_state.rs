@@ -375,6 +375,11 @@ fn mark_used(state: &Path, workspace: &Path) {
 /// Sets `path`'s mtime to now, creating it empty if it is missing (never following a link).
 /// Not a rewrite: that would be a truncate each run.
 pub(crate) fn touch(path: &Path) -> std::io::Result<()> {
+    touch_at(path, SystemTime::now())
+}
+
+/// [`touch`] with the mtime given.
+pub(crate) fn touch_at(path: &Path, at: SystemTime) -> std::io::Result<()> {
     fs::OpenOptions::new()
         .write(true)
         .create(true)
@@ -382,7 +387,7 @@ pub(crate) fn touch(path: &Path) -> std::io::Result<()> {
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(path)?
-        .set_modified(SystemTime::now())
+        .set_modified(at)
 }
 
 /// Writes `bytes` to `path` unless it holds them already: a marker every run writes the same
