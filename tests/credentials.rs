@@ -1429,3 +1429,49 @@ both!(
     workspace_profiles,
     credentials_from_the_workspace_are_refused
 );
+
+/// The run's trust files on their tmpfs: where the caller's `NODE_EXTRA_CA_CERTS` is the system
+/// bundle (a common set-up), the file `NODE_EXTRA_CA_CERTS` names inside is the bundle itself (one
+/// file, two names: written once); where it holds one corporate CA, the two are files of their
+/// own, the CA file holding that CA and the run's.
+fn trust_files_are_written_once(w: &World) {
+    let system = Path::new("/etc/ssl/certs/ca-certificates.crt");
+    let Ok(bundle) = fs::read_to_string(system) else {
+        support::skip_or_fail("no system CA bundle at /etc/ssl/certs/ca-certificates.crt");
+        return;
+    };
+    let first_end = bundle.find("-----END CERTIFICATE-----").unwrap() + 25;
+    let one = w.base.join("one-ca.pem");
+    fs::write(&one, format!("{}\n", &bundle[..first_end])).unwrap();
+    chown_tree(&one, w.owner);
+    let script = "cd /run/stepproof-trust && stat -c '%n %i %h %a' ca-bundle.pem run-ca.pem && \
+                  grep -c 'BEGIN CERTIFICATE' ca-bundle.pem run-ca.pem && \
+                  test \"$NODE_EXTRA_CA_CERTS\" = /run/stepproof-trust/run-ca.pem && \
+                  if ( : > run-ca.pem ) 2>/dev/null; then echo writable; fi";
+    let certs = bundle.matches("BEGIN CERTIFICATE").count();
+    for (extra, same, ca_certs) in [(system, true, certs + 1), (one.as_path(), false, 2)] {
+        let mut cmd = w.command(&[], &["/bin/sh", "-c", script]);
+        cmd.env("NODE_EXTRA_CA_CERTS", extra);
+        let out = cmd.output().unwrap();
+        let shown = describe(&out);
+        assert_eq!(out.status.code(), Some(0), "{shown}");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let lines: Vec<Vec<&str>> = stdout.lines().map(|l| l.split(' ').collect()).collect();
+        let (bundle_file, ca_file) = (&lines[0], &lines[1]);
+        assert_eq!(bundle_file[3], "644", "{shown}");
+        assert_eq!(ca_file[3], "644", "{shown}");
+        assert_eq!(bundle_file[1] == ca_file[1], same, "{shown}");
+        assert_eq!(bundle_file[2], if same { "2" } else { "1" }, "{shown}");
+        assert!(
+            stdout.contains(&format!("ca-bundle.pem:{}", certs + 1)),
+            "{shown}"
+        );
+        assert!(
+            stdout.contains(&format!("run-ca.pem:{ca_certs}")),
+            "{shown}"
+        );
+        assert!(!stdout.contains("writable"), "{shown}");
+    }
+}
+
+both!(trust_files, trust_files_are_written_once);

@@ -109,7 +109,7 @@ fn generated(target: &Path, files: &[(PathBuf, String)]) -> Result<(), MountErro
         &format!("mode=755,size={size_mib}m"),
         MsFlags::empty(),
     )?;
-    for (rel, contents) in files {
+    for (index, (rel, contents)) in files.iter().enumerate() {
         // Names StepProof chose: relative, no `..` (the tmpfs is fresh, nothing in it
         // is a link).
         if rel.is_absolute()
@@ -124,6 +124,14 @@ fn generated(target: &Path, files: &[(PathBuf, String)]) -> Result<(), MountErro
         let path = target.join(rel);
         if let Some(parent) = path.parent() {
             fs::create_dir_all(parent).map_err(err("creating", parent))?;
+        }
+        // A file with the contents of an earlier one is a second name of it: the trust files
+        // are both the whole system bundle where `NODE_EXTRA_CA_CERTS` names it (a common
+        // set-up), and writing 220 KB twice was the init's slowest step.
+        if let Some((same, _)) = files[..index].iter().find(|(_, c)| c == contents) {
+            let first = target.join(same);
+            fs::hard_link(&first, &path).map_err(err("linking", &path))?;
+            continue;
         }
         fs::write(&path, contents).map_err(err("writing", &path))?;
         fs::set_permissions(&path, fs::Permissions::from_mode(0o644))
