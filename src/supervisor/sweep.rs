@@ -1215,14 +1215,6 @@ fn writable_roots(plan: &SandboxPlan) -> Vec<PathBuf> {
     roots
 }
 
-/// One directory being walked: its descriptor and the entries not looked at yet.
-struct Frame {
-    fd: OwnedFd,
-    rel: PathBuf,
-    entries: std::vec::IntoIter<beneath::DirEntry>,
-    in_git: bool,
-}
-
 /// Walks every writable root from descriptors (unbounded: it runs after the run, not on the
 /// launch path), each directory once.
 fn walk_writable(plan: &SandboxPlan, launched: Duration) -> Walk {
@@ -1275,64 +1267,250 @@ fn walk_root(
         Err(e) if e.kind() == io::ErrorKind::NotFound && !is_workspace => return,
         Err(e) => return walk.findings.push(unchecked(e)),
     };
-    let entries = match beneath::list_dir(fd.as_fd()) {
-        Ok(entries) => entries,
-        Err(e) => return walk.findings.push(unchecked(e)),
+    let tree = Tree {
+        root,
+        is_workspace,
+        launched,
+        work: std::sync::Mutex::new(Work {
+            pending: vec![Pending {
+                dir: Dir::Open(fd),
+                rel: PathBuf::new(),
+                in_git: false,
+                changed: true,
+            }],
+            busy: 0,
+            visited: std::mem::take(visited),
+        }),
+        more: std::sync::Condvar::new(),
     };
-    let mut stack = vec![Frame {
-        fd,
-        rel: PathBuf::new(),
-        entries: entries.into_iter(),
-        in_git: false,
-    }];
-    while let Some(frame) = stack.last_mut() {
-        let Some((name, _)) = frame.entries.next() else {
-            stack.pop();
-            continue;
-        };
-        let st = match beneath::stat_at(frame.fd.as_fd(), &name) {
-            Ok(st) => st,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-            Err(e) => {
-                let mut f = Finding::new(root.join(&frame.rel).join(&name), "unchecked");
-                f.error = Some(format!("fstatat: {e}"));
-                walk.findings.push(f);
-                continue;
+    let helpers = std::thread::available_parallelism()
+        .map_or(1, usize::from)
+        .clamp(1, WALKERS_MAX)
+        - 1;
+    let found: Vec<Walk> = std::thread::scope(|scope| {
+        let tree = &tree;
+        let (mut spawned, mut asked) = (Vec::new(), false);
+        let mut ours = Walk::default();
+        // This thread walks alone until there are directories enough to share (a small tree
+        // is done before a thread could start), then the helpers join in.
+        tree.walk(&mut ours, &mut || {
+            if !std::mem::replace(&mut asked, true) {
+                spawned = (0..helpers)
+                    .filter_map(|_| {
+                        std::thread::Builder::new()
+                            .name("stepproof-sweep".into())
+                            .spawn_scoped(scope, move || {
+                                let mut theirs = Walk::default();
+                                tree.walk(&mut theirs, &mut || {});
+                                theirs
+                            })
+                            .ok()
+                    })
+                    .collect();
+            }
+        });
+        let mut found = vec![ours];
+        for thread in spawned {
+            match thread.join() {
+                Ok(theirs) => found.push(theirs),
+                // What it had found is lost: the root is then unchecked, never clean.
+                Err(_) => found.push(Walk {
+                    findings: vec![unchecked(io::Error::other("a thread of the walk panicked"))],
+                    ..Walk::default()
+                }),
+            }
+        }
+        found
+    });
+    let work = tree.work.into_inner().unwrap_or_else(|e| e.into_inner());
+    *visited = work.visited;
+    for part in found {
+        walk.repos.extend(part.repos);
+        walk.findings.extend(part.findings);
+        walk.entries += part.entries;
+    }
+    // In the order of the paths, whichever thread found them.
+    walk.repos.sort();
+    walk.findings.sort_by(|a, b| a.path.cmp(&b.path));
+}
+
+/// At most this many threads walk one writable root (the supervisor's and helpers: the walk
+/// is the kernel's `getdents` and `fstatat`, which scale with the cores).
+const WALKERS_MAX: usize = 8;
+/// Directories waiting before the helpers are started.
+const SHARE_FROM: usize = 8;
+
+/// A directory waiting to be walked.
+enum Dir {
+    Open(OwnedFd),
+    /// Its name in a directory whose descriptor stays open while any of its entries waits.
+    At(std::sync::Arc<OwnedFd>, OsString),
+}
+
+struct Pending {
+    dir: Dir,
+    rel: PathBuf,
+    in_git: bool,
+    /// Its ctime is after the launch: a directory that cannot be entered is then a finding.
+    changed: bool,
+}
+
+/// The walk's shared state: the directories waiting (taken last in, first out, so the
+/// descriptors held stay about as many as the tree is deep), how many walkers hold one, and
+/// every directory seen (each is walked once).
+struct Work {
+    pending: Vec<Pending>,
+    busy: usize,
+    visited: HashSet<(u64, u64)>,
+}
+
+/// A walker's hold on a directory, released by an unwinding panic.
+struct Holding<'t, 'a>(&'t Tree<'a>);
+
+impl Drop for Holding<'_, '_> {
+    fn drop(&mut self) {
+        self.0.lock().busy -= 1;
+        self.0.more.notify_all();
+    }
+}
+
+/// One writable root being walked, by one thread or several.
+struct Tree<'a> {
+    root: &'a Path,
+    is_workspace: bool,
+    launched: Duration,
+    work: std::sync::Mutex<Work>,
+    more: std::sync::Condvar,
+}
+
+impl Tree<'_> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Work> {
+        self.work.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Takes directories until none waits and no walker holds one (which could add more);
+    /// `crowded` is called when enough wait to share them.
+    fn walk(&self, walk: &mut Walk, crowded: &mut dyn FnMut()) {
+        loop {
+            let next = {
+                let mut work = self.lock();
+                loop {
+                    if let Some(next) = work.pending.pop() {
+                        work.busy += 1;
+                        break Some(next);
+                    }
+                    if work.busy == 0 {
+                        break None;
+                    }
+                    work = self.more.wait(work).unwrap_or_else(|e| e.into_inner());
+                }
+            };
+            let Some(next) = next else {
+                self.more.notify_all();
+                return;
+            };
+            // Held while the directory is looked at: should that panic, the others are told
+            // it is no longer busy (and do not wait for it for ever).
+            let holding = Holding(self);
+            let subdirs = self.directory(next, walk);
+            std::mem::forget(holding);
+            let mut work = self.lock();
+            work.busy -= 1;
+            let added = subdirs.len();
+            work.pending.extend(subdirs);
+            let waiting = work.pending.len();
+            let done = work.busy == 0 && waiting == 0;
+            drop(work);
+            if done {
+                self.more.notify_all();
+            } else {
+                for _ in 0..added.min(WALKERS_MAX) {
+                    self.more.notify_one();
+                }
+                if waiting >= SHARE_FROM {
+                    crowded();
+                }
+            }
+        }
+    }
+
+    /// Looks at every entry of one directory (setuid bits the run set, nested repositories);
+    /// returns its subdirectories not seen before.
+    fn directory(&self, at: Pending, walk: &mut Walk) -> Vec<Pending> {
+        let root = self.root;
+        let fd = match at.dir {
+            Dir::Open(fd) => Ok(fd),
+            Dir::At(parent, name) => {
+                beneath::open_beneath(parent.as_fd(), Path::new(&name), DIR_LISTING, 0)
             }
         };
-        walk.entries += 1;
-        if after(st.ctime, launched) {
-            let path = root.join(&frame.rel).join(&name);
-            check_privilege(frame.fd.as_fd(), &name, &st, &path, walk);
-        }
-        if is_workspace && name == ".git" && !frame.in_git && !frame.rel.as_os_str().is_empty() {
-            walk.repos.push(root.join(&frame.rel));
-        }
-        if !st.is_dir() || !visited.insert((st.dev, st.ino)) {
-            continue;
-        }
-        let rel = frame.rel.join(&name);
-        let in_git = frame.in_git || name == ".git";
-        let opened = beneath::open_beneath(frame.fd.as_fd(), Path::new(&name), DIR_LISTING, 0)
-            .and_then(|fd| beneath::list_dir(fd.as_fd()).map(|entries| (fd, entries)));
-        match opened {
-            Ok((fd, entries)) => stack.push(Frame {
-                fd,
-                rel,
-                entries: entries.into_iter(),
-                in_git,
-            }),
+        let listed = fd.and_then(|fd| beneath::list_dir(fd.as_fd()).map(|entries| (fd, entries)));
+        let (fd, entries) = match listed {
+            Ok(listed) => listed,
+            Err(e) if at.rel.as_os_str().is_empty() => {
+                let mut f = Finding::new(root.to_path_buf(), "unchecked");
+                f.error = Some(format!("walking {}: {e}", root.display()));
+                walk.findings.push(f);
+                return Vec::new();
+            }
             // A directory nobody changed during the run that the supervisor cannot enter: the
-            // sandbox, with no more rights, could not have written below it either.
+            // sandbox, with no more rights, could not have written below it either. One gone
+            // since its parent was listed (the sandbox is gone: the host removed it) holds
+            // nothing any more, as an entry gone before its `fstatat`.
             Err(e)
-                if !after(st.ctime, launched)
-                    && !matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {}
+                if e.kind() == io::ErrorKind::NotFound
+                    || !at.changed
+                        && !matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) =>
+            {
+                return Vec::new();
+            }
             Err(e) => {
-                let mut f = Finding::new(root.join(&rel), "unchecked");
+                let mut f = Finding::new(root.join(&at.rel), "unchecked");
                 f.error = Some(format!("could not be walked: {e}"));
                 walk.findings.push(f);
+                return Vec::new();
+            }
+        };
+        let fd = std::sync::Arc::new(fd);
+        let mut subdirs = Vec::new();
+        for (name, _) in entries {
+            let st = match beneath::stat_at(fd.as_fd(), &name) {
+                Ok(st) => st,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => {
+                    let mut f = Finding::new(root.join(&at.rel).join(&name), "unchecked");
+                    f.error = Some(format!("fstatat: {e}"));
+                    walk.findings.push(f);
+                    continue;
+                }
+            };
+            walk.entries += 1;
+            let changed = after(st.ctime, self.launched);
+            if changed {
+                let path = root.join(&at.rel).join(&name);
+                check_privilege(fd.as_fd(), &name, &st, &path, walk);
+            }
+            if self.is_workspace && name == ".git" && !at.in_git && !at.rel.as_os_str().is_empty() {
+                walk.repos.push(root.join(&at.rel));
+            }
+            if st.is_dir() {
+                subdirs.push(((st.dev, st.ino), name, changed));
             }
         }
+        if subdirs.is_empty() {
+            return Vec::new();
+        }
+        let mut work = self.lock();
+        subdirs
+            .into_iter()
+            .filter(|(id, _, _)| work.visited.insert(*id))
+            .map(|(_, name, changed)| Pending {
+                rel: at.rel.join(&name),
+                in_git: at.in_git || name == ".git",
+                dir: Dir::At(fd.clone(), name),
+                changed,
+            })
+            .collect()
     }
 }
 
@@ -1743,6 +1921,57 @@ mod tests {
                 .iter()
                 .any(|n| n.contains("outside the workspace"))
         );
+    }
+
+    #[test]
+    fn the_walk_shared_between_threads_sees_every_entry_once() {
+        // Wide enough that helpers join the walk (41 directories wait after the first
+        // listing): 40 directories of 6 levels, a setuid file at the bottom of each, a nested
+        // repository in every fifth. Every one is found, in the order of the paths.
+        let fx = Fixture::new();
+        let ws = fx.ws.clone();
+        let mut setuid = Vec::new();
+        let mut repos = Vec::new();
+        for top in 0..40 {
+            let deep = ws.join(format!("d{top}/a/b/c/d/e"));
+            fs::create_dir_all(&deep).unwrap();
+            let file = deep.join("tool");
+            fs::write(&file, "x").unwrap();
+            fs::set_permissions(&file, fs::Permissions::from_mode(0o4755)).unwrap();
+            setuid.push(file);
+            if top % 5 == 0 {
+                let repo = ws.join(format!("d{top}/a"));
+                fs::create_dir(repo.join(".git")).unwrap();
+                repos.push(repo);
+            }
+        }
+        repos.sort();
+        setuid.sort();
+        let walk = walk_writable(&fx.plan(), Duration::ZERO);
+        let found: Vec<_> = walk
+            .findings
+            .iter()
+            .filter(|f| f.change == "setuid")
+            .map(|f| f.path.clone())
+            .collect();
+        assert_eq!(found, setuid, "{:?}", walk.findings);
+        assert!(
+            walk.findings.iter().all(|f| f.change == "setuid"),
+            "{:?}",
+            walk.findings
+        );
+        assert_eq!(walk.repos, repos);
+        for file in &setuid {
+            let mode = fs::metadata(file).unwrap().permissions().mode();
+            assert_eq!(mode & 0o7777, 0o755, "{}", file.display());
+        }
+        // Every entry once: per top directory itself, a, b, c, d, e and tool (and .git in
+        // every fifth), the fixture's .git/hooks, and the plan's other writable roots.
+        let expected = 40 * 7 + 8 + 2;
+        let again = walk_writable(&fx.plan(), Duration::ZERO);
+        assert!(again.findings.is_empty(), "{:?}", again.findings);
+        assert!(walk.entries >= expected, "{} < {expected}", walk.entries);
+        assert_eq!(walk.entries, again.entries);
     }
 
     #[test]
