@@ -422,6 +422,11 @@ pub fn seed(state: &AgentState) {
     if let Ok(root) = beneath::open_root(&files_dir(dir), DIR_LISTING) {
         let walk = Walk::of(root.as_fd(), None);
         for found in &walk.found {
+            if !state.seed_sessions
+                && matches!(found.kind, Kind::Transcript | Kind::Todo | Kind::Plan)
+            {
+                continue;
+            }
             match seed_one(root.as_fd(), found, &state.config_dir) {
                 Ok(history) => {
                     if let Some(history) = history {
@@ -922,7 +927,63 @@ mod tests {
             workspace: PathBuf::from("/w"),
             home: dir.to_path_buf(),
             sessions: Some(dir.join("state")),
+            seed_sessions: true,
             shipped: Vec::new(),
+        }
+    }
+
+    /// A single turn from no kept session is seeded with the prompt history and auto-memory
+    /// only; what it writes comes back beside the transcripts it was not given, which stay.
+    #[test]
+    fn a_fresh_single_turn_gets_no_transcripts_and_loses_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = agent_state(dir.path());
+        seed(&first);
+        let c = &first.config_dir;
+        let key = c.join("projects/-w");
+        fs::create_dir_all(key.join("memory")).unwrap();
+        fs::create_dir_all(c.join("todos")).unwrap();
+        fs::create_dir_all(c.join("plans")).unwrap();
+        fs::write(key.join("s1.jsonl"), "one\n").unwrap();
+        fs::write(c.join("todos/s1.json"), "[]").unwrap();
+        fs::write(c.join("plans/p.md"), "plan").unwrap();
+        fs::write(c.join("history.jsonl"), "p1\n").unwrap();
+        fs::write(key.join("memory/MEMORY.md"), "- fact\n").unwrap();
+        take_back(&first, me()).unwrap();
+        fs::remove_dir_all(dir.path().join("run")).unwrap();
+
+        let fresh = AgentState {
+            seed_sessions: false,
+            ..agent_state(dir.path())
+        };
+        seed(&fresh);
+        let c = &fresh.config_dir;
+        assert!(!c.join("projects/-w/s1.jsonl").exists());
+        assert!(!c.join("todos/s1.json").exists());
+        assert!(!c.join("plans/p.md").exists());
+        assert_eq!(fs::read_to_string(c.join("history.jsonl")).unwrap(), "p1\n");
+        assert_eq!(
+            fs::read_to_string(c.join("projects/-w/memory/MEMORY.md")).unwrap(),
+            "- fact\n"
+        );
+        // The turn writes its own transcript and a prompt; nothing kept is taken as removed.
+        fs::write(c.join("projects/-w/s2.jsonl"), "two\n").unwrap();
+        fs::write(c.join("history.jsonl"), "p1\np2\n").unwrap();
+        let back = take_back(&fresh, me()).unwrap();
+        assert!(back.removed.is_empty(), "{back:?}");
+        let files = dir.path().join("state/files");
+        for (kept, text) in [
+            ("projects/-w/s1.jsonl", "one\n"),
+            ("projects/-w/s2.jsonl", "two\n"),
+            ("todos/s1.json", "[]"),
+            ("plans/p.md", "plan"),
+            ("history.jsonl", "p1\np2\n"),
+        ] {
+            assert_eq!(
+                fs::read_to_string(files.join(kept)).unwrap(),
+                text,
+                "{kept}"
+            );
         }
     }
 

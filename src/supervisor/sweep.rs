@@ -1666,6 +1666,7 @@ mod tests {
                 claude_managed_dir: PathBuf::from("/nonexistent/claude-code"),
                 runbook: false,
                 single_turn: false,
+                fresh_single_turn: false,
             };
             let mut plan = crate::sandbox::plan::build_plan(&self.profile, &facts).unwrap();
             // These tests change the workspace from outside, as the run would: nothing is
@@ -2144,6 +2145,7 @@ mod tests {
             claude_managed_dir: PathBuf::from("/nonexistent/claude-code"),
             runbook: false,
             single_turn: false,
+            fresh_single_turn: false,
         };
         let plan = crate::sandbox::plan::build_plan(&profile, &facts).unwrap();
         for round in 0..3 {

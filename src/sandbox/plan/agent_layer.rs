@@ -145,6 +145,33 @@ pub fn single_turn(command: &[std::ffi::OsString]) -> bool {
     print && !input_format
 }
 
+/// Whether `command` is Claude Code going on from a kept session: `--continue`, `--resume`
+/// (with or without an id), `--from-pr`, `--fork-session`, `--session-id`, their `=` forms, or
+/// a cluster of short options holding `c` or `r` (`-pc`). Anything not UTF-8 counts as one.
+pub fn resumes_a_session(command: &[std::ffi::OsString]) -> bool {
+    const LONG: &[&str] = &[
+        "--continue",
+        "--resume",
+        "--from-pr",
+        "--fork-session",
+        "--session-id",
+    ];
+    let Ok(claude) = after_env_prefix(command) else {
+        return true;
+    };
+    claude.iter().skip(1).take_while(|a| *a != "--").any(|a| {
+        let Some(a) = a.to_str() else {
+            return true;
+        };
+        match a.strip_prefix("--") {
+            Some(long) => LONG
+                .iter()
+                .any(|o| o[2..] == *long || long.starts_with(&format!("{}=", &o[2..]))),
+            None => a.len() > 1 && a.starts_with('-') && a[1..].contains(['c', 'r']),
+        }
+    })
+}
+
 /// What the supervisor prepares on the host for the agent, and reads back after the run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct AgentState {
@@ -159,6 +186,11 @@ pub struct AgentState {
     /// Where the workspace's session data is kept between runs ([`sessions_dir`]), when the
     /// profile keeps it (`claude.keep_sessions`) and the run is not `--ci`.
     pub sessions: Option<PathBuf>,
+    /// Whether the kept transcripts, todo lists and plans are seeded: not for a single turn that
+    /// goes on from no session (`claude -p` without `--continue`, `--resume`, …: it reads none
+    /// of them, and copying each was the launch's slowest part in a workspace with many
+    /// sessions); the prompt history and auto-memory always are.
+    pub seed_sessions: bool,
     /// What StepProof ships into the config directory (paths in it, see
     /// [`crate::runbook::chat`]): the `runbook-author` agent always, the slash commands in a run
     /// with a runbook. Read-only inside with the rest of `agents/` and `commands/`.
@@ -544,6 +576,7 @@ pub fn plan_agent(
             .claude
             .keep_sessions
             .then(|| sessions_dir(home, workspace)),
+        seed_sessions: !facts.fresh_single_turn,
         shipped: crate::runbook::chat::AGENTS
             .iter()
             .map(|(path, _)| path.to_string())
@@ -874,6 +907,40 @@ pub fn merge_managed(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_session_going_on_is_recognised() {
+        let argv = |words: &[&str]| -> Vec<std::ffi::OsString> {
+            words.iter().map(std::ffi::OsString::from).collect()
+        };
+        for yes in [
+            &["claude", "-p", "hi", "--continue"][..],
+            &["claude", "-c", "-p", "hi"],
+            &["claude", "-pc", "hi"],
+            &["claude", "-p", "--resume", "abc", "hi"],
+            &["claude", "-r", "abc", "-p", "hi"],
+            &["claude", "--resume=abc", "-p", "hi"],
+            &["claude", "-p", "--from-pr", "12"],
+            &[
+                "claude",
+                "-p",
+                "--session-id=1b4e28ba-2fa1-11d2-883f-0016d3cca427",
+                "hi",
+            ],
+            &["claude", "-p", "--fork-session", "-c"],
+            &["env", "A=1", "claude", "-p", "-c"],
+        ] {
+            assert!(resumes_a_session(&argv(yes)), "{yes:?}");
+        }
+        for no in [
+            &["claude", "-p", "hi"][..],
+            &["claude", "--print", "continue the work"],
+            &["claude", "-p", "hi", "--", "--resume"],
+            &["claude", "-p", "--model", "opus", "hi"],
+        ] {
+            assert!(!resumes_a_session(&argv(no)), "{no:?}");
+        }
+    }
 
     #[test]
     fn a_single_turn_is_recognised() {
