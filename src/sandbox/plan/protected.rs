@@ -288,15 +288,29 @@ fn nested_repositories(
         return Vec::new();
     };
     let mut found = Vec::new();
+    // A directory below the workspace is a repository when it has a `.git` entry: seen in its
+    // own listing when it is queued (no look of its own), looked up where it is not listed
+    // (the last level, one that cannot be read, those still queued when the scan stops).
+    let is_repo = |rel: &Path| {
+        beneath::open_beneath(root.as_fd(), rel, DIR_LOOKUP, 0)
+            .and_then(|dir| beneath::stat_at(dir.as_fd(), OsStr::new(".git")))
+            .is_ok()
+    };
     let mut queue = VecDeque::from([(PathBuf::new(), 0usize)]);
     let mut seen = 0usize;
     while let Some((dir, depth)) = queue.pop_front() {
-        let Ok(fd) = beneath::open_beneath(root.as_fd(), &dir, DIR_LISTING, 0) else {
+        let nested = !dir.as_os_str().is_empty();
+        let listed = beneath::open_beneath(root.as_fd(), &dir, DIR_LISTING, 0)
+            .and_then(|fd| beneath::list_dir(fd.as_fd()).map(|entries| (fd, entries)));
+        let Ok((fd, entries)) = listed else {
+            if nested && is_repo(&dir) {
+                found.push(workspace.join(&dir));
+            }
             continue;
         };
-        let Ok(entries) = beneath::list_dir(fd.as_fd()) else {
-            continue;
-        };
+        if nested && entries.iter().any(|(name, _)| name == ".git") {
+            found.push(workspace.join(&dir));
+        }
         for (name, d_type) in entries {
             seen += 1;
             if seen > SCAN_ENTRY_LIMIT {
@@ -304,6 +318,12 @@ fn nested_repositories(
                     "nested repository scan of {} stopped after {SCAN_ENTRY_LIMIT} entries",
                     workspace.display()
                 ));
+                // Those queued were reached before the scan stopped: each is still looked at.
+                for (rel, _) in queue {
+                    if is_repo(&rel) {
+                        found.push(workspace.join(rel));
+                    }
+                }
                 return found;
             }
             if let Some(env_files) = env_files.as_deref_mut()
@@ -316,11 +336,10 @@ fn nested_repositories(
                 continue;
             }
             let rel = dir.join(&name);
-            if has_git_entry(fd.as_fd(), &name) {
-                found.push(workspace.join(&rel));
-            }
             if depth + 1 < NESTED_REPO_DEPTH {
                 queue.push_back((rel, depth + 1));
+            } else if has_git_entry(fd.as_fd(), &name) {
+                found.push(workspace.join(&rel));
             }
         }
     }
@@ -385,6 +404,90 @@ mod tests {
     fn default_paths(ws: &Path, notes: &mut Vec<String>) -> Vec<PathBuf> {
         let profile = Profile::builtin_default().unwrap();
         scan_workspace(&profile, ws, Path::new("/nonexistent-home"), notes).protected_paths
+    }
+
+    /// The scan as it was before its repositories were seen in their own listings: each
+    /// directory's subdirectories looked up one by one. Both find the same repositories.
+    fn reference_scan(workspace: &Path) -> (Vec<PathBuf>, bool) {
+        let root = beneath::open_root(workspace, DIR_LOOKUP).unwrap();
+        let (mut found, mut queue, mut seen) = (
+            Vec::new(),
+            VecDeque::from([(PathBuf::new(), 0usize)]),
+            0usize,
+        );
+        while let Some((dir, depth)) = queue.pop_front() {
+            let Ok(fd) = beneath::open_beneath(root.as_fd(), &dir, DIR_LISTING, 0) else {
+                continue;
+            };
+            for (name, d_type) in beneath::list_dir(fd.as_fd()).unwrap() {
+                seen += 1;
+                if seen > SCAN_ENTRY_LIMIT {
+                    return (found, true);
+                }
+                if name == ".git" || !is_dir(fd.as_fd(), &name, d_type) {
+                    continue;
+                }
+                let rel = dir.join(&name);
+                if has_git_entry(fd.as_fd(), &name) {
+                    found.push(workspace.join(&rel));
+                }
+                if depth + 1 < NESTED_REPO_DEPTH {
+                    queue.push_back((rel, depth + 1));
+                }
+            }
+        }
+        (found, false)
+    }
+
+    #[test]
+    fn nested_repositories_are_those_the_lookups_found() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().canonicalize().unwrap();
+        // A repository at every depth down to past the last level scanned, one in a directory
+        // the scan cannot list (found by its lookup when not run as root; root lists it), a
+        // `.git` file (a worktree) and a link named `.git`.
+        let mut deep = ws.clone();
+        for level in 0..NESTED_REPO_DEPTH + 1 {
+            deep = deep.join(format!("l{level}"));
+            fs::create_dir_all(deep.join(".git")).unwrap();
+            fs::create_dir_all(deep.join("plain")).unwrap();
+        }
+        fs::create_dir_all(ws.join("closed/inner/.git")).unwrap();
+        fs::set_permissions(ws.join("closed/inner"), fs::Permissions::from_mode(0o311)).unwrap();
+        fs::create_dir_all(ws.join("worktree")).unwrap();
+        fs::write(ws.join("worktree/.git"), "gitdir: /elsewhere\n").unwrap();
+        fs::create_dir_all(ws.join("linked")).unwrap();
+        std::os::unix::fs::symlink("/nonexistent", ws.join("linked/.git")).unwrap();
+        let sorted = |mut v: Vec<PathBuf>| {
+            v.sort();
+            v
+        };
+        let mut notes = Vec::new();
+        let ours = nested_repositories(&ws, &mut notes, None);
+        let (theirs, stopped) = reference_scan(&ws);
+        assert!(!stopped && notes.is_empty(), "{notes:?}");
+        assert_eq!(sorted(ours.clone()), sorted(theirs));
+        for repo in ["worktree", "linked", "closed/inner", "l0/l1/l2/l3/l4/l5"] {
+            assert!(ours.contains(&ws.join(repo)), "{repo}: {ours:?}");
+        }
+        // A parent is found before what is below it.
+        let at = |p: &Path| ours.iter().position(|f| f == p).unwrap();
+        assert!(at(&ws.join("l0")) < at(&ws.join("l0/l1/l2/l3/l4/l5")));
+        // Past the entry limit both stop at the same place, with the same repositories.
+        for many in 0..(SCAN_ENTRY_LIMIT / 100 + 5) {
+            let wide = ws.join(format!("w{many:03}"));
+            fs::create_dir_all(wide.join(".git")).unwrap();
+            for file in 0..98 {
+                fs::write(wide.join(format!("f{file}")), "").unwrap();
+            }
+        }
+        let mut notes = Vec::new();
+        let ours = nested_repositories(&ws, &mut notes, None);
+        let (theirs, stopped) = reference_scan(&ws);
+        assert!(stopped && notes.len() == 1, "{notes:?}");
+        assert_eq!(sorted(ours), sorted(theirs));
+        fs::set_permissions(ws.join("closed/inner"), fs::Permissions::from_mode(0o755)).unwrap();
     }
 
     #[test]
