@@ -932,6 +932,15 @@ mod tests {
         }
     }
 
+    /// Writes each `(path, text)` below `dir`, with the directories on the way.
+    fn put(dir: &Path, files: &[(&str, &str)]) {
+        for (rel, text) in files {
+            let path = dir.join(rel);
+            fs::create_dir_all(path.parent().unwrap()).unwrap();
+            fs::write(path, text).unwrap();
+        }
+    }
+
     /// A single turn from no kept session is seeded with the prompt history and auto-memory
     /// only; what it writes comes back beside the transcripts it was not given, which stay.
     #[test]
@@ -939,16 +948,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let first = agent_state(dir.path());
         seed(&first);
-        let c = &first.config_dir;
-        let key = c.join("projects/-w");
-        fs::create_dir_all(key.join("memory")).unwrap();
-        fs::create_dir_all(c.join("todos")).unwrap();
-        fs::create_dir_all(c.join("plans")).unwrap();
-        fs::write(key.join("s1.jsonl"), "one\n").unwrap();
-        fs::write(c.join("todos/s1.json"), "[]").unwrap();
-        fs::write(c.join("plans/p.md"), "plan").unwrap();
-        fs::write(c.join("history.jsonl"), "p1\n").unwrap();
-        fs::write(key.join("memory/MEMORY.md"), "- fact\n").unwrap();
+        put(
+            &first.config_dir,
+            &[
+                ("projects/-w/s1.jsonl", "one\n"),
+                ("todos/s1.json", "[]"),
+                ("plans/p.md", "plan"),
+                ("history.jsonl", "p1\n"),
+                ("projects/-w/memory/MEMORY.md", "- fact\n"),
+            ],
+        );
         take_back(&first, me()).unwrap();
         fs::remove_dir_all(dir.path().join("run")).unwrap();
 
@@ -995,14 +1004,16 @@ mod tests {
         let first = agent_state(dir.path());
         // Run 1: nothing seeded; it writes a transcript, history, memory.
         seed(&first);
-        let c = &first.config_dir;
-        let key = c.join("projects/-w");
-        fs::create_dir_all(key.join("memory")).unwrap();
-        fs::write(key.join("s1.jsonl"), "one\n").unwrap();
-        fs::write(key.join("old.jsonl"), "old\n").unwrap();
-        fs::write(c.join("history.jsonl"), "p1\n").unwrap();
-        fs::write(key.join("memory/MEMORY.md"), "- fact\n").unwrap();
-        fs::write(c.join("settings.json"), r#"{"hooks":{}}"#).unwrap();
+        put(
+            &first.config_dir,
+            &[
+                ("projects/-w/s1.jsonl", "one\n"),
+                ("projects/-w/old.jsonl", "old\n"),
+                ("history.jsonl", "p1\n"),
+                ("projects/-w/memory/MEMORY.md", "- fact\n"),
+                ("settings.json", r#"{"hooks":{}}"#),
+            ],
+        );
         let back = take_back(&first, me()).unwrap();
         assert_eq!(back.kept.len(), 4, "{back:?}");
         assert_eq!(back.memory_changed.len(), 1);
