@@ -1240,11 +1240,6 @@ fn walk_root(
     visited: &mut HashSet<(u64, u64)>,
     walk: &mut Walk,
 ) {
-    let unchecked = |e: io::Error| {
-        let mut f = Finding::new(root.to_path_buf(), "unchecked");
-        f.error = Some(format!("walking {}: {e}", root.display()));
-        f
-    };
     // The root itself, from its parent (the host's, never the sandbox's to change). A root
     // that is a file (Landlock grants a directory's entries one by one around a hidden path)
     // has nothing below it.
@@ -1265,7 +1260,7 @@ fn walk_root(
     let fd = match beneath::open_root(root, DIR_LISTING) {
         Ok(fd) => fd,
         Err(e) if e.kind() == io::ErrorKind::NotFound && !is_workspace => return,
-        Err(e) => return walk.findings.push(unchecked(e)),
+        Err(e) => return walk.findings.push(root_unchecked(root, e)),
     };
     let tree = Tree {
         root,
@@ -1315,7 +1310,10 @@ fn walk_root(
                 Ok(theirs) => found.push(theirs),
                 // What it had found is lost: the root is then unchecked, never clean.
                 Err(_) => found.push(Walk {
-                    findings: vec![unchecked(io::Error::other("a thread of the walk panicked"))],
+                    findings: vec![root_unchecked(
+                        root,
+                        io::Error::other("a thread of the walk panicked"),
+                    )],
                     ..Walk::default()
                 }),
             }
@@ -1332,6 +1330,13 @@ fn walk_root(
     // In the order of the paths, whichever thread found them.
     walk.repos.sort();
     walk.findings.sort_by(|a, b| a.path.cmp(&b.path));
+}
+
+/// A writable root the walk could not look at (or not wholly): reported, never clean.
+fn root_unchecked(root: &Path, e: io::Error) -> Finding {
+    let mut f = Finding::new(root.to_path_buf(), "unchecked");
+    f.error = Some(format!("walking {}: {e}", root.display()));
+    f
 }
 
 /// At most this many threads walk one writable root (the supervisor's and helpers: the walk
@@ -1448,9 +1453,7 @@ impl Tree<'_> {
         let (fd, entries) = match listed {
             Ok(listed) => listed,
             Err(e) if at.rel.as_os_str().is_empty() => {
-                let mut f = Finding::new(root.to_path_buf(), "unchecked");
-                f.error = Some(format!("walking {}: {e}", root.display()));
-                walk.findings.push(f);
+                walk.findings.push(root_unchecked(root, e));
                 return Vec::new();
             }
             // A directory nobody changed during the run that the supervisor cannot enter: the
