@@ -1,11 +1,10 @@
 //! The allow-list proxy and the credential gateway against loopback origin servers the tests
 //! start. Names resolve through a scripted resolver (no DNS); nothing leaves the machine.
 
+mod support;
+
 #[path = "support/net.rs"]
 mod net;
-
-#[path = "support/skip.rs"]
-mod skip;
 
 use net::*;
 use std::io::{Read, Write};
@@ -318,7 +317,7 @@ fn dns_rebinding_cannot_swap_the_checked_address() {
 #[test]
 fn ipv6_literals_need_brackets_and_an_ip_entry() {
     let Ok(listener) = TcpListener::bind("[::1]:0") else {
-        skip::skip_or_fail("no IPv6 loopback on this machine");
+        support::skip_or_fail("no IPv6 loopback on this machine");
         return;
     };
     let (origin, _) = origin_on(listener, echo_then_bye);

@@ -373,20 +373,34 @@ macro_rules! both {
 
 /// A certificate authority of its own (named `common_name`), written to `ca_file` (0644) when
 /// one is given, and a server configuration for `hosts` signed by it, serving the chain with the
-/// CA: what the HTTPS stand-ins answer with (`tests/support/net.rs` has its own, for the test
-/// binaries that do not include this module).
+/// CA: what the HTTPS stand-ins answer with.
 pub fn server_tls(
     common_name: &str,
     hosts: Vec<String>,
     ca_file: Option<&Path>,
 ) -> std::sync::Arc<rustls::ServerConfig> {
+    let (ca_cert, server) = ca_and_server(Some(common_name), hosts);
+    if let Some(path) = ca_file {
+        fs::write(path, ca_cert.pem()).unwrap();
+        fs::set_permissions(path, fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    server
+}
+
+/// A CA of its own (named `common_name` when one is given) and a server configuration for
+/// `hosts` signed by it, serving the chain with the CA; the CA's certificate is returned for the
+/// caller to trust or to write out.
+pub fn ca_and_server(
+    common_name: Option<&str>,
+    hosts: Vec<String>,
+) -> (rcgen::Certificate, std::sync::Arc<rustls::ServerConfig>) {
     use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
     let ca_key = KeyPair::generate().unwrap();
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, common_name);
+    if let Some(name) = common_name {
+        ca_params.distinguished_name.push(DnType::CommonName, name);
+    }
     let ca_cert = ca_params.self_signed(&ca_key).unwrap();
     let issuer = Issuer::new(ca_params, ca_key);
     let leaf_key = KeyPair::generate().unwrap();
@@ -394,10 +408,6 @@ pub fn server_tls(
         .unwrap()
         .signed_by(&leaf_key, &issuer)
         .unwrap();
-    if let Some(path) = ca_file {
-        fs::write(path, ca_cert.pem()).unwrap();
-        fs::set_permissions(path, fs::Permissions::from_mode(0o644)).unwrap();
-    }
     let key = rustls::pki_types::PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into());
     let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
     let server = rustls::ServerConfig::builder_with_provider(provider)
@@ -406,7 +416,7 @@ pub fn server_tls(
         .with_no_client_auth()
         .with_single_cert(vec![leaf.der().clone(), ca_cert.der().clone()], key)
         .unwrap();
-    std::sync::Arc::new(server)
+    (ca_cert, std::sync::Arc::new(server))
 }
 
 /// The audit log a run names in its last words on standard error

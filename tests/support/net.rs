@@ -231,28 +231,11 @@ pub struct TestPki {
     pub server: Arc<rustls::ServerConfig>,
 }
 
+/// (Every test binary that includes this module includes `support` too.)
 pub fn test_pki(name: &str) -> TestPki {
-    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = Issuer::new(ca_params, ca_key);
-    let leaf_key = KeyPair::generate().unwrap();
-    let leaf = CertificateParams::new(vec![name.to_owned()])
-        .unwrap()
-        .signed_by(&leaf_key, &issuer)
-        .unwrap();
-    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into());
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let server = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(vec![leaf.der().clone(), ca_cert.der().clone()], key)
-        .unwrap();
+    let (ca_cert, server) = crate::support::ca_and_server(None, vec![name.to_owned()]);
     TestPki {
         ca_der: ca_cert.der().clone(),
-        server: Arc::new(server),
+        server,
     }
 }
