@@ -367,11 +367,100 @@ both!(killed_at_any_phase_leaves_nothing, |w: &World| {
     last.extend(["--audit-log", log.to_str().unwrap()]);
     let out = w.command(&last, &["/bin/true"]).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    // The chain held through every kill: intact, with runs that lack their end (3), never
+    // broken (a record torn by a kill is cut off by the next run, which says so).
+    let verified = Command::new(STEPPROOF)
+        .args(["audit", "verify"])
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert_eq!(verified.status.code(), Some(3), "{}", describe(&verified));
     if with_cgroup {
         let left = dead_runs_cgroups();
         assert!(left.is_empty(), "cgroups of killed runs are left: {left:?}");
     }
 });
+
+// A record torn by the kill of its writer (SIGKILL stops a `write` between two pages of its
+// copy, so one `write` of a line can end part way; every cut of a real record is tried here):
+// the next run on the log cuts it off, records its length and hash, and goes on, and the log
+// verifies against the head the run printed. A last line that is not a record's start is
+// refused and left alone.
+both!(
+    a_record_torn_by_a_kill_is_cut_off_by_the_next_run,
+    |w: &World| {
+        let dir = w.base.join("audit");
+        fs::create_dir_all(&dir).unwrap();
+        std::os::unix::fs::chown(&dir, Some(w.owner.0), Some(w.owner.1)).unwrap();
+        let log = dir.join("torn.jsonl");
+        let log_arg = ["--audit-log", log.to_str().unwrap()];
+        let out = w.command(&log_arg, &["/bin/true"]).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+        let whole = fs::read(&log).unwrap();
+        let last_start = whole[..whole.len() - 1]
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(0, |i| i + 1);
+        let last = &whole[last_start..];
+        let cut_lengths = [1, last.len() / 2, last.len() - 1];
+        for cut in cut_lengths {
+            let before = fs::read(&log).unwrap();
+            let torn = &last[..cut];
+            fs::write(&log, [before.as_slice(), torn].concat()).unwrap();
+            let out = w.command(&log_arg, &["/bin/true"]).output().unwrap();
+            assert_eq!(
+                out.status.code(),
+                Some(0),
+                "cut at {cut}: {}",
+                describe(&out)
+            );
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let head = stderr
+                .rsplit(" head ")
+                .next()
+                .filter(|_| stderr.contains(" head "))
+                .and_then(|rest| rest.split_whitespace().next())
+                .unwrap_or_else(|| panic!("no head printed: {stderr}"))
+                .to_string();
+            let after = fs::read(&log).unwrap();
+            assert!(
+                after.starts_with(&before),
+                "cut at {cut}: the log before it changed"
+            );
+            let removed = String::from_utf8_lossy(&after[before.len()..])
+                .lines()
+                .next()
+                .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+                .unwrap();
+            assert_eq!(removed["kind"], "torn-record-removed", "{removed}");
+            assert_eq!(removed["torn_record"]["bytes"], cut, "{removed}");
+            assert_eq!(
+                removed["torn_record"]["at_offset"],
+                before.len(),
+                "{removed}"
+            );
+            let verified = Command::new(STEPPROOF)
+                .args(["audit", "verify"])
+                .arg(&log)
+                .args(["--head", &head])
+                .output()
+                .unwrap();
+            assert_eq!(verified.status.code(), Some(0), "{}", describe(&verified));
+        }
+        // Not the start of a record: refused before anything ran (120), the file as it was.
+        let mut foreign = fs::read(&log).unwrap();
+        foreign.extend_from_slice(b"not a record");
+        fs::write(&log, &foreign).unwrap();
+        let out = w.command(&log_arg, &["/bin/true"]).output().unwrap();
+        assert_eq!(out.status.code(), Some(120), "{}", describe(&out));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("not the start of a record"),
+            "{}",
+            describe(&out)
+        );
+        assert_eq!(fs::read(&log).unwrap(), foreign);
+    }
+);
 
 /// `stepproof-<pid>-*` cgroups, below this process's own cgroup in the v1 hierarchies, whose
 /// supervisor is gone.

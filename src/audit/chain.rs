@@ -509,49 +509,82 @@ pub fn for_each_line<R: BufRead>(
     }
 }
 
+/// Where a reopened log goes on: the chain position after its last complete record, and the
+/// record a killed writer left half written after it, if any.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Resume {
+    /// The `seq` of the next record.
+    pub next_seq: u64,
+    /// The hash of the last complete record (the genesis hash before the first).
+    pub head: String,
+    /// The bytes after the last `\n`, when they are the start of a record: a write cut short
+    /// (its writer killed by a signal between two pages of the copy, or the disk full). The
+    /// writer never counted that record in its chain, so the log goes on from the record before
+    /// it once these bytes are cut off and their length and hash recorded.
+    pub torn: Option<Vec<u8>>,
+}
+
 /// The chain position after the last line of an existing log, so that a reopened log goes on
-/// where it ended: `(next seq, head hash)`. The last line must be a complete record.
-pub fn resume_point<R: BufRead>(reader: R) -> io::Result<(u64, String)> {
+/// where it ended. The last line must be a complete record or the start of one (see
+/// [`Resume::torn`]); anything else is refused: it is not a StepProof audit log.
+pub fn resume_point<R: BufRead>(reader: R) -> io::Result<Resume> {
     enum Last {
         Nothing,
-        Line(bool),
+        Line,
         TooLong,
     }
+    // The last complete line, and what follows it (a line too long, or a cut-short tail).
     let mut last = Last::Nothing;
     let mut bytes = Vec::new();
+    let mut tail: Option<Vec<u8>> = None;
+    let mut after_too_long = false;
     for_each_line(reader, |line| {
-        bytes.clear();
-        last = match line {
-            LogLine::Terminated(b) | LogLine::CutShort(b) => {
+        match line {
+            LogLine::Terminated(b) => {
+                bytes.clear();
                 bytes.extend_from_slice(b);
-                Last::Line(matches!(line, LogLine::Terminated(_)))
+                last = Last::Line;
             }
-            LogLine::TooLong => Last::TooLong,
-        };
+            LogLine::CutShort(b) => {
+                after_too_long = matches!(last, Last::TooLong);
+                tail = Some(b.to_vec());
+            }
+            LogLine::TooLong => last = Last::TooLong,
+        }
         true
     })?;
     let invalid = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_string());
-    match last {
-        Last::Nothing => return Ok((0, GENESIS.to_string())),
-        Last::Line(true) => {}
-        Last::Line(false) => {
+    if let Some(tail) = &tail {
+        let (_, not_a_record) = cut_short(tail);
+        if not_a_record || after_too_long {
             return Err(invalid(
-                "its last line is cut short; not appending to a torn log",
+                "its last line is cut short and is not the start of a record; not a StepProof \
+                 audit log",
             ));
         }
+    }
+    let (next_seq, head) = match last {
+        Last::Nothing => (0, GENESIS.to_string()),
         Last::TooLong => {
             return Err(invalid(
                 "its last line is longer than any record; not a StepProof audit log",
             ));
         }
-    }
-    let seq = serde_json::from_slice::<Value>(&bytes)
-        .ok()
-        .and_then(|v| v.get("seq").and_then(Value::as_u64))
-        .ok_or_else(|| {
-            invalid("its last line is not a chained record; not a StepProof audit log")
-        })?;
-    Ok((seq + 1, line_hash(&bytes)))
+        Last::Line => {
+            let seq = serde_json::from_slice::<Value>(&bytes)
+                .ok()
+                .and_then(|v| v.get("seq").and_then(Value::as_u64))
+                .ok_or_else(|| {
+                    invalid("its last line is not a chained record; not a StepProof audit log")
+                })?;
+            (seq + 1, line_hash(&bytes))
+        }
+    };
+    Ok(Resume {
+        next_seq,
+        head,
+        torn: tail,
+    })
 }
 
 #[cfg(test)]
@@ -816,10 +849,50 @@ mod tests {
     #[test]
     fn a_log_resumes_after_its_last_record() {
         let lines = chain(3);
-        let (seq, head) = resume_point(file(&lines).as_slice()).unwrap();
-        assert_eq!((seq, head), (3, line_hash(&lines[2])));
-        assert_eq!(resume_point(&b""[..]).unwrap(), (0, GENESIS.to_string()));
-        assert!(resume_point(&b"{\"seq\":0"[..]).is_err());
+        let resume = resume_point(file(&lines).as_slice()).unwrap();
+        let after_three = Resume {
+            next_seq: 3,
+            head: line_hash(&lines[2]),
+            torn: None,
+        };
+        assert_eq!(resume, after_three);
+        let empty = Resume {
+            next_seq: 0,
+            head: GENESIS.to_string(),
+            torn: None,
+        };
+        assert_eq!(resume_point(&b""[..]).unwrap(), empty);
         assert!(resume_point(&b"hello\n"[..]).is_err());
+    }
+
+    #[test]
+    fn a_record_cut_short_is_given_back_and_the_chain_goes_on_before_it() {
+        let lines = chain(4);
+        let whole = file(&lines);
+        // Cut anywhere in the last record, even just before its newline.
+        let start = whole.len() - lines[3].len() - 1;
+        for end in [start + 1, start + 17, whole.len() - 1] {
+            let resume = resume_point(&whole[..end]).unwrap();
+            assert_eq!(
+                (resume.next_seq, resume.head.as_str()),
+                (3, line_hash(&lines[2]).as_str()),
+                "cut at {end}"
+            );
+            assert_eq!(resume.torn.as_deref(), Some(&whole[start..end]));
+        }
+        // The first record cut short: the chain starts again at the genesis.
+        let first = resume_point(&b"{\"seq\":0"[..]).unwrap();
+        assert_eq!((first.next_seq, first.head.as_str()), (0, GENESIS));
+        assert_eq!(first.torn.as_deref(), Some(&b"{\"seq\":0"[..]));
+        // A tail that is not the start of a record, or one after a line too long, is refused.
+        let mut not_json = whole.clone();
+        not_json.extend_from_slice(b"hello");
+        assert!(resume_point(not_json.as_slice()).is_err());
+        let mut json_not_object = whole.clone();
+        json_not_object.extend_from_slice(b"[1,");
+        assert!(resume_point(json_not_object.as_slice()).is_err());
+        let mut after_long = vec![b'x'; MAX_RECORD_LINE + 1];
+        after_long.extend_from_slice(b"\n{\"seq\":");
+        assert!(resume_point(after_long.as_slice()).is_err());
     }
 }

@@ -32,7 +32,8 @@
 //! does not stop someone from writing a whole new consistent log.
 //!
 //! Several runs may append to one log: each starts with a `run-start` and ends with a `run-end`
-//! record, both from the supervisor. No line is longer than
+//! record, both from the supervisor. A record left half written by a writer that was killed is
+//! cut off by the next writer, which records its length and hash (`torn-record-removed`). No line is longer than
 //! [`MAX_RECORD_LINE`](chain::MAX_RECORD_LINE), so a reader needs one line of memory.
 
 /// StepProof's own state under the home (run directories, audit logs, quarantine).

@@ -187,6 +187,20 @@ pub fn summarize(source: &str, kind: &str, record: &Map<String, Value>) -> Strin
             join(&parts)
         }
         (_, kind) if kind.starts_with("runbook-") => runbook_summary(kind, record),
+        ("supervisor", "torn-record-removed") => {
+            let none = Map::new();
+            let torn = record
+                .get("torn_record")
+                .and_then(Value::as_object)
+                .unwrap_or(&none);
+            format!(
+                "a record cut short by the kill of its writer was removed: {} bytes at offset {}, \
+                 sha256 {}",
+                s(torn, "bytes"),
+                s(torn, "at_offset"),
+                prefix(&s(torn, "sha256"), 12)
+            )
+        }
         ("supervisor", "refused-peer") => format!(
             "REFUSED pid {} uid {} exe {} at {}: {}",
             s(record, "pid"),
@@ -625,6 +639,16 @@ mod tests {
                 json!({ "reported": { "tool": "Write", "sha256": "ééééééééééééé" } })
             ),
             "Write · sha256 éééééééééééé (reported by pid ?)"
+        );
+        assert_eq!(
+            summary(
+                "supervisor",
+                "torn-record-removed",
+                json!({ "torn_record": { "bytes": 20, "at_offset": 812,
+                        "sha256": "0123456789abcdef0123" } })
+            ),
+            "a record cut short by the kill of its writer was removed: 20 bytes at offset 812, \
+             sha256 0123456789ab"
         );
         assert_eq!(
             summary("supervisor", "sweep", json!({ "seq": 1, "files": 3 })),

@@ -2,7 +2,8 @@
 //! outside the sandbox (under `~/.local/state/stepproof/runs/`, which the sandbox cannot see).
 //! The format is described in [`crate::audit`]; this is the writer. Every record is written
 //! with one `write` on an `O_APPEND` file, under the same lock that advances the chain, so the
-//! order of the lines is the order of the chain and lines never tear.
+//! order of the lines is the order of the chain and lines never interleave. A line torn by the
+//! kill of its writer is cut off by the next writer, which records that it did.
 
 use crate::audit::chain::{self, GENESIS};
 use serde::Serialize;
@@ -70,8 +71,9 @@ impl AuditSink {
     }
 
     /// Opens (or creates, mode 0600 in a 0700 directory) the log. An existing log is continued
-    /// where its chain ends (`seq` and `prev` go on, so it still verifies as one chain); one
-    /// whose last line is not a complete record is refused, as is a log another process holds.
+    /// where its chain ends (`seq` and `prev` go on, so it still verifies as one chain); a record
+    /// cut short at its end is removed and said (see `remove_torn_record`); a last line that is
+    /// not a record at all is refused, as is a log another process holds.
     pub fn open(path: &Path) -> Result<AuditSink, AuditSinkError> {
         let fail = |source| AuditSinkError {
             path: path.to_path_buf(),
@@ -103,7 +105,7 @@ impl AuditSink {
         // Only a regular file is locked and continued; anything else (`/dev/stdout`, a pipe)
         // cannot be read back and starts a chain of its own.
         let regular = file.metadata().map_err(fail)?.is_file();
-        let (next_seq, head) = if regular {
+        let resume = if regular {
             file.try_lock().map_err(|e| {
                 fail(match e {
                     fs::TryLockError::WouldBlock => io::Error::new(
@@ -115,20 +117,28 @@ impl AuditSink {
             })?;
             chain::resume_point(BufReader::new(&file)).map_err(fail)?
         } else {
-            (0, GENESIS.to_string())
+            chain::Resume {
+                next_seq: 0,
+                head: GENESIS.to_string(),
+                torn: None,
+            }
         };
+        let mut writer = ChainWriter {
+            file,
+            regular,
+            next_seq: resume.next_seq,
+            head: resume.head,
+            not_written: 0,
+            last_error: None,
+            failed: None,
+            outbox: None,
+        };
+        if let Some(torn) = resume.torn {
+            writer.remove_torn_record(&torn).map_err(fail)?;
+        }
         Ok(AuditSink {
             path: path.to_path_buf(),
-            state: Arc::new(Mutex::new(ChainWriter {
-                file,
-                regular,
-                next_seq,
-                head,
-                not_written: 0,
-                last_error: None,
-                failed: None,
-                outbox: None,
-            })),
+            state: Arc::new(Mutex::new(writer)),
         })
     }
 
@@ -277,7 +287,8 @@ impl ChainWriter {
             None
         };
         // One `write` for the whole line (regular files do not return short writes short of
-        // an error); the chain advances only when it succeeded.
+        // an error, but a fatal signal can end the copy part way: the next opener cuts that
+        // off, see `remove_torn_record`); the chain advances only when it succeeded.
         if let Err(e) = (&self.file).write_all(&line) {
             // A short write (disk full, a file size limit) left part of the line: cut it off,
             // so the next record starts a line of its own and the chain stays verifiable.
@@ -295,6 +306,37 @@ impl ChainWriter {
             outbox.append(&line);
         }
         Ok(seq)
+    }
+
+    /// A record its writer was killed while writing (a fatal signal stops a `write` between
+    /// two pages of the copy, so even one `write` of a line can end part way): the file is cut
+    /// back to the end of the last complete record, under the lock that was free (so its writer
+    /// is gone), and a `torn-record-removed` record with the cut bytes' length and SHA-256
+    /// says so in the chain. The cut record was never part of the chain (its writer had not
+    /// advanced the chain past it), and no run goes on from a log that ends in half a line.
+    fn remove_torn_record(&mut self, torn: &[u8]) -> io::Result<()> {
+        let len = self.file.metadata()?.len();
+        let end = len
+            .checked_sub(torn.len() as u64)
+            .ok_or_else(|| io::Error::other("the log shrank while it was read"))?;
+        tracing::warn!(
+            bytes = torn.len(),
+            "the audit log ends in a record cut short (its writer was killed while writing it): \
+             cutting it off and recording its length and hash"
+        );
+        self.file
+            .set_len(end)
+            .map_err(|e| io::Error::new(e.kind(), format!("cutting off a torn record: {e}")))?;
+        let body = Map::from_iter([(
+            "torn_record".to_string(),
+            serde_json::json!({
+                "bytes": torn.len(),
+                "sha256": chain::line_hash(torn),
+                "at_offset": end,
+            }),
+        )]);
+        self.write_record("supervisor", "torn-record-removed", &body)
+            .map(|_| ())
     }
 
     fn count_lost(&mut self, e: io::Error) -> io::Error {
@@ -386,11 +428,38 @@ mod tests {
     }
 
     #[test]
-    fn a_torn_log_is_not_continued() {
+    fn a_record_cut_short_is_removed_and_said_in_the_chain() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("audit.jsonl");
-        fs::write(&path, "{\"seq\":0,").unwrap();
-        let err = AuditSink::open(&path).err().unwrap();
+        let sink = AuditSink::open(&path).unwrap();
+        sink.record("supervisor", "run-start", &());
+        sink.record("supervisor", "run-end", &());
+        drop(sink);
+        let whole = fs::read(&path).unwrap();
+        // A third record cut short by the kill of its writer.
+        let torn = br#"{"seq":2,"prev":"ab"#;
+        fs::write(&path, [whole.as_slice(), torn].concat()).unwrap();
+        let sink = AuditSink::open(&path).unwrap();
+        sink.record("supervisor", "run-start", &());
+        let text = fs::read_to_string(&path).unwrap();
+        assert!(text.starts_with(std::str::from_utf8(&whole).unwrap()));
+        let lines: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 4, "{text}");
+        assert_eq!(lines[2]["kind"], "torn-record-removed");
+        let cut = &lines[2]["torn_record"];
+        assert_eq!(cut["bytes"], torn.len());
+        assert_eq!(cut["sha256"], chain::line_hash(torn));
+        assert_eq!(cut["at_offset"], whole.len());
+        let report = verify(text.as_bytes(), Some(&sink.head_hash())).unwrap();
+        assert!(report.intact, "{report:?}");
+        // Not the start of a record: not a StepProof log, left alone.
+        let other = dir.path().join("other.jsonl");
+        fs::write(&other, [whole.as_slice(), b"hello"].concat()).unwrap();
+        let err = AuditSink::open(&other).err().unwrap();
         assert!(err.to_string().contains("cut short"), "{err}");
+        assert!(fs::read(&other).unwrap().ends_with(b"hello"));
     }
 }
