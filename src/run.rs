@@ -205,8 +205,7 @@ fn carry_out(
     })?;
     facts.runbook = runbook.is_some();
     facts.single_turn = crate::sandbox::plan::agent_layer::single_turn(&args.command);
-    facts.fresh_single_turn =
-        facts.single_turn && !crate::sandbox::plan::agent_layer::resumes_a_session(&args.command);
+    facts.session_seeding = crate::sandbox::plan::agent_layer::session_seeding(&args.command);
     // The home is shown read-only and holds StepProof's run directories: one that is not
     // there is a mistake in the caller's environment, not something to create (checked before
     // the self-test, whose own run would refuse it less clearly).

@@ -117,6 +117,104 @@ both_claude!(
     }
 );
 
+// Many kept sessions: Claude Code is given the newest 50 (`--continue` takes the newest,
+// `/resume` lists the recent ones) and any one it names by id, however old; not a copy of every
+// session the workspace ever had, and its run directory keeps no second copy of them after.
+both_claude!(an_old_session_is_resumed_among_many_newer, |w: &World| {
+    let mock = Mock::start(w, json!([text("answer-old-5d1"), text("answer-again-5d1")]));
+    let keep = profile(w, &mock, true, KEEP);
+    let first = run_claude(w, &keep, &[]);
+    assert!(first.status.success(), "{}", first.describe());
+    let id = result_of(&first)["session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // Sixty newer sessions (never read: only their names and times matter).
+    let workspace = fs::canonicalize(&w.workspace).unwrap();
+    let state_id = {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(
+            workspace.as_os_str().as_encoded_bytes(),
+        ))[..32]
+            .to_string()
+    };
+    let kept = w
+        .home
+        .join(".local/state/stepproof/sessions")
+        .join(state_id)
+        .join("files/projects")
+        .join(project_key(&workspace));
+    assert!(
+        kept.join(format!("{id}.jsonl")).is_file(),
+        "{}",
+        kept.display()
+    );
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    fs::File::options()
+        .write(true)
+        .open(kept.join(format!("{id}.jsonl")))
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    for i in 0..60 {
+        let path = kept.join(format!("00000000-0000-4000-8000-{i:012}.jsonl"));
+        fs::write(&path, "{}\n").unwrap();
+        fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+        std::os::unix::fs::chown(&path, Some(w.owner.0), Some(w.owner.1)).unwrap();
+    }
+    let second = run_claude(w, &keep, &["--resume", &id]);
+    assert!(second.status.success(), "{}", second.describe());
+    assert_eq!(result_of(&second)["result"], "answer-again-5d1");
+    assert!(
+        some_request_has(&mock, "answer-old-5d1"),
+        "the old session's messages did not reach the mock"
+    );
+    // What the second run was seeded with: the newest 50 and the one it named.
+    let runs = w.home.join(".local/state/stepproof/runs");
+    let newest_run = fs::read_dir(&runs)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().join("sessions-seeded.json").is_file())
+        .max_by_key(|e| e.metadata().unwrap().modified().unwrap())
+        .unwrap()
+        .path();
+    let manifest: Value =
+        serde_json::from_slice(&fs::read(newest_run.join("sessions-seeded.json")).unwrap())
+            .unwrap();
+    let transcripts: Vec<&String> = manifest["files"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .filter(|k| k.ends_with(".jsonl") && k.starts_with("projects/"))
+        .collect();
+    assert_eq!(transcripts.len(), 51, "{transcripts:?}");
+    assert!(
+        transcripts
+            .iter()
+            .any(|k| k.ends_with(&format!("{id}.jsonl")))
+    );
+    // Every kept session is still kept; the run's directory holds no copy of them.
+    assert_eq!(
+        fs::read_dir(&kept)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.path().extension().is_some_and(|x| x == "jsonl"))
+            .count(),
+        61
+    );
+    let copies = newest_run
+        .join("claude-config/projects")
+        .join(project_key(&workspace));
+    let left: Vec<_> = fs::read_dir(&copies)
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(
+        left.iter()
+            .all(|n| !n.to_string_lossy().ends_with(".jsonl")),
+        "{left:?}"
+    );
+});
+
 /// Lets the test's Bash calls forge entries in the run's config directory.
 fn forging_rules() -> String {
     format!(

@@ -7,9 +7,11 @@
 use crate::sandbox::mounts::SupervisorPaths;
 use crate::sandbox::plan::agent_layer::AgentState;
 use crate::sandbox::plan::{MountOp, SandboxPlan};
+use crate::sandbox::sys::beneath;
 use crate::supervisor::login::Placeholder;
 use std::fs::{self, OpenOptions};
 use std::io::{self, Write};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::net::UnixListener;
 use std::path::Path;
@@ -210,11 +212,33 @@ fn write_private(path: &Path, bytes: &[u8]) -> Result<(), AgentStateError> {
     file.write_all(bytes).map_err(fail("writing", path))
 }
 
+/// `path` (a directory StepProof made, never a link) and everything below it owned by `uid`:
+/// walked by descriptor, one `fchownat` per entry (a link's own owner, never its target's),
+/// a directory told by its `d_type` (a file system without one: by `fstatat`).
 fn chown_tree(path: &Path, uid: u32, gid: u32) -> Result<(), AgentStateError> {
-    std::os::unix::fs::lchown(path, Some(uid), Some(gid)).map_err(fail("chown", path))?;
-    if path.is_dir() && !path.is_symlink() {
-        for entry in fs::read_dir(path).map_err(fail("listing", path))?.flatten() {
-            chown_tree(&entry.path(), uid, gid)?;
+    let root = beneath::open_root(path, beneath::DIR_LISTING).map_err(fail("opening", path))?;
+    std::os::unix::fs::fchown(&root, Some(uid), Some(gid)).map_err(fail("chown", path))?;
+    chown_below(root.as_fd(), path, uid, gid)
+}
+
+fn chown_below(
+    dir: BorrowedFd<'_>,
+    path: &Path,
+    uid: u32,
+    gid: u32,
+) -> Result<(), AgentStateError> {
+    for (name, d_type) in beneath::list_dir(dir).map_err(fail("listing", path))? {
+        let entry = path.join(&name);
+        beneath::chown_at(dir, &name, uid, gid).map_err(fail("chown", &entry))?;
+        let is_dir = match d_type {
+            libc::DT_DIR => true,
+            libc::DT_UNKNOWN => beneath::stat_at(dir, &name).is_ok_and(|st| st.is_dir()),
+            _ => false,
+        };
+        if is_dir {
+            let sub = beneath::open_beneath(dir, Path::new(&name), beneath::DIR_LISTING, 0)
+                .map_err(fail("opening", &entry))?;
+            chown_below(sub.as_fd(), &entry, uid, gid)?;
         }
     }
     Ok(())

@@ -1,7 +1,8 @@
 //! Claude Code's session data, kept per workspace outside the sandbox, so that `claude
 //! --resume`, `--continue`, `/resume`, the prompt history and auto-memory work across runs:
 //! before a run the workspace's kept files are copied into the run's fresh config directory
-//! ([`seed`]); after it, only transcripts, the prompt history, auto-memory, todos and plans come
+//! ([`seed`]: the prompt history and auto-memory, and the sessions the command needs, see
+//! [`SessionSeeding`]); after it, only transcripts, the prompt history, auto-memory, todos and plans come
 //! back ([`take_back`]) — regular files with one link, owned by the sandbox user, opened beneath
 //! the config directory without following a single link or blocking on a FIFO, each under a size
 //! cap (a file over it is dropped whole and said, never truncated). Settings, `CLAUDE.md`,
@@ -16,10 +17,13 @@
 //! Two runs in one workspace: each takes back only what it changed (size or mtime differ from
 //! what it was seeded with); a file both changed is the last run's to end (last writer wins per
 //! file), except `history.jsonl`, where what each run appended is appended to the kept file, so
-//! the prompts of both stay.
+//! the prompts of both stay. The run's copies of what the state then holds are removed from
+//! its run directory.
 
-use crate::sandbox::plan::agent_layer::AgentState;
 pub use crate::sandbox::plan::agent_layer::sessions_dir;
+use crate::sandbox::plan::agent_layer::{
+    AgentState, SEED_NEWEST, SEED_NEWEST_BYTES, SessionSeeding,
+};
 use crate::sandbox::sys::beneath::{self, DIR_LISTING, FILE_READING, Stat};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -132,6 +136,13 @@ impl Walk {
     /// Walks the kept names beneath `root` (a config directory, or a state's `files/`):
     /// nothing is followed, nothing opened; `owner`: the uid every kept file must have.
     pub fn of(root: BorrowedFd<'_>, owner: Option<u32>) -> Walk {
+        Walk::kinds(root, owner, true)
+    }
+
+    /// [`Walk::of`]; without `sessions`, only the prompt history and auto-memory (the
+    /// transcripts, todo lists and plans are not looked at: a single turn's seeding does not
+    /// pay for every kept session).
+    fn kinds(root: BorrowedFd<'_>, owner: Option<u32>, sessions: bool) -> Walk {
         let mut walk = Walk::default();
         walk.entry(
             root,
@@ -140,7 +151,12 @@ impl Walk {
             Kind::History,
             owner,
         );
-        for (dir, kind) in [("todos", Kind::Todo), ("plans", Kind::Plan)] {
+        let session_dirs: &[(&str, Kind)] = if sessions {
+            &[("todos", Kind::Todo), ("plans", Kind::Plan)]
+        } else {
+            &[]
+        };
+        for &(dir, kind) in session_dirs {
             if let Some(fd) = walk.open_dir(root, Path::new(dir)) {
                 for name in names(fd.as_fd()) {
                     let rel = Path::new(dir).join(&name);
@@ -164,7 +180,7 @@ impl Walk {
                 let rel = rel_key.join(&name);
                 if name == "memory" {
                     walk.memory(project.as_fd(), &name, &rel, owner, 0);
-                } else if name.as_bytes().ends_with(b".jsonl") {
+                } else if sessions && name.as_bytes().ends_with(b".jsonl") {
                     walk.entry(project.as_fd(), &name, &rel, Kind::Transcript, owner);
                 }
             }
@@ -419,15 +435,14 @@ pub fn seed(state: &AgentState) {
         }
     };
     mark_used(dir, &state.workspace);
-    if let Ok(root) = beneath::open_root(&files_dir(dir), DIR_LISTING) {
-        let walk = Walk::of(root.as_fd(), None);
-        for found in &walk.found {
-            if !state.seed_sessions
-                && matches!(found.kind, Kind::Transcript | Kind::Todo | Kind::Plan)
-            {
-                continue;
-            }
-            match seed_one(root.as_fd(), found, &state.config_dir) {
+    let kept = beneath::open_root(&files_dir(dir), DIR_LISTING);
+    let targets = beneath::open_root(&state.config_dir, DIR_LISTING);
+    if let (Ok(root), Ok(targets)) = (kept, &targets) {
+        let sessions = state.seeding != SessionSeeding::None;
+        let walk = Walk::kinds(root.as_fd(), None, sessions);
+        let mut targets = Targets::new(targets.as_fd());
+        for found in chosen(&walk.found, &state.seeding) {
+            match seed_one(root.as_fd(), found, &mut targets) {
                 Ok(history) => {
                     if let Some(history) = history {
                         manifest.history = Some(history);
@@ -444,6 +459,11 @@ pub fn seed(state: &AgentState) {
                 ),
             }
         }
+    } else if let Err(e) = &targets {
+        crate::say!(
+            "stepproof-run: sessions of this workspace not seeded: opening {}: {e}",
+            state.config_dir.display()
+        );
     }
     drop(lock);
     let path = state.run_dir.join(MANIFEST);
@@ -453,28 +473,138 @@ pub fn seed(state: &AgentState) {
     }
 }
 
+/// What of the walk's files a run is seeded with (see [`SessionSeeding`]): the prompt history
+/// and auto-memory always; the newest transcripts and plans by mtime, within the count and
+/// bytes of [`SEED_NEWEST`] and [`SEED_NEWEST_BYTES`] (each kind on its own), and those the
+/// command names; the todo lists of the transcripts seeded (`<session>-agent-<agent>.json`,
+/// `<session>.json`); or everything.
+fn chosen<'f>(found: &'f [Found], seeding: &SessionSeeding) -> Vec<&'f Found> {
+    let named = match seeding {
+        SessionSeeding::Every => return found.iter().collect(),
+        SessionSeeding::None => {
+            return found
+                .iter()
+                .filter(|f| matches!(f.kind, Kind::History | Kind::Memory))
+                .collect();
+        }
+        SessionSeeding::Newest { named } => named,
+    };
+    let stem = |f: &Found| {
+        f.rel
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    };
+    let newest = |kind: Kind| {
+        let mut of_kind: Vec<&Found> = found.iter().filter(|f| f.kind == kind).collect();
+        of_kind.sort_by(|a, b| b.mtime.cmp(&a.mtime).then_with(|| a.rel.cmp(&b.rel)));
+        let mut bytes = 0u64;
+        let mut taken = std::collections::BTreeSet::new();
+        for f in of_kind {
+            if taken.len() >= SEED_NEWEST || bytes + f.size > SEED_NEWEST_BYTES {
+                break;
+            }
+            bytes += f.size;
+            taken.insert(f.rel.clone());
+        }
+        taken
+    };
+    let mut transcripts = newest(Kind::Transcript);
+    for f in found.iter().filter(|f| f.kind == Kind::Transcript) {
+        let name = stem(f);
+        if named
+            .iter()
+            .any(|n| name.strip_suffix(".jsonl") == Some(n.as_str()))
+        {
+            transcripts.insert(f.rel.clone());
+        }
+    }
+    let sessions: std::collections::BTreeSet<String> = transcripts
+        .iter()
+        .filter_map(|rel| rel.file_name()?.to_str()?.strip_suffix(".jsonl"))
+        .map(str::to_owned)
+        .collect();
+    let plans = newest(Kind::Plan);
+    found
+        .iter()
+        .filter(|f| match f.kind {
+            Kind::History | Kind::Memory => true,
+            Kind::Transcript => transcripts.contains(&f.rel),
+            Kind::Plan => plans.contains(&f.rel),
+            Kind::Todo => {
+                let name = stem(f);
+                let session = name
+                    .split_once("-agent-")
+                    .map_or(name.strip_suffix(".json").unwrap_or(&name), |(s, _)| s);
+                sessions.contains(session)
+            }
+        })
+        .collect()
+}
+
+/// The seeding's directories in the config directory, each made and opened once (by
+/// descriptor, beneath the config directory, never through a link).
+struct Targets<'a> {
+    root: BorrowedFd<'a>,
+    dirs: BTreeMap<PathBuf, OwnedFd>,
+}
+
+impl<'a> Targets<'a> {
+    fn new(root: BorrowedFd<'a>) -> Targets<'a> {
+        Targets {
+            root,
+            dirs: BTreeMap::new(),
+        }
+    }
+
+    /// The directory `rel` (relative to the config directory), made (0700) where missing.
+    fn dir(&mut self, rel: &Path) -> Result<BorrowedFd<'_>, String> {
+        let mut at = PathBuf::new();
+        for part in rel.components() {
+            let parent = at.clone();
+            at.push(part);
+            if self.dirs.contains_key(&at) {
+                continue;
+            }
+            let parent = match self.dirs.get(&parent) {
+                Some(fd) => fd.as_fd(),
+                None => self.root,
+            };
+            let name = part.as_os_str();
+            match beneath::mkdir_at(parent, name, 0o700) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(format!("creating {}: {e}", at.display())),
+            }
+            let fd = beneath::open_beneath(parent, Path::new(name), DIR_LISTING, 0)
+                .map_err(|e| format!("opening {}: {e}", at.display()))?;
+            self.dirs.insert(at.clone(), fd);
+        }
+        Ok(self.dirs.get(rel).map_or(self.root, |fd| fd.as_fd()))
+    }
+}
+
 /// One kept file into the config directory; for the history, its length and hash.
 fn seed_one(
     root: BorrowedFd<'_>,
     found: &Found,
-    config_dir: &Path,
+    targets: &mut Targets<'_>,
 ) -> Result<Option<(u64, String)>, String> {
     let mut src = open_checked(root, found, None)?;
-    let target = config_dir.join(&found.rel);
-    if let Some(parent) = target.parent() {
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(parent)
-            .map_err(|e| format!("creating {}: {e}", parent.display()))?;
-    }
-    let mut dst = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&target)
-        .map_err(|e| format!("creating {}: {e}", target.display()))?;
+    let (Some(parent), Some(name)) = (found.rel.parent(), found.rel.file_name()) else {
+        return Err("not a file name".to_string());
+    };
+    let dir = targets.dir(parent)?;
+    let creating = |e: io::Error| format!("creating {}: {e}", found.rel.display());
+    let mut dst = File::from(
+        beneath::open_beneath(
+            dir,
+            Path::new(name),
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
+            0o600,
+        )
+        .map_err(creating)?,
+    );
     let history = if found.kind == Kind::History {
         let mut bytes = Vec::new();
         (&mut src)
@@ -482,16 +612,40 @@ fn seed_one(
             .read_to_end(&mut bytes)
             .map_err(|e| format!("reading: {e}"))?;
         dst.write_all(&bytes)
-            .map_err(|e| format!("writing {}: {e}", target.display()))?;
+            .map_err(|e| format!("writing {}: {e}", found.rel.display()))?;
         Some((bytes.len() as u64, hex::encode(Sha256::digest(&bytes))))
     } else {
-        io::copy(&mut (&mut src).take(found.kind.cap()), &mut dst)
-            .map_err(|e| format!("copying to {}: {e}", target.display()))?;
+        copy_up_to(&src, &dst, found.size.min(found.kind.cap()))
+            .map_err(|e| format!("copying to {}: {e}", found.rel.display()))?;
         None
     };
     dst.set_times(fs::FileTimes::new().set_modified(mtime_of(found.mtime)))
-        .map_err(|e| format!("setting the mtime of {}: {e}", target.display()))?;
+        .map_err(|e| format!("setting the mtime of {}: {e}", found.rel.display()))?;
     Ok(history)
+}
+
+/// Copies `len` bytes (what the walk saw; the state is locked, so nothing changes it meanwhile)
+/// from the start of `src` to `dst` in the kernel (`copy_file_range`), reading and writing where
+/// the file systems cannot; stops early at the end of `src`.
+fn copy_up_to(src: &File, dst: &File, len: u64) -> io::Result<()> {
+    use nix::errno::Errno;
+    let mut copied = 0u64;
+    while copied < len {
+        let chunk = (len - copied).min(1 << 30) as usize;
+        match nix::fcntl::copy_file_range(src, None, dst, None, chunk) {
+            Ok(0) => return Ok(()),
+            Ok(n) => copied += n as u64,
+            Err(Errno::EINTR) => {}
+            Err(Errno::EXDEV | Errno::EINVAL | Errno::ENOSYS | Errno::EOPNOTSUPP)
+                if copied == 0 =>
+            {
+                io::copy(&mut src.take(len), &mut &*dst)?;
+                return Ok(());
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
 }
 
 fn write_new(path: &Path, bytes: &[u8]) -> io::Result<()> {
@@ -559,12 +713,15 @@ pub fn take_back(state: &AgentState, owner: u32) -> Option<TakenBack> {
     out.dropped = walk.dropped;
     let files = files_dir(dir);
     let mut seen = std::collections::BTreeSet::new();
+    // The run's files whose content the state now holds (as seeded, or taken back).
+    let mut settled = Vec::new();
     for found in &walk.found {
         seen.insert(found.rel.clone());
         let seeded = manifest.files.get(&found.rel);
         if found.kind != Kind::History
             && seeded == Some(&(found.size, found.mtime.0, found.mtime.1))
         {
+            settled.push(&found.rel);
             continue;
         }
         let bytes = match read_checked(root.as_fd(), found, Some(owner)) {
@@ -579,6 +736,7 @@ pub fn take_back(state: &AgentState, owner: u32) -> Option<TakenBack> {
         };
         // The same bytes as kept (a file rewritten unchanged): nothing to say or write.
         if found.kind != Kind::History && same_content(&files.join(&found.rel), &bytes) {
+            settled.push(&found.rel);
             continue;
         }
         let result = if found.kind == Kind::History {
@@ -586,6 +744,9 @@ pub fn take_back(state: &AgentState, owner: u32) -> Option<TakenBack> {
         } else {
             write_kept(&files.join(&found.rel), &bytes, mtime_of(found.mtime)).map(|()| true)
         };
+        if result.is_ok() {
+            settled.push(&found.rel);
+        }
         match result {
             Ok(false) => {}
             Ok(true) => {
@@ -639,7 +800,31 @@ pub fn take_back(state: &AgentState, owner: u32) -> Option<TakenBack> {
         }
     }
     out.removed = removed;
+    // The run's copies of what the state now holds go: a run directory does not keep a second
+    // copy of every session it was given. What was dropped stays, as the run left it.
+    remove_settled(root.as_fd(), &settled);
     Some(out)
+}
+
+/// Removes each of `settled` (relative to the config directory `root`) by descriptor, never
+/// through a link the run left on the way; one that cannot be removed stays.
+fn remove_settled(root: BorrowedFd<'_>, settled: &[&PathBuf]) {
+    let mut dirs: BTreeMap<&Path, Option<OwnedFd>> = BTreeMap::new();
+    for rel in settled {
+        let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
+            continue;
+        };
+        let dir = dirs.entry(parent).or_insert_with(|| {
+            beneath::open_beneath(root, parent, beneath::DIR_LOOKUP, 0)
+                .inspect_err(|e| tracing::debug!("opening {}: {e}", parent.display()))
+                .ok()
+        });
+        if let Some(dir) = dir
+            && let Err(e) = beneath::unlink_at(dir.as_fd(), name, false)
+        {
+            tracing::debug!("removing the run's copy of {}: {e}", rel.display());
+        }
+    }
 }
 
 /// Whether the kept file at `path` (the state's own) holds exactly `bytes`.
@@ -927,7 +1112,7 @@ mod tests {
             workspace: PathBuf::from("/w"),
             home: dir.to_path_buf(),
             sessions: Some(dir.join("state")),
-            seed_sessions: true,
+            seeding: SessionSeeding::Every,
             shipped: Vec::new(),
         }
     }
@@ -962,7 +1147,7 @@ mod tests {
         fs::remove_dir_all(dir.path().join("run")).unwrap();
 
         let fresh = AgentState {
-            seed_sessions: false,
+            seeding: SessionSeeding::None,
             ..agent_state(dir.path())
         };
         seed(&fresh);
@@ -993,6 +1178,87 @@ mod tests {
                 text,
                 "{kept}"
             );
+        }
+    }
+
+    /// Claude Code is seeded with the newest transcripts (and their todo lists) and plans, and
+    /// with those it names whatever their age; the others stay kept, untouched by its run.
+    #[test]
+    fn claude_gets_the_newest_sessions_and_those_it_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = dir.path().join("state/files");
+        let count = SEED_NEWEST + 10;
+        // Session i is i hours old; each has a todo list, every other one a plan.
+        for i in 0..count {
+            let transcript = files.join(format!("projects/-w/s{i}.jsonl"));
+            let todo = files.join(format!("todos/s{i}-agent-s{i}.json"));
+            let plan = files.join(format!("plans/p{i}.md"));
+            for (path, text) in [(&transcript, "t\n"), (&todo, "[]"), (&plan, "plan")] {
+                fs::create_dir_all(path.parent().unwrap()).unwrap();
+                fs::write(path, text).unwrap();
+                let at = SystemTime::now() - Duration::from_secs(3600 * i as u64);
+                File::options()
+                    .write(true)
+                    .open(path)
+                    .unwrap()
+                    .set_modified(at)
+                    .unwrap();
+            }
+        }
+        put(&files, &[("history.jsonl", "p\n")]);
+        let oldest = format!("s{}", count - 1);
+        let state = AgentState {
+            seeding: SessionSeeding::Newest {
+                named: vec![oldest.clone(), "no-such-session".into()],
+            },
+            ..agent_state(dir.path())
+        };
+        seed(&state);
+        let c = &state.config_dir;
+        let seeded = |rel: String| c.join(rel).exists();
+        for i in 0..count {
+            let wanted = i < SEED_NEWEST || format!("s{i}") == oldest;
+            assert_eq!(seeded(format!("projects/-w/s{i}.jsonl")), wanted, "s{i}");
+            assert_eq!(
+                seeded(format!("todos/s{i}-agent-s{i}.json")),
+                wanted,
+                "todo s{i}"
+            );
+            assert_eq!(seeded(format!("plans/p{i}.md")), i < SEED_NEWEST, "p{i}");
+        }
+        assert!(c.join("history.jsonl").exists());
+        // The seeded copies keep their times (`--continue` takes the newest).
+        let mtime = |p: &Path| fs::metadata(p).unwrap().modified().unwrap();
+        assert_eq!(
+            mtime(&c.join("projects/-w/s0.jsonl")),
+            mtime(&files.join("projects/-w/s0.jsonl"))
+        );
+        // Nothing it was not given is taken as removed; the run directory keeps no second copy
+        // of what the state holds (a file the run added is taken back, then goes too).
+        fs::write(c.join("projects/-w/new.jsonl"), "n\n").unwrap();
+        let back = take_back(&state, me()).unwrap();
+        assert!(back.removed.is_empty(), "{back:?}");
+        assert_eq!(back.kept, ["projects/-w/new.jsonl"]);
+        assert!(
+            files
+                .join(format!("projects/-w/s{}.jsonl", SEED_NEWEST))
+                .exists()
+        );
+        assert!(files.join("projects/-w/new.jsonl").exists());
+        for rel in [
+            "projects/-w/s0.jsonl",
+            "projects/-w/new.jsonl",
+            "history.jsonl",
+        ] {
+            assert!(!c.join(rel).exists(), "{rel}");
+        }
+        assert!(c.join("projects/-w").is_dir());
+        // Everything, for a command that is not Claude Code.
+        fs::remove_dir_all(dir.path().join("run")).unwrap();
+        let every = agent_state(dir.path());
+        seed(&every);
+        for i in 0..count {
+            assert!(seeded(format!("projects/-w/s{i}.jsonl")), "s{i}");
         }
     }
 

@@ -1669,7 +1669,7 @@ mod tests {
                 claude_managed_dir: PathBuf::from("/nonexistent/claude-code"),
                 runbook: false,
                 single_turn: false,
-                fresh_single_turn: false,
+                session_seeding: crate::sandbox::plan::agent_layer::SessionSeeding::Every,
             };
             let mut plan = crate::sandbox::plan::build_plan(&self.profile, &facts).unwrap();
             // These tests change the workspace from outside, as the run would: nothing is
@@ -2148,7 +2148,7 @@ mod tests {
             claude_managed_dir: PathBuf::from("/nonexistent/claude-code"),
             runbook: false,
             single_turn: false,
-            fresh_single_turn: false,
+            session_seeding: crate::sandbox::plan::agent_layer::SessionSeeding::Every,
         };
         let plan = crate::sandbox::plan::build_plan(&profile, &facts).unwrap();
         for round in 0..3 {

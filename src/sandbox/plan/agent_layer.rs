@@ -172,6 +172,64 @@ pub fn resumes_a_session(command: &[std::ffi::OsString]) -> bool {
     })
 }
 
+/// How many of the newest kept transcripts (by mtime) a Claude Code run is seeded with, and at
+/// most how many bytes of them (the sessions it names are seeded whatever their age).
+pub const SEED_NEWEST: usize = 50;
+pub const SEED_NEWEST_BYTES: u64 = 256 << 20;
+
+/// Which kept sessions (transcripts, with their todo lists) and plans a run is seeded with;
+/// the prompt history and auto-memory always are.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SessionSeeding {
+    /// None: a single turn that goes on from no session reads none of them.
+    None,
+    /// The newest ([`SEED_NEWEST`], at most [`SEED_NEWEST_BYTES`]) and every one an argument
+    /// of the command names (`--resume ID`, `--session-id ID`, …): Claude Code itself, whose
+    /// `--continue` takes the newest and whose `/resume` lists the recent ones. Copying every
+    /// kept transcript made each launch's cost and each run directory's size grow with every
+    /// session the workspace ever had.
+    Newest { named: Vec<String> },
+    /// Every one: a command that is not Claude Code (a shell may start `claude --resume` with
+    /// any id), `--from-pr` (Claude Code looks through every session for the pull request's),
+    /// or a command not read as UTF-8.
+    Every,
+}
+
+/// How `command` is seeded with kept sessions (see [`SessionSeeding`]).
+pub fn session_seeding(command: &[std::ffi::OsString]) -> SessionSeeding {
+    if single_turn(command) && !resumes_a_session(command) {
+        return SessionSeeding::None;
+    }
+    if !command_is_claude(command) {
+        return SessionSeeding::Every;
+    }
+    let Ok(claude) = after_env_prefix(command) else {
+        return SessionSeeding::Every;
+    };
+    let mut named = Vec::new();
+    for arg in claude.iter().skip(1).take_while(|a| *a != "--") {
+        let Some(arg) = arg.to_str() else {
+            return SessionSeeding::Every;
+        };
+        if arg == "--from-pr" || arg.starts_with("--from-pr=") {
+            return SessionSeeding::Every;
+        }
+        // An id alone or after `=` (`--resume=ID`); anything else cannot name a transcript.
+        let word = arg.rsplit_once('=').map_or(arg, |(_, value)| value);
+        let id_like = !word.is_empty()
+            && word.len() <= 200
+            && !word.starts_with('-')
+            && word
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if id_like && !named.iter().any(|n| n == word) {
+            named.push(word.to_string());
+        }
+    }
+    SessionSeeding::Newest { named }
+}
+
 /// What the supervisor prepares on the host for the agent, and reads back after the run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct AgentState {
@@ -186,11 +244,9 @@ pub struct AgentState {
     /// Where the workspace's session data is kept between runs ([`sessions_dir`]), when the
     /// profile keeps it (`claude.keep_sessions`) and the run is not `--ci`.
     pub sessions: Option<PathBuf>,
-    /// Whether the kept transcripts, todo lists and plans are seeded: not for a single turn that
-    /// goes on from no session (`claude -p` without `--continue`, `--resume`, …: it reads none
-    /// of them, and copying each was the launch's slowest part in a workspace with many
-    /// sessions); the prompt history and auto-memory always are.
-    pub seed_sessions: bool,
+    /// Which kept transcripts, todo lists and plans are seeded ([`SessionSeeding`]); the
+    /// prompt history and auto-memory always are.
+    pub seeding: SessionSeeding,
     /// What StepProof ships into the config directory (paths in it, see
     /// [`crate::runbook::chat`]): the `runbook-author` agent always, the slash commands in a run
     /// with a runbook. Read-only inside with the rest of `agents/` and `commands/`.
@@ -576,7 +632,7 @@ pub fn plan_agent(
             .claude
             .keep_sessions
             .then(|| sessions_dir(home, workspace)),
-        seed_sessions: !facts.fresh_single_turn,
+        seeding: facts.session_seeding.clone(),
         shipped: crate::runbook::chat::AGENTS
             .iter()
             .map(|(path, _)| path.to_string())
@@ -940,6 +996,43 @@ mod tests {
         ] {
             assert!(!resumes_a_session(&argv(no)), "{no:?}");
         }
+    }
+
+    #[test]
+    fn the_sessions_seeded_follow_the_command() {
+        let argv =
+            |args: &[&str]| -> Vec<std::ffi::OsString> { args.iter().map(Into::into).collect() };
+        let named = |names: &[&str]| SessionSeeding::Newest {
+            named: names.iter().map(|n| n.to_string()).collect(),
+        };
+        let id = "1b4e28ba-2fa1-11d2-883f-0016d3cca427";
+        for (command, seeding) in [
+            (&["claude", "-p", "hi"][..], SessionSeeding::None),
+            (&["claude"], named(&[])),
+            (&["/usr/bin/claude", "--continue"], named(&[])),
+            (&["claude", "--resume", id], named(&[id])),
+            (&["claude", "-r", id, "-p", "go on"], named(&[id])),
+            (&["claude", &format!("--resume={id}")], named(&[id])),
+            (
+                &["claude", &format!("--session-id={id}"), "-p", "say hi"],
+                named(&[id]),
+            ),
+            (&["env", "A=1", "claude", "--resume", id], named(&[id])),
+            // Words of a prompt that could be ids are looked for too (harmless), not after `--`.
+            (&["claude", "fix it", "now"], named(&["now"])),
+            (&["claude", "--", id], named(&[])),
+            (&["claude", "--from-pr", "12"], SessionSeeding::Every),
+            (&["claude", "-p", "--from-pr=12"], SessionSeeding::Every),
+            (&["bash"], SessionSeeding::Every),
+            (&["sh", "-c", "claude --resume x"], SessionSeeding::Every),
+        ] {
+            assert_eq!(session_seeding(&argv(command)), seeding, "{command:?}");
+        }
+        let not_utf8 = vec![
+            std::ffi::OsString::from("claude"),
+            std::os::unix::ffi::OsStringExt::from_vec(vec![0xff]),
+        ];
+        assert_eq!(session_seeding(&not_utf8), SessionSeeding::Every);
     }
 
     #[test]

@@ -64,9 +64,9 @@ pub struct HostFacts {
     /// The command is Claude Code taking one prompt (`claude -p PROMPT`): its one turn is the
     /// run's start record (see `agent_layer::single_turn`).
     pub single_turn: bool,
-    /// A single turn that goes on from no kept session (`agent_layer::resumes_a_session`): the
-    /// kept transcripts are not seeded.
-    pub fresh_single_turn: bool,
+    /// Which kept sessions the agent's config directory is seeded with
+    /// (`agent_layer::session_seeding`).
+    pub session_seeding: agent_layer::SessionSeeding,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -1524,7 +1524,7 @@ mod tests {
             claude_managed_dir: PathBuf::from("/nonexistent/claude-code"),
             runbook: false,
             single_turn: false,
-            fresh_single_turn: false,
+            session_seeding: agent_layer::SessionSeeding::Every,
         }
     }
 

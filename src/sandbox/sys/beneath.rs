@@ -307,6 +307,23 @@ pub fn chmod_at(dir: BorrowedFd<'_>, name: &OsStr, mode: u32) -> io::Result<()> 
     check(ret).map(drop)
 }
 
+/// `fchownat(dir, name, uid, gid, AT_SYMLINK_NOFOLLOW)`: changes the entry itself (a link's
+/// own owner, never its target's).
+pub fn chown_at(dir: BorrowedFd<'_>, name: &OsStr, uid: u32, gid: u32) -> io::Result<()> {
+    let name = single(name)?;
+    // SAFETY: `name` is NUL-terminated and outlives the call.
+    let ret = unsafe {
+        libc::fchownat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            uid,
+            gid,
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    check(ret as libc::c_long).map(drop)
+}
+
 /// `getxattrat(2)` (Linux 6.13) has the same number on every architecture with the unified
 /// syscall table; libc does not name it yet.
 #[cfg(any(
