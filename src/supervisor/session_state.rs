@@ -2,12 +2,12 @@
 //! --resume`, `--continue`, `/resume`, the prompt history and auto-memory work across runs:
 //! before a run the workspace's kept files are copied into the run's fresh config directory
 //! ([`seed`]: the prompt history and auto-memory, and the sessions the command needs, see
-//! [`SessionSeeding`]); after it, only transcripts, the prompt history, auto-memory, todos and plans come
-//! back ([`take_back`]) — regular files with one link, owned by the sandbox user, opened beneath
-//! the config directory without following a single link or blocking on a FIFO, each under a size
-//! cap (a file over it is dropped whole and said, never truncated). Settings, `CLAUDE.md`,
-//! hooks, agents, commands, plugins, shell snapshots, session environments and caches of remote
-//! settings never come back: they are not on the list.
+//! [`SessionSeeding`]); after it, only transcripts, the prompt history, auto-memory, todos and
+//! plans come back ([`take_back`]) — regular files with one link, owned by the sandbox user,
+//! opened beneath the config directory without following a single link or blocking on a FIFO,
+//! each under a size cap (a file over it is dropped whole and said, never truncated). Settings,
+//! `CLAUDE.md`, hooks, agents, commands, plugins, shell snapshots, session environments and
+//! caches of remote settings never come back: they are not on the list.
 //!
 //! The state of a workspace ([`sessions_dir`]) holds `workspace` (its path, for `stepproof
 //! state`), `lock` (`flock`: seeding shared, taking back exclusive), `last-used` (its mtime says
