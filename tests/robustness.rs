@@ -405,7 +405,12 @@ both!(
         let cut_lengths = [1, last.len() / 2, last.len() - 1];
         for cut in cut_lengths {
             let before = fs::read(&log).unwrap();
-            let torn = &last[..cut];
+            // The record that comes next (seq = the lines so far), begun as its writer lays it
+            // out, cut.
+            let next_seq = before.iter().filter(|&&b| b == b'\n').count();
+            let (_, rest) = std::str::from_utf8(last).unwrap().split_once(',').unwrap();
+            let next = format!("{{\"seq\":{next_seq},{rest}");
+            let torn = &next.as_bytes()[..cut.min(next.len() - 1)];
             fs::write(&log, [before.as_slice(), torn].concat()).unwrap();
             let out = w.command(&log_arg, &["/bin/true"]).output().unwrap();
             assert_eq!(
@@ -447,18 +452,21 @@ both!(
                 .unwrap();
             assert_eq!(verified.status.code(), Some(0), "{}", describe(&verified));
         }
-        // Not the start of a record: refused before anything ran (120), the file as it was.
-        let mut foreign = fs::read(&log).unwrap();
-        foreign.extend_from_slice(b"not a record");
-        fs::write(&log, &foreign).unwrap();
-        let out = w.command(&log_arg, &["/bin/true"]).output().unwrap();
-        assert_eq!(out.status.code(), Some(120), "{}", describe(&out));
-        assert!(
-            String::from_utf8_lossy(&out.stderr).contains("not the start of a record"),
-            "{}",
-            describe(&out)
-        );
-        assert_eq!(fs::read(&log).unwrap(), foreign);
+        // Not the start of the next record (another file's text, or a copy of a record already
+        // in the chain): refused before anything ran (120), the file as it was.
+        let intact = fs::read(&log).unwrap();
+        for tail in [&b"not a record"[..], &last[..last.len() / 2]] {
+            let foreign = [intact.as_slice(), tail].concat();
+            fs::write(&log, &foreign).unwrap();
+            let out = w.command(&log_arg, &["/bin/true"]).output().unwrap();
+            assert_eq!(out.status.code(), Some(120), "{}", describe(&out));
+            assert!(
+                String::from_utf8_lossy(&out.stderr).contains("not the start of the next record"),
+                "{}",
+                describe(&out)
+            );
+            assert_eq!(fs::read(&log).unwrap(), foreign);
+        }
     }
 );
 

@@ -372,6 +372,20 @@ fn cut_short(line: &[u8]) -> (String, bool) {
     )
 }
 
+/// Whether `tail` (bytes after the last newline) is the beginning of the record the chain
+/// expects next, as the writer lays it out: `{"seq":N,` with N = `next_seq` (or a shorter cut
+/// of that), and JSON that only ends too early.
+fn starts_record(tail: &[u8], next_seq: u64) -> bool {
+    let expected = format!("{{\"seq\":{next_seq},");
+    let expected = expected.as_bytes();
+    let prefix_fits = if tail.len() <= expected.len() {
+        expected.starts_with(tail)
+    } else {
+        tail.starts_with(expected)
+    };
+    prefix_fits && !cut_short(tail).1
+}
+
 /// What the check keeps of a record's envelope.
 struct Checked {
     source: String,
@@ -554,15 +568,6 @@ pub fn resume_point<R: BufRead>(reader: R) -> io::Result<Resume> {
         true
     })?;
     let invalid = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_string());
-    if let Some(tail) = &tail {
-        let (_, not_a_record) = cut_short(tail);
-        if not_a_record || after_too_long {
-            return Err(invalid(
-                "its last line is cut short and is not the start of a record; not a StepProof \
-                 audit log",
-            ));
-        }
-    }
     let (next_seq, head) = match last {
         Last::Nothing => (0, GENESIS.to_string()),
         Last::TooLong => {
@@ -580,6 +585,14 @@ pub fn resume_point<R: BufRead>(reader: R) -> io::Result<Resume> {
             (seq + 1, line_hash(&bytes))
         }
     };
+    if let Some(tail) = &tail
+        && (after_too_long || !starts_record(tail, next_seq))
+    {
+        return Err(invalid(
+            "its last line is cut short and is not the start of the next record; not a \
+             StepProof audit log",
+        ));
+    }
     Ok(Resume {
         next_seq,
         head,
@@ -884,6 +897,12 @@ mod tests {
         let first = resume_point(&b"{\"seq\":0"[..]).unwrap();
         assert_eq!((first.next_seq, first.head.as_str()), (0, GENESIS));
         assert_eq!(first.torn.as_deref(), Some(&b"{\"seq\":0"[..]));
+        assert!(resume_point(&b"{\"s"[..]).unwrap().torn.is_some());
+        // Another file's half line, or a record that is not the next one: left alone.
+        assert!(resume_point(&b"{\"foo\":"[..]).is_err());
+        let mut not_next = whole.clone();
+        not_next.extend_from_slice(b"{\"seq\":9,\"prev\":");
+        assert!(resume_point(not_next.as_slice()).is_err());
         // A tail that is not the start of a record, or one after a line too long, is refused.
         let mut not_json = whole.clone();
         not_json.extend_from_slice(b"hello");
