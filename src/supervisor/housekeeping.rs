@@ -70,8 +70,9 @@ fn tidy(own: &Path, keep: Keep) -> Vec<String> {
         .into_iter()
         .map(|(path, e)| format!("removing the old run directory {}: {e}", path.display()))
         .collect();
-    // Kept sessions of workspaces no run used for a long time go with the old runs: looked
-    // for at most once an hour (each look reads every state's marker), whichever run is first.
+    // Kept sessions of workspaces no run used for a long time go with the old runs, and in the
+    // others the sessions that aged out: looked for at most once an hour (each look reads every
+    // state's marker and lists its files), whichever run is first.
     let now = std::time::SystemTime::now();
     if keep != Keep::All
         && let Some(state) = own.parent().and_then(Path::parent)
@@ -79,6 +80,9 @@ fn tidy(own: &Path, keep: Keep) -> Vec<String> {
     {
         let removed = crate::supervisor::session_state::prune(&state.join("sessions"), now);
         tracing::debug!(removed = removed.len(), "unused session states removed");
+        let removed =
+            crate::supervisor::session_state::prune_aged_sessions(&state.join("sessions"), now);
+        tracing::debug!(removed, "aged-out sessions removed");
         let removed = crate::supervisor::caches::prune(&state.join("caches"), now);
         tracing::debug!(removed = removed.len(), "unused caches removed");
     }

@@ -531,14 +531,53 @@ fn chosen<'f>(found: &'f [Found], seeding: &SessionSeeding) -> Vec<&'f Found> {
             Kind::History | Kind::Memory => true,
             Kind::Transcript => transcripts.contains(&f.rel),
             Kind::Plan => plans.contains(&f.rel),
-            Kind::Todo => {
-                let name = stem(f);
-                let session = name
-                    .split_once("-agent-")
-                    .map_or(name.strip_suffix(".json").unwrap_or(&name), |(s, _)| s);
-                sessions.contains(session)
-            }
+            Kind::Todo => sessions.contains(todo_session(&stem(f))),
         })
+        .collect()
+}
+
+/// The session a todo list belongs to, by its name (`<session>-agent-<agent>.json`, or
+/// `<session>.json`).
+fn todo_session(name: &str) -> &str {
+    name.split_once("-agent-")
+        .map_or(name.strip_suffix(".json").unwrap_or(name), |(s, _)| s)
+}
+
+/// Of a state's files, the sessions that have aged out: transcripts and plans not changed for
+/// [`UNUSED_DAYS`] days that are not among the newest [`SEED_NEWEST`] of their kind, and the todo
+/// lists of those transcripts. (Claude Code removes its own after 30 days by default, but only
+/// among what a run was given: the rest of a state would otherwise be kept for ever.)
+fn aged_out(found: &[Found], now: SystemTime) -> Vec<&PathBuf> {
+    let Some(cutoff) = now.checked_sub(Duration::from_secs(UNUSED_DAYS * 86_400)) else {
+        return Vec::new();
+    };
+    let old_beyond_newest = |kind: Kind| {
+        let mut of_kind: Vec<&Found> = found.iter().filter(|f| f.kind == kind).collect();
+        of_kind.sort_by(|a, b| b.mtime.cmp(&a.mtime).then_with(|| a.rel.cmp(&b.rel)));
+        of_kind
+            .into_iter()
+            .skip(SEED_NEWEST)
+            .filter(|f| mtime_of(f.mtime) < cutoff)
+            .collect::<Vec<_>>()
+    };
+    let transcripts = old_beyond_newest(Kind::Transcript);
+    let sessions: std::collections::BTreeSet<String> = transcripts
+        .iter()
+        .filter_map(|f| f.rel.file_name()?.to_str()?.strip_suffix(".jsonl"))
+        .map(str::to_owned)
+        .collect();
+    let todos = found.iter().filter(|f| {
+        f.kind == Kind::Todo
+            && f.rel
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| sessions.contains(todo_session(n)))
+    });
+    transcripts
+        .into_iter()
+        .chain(old_beyond_newest(Kind::Plan))
+        .chain(todos)
+        .map(|f| &f.rel)
         .collect()
 }
 
@@ -806,9 +845,10 @@ pub fn take_back(state: &AgentState, owner: u32) -> Option<TakenBack> {
     Some(out)
 }
 
-/// Removes each of `settled` (relative to the config directory `root`) by descriptor, never
-/// through a link the run left on the way; one that cannot be removed stays.
-fn remove_settled(root: BorrowedFd<'_>, settled: &[&PathBuf]) {
+/// Removes each of `settled` (relative to the directory `root`) by descriptor, never through a
+/// link on the way; one that cannot be removed stays. Returns how many went.
+fn remove_settled(root: BorrowedFd<'_>, settled: &[&PathBuf]) -> usize {
+    let mut removed = 0;
     let mut dirs: BTreeMap<&Path, Option<OwnedFd>> = BTreeMap::new();
     for rel in settled {
         let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
@@ -819,12 +859,14 @@ fn remove_settled(root: BorrowedFd<'_>, settled: &[&PathBuf]) {
                 .inspect_err(|e| tracing::debug!("opening {}: {e}", parent.display()))
                 .ok()
         });
-        if let Some(dir) = dir
-            && let Err(e) = beneath::unlink_at(dir.as_fd(), name, false)
-        {
-            tracing::debug!("removing the run's copy of {}: {e}", rel.display());
+        if let Some(dir) = dir {
+            match beneath::unlink_at(dir.as_fd(), name, false) {
+                Ok(()) => removed += 1,
+                Err(e) => tracing::debug!("removing {}: {e}", rel.display()),
+            }
         }
     }
+    removed
 }
 
 /// Whether the kept file at `path` (the state's own) holds exactly `bytes`.
@@ -915,6 +957,41 @@ fn newest_lines_within(text: &[u8], cap: u64) -> &[u8] {
 /// followed.
 pub fn prune(root: &Path, now: SystemTime) -> Vec<PathBuf> {
     prune_unused(root, now, |path| fs::remove_dir_all(path))
+}
+
+/// In each workspace's state no run holds at the moment, the sessions that have aged out
+/// ([`aged_out`]) are removed (by descriptor, beneath the state's `files/`); returns how many
+/// files went. Run with the hourly look for unused states.
+pub fn prune_aged_sessions(root: &Path, now: SystemTime) -> usize {
+    let mut removed = 0;
+    let Ok(entries) = fs::read_dir(root) else {
+        return removed;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let shaped = name.len() == 32 && name.as_bytes().iter().all(u8::is_ascii_hexdigit);
+        if !shaped || !entry.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let state = entry.path();
+        let Ok(lock) = fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(state.join("lock"))
+        else {
+            continue;
+        };
+        if lock.try_lock().is_err() {
+            continue;
+        }
+        let Ok(files) = beneath::open_root(&files_dir(&state), DIR_LISTING) else {
+            continue;
+        };
+        let walk = Walk::of(files.as_fd(), None);
+        let aged = aged_out(&walk.found, now);
+        removed += remove_settled(files.as_fd(), &aged);
+    }
+    removed
 }
 
 /// What [`prune`] and the build caches' prune share: each `<32 hex digits>` directory of
@@ -1353,6 +1430,78 @@ mod tests {
         assert_eq!(newest_lines_within(b"a\nbb\ncc\n", 6), b"bb\ncc\n");
         assert_eq!(newest_lines_within(b"a\nbb\ncc\n", 5), b"cc\n");
         assert_eq!(newest_lines_within(b"a\nbbbbbbb\n", 3), b"");
+    }
+
+    /// The hourly look removes, in a state no run holds, the transcripts (with their todo
+    /// lists) and plans older than the retention beyond the newest of their kind; memory, the
+    /// history and every newer file stay, and a state a run holds is not touched.
+    #[test]
+    fn aged_out_sessions_go_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let sessions = dir.path().join("sessions");
+        let state = sessions.join("0123456789abcdef0123456789abcdef");
+        let files = state.join("files");
+        fs::create_dir_all(&files).unwrap();
+        fs::write(state.join("lock"), "").unwrap();
+        let now = SystemTime::now();
+        let aged = now - Duration::from_secs((UNUSED_DAYS + 1) * 86_400);
+        let set_mtime = |path: &Path, at: SystemTime| {
+            File::options()
+                .write(true)
+                .open(path)
+                .unwrap()
+                .set_modified(at)
+                .unwrap();
+        };
+        // Three recent sessions and SEED_NEWEST + 2 aged ones (session a{i} i seconds older).
+        let mut names = Vec::new();
+        for i in 0..3 {
+            names.push((format!("r{i}"), now));
+        }
+        for i in 0..SEED_NEWEST + 2 {
+            names.push((format!("a{i}"), aged - Duration::from_secs(i as u64)));
+        }
+        for (name, at) in &names {
+            for rel in [
+                format!("projects/-w/{name}.jsonl"),
+                format!("todos/{name}-agent-{name}.json"),
+                format!("plans/{name}.md"),
+            ] {
+                put(&files, &[(rel.as_str(), "x")]);
+                set_mtime(&files.join(rel), *at);
+            }
+        }
+        put(
+            &files,
+            &[
+                ("history.jsonl", "p\n"),
+                ("projects/-w/memory/MEMORY.md", "- fact\n"),
+            ],
+        );
+        set_mtime(&files.join("history.jsonl"), aged);
+        set_mtime(&files.join("projects/-w/memory/MEMORY.md"), aged);
+        // Held by a run: nothing goes.
+        let held = File::open(state.join("lock")).unwrap();
+        held.lock_shared().unwrap();
+        assert_eq!(prune_aged_sessions(&sessions, now), 0);
+        drop(held);
+        // Free: the newest 50 stay (the 3 recent, a0..a46), a47..a51 go with their todo lists.
+        assert_eq!(prune_aged_sessions(&sessions, now), 5 * 3);
+        for (name, _) in &names {
+            let gone = name
+                .strip_prefix('a')
+                .is_some_and(|i| i.parse::<usize>().unwrap() >= SEED_NEWEST - 3);
+            for rel in [
+                format!("projects/-w/{name}.jsonl"),
+                format!("todos/{name}-agent-{name}.json"),
+                format!("plans/{name}.md"),
+            ] {
+                assert_eq!(files.join(&rel).exists(), !gone, "{rel}");
+            }
+        }
+        assert!(files.join("history.jsonl").exists());
+        assert!(files.join("projects/-w/memory/MEMORY.md").exists());
+        assert_eq!(prune_aged_sessions(&sessions, now), 0);
     }
 
     #[test]
