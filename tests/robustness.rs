@@ -382,10 +382,10 @@ both!(killed_at_any_phase_leaves_nothing, |w: &World| {
 });
 
 // A record torn by the kill of its writer (SIGKILL stops a `write` between two pages of its
-// copy, so one `write` of a line can end part way; every cut of a real record is tried here):
-// the next run on the log cuts it off, records its length and hash, and goes on, and the log
-// verifies against the head the run printed. A last line that is not a record's start is
-// refused and left alone.
+// copy, so one `write` of a line can end part way; here the next record cut after its first
+// byte, in its middle and just before its newline): the next run on the log cuts it off, records
+// its length and hash, and goes on, and the log verifies against the head the run printed. A
+// last line that is not the start of the next record is refused and left alone.
 both!(
     a_record_torn_by_a_kill_is_cut_off_by_the_next_run,
     |w: &World| {

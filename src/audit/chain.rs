@@ -531,15 +531,15 @@ pub struct Resume {
     pub next_seq: u64,
     /// The hash of the last complete record (the genesis hash before the first).
     pub head: String,
-    /// The bytes after the last `\n`, when they are the start of a record: a write cut short
-    /// (its writer killed by a signal between two pages of the copy, or the disk full). The
-    /// writer never counted that record in its chain, so the log goes on from the record before
-    /// it once these bytes are cut off and their length and hash recorded.
+    /// The bytes after the last `\n`, when they are the start of the next record: a write cut
+    /// short (its writer killed by a signal between two pages of the copy, or the disk full).
+    /// The writer never counted that record in its chain, so the log goes on from the record
+    /// before it once these bytes are cut off and their length and hash recorded.
     pub torn: Option<Vec<u8>>,
 }
 
 /// The chain position after the last line of an existing log, so that a reopened log goes on
-/// where it ended. The last line must be a complete record or the start of one (see
+/// where it ended. The last line must be a complete record or the start of the next one (see
 /// [`Resume::torn`]); anything else is refused: it is not a StepProof audit log.
 pub fn resume_point<R: BufRead>(reader: R) -> io::Result<Resume> {
     enum Last {

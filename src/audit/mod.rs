@@ -33,8 +33,9 @@
 //!
 //! Several runs may append to one log: each starts with a `run-start` and ends with a `run-end`
 //! record, both from the supervisor. A record left half written by a writer that was killed is
-//! cut off by the next writer, which records its length and hash (`torn-record-removed`). No line is longer than
-//! [`MAX_RECORD_LINE`](chain::MAX_RECORD_LINE), so a reader needs one line of memory.
+//! cut off by the next writer, which records its length and hash (`torn-record-removed`). No
+//! line is longer than [`MAX_RECORD_LINE`](chain::MAX_RECORD_LINE), so a reader needs one line
+//! of memory.
 
 /// StepProof's own state under the home (run directories, audit logs, quarantine).
 pub const STATE_DIR: &str = ".local/state/stepproof";

@@ -73,7 +73,7 @@ impl AuditSink {
     /// Opens (or creates, mode 0600 in a 0700 directory) the log. An existing log is continued
     /// where its chain ends (`seq` and `prev` go on, so it still verifies as one chain); a record
     /// cut short at its end is removed and said (see `remove_torn_record`); a last line that is
-    /// not a record at all is refused, as is a log another process holds.
+    /// not the start of the next record is refused, as is a log another process holds.
     pub fn open(path: &Path) -> Result<AuditSink, AuditSinkError> {
         let fail = |source| AuditSinkError {
             path: path.to_path_buf(),
