@@ -964,48 +964,53 @@ pub fn prune(root: &Path, now: SystemTime) -> Vec<PathBuf> {
 /// files went. Run with the hourly look for unused states.
 pub fn prune_aged_sessions(root: &Path, now: SystemTime) -> usize {
     let mut removed = 0;
-    let Ok(entries) = fs::read_dir(root) else {
-        return removed;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let shaped = name.len() == 32 && name.as_bytes().iter().all(u8::is_ascii_hexdigit);
-        if !shaped || !entry.file_type().is_ok_and(|t| t.is_dir()) {
-            continue;
-        }
-        let state = entry.path();
-        let Ok(lock) = fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-            .open(state.join("lock"))
-        else {
-            continue;
-        };
-        if lock.try_lock().is_err() {
-            continue;
-        }
-        let Ok(files) = beneath::open_root(&files_dir(&state), DIR_LISTING) else {
-            continue;
-        };
-        let walk = Walk::of(files.as_fd(), None);
-        let aged = aged_out(&walk.found, now);
-        removed += remove_settled(files.as_fd(), &aged);
-    }
+    each_free_state(
+        root,
+        |_| true,
+        |state| {
+            let Ok(files) = beneath::open_root(&files_dir(state), DIR_LISTING) else {
+                return;
+            };
+            let walk = Walk::of(files.as_fd(), None);
+            let aged = aged_out(&walk.found, now);
+            removed += remove_settled(files.as_fd(), &aged);
+        },
+    );
     removed
 }
 
 /// What [`prune`] and the build caches' prune share: each `<32 hex digits>` directory of
 /// `root` whose `last-used` (or, without one, the directory itself) is older than
-/// [`UNUSED_DAYS`] days and whose `lock` no run holds (opened without following a link or
-/// waiting on a FIFO) is removed with `remove`; returns what was removed.
+/// [`UNUSED_DAYS`] days and whose `lock` no run holds is removed with `remove`; returns what
+/// was removed.
 pub(crate) fn prune_unused(
     root: &Path,
     now: SystemTime,
     remove: impl Fn(&Path) -> std::io::Result<()>,
 ) -> Vec<PathBuf> {
+    let unused = |path: &Path| {
+        let used = fs::symlink_metadata(path.join("last-used"))
+            .or_else(|_| fs::symlink_metadata(path))
+            .and_then(|m| m.modified());
+        used.ok()
+            .and_then(|t| now.duration_since(t).ok())
+            .is_some_and(|age| age > Duration::from_secs(UNUSED_DAYS * 86_400))
+    };
     let mut removed = Vec::new();
+    each_free_state(root, unused, |path| {
+        if remove(path).is_ok() {
+            removed.push(path.to_path_buf());
+        }
+    });
+    removed
+}
+
+/// Calls `f` with each `<32 hex digits>` directory of `root` that `wanted` accepts and whose
+/// `lock` no run holds: opened without following a link or waiting on a FIFO, and held
+/// (exclusive) while `f` runs.
+fn each_free_state(root: &Path, wanted: impl Fn(&Path) -> bool, mut f: impl FnMut(&Path)) {
     let Ok(entries) = fs::read_dir(root) else {
-        return removed;
+        return;
     };
     for entry in entries.flatten() {
         let name = entry.file_name();
@@ -1014,14 +1019,7 @@ pub(crate) fn prune_unused(
             continue;
         }
         let path = entry.path();
-        let used = fs::symlink_metadata(path.join("last-used"))
-            .or_else(|_| fs::symlink_metadata(&path))
-            .and_then(|m| m.modified());
-        let old = used
-            .ok()
-            .and_then(|t| now.duration_since(t).ok())
-            .is_some_and(|age| age > Duration::from_secs(UNUSED_DAYS * 86_400));
-        if !old {
+        if !wanted(&path) {
             continue;
         }
         let Ok(lock) = fs::OpenOptions::new()
@@ -1034,11 +1032,8 @@ pub(crate) fn prune_unused(
         if lock.try_lock().is_err() {
             continue;
         }
-        if remove(&path).is_ok() {
-            removed.push(path);
-        }
+        f(&path);
     }
-    removed
 }
 
 /// [`take_back`], said: the memory line at exit, what was dropped, and an audit record
