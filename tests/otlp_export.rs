@@ -75,11 +75,7 @@ impl Run {
     }
 
     fn head(&self) -> String {
-        let text = String::from_utf8_lossy(&self.out.stderr);
-        text.lines()
-            .find_map(|l| l.split(" head ").nth(1))
-            .map(|h| h.trim().to_string())
-            .unwrap_or_else(|| panic!("no head printed: {}", describe(&self.out)))
+        support::audit_head_named(&String::from_utf8_lossy(&self.out.stderr))
     }
 
     /// The run directory holding the outbox (from the status).

@@ -419,14 +419,7 @@ both!(
                 "cut at {cut}: {}",
                 describe(&out)
             );
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            let head = stderr
-                .rsplit(" head ")
-                .next()
-                .filter(|_| stderr.contains(" head "))
-                .and_then(|rest| rest.split_whitespace().next())
-                .unwrap_or_else(|| panic!("no head printed: {stderr}"))
-                .to_string();
+            let head = audit_head_named(&String::from_utf8_lossy(&out.stderr));
             let after = fs::read(&log).unwrap();
             assert!(
                 after.starts_with(&before),

@@ -199,12 +199,7 @@ fn check_ended(out: &Output, going: &Going, signal_name: &str, code: i32) {
     // The chain verifies against the head printed at the end, and its last record is the
     // supervisor's run-end saying who ended the run.
     let stderr = String::from_utf8_lossy(&out.stderr);
-    let head = stderr
-        .lines()
-        .find_map(|l| l.split(" head ").nth(1))
-        .unwrap_or_else(|| panic!("no head hash printed: {text}"))
-        .trim()
-        .to_string();
+    let head = audit_head_named(&stderr);
     assert_eq!(status["audit_head"], head.as_str(), "{status}");
     let verify = Command::new(STEPPROOF)
         .args(["audit", "verify"])

@@ -419,17 +419,31 @@ pub fn ca_and_server(
     (ca_cert, std::sync::Arc::new(server))
 }
 
-/// The audit log a run names in its last words on standard error
-/// (`stepproof-run: audit log PATH head …`, or `… INCOMPLETE: …`).
-pub fn audit_log_named(stderr: &str) -> PathBuf {
-    let line = stderr
+/// The line of a run's last words on standard error that names its audit log
+/// (`stepproof-run: audit log PATH head HASH`, or `… INCOMPLETE: … head HASH (incomplete)`).
+fn audit_log_line(stderr: &str) -> &str {
+    stderr
         .lines()
         .rfind(|l| l.starts_with("stepproof-run: audit log "))
-        .unwrap_or_else(|| panic!("no audit log named in:\n{stderr}"));
+        .unwrap_or_else(|| panic!("no audit log named in:\n{stderr}"))
+}
+
+/// The audit log a run names in its last words on standard error.
+pub fn audit_log_named(stderr: &str) -> PathBuf {
     PathBuf::from(
-        line.trim_start_matches("stepproof-run: audit log ")
+        audit_log_line(stderr)
+            .trim_start_matches("stepproof-run: audit log ")
             .split(' ')
             .next()
             .unwrap(),
     )
+}
+
+/// The head hash of the audit log a run names in its last words on standard error.
+pub fn audit_head_named(stderr: &str) -> String {
+    let line = audit_log_line(stderr);
+    line.rsplit_once(" head ")
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no head in: {line}"))
+        .to_string()
 }
