@@ -93,6 +93,25 @@ pub struct Found {
     pub mtime: (i64, i64),
 }
 
+impl Found {
+    /// The session a transcript or a todo list belongs to, by its name (`<session>.jsonl`;
+    /// `<session>-agent-<agent>.json` or `<session>.json`).
+    fn session(&self) -> Option<&[u8]> {
+        let name = self.rel.file_name()?.as_bytes();
+        match self.kind {
+            Kind::Transcript => name.strip_suffix(b".jsonl"),
+            Kind::Todo => Some(
+                name.windows(7)
+                    .position(|w| w == b"-agent-")
+                    .map_or(name.strip_suffix(b".json").unwrap_or(name), |at| {
+                        &name[..at]
+                    }),
+            ),
+            _ => None,
+        }
+    }
+}
+
 /// A file at a kept name that is not kept, and why.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Dropped {
@@ -489,40 +508,34 @@ fn chosen<'f>(found: &'f [Found], seeding: &SessionSeeding) -> Vec<&'f Found> {
         }
         SessionSeeding::Newest { named } => named,
     };
-    let stem = |f: &Found| {
-        f.rel
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default()
-    };
+    // The newest of a kind, within the count and the bytes.
     let newest = |kind: Kind| {
-        let mut of_kind: Vec<&Found> = found.iter().filter(|f| f.kind == kind).collect();
-        of_kind.sort_by(|a, b| b.mtime.cmp(&a.mtime).then_with(|| a.rel.cmp(&b.rel)));
         let mut bytes = 0u64;
-        let mut taken = std::collections::BTreeSet::new();
-        for f in of_kind {
-            if taken.len() >= SEED_NEWEST || bytes + f.size > SEED_NEWEST_BYTES {
-                break;
-            }
-            bytes += f.size;
-            taken.insert(f.rel.clone());
-        }
-        taken
+        newest_first(found, kind)
+            .into_iter()
+            .take(SEED_NEWEST)
+            .take_while(|f| {
+                bytes += f.size;
+                bytes <= SEED_NEWEST_BYTES
+            })
+            .map(|f| &f.rel)
+            .collect::<std::collections::BTreeSet<_>>()
     };
     let mut transcripts = newest(Kind::Transcript);
-    for f in found.iter().filter(|f| f.kind == Kind::Transcript) {
-        let name = stem(f);
-        if named
+    transcripts.extend(
+        found
             .iter()
-            .any(|n| name.strip_suffix(".jsonl") == Some(n.as_str()))
-        {
-            transcripts.insert(f.rel.clone());
-        }
-    }
-    let sessions: std::collections::BTreeSet<String> = transcripts
+            .filter(|f| {
+                f.kind == Kind::Transcript
+                    && f.session()
+                        .is_some_and(|s| named.iter().any(|n| n.as_bytes() == s))
+            })
+            .map(|f| &f.rel),
+    );
+    let sessions: std::collections::BTreeSet<&[u8]> = found
         .iter()
-        .filter_map(|rel| rel.file_name()?.to_str()?.strip_suffix(".jsonl"))
-        .map(str::to_owned)
+        .filter(|f| transcripts.contains(&f.rel))
+        .filter_map(Found::session)
         .collect();
     let plans = newest(Kind::Plan);
     found
@@ -531,16 +544,16 @@ fn chosen<'f>(found: &'f [Found], seeding: &SessionSeeding) -> Vec<&'f Found> {
             Kind::History | Kind::Memory => true,
             Kind::Transcript => transcripts.contains(&f.rel),
             Kind::Plan => plans.contains(&f.rel),
-            Kind::Todo => sessions.contains(todo_session(&stem(f))),
+            Kind::Todo => f.session().is_some_and(|s| sessions.contains(s)),
         })
         .collect()
 }
 
-/// The session a todo list belongs to, by its name (`<session>-agent-<agent>.json`, or
-/// `<session>.json`).
-fn todo_session(name: &str) -> &str {
-    name.split_once("-agent-")
-        .map_or(name.strip_suffix(".json").unwrap_or(name), |(s, _)| s)
+/// The files of `kind`, newest first (by mtime, then by name).
+fn newest_first(found: &[Found], kind: Kind) -> Vec<&Found> {
+    let mut of_kind: Vec<&Found> = found.iter().filter(|f| f.kind == kind).collect();
+    of_kind.sort_by(|a, b| b.mtime.cmp(&a.mtime).then_with(|| a.rel.cmp(&b.rel)));
+    of_kind
 }
 
 /// Of a state's files, the sessions that have aged out: transcripts and plans not changed for
@@ -551,31 +564,21 @@ fn aged_out(found: &[Found], now: SystemTime) -> Vec<&PathBuf> {
     let Some(cutoff) = now.checked_sub(Duration::from_secs(UNUSED_DAYS * 86_400)) else {
         return Vec::new();
     };
-    let old_beyond_newest = |kind: Kind| {
-        let mut of_kind: Vec<&Found> = found.iter().filter(|f| f.kind == kind).collect();
-        of_kind.sort_by(|a, b| b.mtime.cmp(&a.mtime).then_with(|| a.rel.cmp(&b.rel)));
-        of_kind
+    let aged = |kind: Kind| {
+        newest_first(found, kind)
             .into_iter()
             .skip(SEED_NEWEST)
             .filter(|f| mtime_of(f.mtime) < cutoff)
-            .collect::<Vec<_>>()
     };
-    let transcripts = old_beyond_newest(Kind::Transcript);
-    let sessions: std::collections::BTreeSet<String> = transcripts
+    let transcripts: Vec<&Found> = aged(Kind::Transcript).collect();
+    let sessions: std::collections::BTreeSet<&[u8]> =
+        transcripts.iter().filter_map(|f| f.session()).collect();
+    let todos = found
         .iter()
-        .filter_map(|f| f.rel.file_name()?.to_str()?.strip_suffix(".jsonl"))
-        .map(str::to_owned)
-        .collect();
-    let todos = found.iter().filter(|f| {
-        f.kind == Kind::Todo
-            && f.rel
-                .file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| sessions.contains(todo_session(n)))
-    });
+        .filter(|f| f.kind == Kind::Todo && f.session().is_some_and(|s| sessions.contains(s)));
     transcripts
         .into_iter()
-        .chain(old_beyond_newest(Kind::Plan))
+        .chain(aged(Kind::Plan))
         .chain(todos)
         .map(|f| &f.rel)
         .collect()
