@@ -1430,6 +1430,35 @@ mod tests {
         assert_eq!(newest_lines_within(b"a\nbbbbbbb\n", 3), b"");
     }
 
+    /// The removal of settled copies never goes through a link: a directory on the way that is
+    /// a link (to files outside) leaves its target's files alone.
+    #[test]
+    fn settled_copies_are_removed_beneath_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("config");
+        let outside = dir.path().join("outside");
+        put(&outside, &[("s1.jsonl", "keep me")]);
+        put(
+            &config,
+            &[("projects/-w/s2.jsonl", "copy"), ("history.jsonl", "h")],
+        );
+        std::os::unix::fs::symlink(&outside, config.join("projects/-x")).unwrap();
+        let root = root(&config);
+        let settled = [
+            PathBuf::from("projects/-x/s1.jsonl"),
+            PathBuf::from("projects/-w/s2.jsonl"),
+            PathBuf::from("history.jsonl"),
+        ];
+        let refs: Vec<&PathBuf> = settled.iter().collect();
+        assert_eq!(remove_settled(root.as_fd(), &refs), 2);
+        assert_eq!(
+            fs::read_to_string(outside.join("s1.jsonl")).unwrap(),
+            "keep me"
+        );
+        assert!(!config.join("projects/-w/s2.jsonl").exists());
+        assert!(!config.join("history.jsonl").exists());
+    }
+
     /// The hourly look removes, in a state no run holds, the transcripts (with their todo
     /// lists) and plans older than the retention beyond the newest of their kind; memory, the
     /// history and every newer file stay, and a state a run holds is not touched.
