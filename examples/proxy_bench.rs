@@ -23,7 +23,7 @@ use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;
 use std::time::Instant;
 use stepproof::profile::AllowList;
-use stepproof::supervisor::proxy::{self, SystemResolver};
+use stepproof::supervisor::net::proxy::{self, SystemResolver};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -165,10 +165,10 @@ mod tls {
     use std::sync::Arc;
     use std::time::Instant;
     use stepproof::profile::{AllowList, CredentialRule};
-    use stepproof::supervisor::credentials::{
+    use stepproof::supervisor::net::credentials::{
         Broker, FixedSecret, RunAuthority, Secret, ServiceCredential,
     };
-    use stepproof::supervisor::proxy::{self, SystemResolver};
+    use stepproof::supervisor::net::proxy::{self, SystemResolver};
 
     fn provider() -> Arc<rustls::crypto::CryptoProvider> {
         Arc::new(rustls::crypto::ring::default_provider())
@@ -256,7 +256,7 @@ mod tls {
             "name = \"bench\"\nhost = \"{rule_host}\"\npaths = [\"/\"]\nsource = \"env:UNUSED\"\nheader = \"Authorization\"\nformat = \"Bearer {{}}\"\n"
         ))
         .expect("rule");
-        let tls = stepproof::supervisor::gateway::client_config(roots(rule_ca)).expect("TLS");
+        let tls = stepproof::http::tls::client_config(roots(rule_ca)).expect("TLS");
         let broker = Arc::new(Broker {
             credentials: vec![ServiceCredential::new(
                 rule,

@@ -22,11 +22,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use stepproof::profile::CredentialRule;
 use stepproof::profile::allow::AllowList;
-use stepproof::supervisor::credentials::{
+use stepproof::supervisor::net::credentials::{
     Broker, FixedSecret, ReadOnlyHost, RunAuthority, Secret, ServiceCredential,
 };
-use stepproof::supervisor::gateway;
-use stepproof::supervisor::proxy::{self, ConnectionRecord, ProxyHandle};
+use stepproof::supervisor::net::proxy::{self, ConnectionRecord, ProxyHandle};
 
 const TOKEN: &str = "ghs_REAL-token-never-inside-4f9a";
 const OTHER_TOKEN: &str = "other-REAL-secret-81be";
@@ -226,7 +225,7 @@ fn setup() -> Setup {
     let port = origin.addr.port();
     let mut roots = RootCertStore::empty();
     roots.add(origin.ca.clone()).unwrap();
-    let tls = gateway::client_config(roots).unwrap();
+    let tls = stepproof::http::tls::client_config(roots).unwrap();
     let gh = rule(
         "gh",
         &format!("git.test:{port}"),

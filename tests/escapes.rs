@@ -7,7 +7,7 @@ mod support;
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
-use stepproof::probes::{Needs, seccomp_refused};
+use stepproof::cli::probes::{Needs, seccomp_refused};
 use support::*;
 
 fn install_probe_binary(w: &World) {

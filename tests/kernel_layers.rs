@@ -17,7 +17,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use kernel::{ExecAs, HelperSpec, Sibling, probe_with, run_helper, skip_or_fail};
-use stepproof::probes::{Needs, all_probes, control_probes, seccomp_refused, typical_plan};
+use stepproof::cli::probes::{Needs, all_probes, control_probes, seccomp_refused, typical_plan};
 use stepproof::sandbox::landlock::{
     Assurance, FsAccess, LandlockPlan, LandlockRule, TcpPolicy, grant_except, kernel_abi, list_dir,
 };

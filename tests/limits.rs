@@ -6,7 +6,7 @@
 //! This host is hybrid (cgroup v1 controllers, a v2 hierarchy without them): root gets a v1
 //! cgroup; the test user cannot create one here (nothing is delegated to it), so for it a
 //! required limit stops a strict launch and a default one is recorded as dropped. The v2 path is
-//! tested as plan data (`supervisor::cgroup` unit tests): `skipped: no cgroup v2 controllers`.
+//! tested as plan data (`supervisor::launch::cgroup` unit tests): `skipped: no cgroup v2 controllers`.
 
 mod support;
 
@@ -421,7 +421,7 @@ fn cgroup_v2_controllers() {
         .unwrap_or_default();
     if !controllers.split_whitespace().any(|c| c == "memory") {
         // The one exemption from "fails in CI": this hybrid host's v2 hierarchy has no
-        // controllers; the v2 path is covered as plan data in supervisor::cgroup's tests.
+        // controllers; the v2 path is covered as plan data in supervisor::launch::cgroup's tests.
         eprintln!("skipped: no cgroup v2 controllers");
         return;
     }

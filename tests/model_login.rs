@@ -480,7 +480,9 @@ fn which(program: &str) -> std::path::PathBuf {
 // Two refreshers of one login at once (two runs): the refresh token is spent once, and both
 // end with the token it bought.
 both_claude!(two_runs_never_spend_one_refresh_token, |w: &World| {
-    use stepproof::supervisor::login::{Credential, ModelLogin, RefreshEndpoint, client_config};
+    use stepproof::supervisor::net::login::{
+        Credential, ModelLogin, RefreshEndpoint, client_config,
+    };
     let suffix = suffix();
     write_store(
         w,

@@ -598,7 +598,7 @@ fn many_parallel_connections_all_work() {
 fn connections_over_the_cap_get_503() {
     let p = start_proxy(&allow(&["api.test"]), &[], ScriptedResolver::default());
     // Fill every slot with a client that has not sent its head yet.
-    let idle: Vec<TcpStream> = (0..stepproof::supervisor::proxy::MAX_CONNECTIONS)
+    let idle: Vec<TcpStream> = (0..stepproof::http::server::MAX_CONNECTIONS)
         .map(|_| p.stream())
         .collect();
     // Give the proxy time to take them all in.
@@ -665,9 +665,9 @@ mod gateway {
     use std::sync::mpsc::{Receiver, Sender, channel};
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
-    use stepproof::supervisor::gateway::{self, Credential, GatewayHandle, Upstream};
-    use stepproof::supervisor::login::ModelLogin;
-    use stepproof::supervisor::proxy::ConnectionRecord;
+    use stepproof::supervisor::net::gateway::{self, Credential, GatewayHandle, Upstream};
+    use stepproof::supervisor::net::login::ModelLogin;
+    use stepproof::supervisor::net::proxy::ConnectionRecord;
 
     /// What the TLS origin saw: one entry per request (connection number, head, body).
     type Seen = Arc<Mutex<Vec<(usize, String, Vec<u8>)>>>;
@@ -813,7 +813,7 @@ mod gateway {
         let upstream = Upstream {
             host: "api.test".into(),
             port: origin.addr.port(),
-            tls: Some(gateway::client_config(roots).unwrap()),
+            tls: Some(stepproof::http::tls::client_config(roots).unwrap()),
             connect_addr: Some(origin.addr),
             path_prefix: String::new(),
         };

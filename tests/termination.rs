@@ -14,7 +14,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 use support::*;
 
-/// The grace period of `supervisor::relay::GRACE`.
+/// The grace period of `supervisor::launch::relay::GRACE`.
 const GRACE: Duration = Duration::from_secs(5);
 
 /// A run going on: the marker in its processes' command lines, and the files it writes.

@@ -790,7 +790,7 @@ fn a_closed_standard_fd_is_reopened_on_dev_null() {
     assert_eq!(status.code(), Some(2), "empty input is denied");
 }
 
-/// A runbook's `state.json` as the supervisor writes it (src/supervisor/runbook_run.rs,
+/// A runbook's `state.json` as the supervisor writes it (src/supervisor/runbook/engine.rs,
 /// `state_json`), beside `setup`'s policy: `schema` passed, `migrate` open.
 fn write_runbook_state(setup: &Setup) -> PathBuf {
     let dir = setup.dir.path().join("runbook");

@@ -46,7 +46,7 @@ pub struct StepTable {
 
 /// A value as short text, terminal controls escaped (records are untrusted text).
 fn text(v: &Value) -> String {
-    crate::audit::show::printable(&match v {
+    crate::audit::text::printable(&match v {
         Value::String(s) => s.clone(),
         Value::Null => "?".into(),
         other => other.to_string(),
@@ -125,7 +125,7 @@ impl StepTable {
             }
             _ => {}
         }
-        let Some(step) = record["step"].as_str().map(crate::audit::show::printable) else {
+        let Some(step) = record["step"].as_str().map(crate::audit::text::printable) else {
             return;
         };
         let Some(row) = self.row(&step) else { return };

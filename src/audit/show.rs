@@ -3,7 +3,7 @@
 //! escaped: records reported from inside the sandbox must not drive the reader's terminal.
 
 use crate::audit::chain::{self, ChainChecker, ChainReport, LogLine, Status, for_each_line};
-use crate::audit::text::shell_word;
+use crate::audit::text::{printable, shell_word};
 use serde::Serialize;
 use serde_json::{Map, Value};
 use std::fmt::Write as _;
@@ -410,20 +410,6 @@ fn compact(map: &Map<String, Value>, skip: &[&str]) -> String {
         .map(|(k, v)| format!("{k}={}", plain(v)))
         .collect::<Vec<_>>()
         .join(" ")
-}
-
-/// Control characters, C1 controls and bidirectional overrides escaped as `\u{…}`.
-pub fn printable(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        let bidi = matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
-        if c.is_control() || bidi {
-            let _ = write!(out, "\\u{{{:x}}}", c as u32);
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 fn clip(text: &str) -> String {

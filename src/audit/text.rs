@@ -6,6 +6,7 @@
 
 use serde::Serializer;
 use std::borrow::Cow;
+use std::fmt::Write as _;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -79,6 +80,20 @@ pub fn serialize_opt<S: Serializer>(p: &Option<PathBuf>, s: S) -> Result<S::Ok, 
 /// The same for a list of paths.
 pub fn serialize_all<S: Serializer>(paths: &[PathBuf], s: S) -> Result<S::Ok, S::Error> {
     s.collect_seq(paths.iter().map(|p| path(p)))
+}
+
+/// Control characters, C1 controls and bidirectional overrides escaped as `\u{…}`.
+pub fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        let bidi = matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+        if c.is_control() || bidi {
+            let _ = write!(out, "\\u{{{:x}}}", c as u32);
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 #[cfg(test)]

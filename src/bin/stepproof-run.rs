@@ -3,9 +3,9 @@
 use clap::Parser;
 use std::ffi::OsString;
 use std::path::PathBuf;
+use stepproof::cli::run::Request;
 use stepproof::exit::ExitCode;
-use stepproof::run::Request;
-use stepproof::supervisor::launch;
+use stepproof::supervisor::launch::start;
 
 /// Run COMMAND inside a Linux sandbox: workspace writable, home read-only, secrets hidden,
 /// no capabilities, its own pid/mount/user/ipc/uts/net namespaces.
@@ -50,7 +50,7 @@ struct Args {
     ci: bool,
     /// End the whole sandbox after DURATION (90s, 30m, 1h30m): SIGTERM, then SIGKILL 5 s later.
     /// Exit 124.
-    #[arg(long, value_name = "DURATION", value_parser = stepproof::ci::parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = stepproof::cli::ci::parse_duration)]
     timeout: Option<std::time::Duration>,
     /// Keep the newest N run directories under ~/.local/state/stepproof/runs/ (each holds a
     /// run's audit log, its agent's configuration and its quarantine) and remove older ones
@@ -107,7 +107,7 @@ struct Args {
 fn main() {
     // The kernel's part of the sandbox's namespaces starts first, on the other core, while the
     // arguments, the profile and the plan are read and built here.
-    launch::start_namespace_seed();
+    start::start_namespace_seed();
     let args = match Args::try_parse() {
         Ok(args) => args,
         Err(e) => {
@@ -121,7 +121,7 @@ fn main() {
             std::process::exit(code);
         }
     };
-    stepproof::logging::init_logging(args.verbose);
+    stepproof::cli::logging::init_logging(args.verbose);
     let request = Request {
         profile: args.profile,
         workspace: args.workspace,
@@ -142,5 +142,5 @@ fn main() {
         runbook_fresh: args.runbook_fresh,
         verifier_agent: args.verifier_agent,
     };
-    std::process::exit(stepproof::run::run(&request));
+    std::process::exit(stepproof::cli::run::run(&request));
 }

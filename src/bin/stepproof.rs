@@ -2,8 +2,9 @@
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
+use stepproof::audit;
+use stepproof::cli::{doctor, explain, host, logging, probes};
 use stepproof::exit::ExitCode;
-use stepproof::{audit, doctor, explain, host, logging, probes};
 
 /// StepProof: inspect what a profile enforces and what this machine supports.
 #[derive(Parser, Debug)]
@@ -103,7 +104,7 @@ enum Command {
     /// (transcripts, history, todos, plans, and auto-memory in full), `rm`, `list`.
     State {
         #[command(subcommand)]
-        action: stepproof::state::StateCommand,
+        action: stepproof::cli::state::StateCommand,
     },
     /// (Internal) Try one forbidden thing and print what the kernel answered, as JSON. Used by
     /// the escape tests inside the sandbox.
@@ -200,7 +201,7 @@ fn main() {
         Command::Audit { action } => audit::run_command(action),
         Command::Login { args } => login(&args),
         Command::Runbook { action } => stepproof::runbook::run_command(action),
-        Command::State { action } => stepproof::state::run_command(action),
+        Command::State { action } => stepproof::cli::state::run_command(action),
         Command::Step { action } => stepproof::runbook::client::run_step_command(action),
         Command::Approve { run, step } => approval(
             &run,
@@ -214,7 +215,7 @@ fn main() {
             agent,
             private_home,
             read_only_in_home,
-        } => stepproof::selftest::probe_all(
+        } => stepproof::cli::selftest::probe_all(
             agent,
             private_home.then_some(read_only_in_home.as_deref()),
         ),
@@ -239,8 +240,9 @@ fn main() {
                 .output()
             {
                 Ok(out) => {
-                    let results =
-                        stepproof::selftest::parse_results(&String::from_utf8_lossy(&out.stdout));
+                    let results = stepproof::cli::selftest::parse_results(
+                        &String::from_utf8_lossy(&out.stdout),
+                    );
                     for r in &results {
                         stepproof::out!(
                             "{:<8} {:<28} {}",

@@ -1,6 +1,6 @@
 //! `[process.limits]` as a profile says it: per-process rlimits and the run's cgroup limits,
 //! their defaults and how sizes and CPU shares are written. Applying them is the sandbox's
-//! (`sandbox::rlimits`) and the supervisor's (`supervisor::cgroup`) business.
+//! (`sandbox::rlimits`) and the supervisor's (`supervisor::launch::cgroup`) business.
 
 use serde::{Deserialize, Serialize};
 

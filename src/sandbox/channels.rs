@@ -3,8 +3,8 @@
 //! ([`InitEnds`]). Every one is close-on-exec: the command inherits none.
 
 use crate::sandbox::fdpass;
-use crate::sandbox::sys::ParentOnlyFds;
 use crate::sandbox::terminal::TerminalRequest;
+use crate::sys::ParentOnlyFds;
 use std::io;
 use std::os::fd::{BorrowedFd, OwnedFd};
 

@@ -28,5 +28,5 @@ pub fn send_fd(channel: &OwnedFd, fd: &impl AsRawFd) -> io::Result<()> {
 /// The descriptor sent on `channel`, or `None` if the other side closed it first (it then
 /// reports why over the status pipe).
 pub fn receive_fd(channel: &OwnedFd) -> io::Result<Option<OwnedFd>> {
-    crate::sandbox::sys::receive_fd(channel.as_fd())
+    crate::sys::receive_fd(channel.as_fd())
 }

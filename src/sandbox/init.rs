@@ -10,9 +10,9 @@ use crate::sandbox::mounts::{self, IdmappedTrees};
 use crate::sandbox::plan::env::GATEWAY_SOCKET;
 use crate::sandbox::plan::{IdentityMode, Isolation, SandboxPlan};
 use crate::sandbox::report::CommandEnforcement;
-use crate::sandbox::sys;
 use crate::sandbox::terminal::open_terminal_inside;
 use crate::sandbox::{landlock, rlimits, seccomp};
+use crate::sys;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{Signal, kill};
 use nix::sys::signalfd::{SfdFlags, SigSet, SignalFd};
@@ -460,11 +460,9 @@ fn exec_command(
     // The supervisor's blocked signals and Rust's ignored SIGPIPE are not the command's.
     sys::reset_signals_for_exec();
     // Nothing inherited beyond stdio: not the supervisor's pipes, not the caller's descriptors.
-    // SAFETY: this is the command's child, which ends in execve or _exit. From here on it uses
-    // stdio, `err_pipe` (kept) and descriptors it opens itself, never the init's objects that
-    // own the closed numbers (the terminal's was copied onto stdio above and is not used again).
-    #[allow(unsafe_code)]
-    let closed = unsafe { sys::close_fds_except(3, err_pipe.as_fd()) };
+    // Marked close-on-exec, not closed: the command's `execve` closes them, and nothing in this
+    // child acts on a number closed under its owner before.
+    let closed = sys::close_on_exec_except(3, err_pipe.as_fd());
     step!("close_range", closed);
     tracing::debug!("command: forked");
     step!("chdir", nix::unistd::chdir(&plan.cwd));

@@ -16,7 +16,7 @@ use landlock::{
 };
 use serde::{Deserialize, Serialize};
 
-use super::sys::kernel::landlock_abi_version;
+use crate::sys::kernel::landlock_abi_version;
 
 /// The profile's required level of Landlock enforcement.
 pub use crate::profile::Assurance;

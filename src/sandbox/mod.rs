@@ -13,6 +13,4 @@ pub mod plan;
 pub mod report;
 pub mod rlimits;
 pub mod seccomp;
-#[allow(unsafe_code)]
-pub mod sys;
 pub mod terminal;

@@ -3,7 +3,7 @@
 //! the new root on tmpfs → each mount op → detach the old root → pivot into the new root.
 
 use crate::sandbox::plan::{Access, MountOp, SandboxPlan};
-use crate::sandbox::sys::{self, MountFlags};
+use crate::sys::{self, MountFlags};
 use nix::mount::{MntFlags, MsFlags, mount, umount2};
 use std::collections::VecDeque;
 use std::fs;

@@ -2,7 +2,7 @@
 //! ids other than its own), and the user namespace that idmapped mounts borrow their mapping from.
 
 use crate::sandbox::plan::{Identity, IdentityMode};
-use crate::sandbox::sys;
+use crate::sys;
 use std::fs::{self, File};
 use std::io;
 use std::os::fd::OwnedFd;

@@ -1,9 +1,9 @@
 //! The command's terminal, inside: what the supervisor asks for (the user's modes and size) and
 //! the pseudo-terminal the init opens in the sandbox's own devpts, whose master side it hands
-//! out. The relay itself is the supervisor's (`supervisor::pty`).
+//! out. The relay itself is the supervisor's (`supervisor::launch::pty`).
 
 use crate::sandbox::fdpass::send_fd;
-use crate::sandbox::sys;
+use crate::sys;
 use nix::pty::{grantpt, posix_openpt, ptsname_r, unlockpt};
 use nix::sys::termios::{self, SetArg, Termios};
 use std::io;

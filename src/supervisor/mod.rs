@@ -1,27 +1,10 @@
-//! The supervisor: everything that stays outside the sandbox — the launch, the terminal relay,
-//! signals and job control, the exit code, the network proxy, service credentials and the
-//! credential gateway.
+//! The supervisor: everything that stays outside the sandbox and is never entered by it, in
+//! five rooms, top first: `launch` (the process and its end), `runbook` (the engine) and
+//! `agent` (the agent's state outside), then `net` (services at the network boundary) and
+//! `way_out` (what crosses back). A room imports only the rooms below it (`tests/layers.rs`).
 
-pub mod agent_config_dir;
-pub mod approval_webhook;
-pub mod caches;
-pub mod cgroup;
-pub mod credentials;
-pub mod gateway;
-pub mod housekeeping;
+pub mod agent;
 pub mod launch;
-pub mod login;
-pub mod outcome;
-pub mod output_files;
-pub mod profile_check;
-pub mod proposed;
-pub mod proxy;
-pub mod pty;
-pub mod relay;
-pub mod runbook_continue;
-pub mod runbook_run;
-pub mod runbook_verifier;
-pub mod server_settings;
-pub mod session_state;
-pub mod sweep;
-pub mod watch;
+pub mod net;
+pub mod runbook;
+pub mod way_out;

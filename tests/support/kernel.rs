@@ -13,7 +13,7 @@ use std::os::fd::OwnedFd;
 use std::process::{Child, Command, Stdio};
 
 use serde::{Deserialize, Serialize};
-use stepproof::probes::{ProbeOutcome, run_probe};
+use stepproof::cli::probes::{ProbeOutcome, run_probe};
 use stepproof::sandbox::landlock::{LandlockPlan, LandlockReport, apply_landlock};
 use stepproof::sandbox::rlimits::{Limits, apply_limits, read_limit};
 use stepproof::sandbox::seccomp::{Arch, apply_seccomp_on_current_thread, compile_filters};

@@ -10,7 +10,7 @@ use std::sync::mpsc::{Receiver, channel};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use stepproof::profile::AllowList;
-use stepproof::supervisor::proxy::{self, ConnectionRecord, ProxyHandle, Resolver};
+use stepproof::supervisor::net::proxy::{self, ConnectionRecord, ProxyHandle, Resolver};
 
 /// Answers from a table: each name has a sequence of answers, one per call (the last repeats),
 /// so a test can play a DNS server that changes its mind (rebinding).

@@ -38,7 +38,7 @@ pub const SOURCED_DIRS: &[&str] = &["shell-snapshots", "session-env"];
 /// of its policy limits, in the config directory: a copy written there would be taken by a
 /// `claude` that cannot reach the server (a stale-cache fallback, or a 304 to its conditional
 /// request). The supervisor makes them empty, and they are read-only inside; the organisation's
-/// settings come in as a managed drop-in instead (`supervisor::server_settings`).
+/// settings come in as a managed drop-in instead (`supervisor::net::server_settings`).
 pub const READ_ONLY_CACHES: &[&str] = &[
     "remote-settings.json",
     "remote-settings-consent.json",

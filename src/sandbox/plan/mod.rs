@@ -1,7 +1,7 @@
 //! The sandbox plan: the profile and the facts of this machine turned into plain data — every
 //! mount in order, the identity, the environment, the Landlock and seccomp rules. It is what
 //! `stepproof explain` prints and what the thin executor in `mounts.rs` and
-//! `supervisor/launch.rs` applies. Building it reads the file system (what exists, what is a
+//! `supervisor/launch/start.rs` applies. Building it reads the file system (what exists, what is a
 //! socket) but changes nothing. One procedure ([`build_plan`], [`build_degraded_plan`]) builds
 //! both kinds of plan; an `IsolationStrategy` realizes the view: mounts ([`namespaces`]) or
 //! Landlock rules alone ([`degraded`]).
@@ -271,7 +271,7 @@ pub struct SandboxPlan {
     /// What this plan cannot enforce that the namespace sandbox would (degraded hosts).
     pub losses: Vec<String>,
     /// A per-run scratch directory (degraded hosts, where /tmp is the host's): named here,
-    /// created by the launch and removed after the run (`supervisor::launch::ScratchDir`).
+    /// created by the launch and removed after the run (`supervisor::launch::start::ScratchDir`).
     pub scratch_dir: Option<PathBuf>,
     /// The build caches (`caches::CACHES`), bound read-write at `caches::CACHES_DIR`: created by
     /// the launch, removed after the run unless kept for the workspace.

@@ -5,7 +5,7 @@
 //! of its ancestors should be is listed itself, for the sweep to judge, never looked through.
 
 use crate::profile::Profile;
-use crate::sandbox::sys::beneath::{self, DIR_LISTING, DIR_LOOKUP, FILE_READING};
+use crate::sys::beneath::{self, DIR_LISTING, DIR_LOOKUP, FILE_READING};
 use std::collections::VecDeque;
 use std::ffi::OsStr;
 use std::io::Read;

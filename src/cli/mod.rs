@@ -1,0 +1,12 @@
+//! The edge: what each command of `stepproof-run` and `stepproof` does, in order, from the
+//! caller's side. May import every room below it; nothing imports it but the binaries.
+
+pub mod ci;
+pub mod doctor;
+pub mod explain;
+pub mod host;
+pub mod logging;
+pub mod probes;
+pub mod run;
+pub mod selftest;
+pub mod state;

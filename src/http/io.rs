@@ -1,0 +1,688 @@
+//! Blocking HTTP/1.1 plumbing shared by the proxy and the credential gateway: a read buffer
+//! that keeps what was read past a message head, head parsing with a size limit, body framing
+//! (Content-Length, chunked, until close) and a counted two-way tunnel with half-close.
+
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::time::{Duration, Instant};
+
+/// Largest request or response head accepted; beyond it the peer gets 431 (or the reply fails).
+pub const MAX_HEAD: usize = 16 * 1024;
+/// Most header lines accepted in one head.
+const MAX_HEADERS: usize = 100;
+/// Copy buffer: big enough that loopback copies are not dominated by system calls.
+pub const COPY_BUFFER: usize = 64 * 1024;
+/// Longest chunk-size or trailer line accepted in a chunked body.
+const MAX_CHUNK_LINE: usize = 4096;
+
+/// A reader with a buffer: what was read past a message head stays here for the body or the
+/// next request, rather than being lost.
+pub struct Input<R> {
+    pub inner: R,
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+}
+
+impl<R: Read> Input<R> {
+    pub fn new(inner: R) -> Self {
+        Input {
+            inner,
+            buf: vec![0; COPY_BUFFER],
+            start: 0,
+            end: 0,
+        }
+    }
+
+    pub fn buffered(&self) -> &[u8] {
+        &self.buf[self.start..self.end]
+    }
+
+    pub fn consume(&mut self, n: usize) {
+        self.start = (self.start + n).min(self.end);
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+    }
+
+    /// Reads more bytes after those buffered; `Ok(0)` is end of stream.
+    pub fn fill_more(&mut self) -> io::Result<usize> {
+        if self.end == self.buf.len() {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+            if self.end == self.buf.len() {
+                return Err(io::Error::other("input buffer full"));
+            }
+        }
+        loop {
+            match self.inner.read(&mut self.buf[self.end..]) {
+                Ok(n) => {
+                    self.end += n;
+                    return Ok(n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Buffered bytes if any, else one read's worth; empty at end of stream.
+    fn fill(&mut self) -> io::Result<&[u8]> {
+        if self.start == self.end {
+            self.fill_more()?;
+        }
+        Ok(self.buffered())
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum HeadError {
+    #[error("connection closed before a request")]
+    Closed,
+    #[error("connection closed in the middle of a message head")]
+    Truncated,
+    #[error("message head larger than {MAX_HEAD} bytes or {MAX_HEADERS} headers")]
+    TooLarge,
+    #[error("timed out waiting for the message head")]
+    Timeout,
+    #[error("malformed message head: {0}")]
+    Malformed(String),
+    #[error("reading the message head: {0}")]
+    Io(io::Error),
+}
+
+impl From<io::Error> for HeadError {
+    fn from(e: io::Error) -> Self {
+        match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => HeadError::Timeout,
+            _ => HeadError::Io(e),
+        }
+    }
+}
+
+/// A header as received: the name is a token (ASCII), the value may hold any octets.
+pub type Header = (String, Vec<u8>);
+
+#[derive(Debug)]
+pub struct RequestHead {
+    pub method: String,
+    pub target: String,
+    /// HTTP/1.x minor version.
+    pub minor: u8,
+    pub headers: Vec<Header>,
+}
+
+#[derive(Debug)]
+pub struct ResponseHead {
+    pub code: u16,
+    pub headers: Vec<Header>,
+    /// The head exactly as received, relayed byte for byte.
+    pub raw: Vec<u8>,
+}
+
+fn owned_headers(headers: &[httparse::Header<'_>]) -> Vec<Header> {
+    headers
+        .iter()
+        .map(|h| (h.name.to_owned(), h.value.to_vec()))
+        .collect()
+}
+
+/// Reads one request head. `deadline`, when given, bounds the time from the first byte on
+/// (an idle keep-alive connection may wait for its next request as long as `idle` allows).
+pub fn read_request_head<'s, S: TimedRead>(
+    input: &mut Input<&'s S>,
+    idle: Option<Duration>,
+    head_timeout: Duration,
+) -> Result<RequestHead, HeadError>
+where
+    &'s S: Read,
+{
+    let mut deadline: Option<Instant> = None;
+    loop {
+        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut req = httparse::Request::new(&mut headers);
+        match req.parse(input.buffered()) {
+            Ok(httparse::Status::Complete(len)) if len > MAX_HEAD => {
+                return Err(HeadError::TooLarge);
+            }
+            Ok(httparse::Status::Complete(len)) => {
+                let head = RequestHead {
+                    method: req.method.unwrap_or_default().to_owned(),
+                    target: req.path.unwrap_or_default().to_owned(),
+                    minor: req.version.unwrap_or(1),
+                    headers: owned_headers(req.headers),
+                };
+                input.consume(len);
+                return Ok(head);
+            }
+            Ok(httparse::Status::Partial) => {}
+            Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooLarge),
+            Err(e) => return Err(HeadError::Malformed(e.to_string())),
+        }
+        if input.buffered().len() >= MAX_HEAD {
+            return Err(HeadError::TooLarge);
+        }
+        let timeout = if input.buffered().is_empty() {
+            idle
+        } else {
+            let deadline = *deadline.get_or_insert_with(|| Instant::now() + head_timeout);
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(HeadError::Timeout);
+            }
+            Some(left)
+        };
+        input.inner.timed_read_timeout(timeout)?;
+        let empty = input.buffered().is_empty();
+        if input.fill_more()? == 0 {
+            return Err(if empty {
+                HeadError::Closed
+            } else {
+                HeadError::Truncated
+            });
+        }
+    }
+}
+
+/// Reads one response head; the caller bounds the wait with the socket's read timeout.
+pub fn read_response_head<R: Read>(input: &mut Input<R>) -> Result<ResponseHead, HeadError> {
+    loop {
+        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut resp = httparse::Response::new(&mut headers);
+        match resp.parse(input.buffered()) {
+            Ok(httparse::Status::Complete(len)) if len > MAX_HEAD => {
+                return Err(HeadError::TooLarge);
+            }
+            Ok(httparse::Status::Complete(len)) => {
+                let head = ResponseHead {
+                    code: resp.code.unwrap_or_default(),
+                    headers: owned_headers(resp.headers),
+                    raw: input.buffered()[..len].to_vec(),
+                };
+                input.consume(len);
+                return Ok(head);
+            }
+            Ok(httparse::Status::Partial) => {}
+            Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooLarge),
+            Err(e) => return Err(HeadError::Malformed(e.to_string())),
+        }
+        if input.buffered().len() >= MAX_HEAD {
+            return Err(HeadError::TooLarge);
+        }
+        let empty = input.buffered().is_empty();
+        if input.fill_more()? == 0 {
+            return Err(if empty {
+                HeadError::Closed
+            } else {
+                HeadError::Truncated
+            });
+        }
+    }
+}
+
+/// Sockets whose read timeout can be set (TCP and unix streams).
+pub trait TimedRead {
+    fn timed_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()>;
+}
+
+impl TimedRead for TcpStream {
+    fn timed_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        self.set_read_timeout(timeout)
+    }
+}
+
+impl TimedRead for std::os::unix::net::UnixStream {
+    fn timed_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        self.set_read_timeout(timeout)
+    }
+}
+
+/// The values of every header with this name (case-insensitive).
+pub fn header_values<'a>(headers: &'a [Header], name: &'a str) -> impl Iterator<Item = &'a [u8]> {
+    headers
+        .iter()
+        .filter(move |(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_slice())
+}
+
+/// How a message body ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    None,
+    Length(u64),
+    Chunked,
+    UntilClose,
+}
+
+/// The body framing the headers declare. Both Content-Length and Transfer-Encoding, differing
+/// Content-Lengths, or a transfer coding other than a final `chunked` are refused: a relay that
+/// read the framing differently from the server behind it would let requests be smuggled.
+pub fn body_framing(headers: &[Header], absent: Framing) -> Result<Framing, String> {
+    let mut te = header_values(headers, "transfer-encoding").peekable();
+    let has_te = te.peek().is_some();
+    let codings: Vec<String> = te
+        .flat_map(|v| v.split(|b| *b == b','))
+        .map(|c| String::from_utf8_lossy(c).trim().to_ascii_lowercase())
+        .filter(|c| !c.is_empty())
+        .collect();
+    let mut lengths = header_values(headers, "content-length")
+        .flat_map(|v| v.split(|b| *b == b','))
+        .map(|v| {
+            let v = String::from_utf8_lossy(v).trim().to_owned();
+            if !v.is_empty() && v.len() <= 19 && v.bytes().all(|b| b.is_ascii_digit()) {
+                v.parse::<u64>()
+                    .map_err(|_| format!("bad Content-Length `{v}`"))
+            } else {
+                Err(format!("bad Content-Length `{}`", v.escape_debug()))
+            }
+        })
+        .collect::<Result<Vec<u64>, String>>()?;
+    lengths.dedup();
+    if has_te {
+        if !lengths.is_empty() {
+            return Err("both Transfer-Encoding and Content-Length".into());
+        }
+        return match codings.as_slice() {
+            [.., last] if last == "chunked" && codings.len() == 1 => Ok(Framing::Chunked),
+            _ => Err(format!(
+                "unsupported Transfer-Encoding `{}`",
+                codings.join(", ")
+            )),
+        };
+    }
+    match lengths.as_slice() {
+        [] => Ok(absent),
+        [n] => Ok(Framing::Length(*n)),
+        _ => Err("conflicting Content-Length headers".into()),
+    }
+}
+
+/// Whether header `name` lists `token` among its comma-separated values (case-insensitive).
+pub fn has_token(headers: &[Header], name: &str, token: &str) -> bool {
+    header_values(headers, name)
+        .flat_map(|v| v.split(|b| *b == b','))
+        .any(|v| {
+            String::from_utf8_lossy(v)
+                .trim()
+                .eq_ignore_ascii_case(token)
+        })
+}
+
+/// Whether a message of HTTP/1.`minor` with these headers leaves its connection open.
+pub fn wants_keep_alive(headers: &[Header], minor: u8) -> bool {
+    if has_token(headers, "connection", "close") {
+        return false;
+    }
+    minor >= 1 || has_token(headers, "connection", "keep-alive")
+}
+
+/// A whole plain-text response that closes the connection.
+pub fn write_status(out: &mut impl Write, code: u16, phrase: &str, body: &str) -> io::Result<()> {
+    let response = format!(
+        "HTTP/1.1 {code} {phrase}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    out.write_all(response.as_bytes())?;
+    out.flush()
+}
+
+/// Relays an upstream's response to `client`: interim (1xx) heads, then the final head (its
+/// code in `status` as soon as it is known) and its body, counting the bytes into `down`. A
+/// switch of protocols (101) is refused before anything of it reaches the client. `Ok(keep)`:
+/// whether the upstream connection may carry another request.
+pub fn relay_response<R: Read>(
+    method: &str,
+    conn: &mut Input<R>,
+    client: &mut impl Write,
+    down: &mut u64,
+    status: &mut Option<u16>,
+) -> Result<bool, String> {
+    loop {
+        let response =
+            read_response_head(conn).map_err(|e| format!("reading the upstream response: {e}"))?;
+        if response.code == 101 {
+            return Err("upstream switched protocols; not supported".into());
+        }
+        client
+            .write_all(&response.raw)
+            .map_err(|e| format!("writing to the client: {e}"))?;
+        *down += response.raw.len() as u64;
+        if (100..200).contains(&response.code) {
+            continue;
+        }
+        *status = Some(response.code);
+        let no_body =
+            method.eq_ignore_ascii_case("HEAD") || response.code == 204 || response.code == 304;
+        let framing = if no_body {
+            Framing::None
+        } else {
+            body_framing(&response.headers, Framing::UntilClose)
+                .map_err(|e| format!("upstream response: {e}"))?
+        };
+        *down += relay_body(conn, client, framing)
+            .map_err(|e| format!("relaying the response body: {e}"))?;
+        client
+            .flush()
+            .map_err(|e| format!("writing to the client: {e}"))?;
+        return Ok(framing != Framing::UntilClose && wants_keep_alive(&response.headers, 1));
+    }
+}
+
+/// Whether an idle upstream connection may carry another request: nothing buffered from it, and
+/// nothing (no data, no end of stream, a TLS close_notify) readable on its socket.
+pub fn is_idle<R: Read>(conn: &Input<R>, sock: &TcpStream) -> bool {
+    if !conn.buffered().is_empty() {
+        return false;
+    }
+    if sock.set_nonblocking(true).is_err() {
+        return false;
+    }
+    let mut probe = [0u8; 1];
+    let quiet = matches!(sock.peek(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock);
+    sock.set_nonblocking(false).is_ok() && quiet
+}
+
+/// Copies a body with the given framing from `input` to `out`, chunk framing included, writing
+/// each piece as soon as it arrives (server-sent events must not wait for a full buffer).
+/// Returns the bytes written.
+pub fn relay_body<R: Read, W: Write>(
+    input: &mut Input<R>,
+    out: &mut W,
+    framing: Framing,
+) -> io::Result<u64> {
+    match framing {
+        Framing::None => Ok(0),
+        Framing::Length(n) => relay_exact(input, out, n),
+        Framing::UntilClose => {
+            let mut total = 0;
+            loop {
+                let data = input.fill()?;
+                if data.is_empty() {
+                    return Ok(total);
+                }
+                let n = data.len();
+                out.write_all(data)?;
+                out.flush()?;
+                input.consume(n);
+                total += n as u64;
+            }
+        }
+        Framing::Chunked => relay_chunked(input, out),
+    }
+}
+
+fn relay_exact<R: Read, W: Write>(input: &mut Input<R>, out: &mut W, len: u64) -> io::Result<u64> {
+    let mut left = len;
+    while left > 0 {
+        let data = input.fill()?;
+        if data.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("body ended {left} bytes early"),
+            ));
+        }
+        let n = data.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+        out.write_all(&data[..n])?;
+        out.flush()?;
+        input.consume(n);
+        left -= n as u64;
+    }
+    Ok(len)
+}
+
+/// One CRLF- (or LF-) terminated line, returned with its terminator.
+fn read_line<R: Read>(input: &mut Input<R>) -> io::Result<Vec<u8>> {
+    loop {
+        if let Some(i) = input.buffered().iter().position(|b| *b == b'\n') {
+            let line = input.buffered()[..=i].to_vec();
+            input.consume(i + 1);
+            return Ok(line);
+        }
+        if input.buffered().len() > MAX_CHUNK_LINE {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "chunk line too long",
+            ));
+        }
+        if input.fill_more()? == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "chunked body ended early",
+            ));
+        }
+    }
+}
+
+fn relay_chunked<R: Read, W: Write>(input: &mut Input<R>, out: &mut W) -> io::Result<u64> {
+    let bad =
+        |what: &str| io::Error::new(io::ErrorKind::InvalidData, format!("chunked body: {what}"));
+    let mut total = 0u64;
+    loop {
+        let line = read_line(input)?;
+        let size_text = line
+            .split(|b| *b == b';' || *b == b'\r' || *b == b'\n')
+            .next()
+            .unwrap_or_default();
+        let size_text = std::str::from_utf8(size_text)
+            .map_err(|_| bad("bad chunk size"))?
+            .trim_matches(|c| c == ' ' || c == '\t');
+        if size_text.is_empty()
+            || size_text.len() > 15
+            || !size_text.bytes().all(|b| b.is_ascii_hexdigit())
+        {
+            return Err(bad("bad chunk size"));
+        }
+        let size = u64::from_str_radix(size_text, 16).map_err(|_| bad("bad chunk size"))?;
+        out.write_all(&line)?;
+        total += line.len() as u64;
+        if size == 0 {
+            // Trailer section: header lines until an empty one.
+            loop {
+                let line = read_line(input)?;
+                out.write_all(&line)?;
+                total += line.len() as u64;
+                if line == b"\r\n" || line == b"\n" {
+                    out.flush()?;
+                    return Ok(total);
+                }
+            }
+        }
+        total += relay_exact(input, out, size)?;
+        let end = read_line(input)?;
+        if end != b"\r\n" && end != b"\n" {
+            return Err(bad("missing CRLF after chunk data"));
+        }
+        out.write_all(&end)?;
+        out.flush()?;
+        total += end.len() as u64;
+    }
+}
+
+/// Bytes moved by a tunnel, and the first error that ended it abnormally.
+#[derive(Debug, Default)]
+pub struct TunnelStats {
+    pub up: u64,
+    pub down: u64,
+    pub error: Option<String>,
+    /// The first bytes received from upstream (at most [`HEAD_SEEN`]): for plain HTTP, the
+    /// response's status line.
+    pub first_down: Vec<u8>,
+}
+
+/// How many of the first bytes from upstream a tunnel keeps for its record.
+pub const HEAD_SEEN: usize = 32;
+
+/// Relays both ways between `client` and `upstream` until both directions have ended.
+/// `first_up` is sent upstream first (the rewritten request head, or bytes the client sent
+/// right after its CONNECT). End of stream in one direction is passed on as a half-close, so a
+/// client that shuts down its sending side still receives the rest of the answer; an error in
+/// one direction tears down both.
+pub fn tunnel(client: &TcpStream, upstream: &TcpStream, first_up: &[u8]) -> TunnelStats {
+    std::thread::scope(|scope| {
+        let up = std::thread::Builder::new()
+            .name("stepproof-proxy-up".into())
+            .stack_size(crate::http::server::CONNECTION_STACK)
+            .spawn_scoped(scope, || {
+                let mut sent = 0u64;
+                let first = (&*upstream)
+                    .write_all(first_up)
+                    .map(|()| sent += first_up.len() as u64);
+                let result = first.and_then(|()| copy_half(client, upstream, &mut sent, None));
+                (sent, result)
+            });
+        let mut down = 0u64;
+        let mut first_down = Vec::new();
+        let down_result = copy_half(upstream, client, &mut down, Some(&mut first_down));
+        let (up, up_result) = match up {
+            Ok(handle) => handle
+                .join()
+                .unwrap_or((0, Err(io::Error::other("relay thread panicked")))),
+            Err(e) => {
+                // Could not start the second thread: nothing went up; close so the peer sees it.
+                let _ = client.shutdown(Shutdown::Both);
+                (0, Err(e))
+            }
+        };
+        let error = match (up_result, down_result) {
+            (Err(e), _) => Some(format!("client to upstream: {e}")),
+            (_, Err(e)) => Some(format!("upstream to client: {e}")),
+            _ => None,
+        };
+        TunnelStats {
+            up,
+            down,
+            error,
+            first_down,
+        }
+    })
+}
+
+/// One direction of a tunnel. On end of stream, half-closes the destination; on error, shuts
+/// both sockets so the other direction's blocking read returns too.
+fn copy_half(
+    from: &TcpStream,
+    to: &TcpStream,
+    count: &mut u64,
+    seen: Option<&mut Vec<u8>>,
+) -> io::Result<()> {
+    let result = copy_stream(from, to, count, seen);
+    match &result {
+        Ok(()) => {
+            let _ = to.shutdown(Shutdown::Write);
+        }
+        Err(_) => {
+            let _ = from.shutdown(Shutdown::Both);
+            let _ = to.shutdown(Shutdown::Both);
+        }
+    }
+    result
+}
+
+/// Copies `from` to `to` until end of stream. The first [`HEAD_SEEN`] bytes (when `seen` wants
+/// them) are read into memory; the rest moves through a pipe with splice(2), so the bytes stay in
+/// the kernel: one copy fewer each way than read and write, the relay's whole cost on loopback.
+/// Where splice is refused (no pipe to be had, a kernel without it), read and write.
+fn copy_stream(
+    from: &TcpStream,
+    to: &TcpStream,
+    count: &mut u64,
+    seen: Option<&mut Vec<u8>>,
+) -> io::Result<()> {
+    if let Some(seen) = seen {
+        let mut head = [0u8; HEAD_SEEN];
+        while seen.len() < HEAD_SEEN {
+            let n = match (&*from).read(&mut head[..HEAD_SEEN - seen.len()]) {
+                Ok(0) => return Ok(()),
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            seen.extend_from_slice(&head[..n]);
+            (&*to).write_all(&head[..n])?;
+            *count += n as u64;
+        }
+    }
+    match splice_stream(from, to, count) {
+        Err(Unspliced(e)) if e == nix::errno::Errno::EINVAL || e == nix::errno::Errno::ENOSYS => {
+            copy_buffered(from, to, count)
+        }
+        Err(Unspliced(e)) => Err(e.into()),
+        Ok(result) => result,
+    }
+}
+
+/// splice(2) could not start (nothing was moved yet): the caller may copy another way.
+struct Unspliced(nix::errno::Errno);
+
+/// The bytes of one pipe's worth: as much as the pipe holds by default.
+const SPLICE_CHUNK: usize = 64 * 1024;
+
+fn splice_stream(
+    from: &TcpStream,
+    to: &TcpStream,
+    count: &mut u64,
+) -> Result<io::Result<()>, Unspliced> {
+    use nix::errno::Errno;
+    use nix::fcntl::{OFlag, SpliceFFlags, splice};
+    let (pipe_out, pipe_in) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(Unspliced)?;
+    // Not SPLICE_F_MORE: it corks the socket, holding a short message (a TLS handshake, a small
+    // answer) back until more comes or the cork times out.
+    let flags = SpliceFFlags::SPLICE_F_MOVE;
+    let mut started = false;
+    loop {
+        let n = match splice(from, None, &pipe_in, None, SPLICE_CHUNK, flags) {
+            Ok(0) => return Ok(Ok(())),
+            Ok(n) => n,
+            Err(Errno::EINTR) => continue,
+            Err(e) if !started => return Err(Unspliced(e)),
+            Err(e) => return Ok(Err(e.into())),
+        };
+        started = true;
+        let mut left = n;
+        while left > 0 {
+            match splice(&pipe_out, None, to, None, left, flags) {
+                Ok(0) => return Ok(Err(io::ErrorKind::WriteZero.into())),
+                Ok(m) => left -= m,
+                Err(Errno::EINTR) => continue,
+                Err(e) => return Ok(Err(e.into())),
+            }
+        }
+        *count += n as u64;
+    }
+}
+
+/// The same copy through a buffer in user space.
+fn copy_buffered(from: &TcpStream, to: &TcpStream, count: &mut u64) -> io::Result<()> {
+    let mut buf = vec![0u8; COPY_BUFFER];
+    loop {
+        let n = match (&*from).read(&mut buf) {
+            Ok(0) => return Ok(()),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        (&*to).write_all(&buf[..n])?;
+        *count += n as u64;
+    }
+}
+
+/// Copies `headers` to `out` as `Name: value` lines, leaving out the names in `dropped` and the
+/// hop-by-hop headers the request's own `Connection` header names (both compared lower-case).
+pub fn write_forwarded_headers(out: &mut Vec<u8>, headers: &[Header], dropped: &[&str]) {
+    let named_by_connection: Vec<String> = header_values(headers, "connection")
+        .flat_map(|v| v.split(|b| *b == b','))
+        .map(|v| String::from_utf8_lossy(v).trim().to_ascii_lowercase())
+        .collect();
+    for (name, value) in headers {
+        let lower = name.to_ascii_lowercase();
+        if dropped.contains(&lower.as_str()) || named_by_connection.contains(&lower) {
+            continue;
+        }
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value);
+        out.extend_from_slice(b"\r\n");
+    }
+}

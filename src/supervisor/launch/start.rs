@@ -1,0 +1,948 @@
+//! The supervisor's side of a run: it clones the sandbox init into new namespaces, maps its ids
+//! from outside, relays the terminal, forwards signals and job control, and turns what the init
+//! reports into StepProof's exit code. It never enters the sandbox.
+
+use crate::audit::sink::AuditSink;
+use crate::profile::NetworkMode;
+use crate::sandbox::channels::{self, ChannelError, Wanted};
+use crate::sandbox::fdpass;
+use crate::sandbox::init::{InitArgs, run_init};
+use crate::sandbox::mounts::IdmappedTrees;
+use crate::sandbox::namespaces::{self, USERNS_HINT};
+use crate::sandbox::plan::{
+    Access, IdentityMode, Isolation, MountOp, ROOT_MODE_OUTSIDE_ID, SandboxPlan,
+};
+use crate::sandbox::report::AssuranceReport;
+use crate::sandbox::seccomp;
+use crate::supervisor::agent::config_dir;
+use crate::supervisor::launch::outcome::Outcome;
+use crate::supervisor::launch::pty::{RawTerminal, receive_terminal};
+use crate::supervisor::launch::relay::Relay;
+use crate::supervisor::net::{credentials, gateway, proxy};
+use crate::sys::{self, MountFlags, ParentOnlyFds};
+use nix::sys::signal::Signal;
+use nix::sys::signalfd::{SfdFlags, SigSet, SignalFd};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::Pid;
+use std::ffi::{CString, OsString};
+use std::fs::File;
+use std::io::{self, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::sync::OnceLock;
+
+/// A step of the launch that failed: which, on what, and the error with its errno.
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    #[error("the command line contains a NUL byte")]
+    NulInArgument,
+    #[error("{step}: {source}{hint}")]
+    Os {
+        step: &'static str,
+        source: io::Error,
+        hint: &'static str,
+    },
+    #[error("{step} {}: {source}{hint}", path.display())]
+    OnPath {
+        step: &'static str,
+        path: std::path::PathBuf,
+        source: io::Error,
+        hint: &'static str,
+    },
+    #[error(
+        "listening for the proxy on 127.0.0.1:{port}: {source} (another program uses that port: set network.proxy_port)"
+    )]
+    ProxyPort { port: u16, source: io::Error },
+    #[error("setting up the credential gateway: {0}")]
+    Gateway(String),
+    #[error("setting up the service credentials: {0}")]
+    Credentials(String),
+    /// The agent's state or what the sandbox binds from the host (the error names the step
+    /// and the path).
+    #[error("preparing the agent's state and what the sandbox binds from the host: {0}")]
+    AgentState(#[from] config_dir::AgentStateError),
+    #[error(transparent)]
+    Channel(#[from] ChannelError),
+    /// The init's own failure, which a later step of the supervisor only met.
+    #[error("building the sandbox: {0}")]
+    Init(String),
+    #[error(transparent)]
+    Namespace(#[from] namespaces::NamespaceError),
+    #[error("putting the sandbox in its cgroup: {0} (run `stepproof doctor`)")]
+    Cgroup(#[from] crate::supervisor::launch::cgroup::CgroupError),
+}
+
+fn os(step: &'static str) -> impl FnOnce(io::Error) -> LaunchError {
+    move |source| LaunchError::Os {
+        step,
+        source,
+        hint: "",
+    }
+}
+
+fn nix_os(step: &'static str) -> impl FnOnce(nix::Error) -> LaunchError {
+    move |e| os(step)(e.into())
+}
+
+/// `e`, or the failure the init had already reported on `status` (its set-up broke, and the
+/// supervisor's step met the channel it closed on its way out). When `e` is such a follow-on (a
+/// broken pipe, a reset connection: the init's end is gone), the init's report may still be on
+/// its way: it is waited for until the init's end of `status` closes too, at most a second.
+/// Otherwise only what is there is read: a live init that reported nothing leaves `e` as the
+/// cause.
+fn first_cause(e: LaunchError, status: &OwnedFd) -> LaunchError {
+    let follow_on = matches!(
+        crate::sandbox::init::errno_of(&e),
+        libc::EPIPE | libc::ECONNRESET
+    );
+    let deadline = std::time::Instant::now()
+        + std::time::Duration::from_millis(if follow_on { 1000 } else { 0 });
+    let mut pending = Vec::new();
+    let mut buf = [0u8; 4096];
+    let ready = |fd: &OwnedFd| {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let timeout =
+            nix::poll::PollTimeout::try_from(left).unwrap_or(nix::poll::PollTimeout::ZERO);
+        let mut fds = [nix::poll::PollFd::new(
+            fd.as_fd(),
+            nix::poll::PollFlags::POLLIN,
+        )];
+        matches!(nix::poll::poll(&mut fds, timeout), Ok(n) if n > 0)
+    };
+    while ready(status) {
+        match nix::unistd::read(status, &mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => pending.extend_from_slice(&buf[..n]),
+        }
+    }
+    for line in pending.split(|b| *b == b'\n') {
+        match serde_json::from_slice::<crate::sandbox::events::InitEvent>(line) {
+            Ok(crate::sandbox::events::InitEvent::SetupFailed { message }) => {
+                return LaunchError::Init(message);
+            }
+            Ok(crate::sandbox::events::InitEvent::ExecFailed { step, message, .. }) => {
+                return LaunchError::Init(format!("{step}: {message}"));
+            }
+            _ => {}
+        }
+    }
+    e
+}
+
+/// Signals the supervisor handles itself (through a signalfd) instead of dying of them.
+fn handled_signals() -> SigSet {
+    let mut set = SigSet::empty();
+    for sig in [
+        Signal::SIGCHLD,
+        Signal::SIGINT,
+        Signal::SIGTERM,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+        Signal::SIGUSR1,
+        Signal::SIGUSR2,
+        Signal::SIGWINCH,
+        Signal::SIGTSTP,
+        Signal::SIGTTIN,
+        Signal::SIGTTOU,
+        Signal::SIGCONT,
+        Signal::SIGALRM,
+    ] {
+        set.add(sig);
+    }
+    set
+}
+
+/// The user namespace idmapped mounts borrow their mapping from (host root → the sandbox
+/// user's host id). Creating one costs a clone and a wait, so a run makes it once and uses it
+/// for the capability check and for every tree.
+fn idmap_userns() -> Result<&'static OwnedFd, LaunchError> {
+    static USERNS: OnceLock<Result<OwnedFd, String>> = OnceLock::new();
+    USERNS
+        .get_or_init(|| {
+            namespaces::root_to_sandbox_userns(ROOT_MODE_OUTSIDE_ID).map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(|message| LaunchError::Os {
+            step: "creating the idmap user namespace",
+            source: io::Error::other(message.clone()),
+            hint: USERNS_HINT,
+        })
+}
+
+/// The namespace seed started early (see [`start_namespace_seed`]), waiting for the launch.
+static EARLY_SEED: std::sync::Mutex<Option<(bool, sys::seed::NamespaceSeed)>> =
+    std::sync::Mutex::new(None);
+
+/// Starts the sandbox's user namespace and its network namespace first thing, before the
+/// profile is read: the kernel builds them (the network namespace costs about half a
+/// millisecond) on the other core while this process reads the profile and builds the plan. A
+/// profile that shares the host's network gets a new seed without one at launch; a run that
+/// ends before its launch stops the seed. A failure here is not reported: the launch tries
+/// again and reports it then (or runs without namespaces where the profile allows that).
+pub fn start_namespace_seed() {
+    let new_net = true;
+    if let Ok(seed) = sys::seed::NamespaceSeed::spawn(new_net)
+        && let Ok(mut slot) = EARLY_SEED.lock()
+    {
+        *slot = Some((new_net, seed));
+    }
+}
+
+/// The early seed if it fits, else a new one.
+fn take_seed(new_net: bool) -> io::Result<sys::seed::NamespaceSeed> {
+    let early = EARLY_SEED.lock().ok().and_then(|mut slot| slot.take());
+    match early {
+        Some((net, seed)) if net == new_net => Ok(seed),
+        _ => sys::seed::NamespaceSeed::spawn(new_net),
+    }
+}
+
+/// Waits until every child of this process is gone and reaped (the sandbox init, whose own exit
+/// is the namespaces' teardown; the namespace seed and its network maker; the idmap user
+/// namespace's holders): called just before `stepproof-run` exits, so that nothing it started
+/// outlives it, orphaned or a zombie for a pid 1 that might not reap (as in some containers).
+/// Bounded: after `limit` it says what is left and returns.
+pub fn reap_children(limit: std::time::Duration) {
+    // A run that ended before its launch (a refusal, a bad profile) never took the early seed:
+    // it is stopped here, or it would wait for a launch that does not come.
+    if let Ok(mut slot) = EARLY_SEED.lock() {
+        drop(slot.take());
+    }
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        match waitpid(
+            Pid::from_raw(-1),
+            Some(WaitPidFlag::WNOHANG | WaitPidFlag::__WALL),
+        ) {
+            Ok(WaitStatus::StillAlive) => {
+                if std::time::Instant::now() >= deadline {
+                    crate::say!(
+                        "stepproof-run: a process this run started was still running after {} s; not waiting longer",
+                        limit.as_secs()
+                    );
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_micros(200));
+            }
+            Ok(_) => {}
+            Err(_) => return,
+        }
+    }
+}
+
+/// Detached idmapped copies of the trees the plan binds through an id mapping (root
+/// invocations), created here because only host root may create them.
+pub fn prepare_idmapped_trees(plan: &SandboxPlan) -> Result<IdmappedTrees, LaunchError> {
+    let mut trees = IdmappedTrees::new();
+    for op in &plan.mounts {
+        let MountOp::IdmappedBind { src, access, .. } = op else {
+            continue;
+        };
+        let userns = idmap_userns()?;
+        let tree = sys::open_tree_clone(src).map_err(|source| LaunchError::OnPath {
+            step: "open_tree",
+            path: src.clone(),
+            source,
+            hint: "",
+        })?;
+        let flags = MountFlags {
+            read_only: *access == Access::ReadOnly,
+            nosuid: true,
+            nodev: true,
+        };
+        sys::idmap_detached_tree(&tree, userns, flags).map_err(|source| LaunchError::OnPath {
+            step: "idmapping",
+            path: src.clone(),
+            source,
+            hint: " (this file system does not support idmapped mounts, which a root invocation needs to run the command as an unprivileged user: run stepproof-run as the user who owns the workspace, or keep the workspace on a file system that supports them — ext4, xfs, btrfs, tmpfs; `stepproof doctor` tells)",
+        })?;
+        trees.push_back(tree);
+    }
+    Ok(trees)
+}
+
+/// Whether idmapped mounts work for `path` here (asked only when invoked as root).
+pub fn idmapped_mounts_work(path: &std::path::Path) -> bool {
+    let Ok(userns) = idmap_userns() else {
+        return false;
+    };
+    let Ok(tree) = sys::open_tree_clone(path) else {
+        return false;
+    };
+    sys::idmap_detached_tree(&tree, userns, MountFlags::default()).is_ok()
+}
+
+/// Serves the allow-list proxy on the socket the init opened inside; every connection attempt
+/// goes to the audit log.
+fn start_proxy(
+    listener: std::net::TcpListener,
+    allow: crate::profile::allow::CompiledAllowList,
+    broker: Option<std::sync::Arc<credentials::Broker>>,
+    audit: Option<&AuditSink>,
+    notices: Option<std::path::PathBuf>,
+) -> (proxy::ProxyHandle, std::thread::JoinHandle<()>) {
+    let (tx, rx) = std::sync::mpsc::channel::<proxy::ConnectionRecord>();
+    let handle = proxy::serve_with_credentials(listener, allow, proxy_resolver(), tx, broker);
+    let drain = drain_records("network", rx, audit, notices);
+    (handle, drain)
+}
+
+/// The resolver the proxy uses: the system's, or for tests only the caller's own
+/// `STEPPROOF_TEST_RESOLVE=name=address,…` (names it lists go to those addresses; the rest to
+/// the system's resolver). It is the caller's environment: whoever sets it could as well run
+/// the proxy's traffic anywhere, and the addresses it names are still checked against
+/// `allow_addresses` like any other.
+fn proxy_resolver() -> std::sync::Arc<dyn proxy::Resolver> {
+    match std::env::var("STEPPROOF_TEST_RESOLVE") {
+        Ok(spec) if !spec.is_empty() => std::sync::Arc::new(TestResolver::parse(&spec)),
+        _ => std::sync::Arc::new(proxy::SystemResolver),
+    }
+}
+
+/// `STEPPROOF_TEST_RESOLVE`'s names and addresses (malformed entries are ignored).
+struct TestResolver(Vec<(String, std::net::IpAddr)>);
+
+impl TestResolver {
+    fn parse(spec: &str) -> TestResolver {
+        TestResolver(
+            spec.split(',')
+                .filter_map(|entry| {
+                    let (name, ip) = entry.split_once('=')?;
+                    Some((name.trim().to_ascii_lowercase(), ip.trim().parse().ok()?))
+                })
+                .collect(),
+        )
+    }
+}
+
+impl proxy::Resolver for TestResolver {
+    fn resolve(&self, host: &str, port: u16) -> std::io::Result<Vec<std::net::SocketAddr>> {
+        match self.0.iter().find(|(name, _)| name == host) {
+            Some((_, ip)) => Ok(vec![std::net::SocketAddr::new(*ip, port)]),
+            None => proxy::SystemResolver.resolve(host, port),
+        }
+    }
+}
+
+/// The most the refused-hosts notice file grows to; later refusals are only in the audit log.
+const MAX_NOTICES: u64 = 64 << 10;
+
+/// Appends a refused host to the notices the hook reads (`agent_layer::NOTICES_DIR`).
+fn notice_refused(file: &std::path::Path, shown: &str, hint: &str) {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    if std::fs::metadata(file).is_ok_and(|m| m.len() >= MAX_NOTICES) {
+        return;
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    let line = format!("{now}\t{shown}\t{hint}\n");
+    let opened = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(file);
+    if let Ok(mut f) = opened {
+        let _ = f.write_all(line.as_bytes());
+    }
+}
+
+/// Writes every record of a proxy or gateway to the audit log, from a thread of its own.
+fn drain_records(
+    kind: &'static str,
+    rx: std::sync::mpsc::Receiver<proxy::ConnectionRecord>,
+    audit: Option<&AuditSink>,
+    notices: Option<std::path::PathBuf>,
+) -> std::thread::JoinHandle<()> {
+    let audit = audit.map(|a| a.clone_handle());
+    std::thread::spawn(move || {
+        for record in rx {
+            if let (Some(file), Some((shown, hint))) = (&notices, &record.not_listed) {
+                notice_refused(file, shown, hint);
+            }
+            tracing::info!(
+                host = %record.host,
+                port = record.port,
+                allowed = record.allowed,
+                rule = %record.rule,
+                "{kind}"
+            );
+            if let Some(audit) = &audit {
+                // A placeholder where it does not belong is its own kind of record: what a
+                // reader of the log looks for first.
+                let kind = if record.placeholder_blocked.is_some() {
+                    "exfiltration-attempt"
+                } else {
+                    kind
+                };
+                audit.record("supervisor", kind, &record);
+            }
+        }
+    })
+}
+
+/// Serves the credential gateway on the socket the init made on the sandbox's /run.
+fn start_gateway(
+    listener: std::os::unix::net::UnixListener,
+    upstream: gateway::Upstream,
+    login: std::sync::Arc<crate::supervisor::net::login::ModelLogin>,
+    settings: Option<gateway::ServerSettingsMerge>,
+    audit: Option<&AuditSink>,
+) -> (gateway::GatewayHandle, std::thread::JoinHandle<()>) {
+    let (tx, rx) = std::sync::mpsc::channel::<proxy::ConnectionRecord>();
+    let handle = gateway::serve_gateway(listener, upstream, login, settings, tx);
+    (handle, drain_records("gateway", rx, audit, None))
+}
+
+/// The per-run scratch directory a plan names (hosts without a mount namespace, where /tmp is
+/// the host's): the plan only describes it; the launch creates it, mode 0700 and never over a
+/// name that exists already (one taken beforehand stops the launch), and it is removed with
+/// everything in it when this is dropped, after the run or on the way out of a failed launch.
+#[derive(Debug)]
+pub struct ScratchDir(std::path::PathBuf);
+
+impl ScratchDir {
+    /// Creates the directory `plan.scratch_dir` names, if it names one.
+    pub fn create(plan: &SandboxPlan) -> Result<Option<ScratchDir>, LaunchError> {
+        use std::os::unix::fs::DirBuilderExt;
+        let Some(path) = &plan.scratch_dir else {
+            return Ok(None);
+        };
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(path)
+            .map_err(|source| LaunchError::OnPath {
+                step: "creating the per-run scratch directory",
+                path: path.clone(),
+                source,
+                hint: "",
+            })?;
+        Ok(Some(ScratchDir(path.clone())))
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// How a run ended, and what was enforced while it ran.
+pub struct RunResult {
+    pub outcome: Outcome,
+    pub report: Option<AssuranceReport>,
+    /// What arrived on the hook's socket (profiles with a hook).
+    pub hook_records: Option<crate::audit::ReceiverCounts>,
+    /// What the watcher moved to the quarantine while the run was on.
+    pub moved_during_run: Vec<crate::supervisor::way_out::sweep::Finding>,
+}
+
+/// Runs `command` in the sandbox the plan describes and reports how it ended. Never panics on
+/// the way out without restoring the terminal.
+/// How a run is to be carried out, beyond the plan.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions<'a> {
+    /// End the whole sandbox after this long (exit 124).
+    pub timeout: Option<std::time::Duration>,
+    /// Records from inside are written up to this many bytes per run.
+    pub inside_max_bytes: u64,
+    /// Persistence paths absent at launch (relative to the workspace) to watch while the run is
+    /// on, and the quarantine to move them to (see [`crate::supervisor::way_out::watch`]).
+    pub watch: Option<(Vec<std::path::PathBuf>, std::path::PathBuf)>,
+    /// The run's cgroup: the init is put in it before the command is started.
+    pub cgroup: Option<&'a crate::supervisor::launch::cgroup::RunCgroup>,
+    /// The gateway's upstream and the model login ([`prepare_gateway`]), for a plan with a
+    /// gateway.
+    pub gateway: Option<(
+        gateway::Upstream,
+        std::sync::Arc<crate::supervisor::net::login::ModelLogin>,
+    )>,
+    /// The runbook's run: its sockets are served while the sandbox runs.
+    pub runbook: Option<&'a crate::supervisor::runbook::engine::RunbookRun>,
+    /// A model verifier run: the `verifier` agent definition for its config directory.
+    pub verifier_agent: Option<&'a str>,
+}
+
+/// The gateway's upstream and the model login for a plan with a gateway (a credential the
+/// profile names but the environment lacks, or an unreadable CA, is an error): before the
+/// launch, which needs the login's placeholder, and before the plan is final (the organisation's
+/// server-managed settings are fetched with the login).
+pub fn prepare_gateway(
+    plan: &SandboxPlan,
+) -> Result<
+    Option<(
+        gateway::Upstream,
+        std::sync::Arc<crate::supervisor::net::login::ModelLogin>,
+    )>,
+    String,
+> {
+    plan.gateway
+        .as_ref()
+        .map(|config| gateway::prepare(config, &plan.home, &plan.held_outside))
+        .transpose()
+        .map_err(|e| format!("setting up the credential gateway: {e}"))
+}
+
+pub fn run(
+    plan: &SandboxPlan,
+    command: &[OsString],
+    audit: Option<&AuditSink>,
+    options: &RunOptions<'_>,
+) -> RunResult {
+    match launch(plan, command, audit, options) {
+        Ok(result) => result,
+        Err(e) => RunResult {
+            outcome: Outcome::failed(e.to_string()),
+            report: None,
+            hook_records: None,
+            moved_during_run: Vec::new(),
+        },
+    }
+}
+
+/// The launch, in order. Each step either completes or stops the launch with what failed; the
+/// init's side of the same sequence is `sandbox::init::run_init`.
+fn launch(
+    plan: &SandboxPlan,
+    command: &[OsString],
+    audit: Option<&AuditSink>,
+    options: &RunOptions<'_>,
+) -> Result<RunResult, LaunchError> {
+    // 1. The gateway's upstream and the model login (prepared before the launch, see
+    //    `prepare_gateway`); the sandbox gets the login's placeholder.
+    let gateway_config = match (&plan.gateway, &options.gateway) {
+        (Some(_), Some(prepared)) => Some(prepared.clone()),
+        (Some(_), None) => {
+            return Err(LaunchError::Gateway(
+                "the gateway's login was not prepared".into(),
+            ));
+        }
+        (None, _) => None,
+    };
+    let placeholder = gateway_config
+        .as_ref()
+        .map(|(_, login)| login.placeholder().clone())
+        .unwrap_or_default();
+    if let Some((_, login)) = &gateway_config {
+        if login.is_none() && crate::sandbox::plan::agent_layer::command_is_claude(command) {
+            crate::say!("stepproof-run: {}", NOT_LOGGED_IN);
+        }
+        if let Some(audit) = audit {
+            audit.record(
+                "supervisor",
+                "model-login",
+                &serde_json::json!({
+                    "login": login.describe(),
+                    "placeholder": placeholder.env.as_ref().map(|(n, _)| n.as_str()).or(placeholder.credentials.as_ref().map(|_| ".credentials.json")),
+                }),
+            );
+        }
+    }
+    // 2. What the init will execve: no NUL in an argument or a variable.
+    let argv = command
+        .iter()
+        .map(|a| CString::new(a.as_bytes()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| LaunchError::NulInArgument)?;
+    let envp = plan
+        .env
+        .iter()
+        .chain(placeholder.env.iter())
+        .map(|(k, v)| CString::new(format!("{k}={v}")))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| LaunchError::NulInArgument)?;
+    // 3. What only host root may make (idmapped trees), the agent's state (with the
+    //    placeholder login) and the hook's socket, and descriptors of what the sandbox binds
+    //    from the host.
+    //    The service credentials: each secret read outside, the run's CA made and its public
+    //    half put in the trust files the init lays out inside; a source that cannot be read
+    //    stops the launch here. Read-only hosts need the CA as well. They are made on a thread
+    //    of their own while this one makes the rest (both end before the init is cloned from
+    //    this process's memory).
+    let (idmapped, hook_listener, mut credentials) = std::thread::scope(|scope| {
+        let on_the_side = std::thread::Builder::new()
+            .name("stepproof-creds".into())
+            .spawn_scoped(scope, || credentials::prepare(plan))
+            .ok();
+        let ours = (|| -> Result<_, LaunchError> {
+            let idmapped = prepare_idmapped_trees(plan)?;
+            tracing::debug!("launch: idmapped trees made");
+            let hook_listener = match &plan.agent {
+                Some(state) => {
+                    let listener = config_dir::prepare(plan, state, &placeholder)?;
+                    tracing::debug!("launch: agent config dir");
+                    if let Some(definition) = options.verifier_agent {
+                        config_dir::install_verifier_agent(state, definition)?;
+                    }
+                    Some(listener)
+                }
+                None => None,
+            };
+            Ok((idmapped, hook_listener))
+        })();
+        let credentials = match on_the_side {
+            Some(thread) => thread.join().unwrap_or_else(|_| {
+                Err("preparing the service credentials failed (its thread panicked)".into())
+            }),
+            None => credentials::prepare(plan),
+        };
+        tracing::debug!("launch: credentials prepared");
+        let (idmapped, hook_listener) = ours?;
+        Ok::<_, LaunchError>((
+            idmapped,
+            hook_listener,
+            credentials.map_err(LaunchError::Credentials)?,
+        ))
+    })?;
+    // The trust files go to the init, which lays them out inside.
+    let trust = credentials
+        .as_mut()
+        .map(|prepared| std::mem::take(&mut prepared.trust))
+        .unwrap_or_default();
+    if let (Some(prepared), Some(audit)) = (&credentials, audit) {
+        let rules: Vec<serde_json::Value> = prepared
+            .broker
+            .credentials
+            .iter()
+            .map(|c| {
+                serde_json::json!({
+                    "name": c.name,
+                    "host": format!("{}:{}", c.host, c.port),
+                    "paths": c.rule.paths,
+                    "methods": c.rule.methods,
+                    "source": c.rule.source_spec().describe(),
+                })
+            })
+            .collect();
+        audit.record(
+            "supervisor",
+            "service-credentials",
+            &serde_json::json!({
+                "rules": rules,
+                "read_only": plan.read_only,
+                "notes": prepared.notes,
+            }),
+        );
+    }
+    // The model login's placeholders only the gateway accepts: the proxy blocks them anywhere.
+    let model_placeholders: Vec<(String, String)> = placeholder
+        .values()
+        .into_iter()
+        .map(|value| ("model-login".to_string(), value))
+        .collect();
+    let broker = match credentials {
+        Some(prepared) if model_placeholders.is_empty() => Some(prepared.broker),
+        Some(prepared) => {
+            let broker = std::sync::Arc::try_unwrap(prepared.broker)
+                .expect("the broker is not shared before the proxy starts");
+            Some(std::sync::Arc::new(credentials::Broker {
+                elsewhere: model_placeholders,
+                ..broker
+            }))
+        }
+        None if model_placeholders.is_empty() => None,
+        None => Some(std::sync::Arc::new(credentials::Broker {
+            credentials: Vec::new(),
+            authority: None,
+            read_only: Vec::new(),
+            elsewhere: model_placeholders,
+        })),
+    };
+    let handed = config_dir::open_handed_paths(plan)?;
+    // No thread of the launch's preparation is left when the init is cloned.
+    crate::supervisor::net::login::settle_client_configs();
+    tracing::debug!("idmapped trees ready");
+    // 4. Without a network namespace the proxy listens on the host's loopback, bound before the
+    //    command exists; Landlock lets the command connect to that port only.
+    let namespaces = plan.isolation == Isolation::Namespaces;
+    let host_proxy_listener = if !namespaces && plan.network == NetworkMode::Allowlist {
+        Some(
+            std::net::TcpListener::bind(("127.0.0.1", plan.proxy_port)).map_err(|source| {
+                LaunchError::ProxyPort {
+                    port: plan.proxy_port,
+                    source,
+                }
+            })?,
+        )
+    } else {
+        None
+    };
+    // 5. The channels to the init; the command's terminal is made inside, from the user's.
+    let stdin = io::stdin();
+    let stdout = io::stdout();
+    let interactive = nix::unistd::isatty(stdin.as_fd()).unwrap_or(false)
+        && nix::unistd::isatty(stdout.as_fd()).unwrap_or(false);
+    let (mut ours, theirs) = channels::open(Wanted {
+        user_terminal: interactive.then(|| stdin.as_fd()),
+        proxy: namespaces && plan.network == NetworkMode::Allowlist,
+        gateway: gateway_config.is_some(),
+        network_namespace: namespaces && plan.network != NetworkMode::Host,
+    })?;
+    // 6. Signals: from here on the supervisor takes them through a signalfd.
+    let signals = handled_signals();
+    signals.thread_block().map_err(nix_os("blocking signals"))?;
+    let mut signal_fd =
+        SignalFd::with_flags(&signals, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
+            .map_err(nix_os("creating a signalfd"))?;
+    tracing::debug!("launch: channels open");
+    // 7. The init: cloned into the sandbox's namespaces from the seed, or forked without them.
+    let init_signals = signals;
+    let init = move || -> i32 {
+        let _ = init_signals.thread_set_mask();
+        run_init(InitArgs {
+            plan,
+            argv,
+            envp,
+            channels: theirs,
+            idmapped,
+            handed,
+            trust,
+            signals: init_signals,
+        })
+    };
+    let new_net = ours.network_namespace.is_some();
+    let mut seed = None;
+    let child = {
+        // This side's descriptors, which the init closes in its copy of the table first thing.
+        let mut parent_only = ParentOnlyFds::none();
+        ours.close_in_child(&mut parent_only);
+        parent_only.add(&mut signal_fd);
+        if namespaces {
+            // The seed holds the sandbox's user namespace (its network maker has been making
+            // the network namespace since the start); the init is cloned into it with the other
+            // namespaces, after its id maps are written, so it starts with its ids in place.
+            let new_seed = take_seed(new_net).map_err(|source| LaunchError::Os {
+                step: "creating the sandbox's user namespace",
+                source,
+                hint: USERNS_HINT,
+            })?;
+            let seed = seed.insert(new_seed);
+            namespaces::write_id_maps(seed.pid(), &plan.identity)?;
+            tracing::debug!("launch: id maps written");
+            let flags = libc::CLONE_NEWNS
+                | libc::CLONE_NEWPID
+                | libc::CLONE_NEWIPC
+                | libc::CLONE_NEWUTS
+                | libc::CLONE_NEWCGROUP;
+            let pid = seed
+                .clone_init(flags, parent_only, init)
+                .map_err(|source| LaunchError::Os {
+                    step: "creating the sandbox namespaces (clone)",
+                    source,
+                    hint: USERNS_HINT,
+                })?;
+            Pid::from_raw(pid)
+        } else {
+            let child =
+                sys::fork(parent_only, init).map_err(os("starting the sandbox init (fork)"))?;
+            Pid::from_raw(child)
+        }
+    };
+    // From here on a step that fails may only be meeting the init's own failure (a channel it
+    // closed on its way out): what it reported first is the cause to name.
+    tracing::debug!("launch: init cloned");
+    let cause = |e: LaunchError| first_cause(e, &ours.status);
+    // 8. The hook's records, checked message by message against the hook binary's identity;
+    //    threads only from here on (nothing more is cloned from this process's memory). The
+    //    watcher is not one: the relay looks for it every tick.
+    let receiver = match (hook_listener, audit, &plan.agent) {
+        (Some(listener), Some(audit), Some(state)) => {
+            let check = crate::audit::PeerCheck::for_executable(&state.hook_binary)
+                .map_err(|source| LaunchError::OnPath {
+                    step: "reading the hook binary",
+                    path: state.hook_binary.clone(),
+                    source,
+                    hint: "",
+                })
+                .map_err(&cause)?;
+            Some(crate::audit::serve_hook_socket(
+                listener,
+                audit.clone_handle(),
+                check,
+                options.inside_max_bytes,
+            ))
+        }
+        _ => None,
+    };
+    tracing::debug!("launch: hook receiver started");
+    let runbook_servers = options.runbook.map(|run| run.serve());
+    let watcher = options.watch.as_ref().and_then(|(targets, quarantine)| {
+        crate::supervisor::way_out::watch::Watcher::start(
+            &plan.workspace,
+            targets.clone(),
+            quarantine,
+        )
+    });
+    crate::supervisor::agent::housekeeping::start();
+    tracing::debug!("sandbox cloned");
+    // 9. Into the run's cgroup before the command exists: the init reads the whole seccomp
+    //    channel before it forks the command, so everything of the run is born inside. Without
+    //    it the channel closes unwritten and the init refuses to start the command.
+    if let Some(cgroup) = options.cgroup {
+        cgroup
+            .attach(child.as_raw() as u32)
+            .map_err(|e| cause(e.into()))?;
+    }
+    // 10. The seccomp filters, compiled here while the init builds the view on the other core;
+    //     the init waits for them and refuses to start the command without them.
+    let arch = seccomp::Arch::native();
+    let table = seccomp::rules_for(plan.seccomp);
+    let seccomp_report = match seccomp::compile_table(&table, arch) {
+        Ok(filters) => {
+            let _ = File::from(ours.seccomp).write_all(&seccomp::encode_filters(&filters));
+            Some(seccomp::report(&table, arch, &filters))
+        }
+        Err(e) => {
+            tracing::error!("compiling the seccomp filter: {e}");
+            drop(ours.seccomp);
+            None
+        }
+    };
+    tracing::debug!("launch: seccomp sent");
+    // 11. The network namespace, when the maker has it. Without it the launch stops here (the
+    //     init, finding the channel closed, stops too): the command never gets the host's
+    //     network when the profile asked for its own.
+    if let (Some(channel), Some(seed)) = (&ours.network_namespace, seed.as_mut()) {
+        let netns = seed.take_network().map_err(|source| LaunchError::Os {
+            step: "creating the sandbox's network namespace",
+            source,
+            hint: " (the kernel refused it: check `sysctl user.max_net_namespaces` and what the container allows; `stepproof doctor` tells)",
+        })
+        .map_err(&cause)?;
+        fdpass::send_fd(channel, &netns)
+            .map_err(os("handing the network namespace to the init"))
+            .map_err(&cause)?;
+    }
+    drop(ours.network_namespace);
+    drop(seed);
+    tracing::debug!("launch: network namespace sent");
+    // 12. What the init sends back: the proxy's socket, the gateway's, the command's terminal.
+    //     The proxy's refusals also go to the hook's notices (an agent's run).
+    let notices = plan
+        .agent
+        .as_ref()
+        .map(|a| crate::sandbox::plan::agent_layer::notices_dir(&a.run_dir).join("refused-hosts"));
+    let mut allow = Some(plan.allow.compiled().clone());
+    let proxy = match &ours.proxy {
+        Some(channel) => fdpass::receive_fd(channel)
+            .map_err(os("receiving the proxy's socket"))
+            .map_err(&cause)?
+            .zip(allow.take())
+            .map(|(fd, allow)| {
+                start_proxy(
+                    std::net::TcpListener::from(fd),
+                    allow,
+                    broker.clone(),
+                    audit,
+                    notices.clone(),
+                )
+            }),
+        None => None,
+    };
+    drop(ours.proxy);
+    let proxy = match (proxy, host_proxy_listener) {
+        (None, Some(listener)) => allow
+            .take()
+            .map(|allow| start_proxy(listener, allow, broker.clone(), audit, notices.clone())),
+        (proxy, _) => proxy,
+    };
+    let gateway = match (&ours.gateway, gateway_config) {
+        (Some(channel), Some((upstream, login))) => fdpass::receive_fd(channel)
+            .map_err(os("receiving the gateway's socket"))
+            .map_err(&cause)?
+            .map(|fd| {
+                start_gateway(
+                    std::os::unix::net::UnixListener::from(fd),
+                    upstream,
+                    login,
+                    plan.managed_ours
+                        .clone()
+                        .map(|ours| gateway::ServerSettingsMerge {
+                            ours,
+                            strict: plan.landlock.assurance
+                                == crate::sandbox::landlock::Assurance::Strict,
+                        }),
+                    audit,
+                )
+            }),
+        _ => None,
+    };
+    drop(ours.gateway);
+    let master = match &ours.terminal {
+        Some(channel) => receive_terminal(channel)
+            .map_err(os("receiving the command's terminal"))
+            .map_err(&cause)?,
+        None => None,
+    };
+    drop(ours.terminal);
+    let terminal = match &master {
+        Some(_) => Some(
+            RawTerminal::enter(stdin.as_fd())
+                .map_err(os("putting the terminal in raw mode"))
+                .map_err(&cause)?,
+        ),
+        None => None,
+    };
+    // 13. The relay, until the run is over.
+    let relay = Relay::new(
+        child,
+        signal_fd,
+        File::from(ours.status),
+        master,
+        terminal,
+        options.timeout,
+        ours.lifeline,
+        watcher,
+    );
+    let (outcome, enforcement, moved_during_run) = relay.run();
+    // 14. Afterwards: the services stop (their records written) and what was enforced is
+    //     reported. Nothing of the login comes back from inside: the supervisor refreshed and
+    //     wrote back the real one itself. Each is told first, so that they wind down together.
+    let (mut proxy, mut gateway, mut receiver) = (proxy, gateway, receiver);
+    if let Some((handle, _)) = &mut proxy {
+        handle.stop();
+    }
+    if let Some((handle, _)) = &mut gateway {
+        handle.stop();
+    }
+    if let Some(receiver) = &mut receiver {
+        receiver.stop();
+    }
+    if let Some((handle, drain)) = proxy {
+        handle.shutdown();
+        let _ = drain.join();
+    }
+    if let Some((handle, drain)) = gateway {
+        handle.shutdown();
+        let _ = drain.join();
+    }
+    let hook_records = receiver.map(|r| r.shutdown());
+    if let Some(servers) = runbook_servers {
+        servers.shutdown();
+    }
+    let report = AssuranceReport::new(plan, seccomp_report, enforcement);
+    Ok(RunResult {
+        outcome,
+        report: Some(report),
+        hook_records,
+        moved_during_run,
+    })
+}
+
+/// What to do without a model login, said before Claude Code says "Not logged in".
+pub const NOT_LOGGED_IN: &str = "no model login found (no claude.ai login in ~/.claude/.credentials.json, no ANTHROPIC_API_KEY, no CLAUDE_CODE_OAUTH_TOKEN). Log in once, outside the sandbox, with `stepproof login` (it runs `claude /login` on this machine; the login stays in ~/.claude and StepProof adds it at the boundary), or set ANTHROPIC_API_KEY in your environment.";
+
+/// Identity modes in words, for reports.
+pub fn describe_identity(plan: &SandboxPlan) -> String {
+    let id = &plan.identity;
+    match id.mode {
+        IdentityMode::Caller => format!("uid {} gid {} (the caller)", id.inside_uid, id.inside_gid),
+        IdentityMode::RootRemapped => format!(
+            "uid {} inside, host uid {} (invoked as root; workspace and home idmapped)",
+            id.inside_uid, id.outside_uid
+        ),
+        IdentityMode::RootFallback => "uid 0 WITHOUT capabilities (root fallback)".into(),
+    }
+}

@@ -1,0 +1,1102 @@
+//! The credential gateway: the agent speaks plain HTTP/1.1 to a unix socket
+//! (`ANTHROPIC_UNIX_SOCKET`), and the supervisor forwards each request to the model API (over
+//! TLS, or to the user's own `ANTHROPIC_BASE_URL`) with the real credential added, so the
+//! credential never enters the sandbox: the agent holds a placeholder, and a request that does
+//! not carry this run's placeholder is refused. Responses are relayed as they arrive:
+//! server-sent events stream through. A 401 makes the login refresh itself and the request is
+//! sent once more.
+
+use crate::http::io::{self as http, Framing, HeadError, Header, Input};
+use crate::http::server::MAX_CONNECTIONS;
+use crate::http::server::{Handler, Refused, Server, Sock, Sockets};
+use crate::supervisor::net::login::{ModelLogin, Url};
+use crate::supervisor::net::proxy::{ConnectionRecord, HEAD_TIMEOUT};
+use crate::supervisor::net::server_settings::{self, ServerSettings};
+use rustls::pki_types::ServerName;
+use rustls::{ClientConfig, ClientConnection, StreamOwned};
+use std::fmt;
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream, ToSocketAddrs};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::sync::Arc;
+use std::sync::mpsc::Sender;
+use std::time::{Duration, Instant};
+
+pub use crate::supervisor::net::login::Credential;
+
+/// How long an idle keep-alive client connection is kept before the gateway closes it.
+pub const CLIENT_IDLE: Duration = Duration::from_secs(300);
+/// Longest silence from the upstream while a response is awaited or streamed (long
+/// non-streaming completions answer late; streams send pings).
+pub const UPSTREAM_SILENCE: Duration = Duration::from_secs(600);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Request bodies up to this size are read before they are sent, so that a request refused
+/// with 401 can be sent again after a refresh (a Messages request is JSON, well below this).
+const RETRY_BODY_MAX: u64 = 32 * 1024 * 1024;
+/// The most of a 401's body read before it is relayed or dropped.
+const REFUSAL_BODY_MAX: u64 = 64 * 1024;
+
+/// Where the gateway forwards to.
+#[derive(Clone)]
+pub struct Upstream {
+    /// Host name: the `Host` header and the name the certificate must carry.
+    pub host: String,
+    pub port: u16,
+    /// `None`: plain HTTP (a user's `ANTHROPIC_BASE_URL` that says `http://`).
+    pub tls: Option<Arc<ClientConfig>>,
+    /// Where to connect instead of resolving `host` (tests: a loopback server); the
+    /// certificate is still verified for `host`.
+    pub connect_addr: Option<SocketAddr>,
+    /// A path the upstream's API lives under (`https://gateway.corp/anthropic`), without a
+    /// trailing `/`; empty for the root.
+    pub path_prefix: String,
+}
+
+impl fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Upstream")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("tls", &self.tls.is_some())
+            .field("connect_addr", &self.connect_addr)
+            .field("path_prefix", &self.path_prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Upstream {
+    /// The upstream a URL names (`https://api.anthropic.com`, a user's `ANTHROPIC_BASE_URL`),
+    /// trusting `tls` for an https one.
+    pub fn from_url(url: &Url, tls: Arc<ClientConfig>) -> Upstream {
+        Upstream {
+            host: url.host.clone(),
+            port: url.port,
+            tls: url.tls.then_some(tls),
+            connect_addr: None,
+            path_prefix: url.path.clone(),
+        }
+    }
+}
+
+/// The upstream a profile's `[network.gateway]` names (`host`, `host:port` or a URL), with
+/// the CA files to trust beside the public roots; resolved before the sandbox starts so that
+/// an unreadable CA stops the launch.
+pub fn upstream_from_profile(
+    config: &crate::profile::GatewayConfig,
+    home: &std::path::Path,
+    extra_roots: &[std::path::PathBuf],
+) -> Result<Upstream, String> {
+    let url = if config.upstream.contains("://") {
+        config.upstream.clone()
+    } else {
+        format!("https://{}", config.upstream)
+    };
+    let url = Url::parse(&url).map_err(|e| format!("network.gateway.upstream: {e}"))?;
+    let connect_addr = config
+        .connect
+        .as_deref()
+        .map(|c| {
+            c.parse::<SocketAddr>()
+                .map_err(|e| format!("network.gateway.connect {c:?}: {e}"))
+        })
+        .transpose()?;
+    let mut roots = extra_roots.to_vec();
+    if let Some(spec) = &config.ca_file {
+        roots.push(spec.resolve(home, home));
+    }
+    let tls = crate::supervisor::net::login::client_config(&roots)
+        .map_err(|e| format!("network.gateway: {e}"))?;
+    let mut upstream = Upstream::from_url(&url, tls);
+    upstream.connect_addr = connect_addr;
+    Ok(upstream)
+}
+
+/// A running gateway. `shutdown` stops it; dropping the handle leaves it running.
+pub struct GatewayHandle {
+    server: Server,
+}
+
+impl GatewayHandle {
+    /// Tells it to stop accepting, without waiting.
+    pub fn stop(&mut self) {
+        self.server.stop();
+    }
+
+    /// Stops accepting, ends open connections, and returns once every record has been sent.
+    pub fn shutdown(self) {
+        self.server.shutdown();
+    }
+}
+
+/// What the gateway lays over the organisation's server-managed settings
+/// ([`server_settings::merge_server_settings`]).
+#[derive(Debug, Clone)]
+pub struct ServerSettingsMerge {
+    /// Exactly what StepProof writes to `/etc/claude-code/managed-settings.json`.
+    pub ours: serde_json::Value,
+    /// `assurance = "strict"`: a server that sets keys StepProof owns is refused.
+    pub strict: bool,
+}
+
+/// Serves the gateway on `listener` from a new thread; one record per request to `records`.
+/// With `settings`, `GET` [`server_settings::ENDPOINT`] is answered with StepProof's managed
+/// settings laid over the server's (without it, as any other request).
+pub fn serve_gateway(
+    listener: UnixListener,
+    upstream: Upstream,
+    login: Arc<ModelLogin>,
+    settings: Option<ServerSettingsMerge>,
+    records: Sender<ConnectionRecord>,
+) -> GatewayHandle {
+    let handler = GatewayHandler {
+        upstream,
+        login,
+        settings,
+        records,
+    };
+    GatewayHandle {
+        server: Server::start("gateway", listener, handler),
+    }
+}
+
+struct GatewayHandler {
+    upstream: Upstream,
+    login: Arc<ModelLogin>,
+    settings: Option<ServerSettingsMerge>,
+    records: Sender<ConnectionRecord>,
+}
+
+/// The upstream connection: TLS, or plain TCP for an `http://` upstream.
+enum Stream {
+    Tls(Box<StreamOwned<ClientConnection, TcpStream>>),
+    Plain(TcpStream),
+}
+
+impl Stream {
+    fn sock(&self) -> &TcpStream {
+        match self {
+            Stream::Tls(s) => &s.sock,
+            Stream::Plain(s) => s,
+        }
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tls(s) => s.read(buf),
+            Stream::Plain(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tls(s) => s.write(buf),
+            Stream::Plain(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Stream::Tls(s) => s.flush(),
+            Stream::Plain(s) => s.flush(),
+        }
+    }
+}
+
+/// The upstream side of one client connection, reused across its keep-alive requests.
+struct UpstreamConn {
+    input: Input<Stream>,
+    addr: SocketAddr,
+}
+
+/// A request body: read whole (so it can be sent again), or relayed as it arrives.
+enum Body {
+    Buffered(Vec<u8>),
+    Streamed(Framing),
+}
+
+impl Handler for GatewayHandler {
+    type Stream = UnixStream;
+
+    fn handle(&self, client: UnixStream, sockets: &Sockets) {
+        let mut input = Input::new(&client);
+        let mut upstream: Option<UpstreamConn> = None;
+        loop {
+            let start = Instant::now();
+            let mut record = ConnectionRecord {
+                host: self.upstream.host.clone(),
+                port: self.upstream.port,
+                rule: "credential gateway".into(),
+                ..ConnectionRecord::default()
+            };
+            let keep_going =
+                self.serve_request(&client, &mut input, &mut upstream, sockets, &mut record);
+            let Some(keep_going) = keep_going else {
+                return; // the client closed (or idled out) between requests: nothing to record
+            };
+            record.duration_ms = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
+            let _ = self.records.send(record);
+            if !keep_going {
+                let _ = client.shutdown(Shutdown::Both);
+                return;
+            }
+        }
+    }
+
+    fn refuse(&self, client: UnixStream, why: Refused) {
+        let body = match why {
+            Refused::Full => format!(
+                "StepProof: the credential gateway is already serving {MAX_CONNECTIONS} connections\n"
+            ),
+            Refused::ShuttingDown => {
+                "StepProof: the credential gateway is shutting down\n".to_owned()
+            }
+        };
+        let _ = client.set_write_timeout(Some(Duration::from_secs(1)));
+        let _ = http::write_status(&mut &client, 503, "Service Unavailable", &body);
+        let _ = self.records.send(ConnectionRecord {
+            host: self.upstream.host.clone(),
+            port: self.upstream.port,
+            rule: body.trim_end().to_owned(),
+            error: Some(why.to_string()),
+            ..ConnectionRecord::default()
+        });
+    }
+}
+
+impl GatewayHandler {
+    /// Serves one request. `None`: the connection ended before a request began; `Some(keep)`:
+    /// a request was handled (or refused) and `keep` says whether the connection stays open.
+    fn serve_request(
+        &self,
+        client: &UnixStream,
+        input: &mut Input<&UnixStream>,
+        upstream: &mut Option<UpstreamConn>,
+        sockets: &Sockets,
+        record: &mut ConnectionRecord,
+    ) -> Option<bool> {
+        let head = match http::read_request_head(input, Some(CLIENT_IDLE), HEAD_TIMEOUT) {
+            Ok(head) => head,
+            Err(HeadError::Closed) => return None,
+            Err(HeadError::Timeout) if input.buffered().is_empty() => return None,
+            Err(e) => {
+                record.error = Some(e.to_string());
+                let (code, phrase) = match e {
+                    HeadError::TooLarge => (431, "Request Header Fields Too Large"),
+                    HeadError::Timeout => (408, "Request Timeout"),
+                    _ => (400, "Bad Request"),
+                };
+                let _ = http::write_status(
+                    &mut &*client,
+                    code,
+                    phrase,
+                    &format!("StepProof gateway: {e}\n"),
+                );
+                return Some(false);
+            }
+        };
+        // Once the head is in, the body may come slowly (the client streams it).
+        let _ = client.set_read_timeout(Some(UPSTREAM_SILENCE));
+        record.method = head.method.clone();
+        let refuse = |record: &mut ConnectionRecord, code: u16, phrase: &str, why: String| {
+            record.error = Some(why.clone());
+            let _ = http::write_status(
+                &mut &*client,
+                code,
+                phrase,
+                &format!("StepProof gateway: {why}\n"),
+            );
+            Some(false)
+        };
+        let path = match origin_path(&head.target) {
+            Some(path) => path,
+            None => {
+                let why = format!("bad request target `{}`", head.target.escape_debug());
+                return refuse(record, 400, "Bad Request", why);
+            }
+        };
+        record.path = Some(path.clone());
+        let framing = match http::body_framing(&head.headers, Framing::None) {
+            Ok(framing) => framing,
+            Err(why) => return refuse(record, 400, "Bad Request", why),
+        };
+        // Only what carries this run's placeholder goes out with the real credential.
+        if let Err(why) = self.login.admits(
+            http::header_values(&head.headers, "x-api-key"),
+            http::header_values(&head.headers, "authorization"),
+        ) {
+            record.rule = "credential gateway: refused, no placeholder of this run".into();
+            let why = format!("refused: the request carries {why}; recorded");
+            return refuse(record, 403, "Forbidden", why);
+        }
+        let mut credential = match self.login.credential() {
+            Ok(credential) => credential,
+            Err(e) => return refuse(record, 503, "Service Unavailable", e.to_string()),
+        };
+        if credential.header_line().is_none() {
+            let why = "the model credential is empty or holds control characters".to_owned();
+            return refuse(record, 500, "Internal Server Error", why);
+        }
+        let client_keep = http::wants_keep_alive(&head.headers, head.minor);
+        if expects_continue(&head.headers) {
+            // Answered here rather than relayed: the gateway sends the body only as it reads it,
+            // so waiting for the upstream's 100 would stall until the client's own timeout.
+            if (&*client)
+                .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
+                .is_err()
+            {
+                return Some(false);
+            }
+        }
+        let mut body = match framing {
+            Framing::Length(n) if n <= RETRY_BODY_MAX => {
+                let mut bytes = Vec::with_capacity(usize::try_from(n).unwrap_or(0));
+                if let Err(e) = http::relay_body(input, &mut bytes, framing) {
+                    record.error = Some(format!("reading the request body: {e}"));
+                    return Some(false);
+                }
+                Body::Buffered(bytes)
+            }
+            framing => Body::Streamed(framing),
+        };
+
+        if let Some(merge) = &self.settings
+            && head.method.eq_ignore_ascii_case("GET")
+            && path.split('?').next() == Some(server_settings::ENDPOINT)
+        {
+            let keep = self.serve_server_settings(
+                client,
+                upstream,
+                sockets,
+                record,
+                merge,
+                &path,
+                &head,
+                &credential,
+            );
+            return Some(keep && client_keep);
+        }
+        let mut retried = false;
+        loop {
+            let forwarded = self.forwarded_head(&head.method, &path, &head.headers, &credential);
+            // Reuse the upstream connection only if it is still open and quiet.
+            if upstream.as_ref().is_some_and(|u| !is_reusable(u)) {
+                *upstream = None;
+            }
+            if upstream.is_none() {
+                match self.connect_upstream() {
+                    Ok(conn) => {
+                        if let Ok(clone) = conn.input.inner.sock().try_clone() {
+                            sockets.register(Sock::Tcp(clone));
+                        }
+                        *upstream = Some(conn);
+                    }
+                    Err(e) => return refuse(record, 502, "Bad Gateway", e),
+                }
+            }
+            let Some(conn) = upstream.as_mut() else {
+                return Some(false);
+            };
+            record.resolved = Some(conn.addr.to_string());
+            record.allowed = true;
+
+            let sent = (|| -> io::Result<u64> {
+                conn.input.inner.write_all(&forwarded)?;
+                let n = match &mut body {
+                    Body::Buffered(bytes) => {
+                        conn.input.inner.write_all(bytes)?;
+                        bytes.len() as u64
+                    }
+                    Body::Streamed(framing) => {
+                        http::relay_body(input, &mut conn.input.inner, *framing)?
+                    }
+                };
+                conn.input.inner.flush()?;
+                Ok(forwarded.len() as u64 + n)
+            })();
+            match sent {
+                Ok(n) => record.bytes_up += n,
+                Err(e) => {
+                    *upstream = None;
+                    let why = format!("sending the request upstream: {e}");
+                    return refuse(record, 502, "Bad Gateway", why);
+                }
+            }
+            // A 401 to a request that can be sent again: the login refreshes (or finds a token
+            // another refresher left) and the request goes once more.
+            if !retried && matches!(body, Body::Buffered(_)) {
+                match self.answer_to_unauthorized(conn, &head.method, &credential) {
+                    Ok(Retry::No) => {}
+                    Ok(Retry::With(fresh, upstream_keep)) => {
+                        if !upstream_keep {
+                            *upstream = None;
+                        }
+                        credential = fresh;
+                        retried = true;
+                        record.rule = "credential gateway (retried after a refresh)".into();
+                        continue;
+                    }
+                    Ok(Retry::Relay(raw, upstream_keep)) => {
+                        if !upstream_keep {
+                            *upstream = None;
+                        }
+                        record.bytes_down = raw.len() as u64;
+                        let written = (&*client).write_all(&raw).is_ok();
+                        return Some(written && client_keep && upstream_keep);
+                    }
+                    Err(e) => {
+                        *upstream = None;
+                        return refuse(record, 502, "Bad Gateway", e);
+                    }
+                }
+            }
+            break;
+        }
+        let Some(conn) = upstream.as_mut() else {
+            return Some(false);
+        };
+        // Relay the response: interim (1xx) heads, then the final head and its body.
+        let mut down = 0u64;
+        let result = relay_response(conn, client, &head.method, &mut down);
+        record.bytes_down += down;
+        match result {
+            Ok(upstream_keep) => {
+                if !upstream_keep {
+                    *upstream = None;
+                }
+                // The upstream's head went to the client as it was: if it said close, so do we.
+                Some(client_keep && upstream_keep)
+            }
+            Err(e) => {
+                record.error = Some(e);
+                *upstream = None;
+                if down == 0 {
+                    let _ = http::write_status(
+                        &mut &*client,
+                        502,
+                        "Bad Gateway",
+                        "StepProof gateway: no response from the upstream\n",
+                    );
+                }
+                Some(false)
+            }
+        }
+    }
+
+    /// `GET` [`server_settings::ENDPOINT`]: sent without [`server_settings::STRIP_REQUEST_HEADERS`],
+    /// the answer read whole (at most [`server_settings::BODY_MAX`]) and answered as
+    /// [`server_settings::merge_server_settings`] says; a refusal is a 502, said at once and
+    /// recorded (Claude Code then has no server settings and reads StepProof's `/etc`, or does
+    /// not start a session its organisation requires them for: either way the refused settings
+    /// are never used). Returns whether the connection may stay open.
+    #[allow(clippy::too_many_arguments)]
+    fn serve_server_settings(
+        &self,
+        client: &UnixStream,
+        upstream: &mut Option<UpstreamConn>,
+        sockets: &Sockets,
+        record: &mut ConnectionRecord,
+        merge: &ServerSettingsMerge,
+        path: &str,
+        head: &http::RequestHead,
+        credential: &Credential,
+    ) -> bool {
+        let refuse = |record: &mut ConnectionRecord, code: u16, phrase: &str, why: String| {
+            record.error = Some(why.clone());
+            let _ = http::write_status(
+                &mut &*client,
+                code,
+                phrase,
+                &format!("StepProof gateway: {why}\n"),
+            );
+            false
+        };
+        // A fresh connection, closed after: this answer is read whole, never relayed.
+        *upstream = None;
+        let mut conn = match self.connect_upstream() {
+            Ok(conn) => conn,
+            Err(e) => return refuse(record, 502, "Bad Gateway", e),
+        };
+        if let Ok(clone) = conn.input.inner.sock().try_clone() {
+            sockets.register(Sock::Tcp(clone));
+        }
+        record.resolved = Some(conn.addr.to_string());
+        record.allowed = true;
+        let stripped: Vec<Header> = head
+            .headers
+            .iter()
+            .filter(|(name, _)| {
+                !server_settings::STRIP_REQUEST_HEADERS
+                    .iter()
+                    .any(|s| name.eq_ignore_ascii_case(s))
+            })
+            .cloned()
+            .collect();
+        let forwarded = self.forwarded_head("GET", path, &stripped, credential);
+        let sent = conn
+            .input
+            .inner
+            .write_all(&forwarded)
+            .and_then(|()| conn.input.inner.flush());
+        if let Err(e) = sent {
+            return refuse(
+                record,
+                502,
+                "Bad Gateway",
+                format!("sending the request upstream: {e}"),
+            );
+        }
+        record.bytes_up += forwarded.len() as u64;
+        let answer = (|| -> Result<(http::ResponseHead, Vec<u8>), String> {
+            let response = loop {
+                let response = http::read_response_head(&mut conn.input)
+                    .map_err(|e| format!("reading the upstream response: {e}"))?;
+                if !(100..200).contains(&response.code) {
+                    break response;
+                }
+            };
+            let framing = if matches!(response.code, 204 | 304) {
+                Framing::None
+            } else {
+                http::body_framing(&response.headers, Framing::UntilClose)
+                    .map_err(|e| format!("upstream response: {e}"))?
+            };
+            let mut raw = Vec::new();
+            let mut capped = CappedWriter {
+                out: &mut raw,
+                left: server_settings::BODY_MAX + 1,
+            };
+            http::relay_body(&mut conn.input, &mut capped, framing)
+                .map_err(|e| format!("reading the settings answer: {e}"))?;
+            if raw.len() as u64 > server_settings::BODY_MAX {
+                return Err(format!(
+                    "the settings answer is larger than {} bytes",
+                    server_settings::BODY_MAX
+                ));
+            }
+            let body = if framing == Framing::Chunked {
+                crate::supervisor::net::login::dechunk(&raw)?
+            } else {
+                raw
+            };
+            Ok((response, body))
+        })();
+        let (response, body) = match answer {
+            Ok(answer) => answer,
+            Err(why) => return refuse(record, 502, "Bad Gateway", why),
+        };
+        record.bytes_down += body.len() as u64;
+        let encoded = http::header_values(&response.headers, "content-encoding")
+            .any(|v| !v.eq_ignore_ascii_case(b"identity"));
+        let outcome = if encoded && response.code == 200 {
+            ServerSettings::Refuse(
+                "the settings server's answer is encoded although the request asked for none; it is not used".into(),
+            )
+        } else {
+            server_settings::merge_server_settings(response.code, &body, &merge.ours, merge.strict)
+        };
+        let (code, phrase, body, json) = match outcome {
+            ServerSettings::Forward => {
+                let phrase = status_phrase(&response.raw);
+                (response.code, phrase, body, false)
+            }
+            ServerSettings::Replace { body, removed } => {
+                if !removed.is_empty() {
+                    record.rule = format!(
+                        "credential gateway: server-managed settings, keys StepProof owns removed: {}",
+                        removed.join(", ")
+                    );
+                    crate::say!(
+                        "stepproof-run: WARNING: the organisation's server-managed settings set keys StepProof owns; they were removed from the answer, the hook stays: {}",
+                        removed.join(", ")
+                    );
+                } else {
+                    record.rule =
+                        "credential gateway: server-managed settings, StepProof's laid over".into();
+                }
+                (200, "OK".to_owned(), body, true)
+            }
+            ServerSettings::Refuse(why) => {
+                record.rule = "credential gateway: server-managed settings refused".into();
+                crate::say!(
+                    "stepproof-run: WARNING: server-managed settings refused, the agent got none: {why}"
+                );
+                return refuse(record, 502, "Bad Gateway", why);
+            }
+        };
+        // Framing is ours now (the body was read whole); a replaced body drops what described
+        // the server's bytes.
+        let mut dropped = vec![
+            "content-length",
+            "transfer-encoding",
+            "connection",
+            "keep-alive",
+        ];
+        if json {
+            dropped.extend(server_settings::STRIP_RESPONSE_HEADERS);
+            dropped.push("content-type");
+        }
+        let mut out = format!("HTTP/1.1 {code} {phrase}\r\n").into_bytes();
+        http::write_forwarded_headers(&mut out, &response.headers, &dropped);
+        if json {
+            out.extend_from_slice(b"Content-Type: application/json\r\n");
+        }
+        out.extend_from_slice(format!("Content-Length: {}\r\n\r\n", body.len()).as_bytes());
+        out.extend_from_slice(&body);
+        (&*client).write_all(&out).is_ok()
+    }
+
+    /// Peeks at the final response head: a 401 is read whole here (capped) and, if the login
+    /// has a better credential, dropped for a retry; anything else is left for the relay.
+    fn answer_to_unauthorized(
+        &self,
+        conn: &mut UpstreamConn,
+        method: &str,
+        used: &Credential,
+    ) -> Result<Retry, String> {
+        loop {
+            // Only the first head is looked at here; anything but a 401 (interim heads
+            // included) is left unread for the relay.
+            let data = conn.input.buffered();
+            if let Some(end) = find_head_end(data) {
+                let mut headers = [httparse::EMPTY_HEADER; 100];
+                let mut response = httparse::Response::new(&mut headers);
+                let code = match response.parse(&data[..end]) {
+                    Ok(httparse::Status::Complete(_)) => response.code.unwrap_or(0),
+                    _ => return Ok(Retry::No),
+                };
+                if code != 401 {
+                    return Ok(Retry::No);
+                }
+                let response = http::read_response_head(&mut conn.input)
+                    .map_err(|e| format!("reading the upstream response: {e}"))?;
+                let framing = if method.eq_ignore_ascii_case("HEAD") {
+                    Framing::None
+                } else {
+                    http::body_framing(&response.headers, Framing::UntilClose)
+                        .map_err(|e| format!("upstream response: {e}"))?
+                };
+                let keep =
+                    framing != Framing::UntilClose && http::wants_keep_alive(&response.headers, 1);
+                let mut body = Vec::new();
+                let mut capped = CappedWriter {
+                    out: &mut body,
+                    left: REFUSAL_BODY_MAX,
+                };
+                http::relay_body(&mut conn.input, &mut capped, framing)
+                    .map_err(|e| format!("reading the upstream's 401: {e}"))?;
+                return match self.login.rejected(used) {
+                    Ok(Some(fresh)) => Ok(Retry::With(fresh, keep)),
+                    Ok(None) => {
+                        let mut whole = response.raw;
+                        whole.extend_from_slice(&body);
+                        Ok(Retry::Relay(whole, keep))
+                    }
+                    Err(e) => Err(e.to_string()),
+                };
+            }
+            if data.len() >= http::MAX_HEAD {
+                return Ok(Retry::No);
+            }
+            match conn.input.fill_more() {
+                Ok(0) => return Ok(Retry::No),
+                Ok(_) => {}
+                Err(e) => return Err(format!("reading the upstream response: {e}")),
+            }
+        }
+    }
+
+    /// The request as sent upstream: `Host` set to the upstream, the path under its prefix,
+    /// the client's credentials and hop-by-hop headers removed, the real credential added.
+    fn forwarded_head(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[Header],
+        credential: &Credential,
+    ) -> Vec<u8> {
+        const DROPPED: &[&str] = &[
+            "host",
+            "x-api-key",
+            "authorization",
+            "proxy-authorization",
+            "connection",
+            "proxy-connection",
+            "keep-alive",
+            "upgrade",
+            "te",
+            "expect",
+        ];
+        let mut out = Vec::with_capacity(2048);
+        out.extend_from_slice(
+            format!("{method} {}{path} HTTP/1.1\r\n", self.upstream.path_prefix).as_bytes(),
+        );
+        let default_port = if self.upstream.tls.is_some() { 443 } else { 80 };
+        let host = if self.upstream.port == default_port {
+            self.upstream.host.clone()
+        } else {
+            format!("{}:{}", self.upstream.host, self.upstream.port)
+        };
+        out.extend_from_slice(format!("Host: {host}\r\n").as_bytes());
+        http::write_forwarded_headers(&mut out, headers, DROPPED);
+        out.extend_from_slice(&credential.header_line().unwrap_or_default());
+        out.extend_from_slice(b"\r\n");
+        out
+    }
+
+    fn connect_upstream(&self) -> Result<UpstreamConn, String> {
+        let up = &self.upstream;
+        let addrs: Vec<SocketAddr> = match up.connect_addr {
+            Some(addr) => vec![addr],
+            None => (up.host.as_str(), up.port)
+                .to_socket_addrs()
+                .map_err(|e| format!("cannot resolve {}: {e}", up.host))?
+                .collect(),
+        };
+        let mut last = format!("{} has no addresses", up.host);
+        for addr in addrs {
+            let tcp = match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT) {
+                Ok(tcp) => tcp,
+                Err(e) => {
+                    last = format!("cannot connect to {} ({addr}): {e}", up.host);
+                    continue;
+                }
+            };
+            let _ = tcp.set_nodelay(true);
+            let _ = tcp.set_read_timeout(Some(UPSTREAM_SILENCE));
+            let Some(config) = &up.tls else {
+                return Ok(UpstreamConn {
+                    input: Input::new(Stream::Plain(tcp)),
+                    addr,
+                });
+            };
+            let name = ServerName::try_from(up.host.clone())
+                .map_err(|e| format!("upstream host `{}`: {e}", up.host))?;
+            let tls = ClientConnection::new(config.clone(), name)
+                .map_err(|e| format!("TLS with {}: {e}", up.host))?;
+            let mut stream = StreamOwned::new(tls, tcp);
+            // Handshake now, so a certificate problem is reported as such.
+            while stream.conn.is_handshaking() {
+                stream
+                    .conn
+                    .complete_io(&mut stream.sock)
+                    .map_err(|e| format!("TLS handshake with {} ({addr}): {e}", up.host))?;
+            }
+            return Ok(UpstreamConn {
+                input: Input::new(Stream::Tls(Box::new(stream))),
+                addr,
+            });
+        }
+        Err(last)
+    }
+}
+
+/// What became of a request's first answer.
+enum Retry {
+    /// Not a 401: relay it.
+    No,
+    /// A 401, and a better credential: send again (the bool: the upstream connection stays).
+    With(Credential, bool),
+    /// A 401 and nothing better: these bytes are the whole answer for the client.
+    Relay(Vec<u8>, bool),
+}
+
+/// Where a head ends (after its blank line), if it is all there.
+fn find_head_end(data: &[u8]) -> Option<usize> {
+    data.windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map(|i| i + 4)
+        .or_else(|| data.windows(2).position(|w| w == b"\n\n").map(|i| i + 2))
+}
+
+/// The reason phrase of a status line (`HTTP/1.1 404 Not Found` → `Not Found`).
+fn status_phrase(raw: &[u8]) -> String {
+    let line = raw.split(|b| *b == b'\n').next().unwrap_or_default();
+    let line = String::from_utf8_lossy(line);
+    let phrase = line.trim_end().splitn(3, ' ').nth(2).unwrap_or("").trim();
+    phrase
+        .chars()
+        .filter(|c| !c.is_control())
+        .collect::<String>()
+}
+
+/// Keeps the first `left` bytes written and drops the rest.
+struct CappedWriter<'a> {
+    out: &'a mut Vec<u8>,
+    left: u64,
+}
+
+impl Write for CappedWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let take = buf
+            .len()
+            .min(usize::try_from(self.left).unwrap_or(usize::MAX));
+        self.out.extend_from_slice(&buf[..take]);
+        self.left -= take as u64;
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Relays the response (see [`http::relay_response`]); `Ok(keep)`: whether the upstream
+/// connection may be used again.
+fn relay_response(
+    conn: &mut UpstreamConn,
+    client: &UnixStream,
+    method: &str,
+    down: &mut u64,
+) -> Result<bool, String> {
+    http::relay_response(method, &mut conn.input, &mut &*client, down, &mut None)
+}
+
+/// An idle upstream connection is reusable when nothing is waiting on it.
+fn is_reusable(conn: &UpstreamConn) -> bool {
+    http::is_idle(&conn.input, conn.input.inner.sock())
+}
+
+/// The origin-form path of a request to the gateway (`/v1/messages?beta=true`); absolute-form
+/// (`http://localhost/v1/…`) is accepted for its path only.
+fn origin_path(target: &str) -> Option<String> {
+    if target.starts_with('/') {
+        return Some(target.to_owned());
+    }
+    let rest = target
+        .strip_prefix("http://")
+        .or_else(|| target.strip_prefix("HTTP://"))?;
+    match rest.find('/') {
+        Some(i) => Some(rest[i..].to_owned()),
+        None => Some("/".to_owned()),
+    }
+}
+
+fn expects_continue(headers: &[Header]) -> bool {
+    http::has_token(headers, "expect", "100-continue")
+}
+
+pub use crate::supervisor::net::login::EXTRA_CA_ENV;
+
+/// The CA files the caller's environment adds to the public roots onward (its
+/// `NODE_EXTRA_CA_CERTS`: a corporate CA, a test CA).
+pub fn caller_extra_roots() -> Vec<std::path::PathBuf> {
+    std::env::var_os(EXTRA_CA_ENV)
+        .filter(|v| !v.to_string_lossy().trim().is_empty())
+        .into_iter()
+        .map(Into::into)
+        .collect()
+}
+
+/// The gateway's upstream and login for a plan's `[network.gateway]`, resolved before the
+/// sandbox starts (a missing credential named by the profile, or an unreadable CA, stops the
+/// launch). `held` are the login variables the plan kept outside; the caller's own
+/// environment gives `NODE_EXTRA_CA_CERTS`, `CLAUDE_CONFIG_DIR` and the token endpoint for tests
+/// ([`crate::supervisor::net::login::TOKEN_URL_ENV`]).
+pub fn prepare(
+    config: &crate::profile::GatewayConfig,
+    home: &std::path::Path,
+    held: &[(String, String)],
+) -> Result<(Upstream, Arc<ModelLogin>), String> {
+    use crate::supervisor::net::login::{self, RefreshEndpoint, Sources};
+    let caller = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+    let extra_roots = caller_extra_roots();
+    let upstream = upstream_from_profile(config, home, &extra_roots)?;
+    let refresh = RefreshEndpoint {
+        url: caller(login::TOKEN_URL_ENV).unwrap_or_else(|| login::TOKEN_URL.to_owned()),
+        tls: login::client_config(&extra_roots)?,
+    };
+    let (claude_dir, user_config) = match caller("CLAUDE_CONFIG_DIR") {
+        Some(dir) => {
+            let dir = std::path::PathBuf::from(dir);
+            (dir.clone(), dir.join(".claude.json"))
+        }
+        None => (home.join(".claude"), home.join(".claude.json")),
+    };
+    let model_login = if let Some(name) = config.credential.strip_prefix("env:") {
+        let value = std::env::var(name).map_err(|_| {
+            format!("network.gateway.credential: {name} is not set in stepproof-run's environment")
+        })?;
+        ModelLogin::fixed(Credential::ApiKey(value))
+    } else if config.credential == "claude-login" {
+        let found = ModelLogin::claude_ai(&claude_dir, refresh).map_err(|e| e.to_string())?;
+        if found.is_none() {
+            return Err(format!(
+                "network.gateway.credential claude-login: no claude.ai login in {}",
+                claude_dir.join(login::STORE_FILE).display()
+            ));
+        }
+        found
+    } else if config.credential == crate::sandbox::plan::MODEL_LOGIN {
+        ModelLogin::discover(&Sources {
+            env: held,
+            claude_dir,
+            user_config,
+            refresh,
+        })
+        .map_err(|e| e.to_string())?
+    } else {
+        return Err(format!(
+            "network.gateway.credential {:?}: expected env:NAME, claude-login or {}",
+            config.credential,
+            crate::sandbox::plan::MODEL_LOGIN
+        ));
+    };
+    Ok((upstream, Arc::new(model_login)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sandbox::plan::agent_layer::{managed_settings, managed_settings_problems};
+    use std::io::{BufRead, BufReader};
+    use std::net::TcpListener;
+    use std::sync::mpsc::channel;
+
+    /// A plain-HTTP upstream that answers every request with `response` and hands each
+    /// request's head to the test.
+    fn upstream(response: &'static [u8]) -> (SocketAddr, std::sync::mpsc::Receiver<String>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = channel();
+        std::thread::spawn(move || {
+            for tcp in listener.incoming().flatten() {
+                let mut reader = BufReader::new(tcp.try_clone().unwrap());
+                let mut head = String::new();
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                        break;
+                    }
+                    head.push_str(&line);
+                }
+                let _ = tx.send(head);
+                let _ = (&tcp).write_all(response);
+            }
+        });
+        (addr, rx)
+    }
+
+    /// One GET of the settings endpoint through a gateway in front of `response`: the request
+    /// the upstream saw, the answer the client got, and the gateway's record.
+    fn through_gateway(
+        response: &'static [u8],
+        strict: bool,
+    ) -> (String, String, ConnectionRecord) {
+        let (addr, heads) = upstream(response);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("api.sock");
+        let listener = UnixListener::bind(&path).unwrap();
+        let login = ModelLogin::fixed(Credential::ApiKey("sk-real".into()));
+        let placeholder = String::from_utf8(login.placeholder().header_line().unwrap()).unwrap();
+        let (tx, records) = channel();
+        let ours = managed_settings(
+            &serde_json::Map::new(),
+            &[("PATH".into(), "/bin".into())],
+            false,
+            false,
+        );
+        let handle = serve_gateway(
+            listener,
+            Upstream {
+                host: "api.test".into(),
+                port: addr.port(),
+                tls: None,
+                connect_addr: Some(addr),
+                path_prefix: String::new(),
+            },
+            Arc::new(login),
+            Some(ServerSettingsMerge { ours, strict }),
+            tx,
+        );
+        let mut client = UnixStream::connect(&path).unwrap();
+        client
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        write!(
+            client,
+            "GET /api/claude_code/settings HTTP/1.1\r\nHost: localhost\r\n{placeholder}If-None-Match: \"abc\"\r\nAccept-Encoding: gzip, br\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut answer = String::new();
+        client.read_to_string(&mut answer).unwrap();
+        let record = records.recv_timeout(Duration::from_secs(20)).unwrap();
+        handle.shutdown();
+        let head = heads.recv_timeout(Duration::from_secs(5)).unwrap();
+        (head, answer, record)
+    }
+
+    const SERVER: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nx-claude-code-signature: sig\r\nETag: \"e\"\r\nTransfer-Encoding: chunked\r\n\r\n82\r\n{\"uuid\":\"u\",\"checksum\":\"c\",\"settings\":{\"disableAllHooks\":true,\"hooks\":{},\"permissions\":{\"deny\":[\"Bash(git push:*)\"]},\"model\":\"m\"}}\r\n0\r\n\r\n";
+
+    #[test]
+    fn server_settings_are_answered_with_stepproofs_laid_over() {
+        let (head, answer, record) = through_gateway(SERVER, false);
+        // Sent without what would bring a cached or encoded answer, with the real credential.
+        let lower = head.to_ascii_lowercase();
+        assert!(
+            lower.starts_with("get /api/claude_code/settings http/1.1"),
+            "{head}"
+        );
+        assert!(
+            !lower.contains("if-none-match") && !lower.contains("accept-encoding"),
+            "{head}"
+        );
+        assert!(head.contains("x-api-key: sk-real"), "{head}");
+        let (answer_head, body) = answer.split_once("\r\n\r\n").unwrap();
+        let answer_lower = answer_head.to_ascii_lowercase();
+        assert!(answer_lower.starts_with("http/1.1 200 ok"), "{answer}");
+        assert!(
+            answer_lower.contains("content-type: application/json"),
+            "{answer}"
+        );
+        assert!(
+            answer_lower.contains(&format!("content-length: {}", body.len())),
+            "{answer}"
+        );
+        for gone in ["x-claude-code-signature", "etag", "transfer-encoding"] {
+            assert!(!answer_lower.contains(gone), "{gone}: {answer}");
+        }
+        let json: serde_json::Value = serde_json::from_str(body).unwrap();
+        let settings = &json["settings"];
+        assert_eq!(json["uuid"], "u");
+        assert_eq!(settings["model"], "m");
+        assert_eq!(
+            settings["permissions"]["deny"],
+            serde_json::json!(["Bash(git push:*)"])
+        );
+        assert_eq!(
+            managed_settings_problems(settings, false),
+            Vec::<String>::new()
+        );
+        assert!(settings.get("disableAllHooks").is_none(), "{settings}");
+        assert!(
+            record.rule.contains("disableAllHooks") && record.rule.contains("hooks"),
+            "{record:?}"
+        );
+        assert_eq!(record.path.as_deref(), Some("/api/claude_code/settings"));
+    }
+
+    #[test]
+    fn strict_refuses_and_other_answers_pass_as_they_are() {
+        let (_, answer, record) = through_gateway(SERVER, true);
+        assert!(answer.starts_with("HTTP/1.1 502"), "{answer}");
+        assert!(!answer.contains("disableAllHooks\":true"), "{answer}");
+        assert!(
+            record.error.as_deref().unwrap_or("").contains("strict"),
+            "{record:?}"
+        );
+        assert!(record.rule.contains("refused"), "{record:?}");
+
+        let (_, answer, _) = through_gateway(
+            b"HTTP/1.1 404 Not Found\r\nContent-Length: 9\r\n\r\nnot found",
+            false,
+        );
+        assert!(answer.starts_with("HTTP/1.1 404 Not Found\r\n"), "{answer}");
+        assert!(answer.ends_with("\r\n\r\nnot found"), "{answer}");
+
+        // A 304 would send Claude Code to its cache: never passed on.
+        let (_, answer, _) = through_gateway(b"HTTP/1.1 304 Not Modified\r\n\r\n", false);
+        assert!(answer.starts_with("HTTP/1.1 502"), "{answer}");
+    }
+}

@@ -1,0 +1,9 @@
+//! Services at the network boundary, outside the sandbox: the allow-list proxy (and its
+//! TLS-terminating half), the model gateway, the model login, service credentials and
+//! server-managed settings. May import `http` and everything below the supervisor.
+
+pub mod credentials;
+pub mod gateway;
+pub mod login;
+pub mod proxy;
+pub mod server_settings;

@@ -1,0 +1,1835 @@
+//! A runbook's run, held by the supervisor: which steps are open (a step opens when every step
+//! it depends on has passed), attempts, evidence and verdicts. Every transition is a record in
+//! the audit chain, and is published to the sandbox in a supervisor-owned directory bound
+//! read-only *as a directory* at `/run/stepproof/runbook` (`state.json`, and one compiled
+//! policy per open step, `policy-N`, that the hook intersects with the profile's), each file
+//! replaced atomically (a temporary name, then a rename), so the next hook call sees it.
+//!
+//! The agent acts on the run through `stepproof step …` over `step.sock` in that directory;
+//! a `complete` is a request, whoever sends it: the supervisor checks the evidence itself.
+//! A person approves at a host terminal (`stepproof approve RUN STEP`) over `approve.sock` in
+//! the run's directory, which no sandbox can reach, or through the approval webhook
+//! (`webhook`) when one is configured; the first valid answer counts. `verifier`
+//! evidence is judged by a separate read-only Claude Code run the supervisor starts
+//! (`verifier`), after the other items.
+
+use crate::audit::sink::AuditSink;
+use crate::runbook::client::{APPROVAL_SOCKET, Answer, ApprovalRequest, STEP_SOCKET, StepRequest};
+use crate::runbook::{Evidence, OnFail, Runbook, Step};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use std::collections::{BTreeMap, HashMap};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// Output of a failing evidence command shown to the agent: its last this many bytes.
+pub const OUTPUT_SHOWN_BYTES: usize = 8 << 10;
+/// Output of an evidence command read at all (the digest covers what was read).
+const OUTPUT_READ_BYTES: u64 = 16 << 20;
+/// Files a `files_*` glob walks at most.
+const WALK_MAX_FILES: usize = 200_000;
+
+/// Where a step is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Waiting,
+    Open,
+    Passed,
+    Failed,
+    /// Open when the agent asked to abandon the runbook.
+    Abandoned,
+}
+
+#[derive(Debug, Clone)]
+struct StepState {
+    status: Status,
+    attempts: u32,
+    /// `files_changed`: the workspace-relative paths the globs named when the step opened,
+    /// with their sha256.
+    baseline: BTreeMap<String, String>,
+    last_verdict: Option<String>,
+    /// A continued run: the baseline the earlier run took when it opened this step.
+    restored_baseline: Option<BTreeMap<String, String>>,
+}
+
+/// Baselines up to this many files go into the `runbook-step-opened` record (so that a
+/// continued run judges `files_changed` against them); a larger one is taken again.
+const BASELINE_RECORDED_MAX: usize = 1024;
+
+/// How a runbook's run ended early.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ending {
+    /// A step's evidence did not hold and its attempts ran out (117).
+    Blocked { step: String },
+    /// A step with `on_fail = "abandon"` failed, the agent asked to abandon the runbook
+    /// (`requested`: its reason), or it exited with steps open (116).
+    Abandoned {
+        step: String,
+        requested: Option<String>,
+    },
+}
+
+/// What running evidence needs beyond the runbook.
+#[derive(Debug, Clone)]
+pub struct EvidenceContext {
+    /// `stepproof-run`, to run evidence commands in a fresh sandbox.
+    pub run_binary: PathBuf,
+    /// The profile the run uses: a file, or a built-in name.
+    pub profile: String,
+    /// The workspace on the host.
+    pub workspace: PathBuf,
+    /// The run's directory on the host (evidence runs' audit logs and the derived profile).
+    pub run_dir: PathBuf,
+    /// `--ci`: approvals are denied unless pre-approved.
+    pub ci: bool,
+    /// `--approve STEP`: steps whose approval a CI job gave beforehand.
+    pub pre_approved: Vec<String>,
+    /// The run's cgroup directories (the freezer), when it has some.
+    pub cgroup_dirs: Vec<PathBuf>,
+    /// Why the run has no freezer, when the host could not give it one.
+    pub no_freezer: Option<String>,
+    /// When the run's own `--timeout` ends it: a model verifier never runs past it.
+    pub deadline: Option<Instant>,
+    /// The approval webhook (from outside the workspace), asked beside the host terminal.
+    pub approval_webhook: Option<Arc<crate::supervisor::runbook::webhook::Webhook>>,
+}
+
+struct Engine {
+    runbook: Runbook,
+    hash: String,
+    steps: Vec<StepState>,
+    audit: Option<AuditSink>,
+    /// The host directory bound at `/run/stepproof/runbook`.
+    dir: PathBuf,
+    /// The workspace and home as the sandbox sees them (what step policies are compiled for).
+    inside_home: PathBuf,
+    inside_workspace: PathBuf,
+    context: EvidenceContext,
+    ending: Option<Ending>,
+    policies_written: usize,
+    evidence_runs: u32,
+    /// The earlier run this one continues.
+    continued: Option<crate::supervisor::runbook::continuation::Earlier>,
+}
+
+/// An answer (approved, or denied with a reason) and what its record says of it.
+type GivenAnswer = (Result<(), String>, Value);
+
+/// Answers given at a host terminal or by the webhook, waited for by the step being completed:
+/// the first valid answer counts, with what its record says of it.
+#[derive(Default)]
+struct Approvals {
+    answers: Mutex<HashMap<String, GivenAnswer>>,
+    arrived: Condvar,
+    waiting: Mutex<Option<String>>,
+    /// The run is ending: a wait stops (denied) instead of holding the end up to its deadline.
+    closing: std::sync::atomic::AtomicBool,
+}
+
+/// The run of one runbook.
+pub struct RunbookRun {
+    engine: Arc<Mutex<Engine>>,
+    approvals: Arc<Approvals>,
+    step_listener: Mutex<Option<UnixListener>>,
+    approval_listener: Mutex<Option<UnixListener>>,
+    run_id: String,
+}
+
+impl std::fmt::Debug for RunbookRun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunbookRun")
+            .field("run_id", &self.run_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The servers' threads, stopped at the end of the run.
+pub struct Serving {
+    threads: Vec<(PathBuf, std::thread::JoinHandle<()>)>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    approvals: Arc<Approvals>,
+}
+
+fn io_err(step: &str, path: &Path) -> impl FnOnce(std::io::Error) -> String {
+    let what = format!("{step} {}", path.display());
+    move |e| format!("{what}: {e}")
+}
+
+impl RunbookRun {
+    /// Makes the run's runbook directory (0755, the supervisor's) and both sockets: the step
+    /// socket owned by the sandbox user (`owner`), the approval socket by whoever runs the
+    /// supervisor. No thread is started here (the sandbox is cloned from this process later).
+    #[allow(clippy::too_many_arguments)]
+    pub fn prepare(
+        runbook: Runbook,
+        audit: Option<&AuditSink>,
+        run_dir: &Path,
+        owner: (u32, u32),
+        inside_home: &Path,
+        inside_workspace: &Path,
+        context: EvidenceContext,
+        continued: Option<crate::supervisor::runbook::continuation::Earlier>,
+    ) -> Result<RunbookRun, String> {
+        let dir = run_dir.join("runbook");
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(run_dir)
+            .map_err(io_err("creating", run_dir))?;
+        std::fs::DirBuilder::new()
+            .mode(0o755)
+            .create(&dir)
+            .map_err(io_err("creating", &dir))?;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))
+            .map_err(io_err("chmod", &dir))?;
+        let step_socket = dir.join(STEP_SOCKET);
+        let step_listener =
+            UnixListener::bind(&step_socket).map_err(io_err("binding", &step_socket))?;
+        std::fs::set_permissions(&step_socket, std::fs::Permissions::from_mode(0o600))
+            .map_err(io_err("chmod", &step_socket))?;
+        std::os::unix::fs::lchown(&step_socket, Some(owner.0), Some(owner.1))
+            .map_err(io_err("chown", &step_socket))?;
+        let approval_socket = run_dir.join(APPROVAL_SOCKET);
+        let approval_listener =
+            UnixListener::bind(&approval_socket).map_err(io_err("binding", &approval_socket))?;
+        std::fs::set_permissions(&approval_socket, std::fs::Permissions::from_mode(0o600))
+            .map_err(io_err("chmod", &approval_socket))?;
+        let hash = runbook.hash();
+        let steps = runbook
+            .steps
+            .iter()
+            .map(|_| StepState {
+                status: Status::Waiting,
+                attempts: 0,
+                baseline: BTreeMap::new(),
+                last_verdict: None,
+                restored_baseline: None,
+            })
+            .collect();
+        let engine = Engine {
+            runbook,
+            hash,
+            steps,
+            audit: audit.map(AuditSink::clone_handle),
+            dir,
+            inside_home: inside_home.to_path_buf(),
+            inside_workspace: inside_workspace.to_path_buf(),
+            context,
+            ending: None,
+            policies_written: 0,
+            evidence_runs: 0,
+            continued,
+        };
+        Ok(RunbookRun {
+            engine: Arc::new(Mutex::new(engine)),
+            approvals: Arc::new(Approvals::default()),
+            step_listener: Mutex::new(Some(step_listener)),
+            approval_listener: Mutex::new(Some(approval_listener)),
+            run_id: run_dir
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+        })
+    }
+
+    /// The host directory bound at `/run/stepproof/runbook`.
+    pub fn dir(&self) -> PathBuf {
+        self.lock().dir.clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Engine> {
+        self.engine.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Opens the first steps (after the run-start record) and publishes the state.
+    pub fn start(&self) -> Result<(), String> {
+        let mut engine = self.lock();
+        engine.restore();
+        engine.open_ready();
+        engine.publish()
+    }
+
+    /// Serves both sockets, each on a thread of its own (after the sandbox's clone).
+    pub fn serve(&self) -> Serving {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut threads = Vec::new();
+        let take = |slot: &Mutex<Option<UnixListener>>| {
+            slot.lock().unwrap_or_else(|e| e.into_inner()).take()
+        };
+        if let Some(listener) = take(&self.step_listener) {
+            let path = self.dir().join(STEP_SOCKET);
+            let engine = Arc::clone(&self.engine);
+            let approvals = Arc::clone(&self.approvals);
+            let stop = Arc::clone(&stop);
+            let run_id = self.run_id.clone();
+            threads.push((
+                path,
+                std::thread::spawn(move || {
+                    for stream in listener.incoming() {
+                        if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                            break;
+                        }
+                        if let Ok(stream) = stream {
+                            serve_step(&engine, &approvals, &run_id, stream);
+                        }
+                    }
+                }),
+            ));
+        }
+        if let Some(listener) = take(&self.approval_listener) {
+            let path = self.lock().context.run_dir.join(APPROVAL_SOCKET);
+            let engine = Arc::clone(&self.engine);
+            let approvals = Arc::clone(&self.approvals);
+            let stop = Arc::clone(&stop);
+            threads.push((
+                path,
+                std::thread::spawn(move || {
+                    for stream in listener.incoming() {
+                        if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                            break;
+                        }
+                        if let Ok(stream) = stream {
+                            serve_approval(&engine, &approvals, stream);
+                        }
+                    }
+                }),
+            ));
+        }
+        Serving {
+            threads,
+            stop,
+            approvals: Arc::clone(&self.approvals),
+        }
+    }
+
+    /// The end of the run: an early ending, or the steps not passed (recorded as abandoned by
+    /// the supervisor, whatever the agent said).
+    pub fn finish(&self) -> Option<(Ending, Vec<String>)> {
+        let engine = self.lock();
+        let open: Vec<String> = engine
+            .runbook
+            .steps
+            .iter()
+            .zip(&engine.steps)
+            .filter(|(_, s)| s.status != Status::Passed)
+            .map(|(step, _)| step.id.to_string())
+            .collect();
+        let ending = match engine.ending.clone() {
+            Some(ending) => ending,
+            None if open.is_empty() => {
+                engine.record("runbook-complete", json!({ "runbook": engine.runbook.id }));
+                return None;
+            }
+            None => Ending::Abandoned {
+                step: open[0].clone(),
+                requested: None,
+            },
+        };
+        if let Ending::Abandoned { step, requested } = &ending {
+            // The supervisor's own account, whatever the agent's SessionEnd said (that record
+            // comes from inside and can be forged).
+            let still_open: Vec<String> = engine
+                .runbook
+                .steps
+                .iter()
+                .zip(&engine.steps)
+                .filter(|(_, s)| matches!(s.status, Status::Open | Status::Abandoned))
+                .map(|(step, _)| step.id.to_string())
+                .collect();
+            let why = match (requested, engine.ending.is_some()) {
+                (Some(reason), _) => format!("abandoned by request from inside: {reason}"),
+                (None, true) => format!("step {step} failed with on_fail = \"abandon\""),
+                (None, false) => "the agent exited with steps open".to_string(),
+            };
+            engine.record(
+                "runbook-abandoned",
+                json!({
+                    "runbook": engine.runbook.id,
+                    "why": why,
+                    "requested": requested.is_some(),
+                    "open": still_open,
+                    "not_passed": open,
+                }),
+            );
+        }
+        engine.record(
+            "runbook-ended",
+            json!({
+                "runbook": engine.runbook.id,
+                "ending": match &ending {
+                    Ending::Blocked { .. } => "evidence-failed",
+                    Ending::Abandoned { .. } => "abandoned",
+                },
+                "step": match &ending { Ending::Blocked { step } | Ending::Abandoned { step, .. } => step },
+                "not_passed": open,
+            }),
+        );
+        Some((ending, open))
+    }
+}
+
+impl Serving {
+    /// Stops the servers (a connection to each wakes its accept).
+    pub fn shutdown(self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        // A completion waiting for an approval ends now (under the answers' lock: its wait
+        // cannot miss the wake-up).
+        {
+            let _answers = self
+                .approvals
+                .answers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            self.approvals
+                .closing
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+            self.approvals.arrived.notify_all();
+        }
+        for (path, thread) in self.threads {
+            let _ = UnixStream::connect(&path);
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Reads one JSON line, bounded.
+fn read_request(stream: &UnixStream) -> Result<Value, String> {
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+    let mut line = String::new();
+    BufReader::new(stream.take(crate::runbook::client::MAX_MESSAGE_BYTES))
+        .read_line(&mut line)
+        .map_err(|e| format!("reading the request: {e}"))?;
+    serde_json::from_str(&line).map_err(|e| format!("the request is not JSON: {e}"))
+}
+
+fn reply(mut stream: &UnixStream, answer: &Answer) {
+    let mut bytes = serde_json::to_vec(answer).unwrap_or_default();
+    bytes.push(b'\n');
+    let _ = stream.write_all(&bytes);
+}
+
+fn peer(stream: &UnixStream) -> Value {
+    match nix::sys::socket::getsockopt(stream, nix::sys::socket::sockopt::PeerCredentials) {
+        Ok(c) => json!({ "pid": c.pid(), "uid": c.uid() }),
+        Err(_) => Value::Null,
+    }
+}
+
+fn serve_step(
+    engine: &Arc<Mutex<Engine>>,
+    approvals: &Arc<Approvals>,
+    run_id: &str,
+    stream: UnixStream,
+) {
+    let lock = || engine.lock().unwrap_or_else(|e| e.into_inner());
+    let who = peer(&stream);
+    let raw = match read_request(&stream) {
+        Ok(raw) => raw,
+        Err(why) => {
+            lock().record_inside(
+                "runbook-request-refused",
+                json!({ "why": why, "peer": who }),
+            );
+            reply(&stream, &refused(&why));
+            return;
+        }
+    };
+    let request: StepRequest = match serde_json::from_value(raw.clone()) {
+        Ok(request) => request,
+        Err(e) => {
+            // A hand-made message claiming evidence, a verdict or an approval: not a request
+            // the supervisor takes, and on the record.
+            let why = format!(
+                "refused: not a request the supervisor takes ({e}); evidence, verdicts and approvals are the supervisor's and a person's, never a message's"
+            );
+            let mut shown = raw.to_string();
+            shown.truncate(4096);
+            lock().record_inside(
+                "runbook-request-refused",
+                json!({ "why": why, "message": shown, "peer": who }),
+            );
+            reply(&stream, &refused(&why));
+            return;
+        }
+    };
+    let answer = match request {
+        StepRequest::Status {} => {
+            let engine = lock();
+            engine.record_inside("runbook-status-requested", json!({ "peer": who }));
+            Answer {
+                ok: true,
+                message: engine.status_text(),
+                state: Some(engine.state_json()),
+            }
+        }
+        StepRequest::Evidence { files } => {
+            let engine = lock();
+            let hashed: Vec<Value> = files
+                .iter()
+                .take(256)
+                .map(|f| json!({ "path": f, "sha256": hash_named(&engine.context.workspace, f).ok() }))
+                .collect();
+            engine.record_inside(
+                "runbook-evidence-named",
+                json!({ "files": hashed, "peer": who }),
+            );
+            let listed: Vec<String> = hashed
+                .iter()
+                .map(|f| {
+                    let path = f["path"].as_str().unwrap_or_default();
+                    if f["sha256"].is_null() {
+                        format!("{path} (not a regular file in the workspace)")
+                    } else {
+                        path.to_string()
+                    }
+                })
+                .collect();
+            Answer {
+                ok: true,
+                message: format!(
+                    "noted for the record: {}. Naming a file completes nothing: when the step is completed the supervisor judges its evidence by its own hashes.",
+                    if listed.is_empty() {
+                        "no file".to_string()
+                    } else {
+                        listed.join(", ")
+                    }
+                ),
+                state: None,
+            }
+        }
+        StepRequest::Complete { step, note } => {
+            complete(engine, approvals, run_id, step.as_deref(), note, who)
+        }
+        StepRequest::Abandon { reason } => lock().abandon(reason, who),
+    };
+    reply(&stream, &answer);
+}
+
+fn refused(why: &str) -> Answer {
+    Answer {
+        ok: false,
+        message: why.to_string(),
+        state: None,
+    }
+}
+
+/// A completion request: attempt counted, every evidence item checked by the supervisor, the
+/// verdict recorded and published. The engine is unlocked while a command runs or an approval
+/// is awaited (the status stays answerable).
+fn complete(
+    engine: &Arc<Mutex<Engine>>,
+    approvals: &Arc<Approvals>,
+    run_id: &str,
+    step: Option<&str>,
+    note: Option<String>,
+    who: Value,
+) -> Answer {
+    let lock = || engine.lock().unwrap_or_else(|e| e.into_inner());
+    let (index, step, attempt) = {
+        let mut e = lock();
+        let open: Vec<usize> = (0..e.steps.len())
+            .filter(|&i| e.steps[i].status == Status::Open)
+            .collect();
+        let index = match step {
+            Some(id) => e.runbook.steps.iter().position(|s| s.id.as_str() == id),
+            None if open.len() == 1 => Some(open[0]),
+            None => None,
+        };
+        let Some(index) = index.filter(|i| open.contains(i)) else {
+            let why = match step {
+                Some(id) => format!(
+                    "step {id:?} is not open (open: {})",
+                    e.open_ids().join(", ")
+                ),
+                None if open.is_empty() => "no step is open".to_string(),
+                None => format!(
+                    "several steps are open ({}): name one with --step",
+                    e.open_ids().join(", ")
+                ),
+            };
+            e.record_inside(
+                "runbook-complete-refused",
+                json!({ "step": step, "why": why, "peer": who }),
+            );
+            return refused(&why);
+        };
+        e.steps[index].attempts += 1;
+        let attempt = e.steps[index].attempts;
+        let step = e.runbook.steps[index].clone();
+        e.record_inside(
+            "runbook-complete-requested",
+            json!({ "step": step.id, "attempt": attempt, "max_attempts": step.attempts(), "note": note, "peer": who }),
+        );
+        (index, step, attempt)
+    };
+    let mut failures = Vec::new();
+    // The supervisor's own evidence first; model verifiers last, each given what was gathered
+    // (and not started when that already failed: nothing a model says could pass the step).
+    let mut gathered = Vec::new();
+    let mut verdicts = Vec::new();
+    let (verifier_items, other_items): (Vec<_>, Vec<_>) = step
+        .evidence
+        .iter()
+        .enumerate()
+        .partition(|(_, item)| item.verifier.is_some());
+    for (n, item) in other_items.into_iter().chain(verifier_items) {
+        let (held, record, why) = match &item.verifier {
+            Some(verifier) if failures.is_empty() => {
+                let (held, record, why, said) =
+                    check_verifier(engine, &step, attempt, verifier.tier, &gathered);
+                verdicts.push(said);
+                (held, record, why)
+            }
+            Some(verifier) => (
+                false,
+                json!({ "kind": "verifier", "tier": verifier.tier, "verdict": null, "not_run": "other evidence of this attempt did not hold" }),
+                format!(
+                    "verifier (tier {}): not started, the other evidence did not hold",
+                    verifier.tier
+                ),
+            ),
+            None => {
+                let checked = check_item(engine, approvals, run_id, index, &step, item);
+                if checked.0 && checked.1["kind"] == "approval" {
+                    // Who said yes, in the agent's answer (a denial says why among the failures).
+                    let from = checked.1["from"].as_str().unwrap_or("a person");
+                    verdicts.push(match checked.1["approver"].as_str() {
+                        Some(who) => format!("approval: approved by {who} (from {from})"),
+                        None => format!("approval: approved (from {from})"),
+                    });
+                }
+                checked
+            }
+        };
+        let e = lock();
+        let mut record = record;
+        record["step"] = json!(step.id);
+        record["attempt"] = json!(attempt);
+        record["item"] = json!(n);
+        record["held"] = json!(held);
+        gathered.push(record.clone());
+        e.record("runbook-evidence", record);
+        drop(e);
+        if !held {
+            failures.push(why);
+        }
+    }
+    let mut e = lock();
+    if failures.is_empty() {
+        e.steps[index].status = Status::Passed;
+        e.steps[index].last_verdict = Some("passed".into());
+        e.record(
+            "runbook-step-passed",
+            json!({ "step": step.id, "attempt": attempt }),
+        );
+        e.open_ready();
+        let published = e.publish();
+        let mut message = format!("step {} passed (attempt {attempt}).", step.id);
+        for said in &verdicts {
+            message.push_str(&format!("\n{said}"));
+        }
+        if let Err(why) = published {
+            message.push_str(&format!(" (publishing the state failed: {why})"));
+        }
+        let opened = e.open_ids();
+        if opened.is_empty() {
+            message.push_str("\nNo step is open: the runbook is complete.");
+        } else {
+            message.push_str(&format!("\nOpen now: {}.", opened.join(", ")));
+            // What the agent needs next, without waiting for the next prompt's orientation.
+            for (next, s) in e.runbook.steps.iter().zip(&e.steps) {
+                if s.status == Status::Open && next.id != step.id {
+                    message.push_str(&format!(
+                        "\nStep {} ({}): {}\nIt allows {}.",
+                        next.id,
+                        next.title,
+                        next.instructions.trim(),
+                        crate::runbook::policy::allows_text(next)
+                    ));
+                }
+            }
+        }
+        return Answer {
+            ok: true,
+            message,
+            state: Some(e.state_json()),
+        };
+    }
+    if approvals.closing.load(std::sync::atomic::Ordering::SeqCst) {
+        // The run ended during the wait: not a verdict. The step stays open (the run is
+        // abandoned, and a later run continues it).
+        e.record(
+            "runbook-step-interrupted",
+            json!({ "step": step.id, "attempt": attempt, "why": "the run ended while the step's evidence was being checked" }),
+        );
+        return Answer {
+            ok: false,
+            message: format!(
+                "step {} not completed: the run ended while its evidence was being checked",
+                step.id
+            ),
+            state: Some(e.state_json()),
+        };
+    }
+    let left = step.attempts().saturating_sub(attempt);
+    let why = failures.join("\n");
+    e.steps[index].last_verdict = Some("failed".into());
+    let final_failure = left == 0;
+    if final_failure {
+        e.steps[index].status = Status::Failed;
+        e.ending = Some(match step.on_fail() {
+            OnFail::Abandon => Ending::Abandoned {
+                step: step.id.to_string(),
+                requested: None,
+            },
+            OnFail::Retry | OnFail::Block => Ending::Blocked {
+                step: step.id.to_string(),
+            },
+        });
+    }
+    e.record(
+        "runbook-step-failed",
+        json!({
+            "step": step.id,
+            "attempt": attempt,
+            "attempts_left": left,
+            "final": final_failure,
+            "on_fail": step.on_fail().name(),
+        }),
+    );
+    let _ = e.publish();
+    let tail = if final_failure {
+        format!(
+            "No attempt is left (on_fail = {}): the run stops; every further tool call is denied.",
+            step.on_fail().name()
+        )
+    } else {
+        format!(
+            "{left} attempt(s) left; fix it and ask again (`/run/stepproof/stepproof step complete`, in the chat /step-complete)."
+        )
+    };
+    Answer {
+        ok: false,
+        message: format!(
+            "step {} NOT passed (attempt {attempt} of {}):\n{why}\n{tail}",
+            step.id,
+            step.attempts()
+        ),
+        state: Some(e.state_json()),
+    }
+}
+
+/// A model verifier item: a separate read-only Claude Code run judges the acceptance
+/// criteria with the evidence gathered in this attempt, while the agent's processes are frozen
+/// (one state of the workspace). Whether it held (`pass` only), its record (verdict, reasons,
+/// model, each attempt of the chain, transcript digest), why not, and the verdict in words for
+/// the worker's answer.
+fn check_verifier(
+    engine: &Arc<Mutex<Engine>>,
+    step: &Step,
+    attempt: u32,
+    tier: u8,
+    gathered: &[Value],
+) -> (bool, Value, String, String) {
+    use crate::supervisor::runbook::verifier::{self, Verdict};
+    let lock = || engine.lock().unwrap_or_else(|e| e.into_inner());
+    let (context, n, runbook) = {
+        let mut e = lock();
+        e.evidence_runs += 1;
+        (e.context.clone(), e.evidence_runs, e.runbook.clone())
+    };
+    let verifiers = runbook.verifiers.clone().unwrap_or_default();
+    let request = verifier::Request {
+        runbook: &runbook,
+        step,
+        tier,
+        attempt,
+        evidence: gathered,
+    };
+    {
+        let e = lock();
+        e.record(
+            "runbook-verifier-started",
+            json!({
+                "step": step.id,
+                "attempt": attempt,
+                "tier": tier,
+                "models": verifiers.models(tier),
+                "timeout": verifiers.timeout().render(),
+                "max_tokens": verifiers.max_tokens(),
+                "prompt_sha256": format!("sha256:{}", hex::encode(Sha256::digest(verifier::prompt(&request).as_bytes()))),
+            }),
+        );
+    }
+    let frozen = freeze(&context.cgroup_dirs, true, context.no_freezer.as_deref());
+    let launcher = verifier::Launcher {
+        run_binary: context.run_binary.clone(),
+        profile: context.profile.clone(),
+        workspace: context.workspace.clone(),
+        run_dir: context.run_dir.clone(),
+        deadline: context.deadline,
+    };
+    let verification = verifier::verify(&launcher, &verifiers, &request, n, &mut |r| {
+        lock().record("runbook-verifier-attempt", r.clone());
+    });
+    freeze(&context.cgroup_dirs, false, None);
+    let held = verification.verdict == Verdict::Pass;
+    let model = verification.model.clone().unwrap_or_else(|| "none".into());
+    let said = format!(
+        "verifier (tier {tier}, model {model}): {}\n{}",
+        verification.verdict.name(),
+        verification
+            .reasons
+            .iter()
+            .map(|r| format!("  - {r}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let record = json!({
+        "kind": "verifier",
+        "tier": tier,
+        "verdict": verification.verdict.name(),
+        "reasons": verification.reasons,
+        "model": verification.model,
+        "models_tried": verification.attempts.iter().map(|a| a["model"].clone()).collect::<Vec<_>>(),
+        "chain": verification.attempts.iter().map(|a| json!({ "model": a["model"], "outcome": a["outcome"] })).collect::<Vec<_>>(),
+        "tokens": verification.tokens,
+        "duration_ms": verification.duration.as_millis() as u64,
+        "transcript_sha256": verification.transcript_sha256,
+        "frozen": frozen.0,
+        "agent_frozen": frozen.1,
+        "workspace": "read-only",
+    });
+    (held, record, said.clone(), said)
+}
+
+/// One evidence item: whether it held, its record, and why not.
+fn check_item(
+    engine: &Arc<Mutex<Engine>>,
+    approvals: &Arc<Approvals>,
+    run_id: &str,
+    index: usize,
+    step: &Step,
+    item: &Evidence,
+) -> (bool, Value, String) {
+    let lock = || engine.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(files) = &item.files_exist {
+        let workspace = lock().context.workspace.clone();
+        let mut missing = Vec::new();
+        let mut found = BTreeMap::new();
+        for glob in &files.paths {
+            let hits = walk_glob(&workspace, glob);
+            if hits.is_empty() {
+                missing.push(glob.clone());
+            }
+            found.extend(hits);
+        }
+        let held = missing.is_empty();
+        let attributed_to = attributions(&lock(), step.id.as_str(), &files.paths, &found);
+        return (
+            held,
+            json!({ "kind": "files_exist", "paths": files.paths, "found": found, "missing": missing, "attributed_to": attributed_to }),
+            format!("files_exist: nothing matches {}", missing.join(", ")),
+        );
+    }
+    if let Some(files) = &item.files_changed {
+        let (workspace, baseline) = {
+            let e = lock();
+            (e.context.workspace.clone(), e.steps[index].baseline.clone())
+        };
+        let mut unchanged = Vec::new();
+        let mut changed = Vec::new();
+        let mut current = BTreeMap::new();
+        for glob in &files.paths {
+            let now = walk_glob(&workspace, glob);
+            current.extend(now.clone());
+            let glob_changed: Vec<String> = now
+                .iter()
+                .filter(|(p, h)| baseline.get(*p) != Some(*h))
+                .map(|(p, _)| p.clone())
+                .chain(
+                    baseline
+                        .keys()
+                        .filter(|p| glob_matches(glob, p) && !now.contains_key(*p))
+                        .cloned(),
+                )
+                .collect();
+            if glob_changed.is_empty() {
+                unchanged.push(glob.clone());
+            }
+            changed.extend(glob_changed);
+        }
+        let held = unchanged.is_empty();
+        let attributed_to = attributions(&lock(), step.id.as_str(), &files.paths, &current);
+        return (
+            held,
+            json!({ "kind": "files_changed", "paths": files.paths, "changed": changed, "unchanged": unchanged, "attributed_to": attributed_to }),
+            format!(
+                "files_changed: nothing under {} changed since the step opened (by the supervisor's hashes)",
+                unchanged.join(", ")
+            ),
+        );
+    }
+    if let Some(command) = &item.command {
+        let (context, n) = {
+            let mut e = lock();
+            e.evidence_runs += 1;
+            (e.context.clone(), e.evidence_runs)
+        };
+        let ran = run_command_evidence(&context, step, command, n);
+        let held = ran.exit_code == Some(command.exit_code.unwrap_or(0));
+        // The evidence sandbox's own closing line (its log is in the chain record) is not the
+        // command's output.
+        let shown: String = String::from_utf8_lossy(tail(&ran.output, OUTPUT_SHOWN_BYTES))
+            .lines()
+            .filter(|l| !l.starts_with("stepproof-run: audit log "))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let shown = if shown.trim().is_empty() {
+            "(none)\n".to_string()
+        } else {
+            shown
+        };
+        let why = format!(
+            "command `{}` {} (wanted exit {}); its output (last {} bytes):\n{}",
+            crate::audit::text::command_line(&command.run),
+            match ran.exit_code {
+                Some(code) => format!("exited {code}"),
+                None => format!("did not finish: {}", ran.error.clone().unwrap_or_default()),
+            },
+            command.exit_code.unwrap_or(0),
+            OUTPUT_SHOWN_BYTES,
+            shown
+        );
+        return (
+            held,
+            json!({
+                "kind": "command",
+                "run": command.run,
+                "exit_code": ran.exit_code,
+                "expected_exit_code": command.exit_code.unwrap_or(0),
+                "duration_ms": ran.duration.as_millis() as u64,
+                "output_sha256": format!("sha256:{}", hex::encode(Sha256::digest(&ran.output))),
+                "output_bytes": ran.output.len(),
+                "network": command.network.unwrap_or(false),
+                "workspace": "overlay, upper layer thrown away",
+                "frozen": ran.frozen.0,
+                "agent_frozen": ran.frozen.1,
+                "audit_log": crate::audit::text::path(&ran.audit_log),
+                "error": ran.error,
+            }),
+            why,
+        );
+    }
+    if let Some(approval) = &item.approval {
+        let (ci, pre, webhook) = {
+            let e = lock();
+            (
+                e.context.ci,
+                e.context.pre_approved.iter().any(|s| s == step.id.as_str()),
+                e.context.approval_webhook.clone(),
+            )
+        };
+        // `--ci` asks nobody but a webhook; a pre-approval needs no asking.
+        if pre || (ci && webhook.is_none()) {
+            let held = pre;
+            return (
+                held,
+                json!({ "kind": "approval", "approvers": approval.approvers, "ci": ci, "pre_approved": pre, "by": if pre { "--approve" } else { "nobody" } }),
+                "approval: denied in --ci without pre-approval (`stepproof-run --ci --approve STEP`)"
+                    .to_string(),
+            );
+        }
+        let deadline = Instant::now() + Duration::from_secs(approval.deadline.seconds);
+        {
+            let e = lock();
+            e.record(
+                "runbook-approval-requested",
+                json!({ "step": step.id, "approvers": approval.approvers, "deadline": approval.deadline.render() }),
+            );
+        }
+        crate::say!(
+            "stepproof-run: step {} waits for approval by {} (deadline {}): `stepproof approve {run_id} {}` or `stepproof deny {run_id} {} --reason …`{}",
+            step.id,
+            approval.approvers,
+            approval.deadline.render(),
+            step.id,
+            step.id,
+            webhook
+                .as_ref()
+                .map(|w| format!("; the webhook {} is asked too", w.url()))
+                .unwrap_or_default()
+        );
+        *approvals.waiting.lock().unwrap_or_else(|e| e.into_inner()) = Some(step.id.to_string());
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut asking = None;
+        if let Some(webhook) = webhook {
+            let (question, audit) = {
+                let e = lock();
+                (
+                    crate::supervisor::runbook::webhook::Question {
+                        run: run_id.to_string(),
+                        step: step.id.to_string(),
+                        step_title: step.title.clone(),
+                        runbook: e.runbook.id.to_string(),
+                        runbook_hash: e.hash.clone(),
+                        approvers: approval.approvers.clone(),
+                        deadline: Duration::from_secs(approval.deadline.seconds),
+                    },
+                    e.audit.as_ref().map(AuditSink::clone_handle),
+                )
+            };
+            let (engine, approvals, stop_seen, id) = (
+                Arc::clone(engine),
+                Arc::clone(approvals),
+                Arc::clone(&stop),
+                step.id.to_string(),
+            );
+            asking = Some(crate::supervisor::runbook::webhook::ask(
+                webhook,
+                question,
+                audit,
+                Arc::clone(&stop),
+                move |verdict| {
+                    let answer = if verdict.approved {
+                        Ok(())
+                    } else {
+                        Err(verdict
+                            .reason
+                            .clone()
+                            .unwrap_or_else(|| "denied at the webhook".into()))
+                    };
+                    give_answer(
+                        &engine,
+                        &approvals,
+                        &id,
+                        answer,
+                        verdict.detail,
+                        Some(&stop_seen),
+                    )
+                },
+            ));
+        }
+        let mut answers = approvals.answers.lock().unwrap_or_else(|e| e.into_inner());
+        let answer = loop {
+            if let Some(answer) = answers.remove(step.id.as_str()) {
+                break Some(answer);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() || approvals.closing.load(std::sync::atomic::Ordering::SeqCst) {
+                break None;
+            }
+            answers = approvals
+                .arrived
+                .wait_timeout(answers, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        };
+        // Under the answers' lock: no answer can arrive for this wait once it is over.
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        *approvals.waiting.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        drop(answers);
+        // The webhook's last records (a poll in flight ends within its timeout) come before the
+        // step's evidence record.
+        if let Some(asking) = asking {
+            let _ = asking.join();
+        }
+        let detail = answer
+            .as_ref()
+            .map(|(_, d)| d.clone())
+            .unwrap_or(Value::Null);
+        let (held, by, why) = match answer.map(|(a, _)| a) {
+            Some(Ok(())) => (true, "approved", String::new()),
+            Some(Err(reason)) => (false, "denied", format!("approval: denied: {reason}")),
+            None if approvals.closing.load(std::sync::atomic::Ordering::SeqCst) => (
+                false,
+                "run-ended",
+                "approval: the run ended before an answer: denied".to_string(),
+            ),
+            None => (
+                false,
+                "deadline",
+                format!(
+                    "approval: no answer before the deadline ({}): denied",
+                    approval.deadline.render()
+                ),
+            ),
+        };
+        return (
+            held,
+            json!({ "kind": "approval", "approvers": approval.approvers, "answer": by, "from": detail["from"], "approver": detail["approver"], "nonce": detail["nonce"] }),
+            why,
+        );
+    }
+    (
+        false,
+        json!({ "kind": "unsupported", "kinds": item.kinds() }),
+        format!(
+            "evidence of kind {} is not supported by this release",
+            item.kinds().join(", ")
+        ),
+    )
+}
+
+/// An answer from a channel: counted when the step still waits and no answer came first (and,
+/// for the webhook, its wait is not over); recorded either way, under the answers' lock so that
+/// the record comes before the step's evidence record.
+fn give_answer(
+    engine: &Arc<Mutex<Engine>>,
+    approvals: &Arc<Approvals>,
+    step: &str,
+    answer: Result<(), String>,
+    detail: Value,
+    over: Option<&std::sync::atomic::AtomicBool>,
+) -> bool {
+    let mut answers = approvals.answers.lock().unwrap_or_else(|e| e.into_inner());
+    let waiting = approvals
+        .waiting
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    let counted = waiting.as_deref() == Some(step)
+        && !answers.contains_key(step)
+        && !over.is_some_and(|o| o.load(std::sync::atomic::Ordering::SeqCst));
+    let mut record = json!({ "step": step, "approved": answer.is_ok(), "reason": answer.clone().err(), "counted": counted });
+    if let (Some(record), Value::Object(detail)) = (record.as_object_mut(), &detail) {
+        for (k, v) in detail {
+            record.insert(k.clone(), v.clone());
+        }
+    }
+    engine
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .record("runbook-approval", record);
+    if counted {
+        answers.insert(step.to_string(), (answer, detail));
+        approvals.arrived.notify_all();
+    }
+    counted
+}
+
+fn serve_approval(engine: &Arc<Mutex<Engine>>, approvals: &Arc<Approvals>, stream: UnixStream) {
+    let who = peer(&stream);
+    let request = read_request(&stream).and_then(|raw| {
+        serde_json::from_value::<ApprovalRequest>(raw).map_err(|e| format!("not a request: {e}"))
+    });
+    let request = match request {
+        Ok(request) => request,
+        Err(why) => {
+            reply(&stream, &refused(&why));
+            return;
+        }
+    };
+    let (step, answer) = match &request {
+        ApprovalRequest::Approve { step } => (step.clone(), Ok(())),
+        ApprovalRequest::Deny { step, reason } => (step.clone(), Err(reason.clone())),
+    };
+    let waiting = approvals
+        .waiting
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    if waiting.as_deref() != Some(step.as_str()) {
+        let why = format!(
+            "step {step:?} is not waiting for approval{}",
+            waiting
+                .map(|w| format!(" (step {w} is)"))
+                .unwrap_or_default()
+        );
+        reply(&stream, &refused(&why));
+        return;
+    }
+    let approved = answer.is_ok();
+    let counted = give_answer(
+        engine,
+        approvals,
+        &step,
+        answer,
+        json!({ "from": "host terminal", "peer": who }),
+        None,
+    );
+    if !counted {
+        reply(
+            &stream,
+            &refused(&format!(
+                "step {step:?}: another answer came first (or the wait is over)"
+            )),
+        );
+        return;
+    }
+    reply(
+        &stream,
+        &Answer {
+            ok: true,
+            message: format!(
+                "step {step}: {}",
+                if approved { "approved" } else { "denied" }
+            ),
+            state: None,
+        },
+    );
+}
+
+impl Engine {
+    /// A continued run: the earlier run's passed steps, attempts and verdicts, and the
+    /// baselines of its open steps (which open again), on the record before anything opens.
+    fn restore(&mut self) {
+        let Some(earlier) = self.continued.clone() else {
+            return;
+        };
+        let ids: Vec<String> = self
+            .runbook
+            .steps
+            .iter()
+            .map(|s| s.id.to_string())
+            .collect();
+        for (state, rebuilt) in self.steps.iter_mut().zip(&earlier.steps) {
+            state.attempts = rebuilt.attempts;
+            state.last_verdict = rebuilt.last_verdict.clone();
+            if rebuilt.passed {
+                state.status = Status::Passed;
+            } else if rebuilt.was_open {
+                state.restored_baseline = rebuilt.baseline.clone();
+            }
+        }
+        self.record(
+            "runbook-continued",
+            json!({
+                "runbook": self.runbook.id,
+                "hash": self.hash,
+                "continues": earlier.run_id,
+                "log": crate::audit::text::path(&earlier.log),
+                "log_head": earlier.head,
+                "log_records": earlier.records,
+                "earlier_ended": if earlier.ended_cleanly { "run-end recorded" } else { "no run-end: killed or crashed" },
+                "state": crate::supervisor::runbook::continuation::state_record(&earlier, &ids),
+            }),
+        );
+    }
+
+    /// The agent gives the runbook up: on the record, its open steps marked abandoned, the
+    /// stop policy published (every later tool call is denied).
+    fn abandon(&mut self, reason: Option<String>, who: Value) -> Answer {
+        let reason = reason
+            .map(|r| r.chars().take(1000).collect::<String>())
+            .filter(|r| !r.trim().is_empty())
+            .unwrap_or_else(|| "no reason given".to_string());
+        if let Some(ending) = &self.ending {
+            let why = format!(
+                "the run has already stopped ({}); nothing to abandon",
+                match ending {
+                    Ending::Blocked { step } => format!("step {step}'s evidence did not hold"),
+                    Ending::Abandoned { step, .. } => format!("abandoned at step {step}"),
+                }
+            );
+            self.record_inside(
+                "runbook-abandon-refused",
+                json!({ "why": why, "reason": reason, "peer": who }),
+            );
+            return refused(&why);
+        }
+        let open = self.open_ids();
+        let not_passed: Vec<String> = self
+            .runbook
+            .steps
+            .iter()
+            .zip(&self.steps)
+            .filter(|(_, s)| s.status != Status::Passed)
+            .map(|(step, _)| step.id.to_string())
+            .collect();
+        let Some(first) = not_passed.first().cloned() else {
+            let why = "every step has passed: the runbook is complete".to_string();
+            self.record_inside(
+                "runbook-abandon-refused",
+                json!({ "why": why, "reason": reason, "peer": who }),
+            );
+            return refused(&why);
+        };
+        self.record_inside(
+            "runbook-abandon-requested",
+            json!({ "reason": reason, "open": open, "peer": who }),
+        );
+        for state in &mut self.steps {
+            if state.status == Status::Open {
+                state.status = Status::Abandoned;
+            }
+        }
+        self.ending = Some(Ending::Abandoned {
+            step: open.first().cloned().unwrap_or(first),
+            requested: Some(reason),
+        });
+        let published = self.publish();
+        let mut message = format!(
+            "runbook {} abandoned at your request; abandoned: {}. Every further tool call is denied; the run ends when the agent exits.",
+            self.runbook.id,
+            if open.is_empty() {
+                "none open".to_string()
+            } else {
+                open.join(", ")
+            }
+        );
+        if let Err(why) = published {
+            message.push_str(&format!(" (publishing the state failed: {why})"));
+        }
+        Answer {
+            ok: true,
+            message,
+            state: Some(self.state_json()),
+        }
+    }
+
+    fn record(&self, kind: &str, body: Value) {
+        if let Some(audit) = &self.audit {
+            audit.record("supervisor", kind, &body);
+        }
+    }
+
+    /// A record of what arrived from inside the sandbox: `source: "sandbox"`, like the hook's.
+    fn record_inside(&self, kind: &str, mut body: Value) {
+        body["reported_from"] = json!("inside");
+        if let Some(audit) = &self.audit {
+            audit.record("sandbox", kind, &body);
+        }
+    }
+
+    fn open_ids(&self) -> Vec<String> {
+        self.runbook
+            .steps
+            .iter()
+            .zip(&self.steps)
+            .filter(|(_, s)| s.status == Status::Open)
+            .map(|(step, _)| step.id.to_string())
+            .collect()
+    }
+
+    /// Opens every waiting step whose dependencies have all passed.
+    fn open_ready(&mut self) {
+        if self.ending.is_some() {
+            return;
+        }
+        let passed: Vec<String> = self
+            .runbook
+            .steps
+            .iter()
+            .zip(&self.steps)
+            .filter(|(_, s)| s.status == Status::Passed)
+            .map(|(step, _)| step.id.to_string())
+            .collect();
+        for i in 0..self.steps.len() {
+            let step = &self.runbook.steps[i];
+            if self.steps[i].status != Status::Waiting
+                || !step.depends_on.iter().all(|d| passed.contains(d))
+            {
+                continue;
+            }
+            let restored = self.steps[i].restored_baseline.take();
+            let baseline_restored = restored.is_some();
+            let baseline: BTreeMap<String, String> = restored.unwrap_or_else(|| {
+                step.evidence
+                    .iter()
+                    .filter_map(|e| e.files_changed.as_ref())
+                    .flat_map(|f| f.paths.iter())
+                    .flat_map(|glob| walk_glob(&self.context.workspace, glob))
+                    .collect()
+            });
+            self.steps[i].status = Status::Open;
+            self.steps[i].baseline = baseline;
+            let step = step.clone();
+            self.record(
+                "runbook-step-opened",
+                json!({
+                    "step": step.id,
+                    "title": step.title,
+                    "depends_on": step.depends_on,
+                    "allows": crate::runbook::policy::allows_text(&step),
+                    "baseline_files": self.steps[i].baseline.len(),
+                    "baseline": (self.steps[i].baseline.len() <= BASELINE_RECORDED_MAX)
+                        .then(|| &self.steps[i].baseline),
+                    "baseline_from_earlier_run": baseline_restored,
+                }),
+            );
+        }
+    }
+
+    fn state_json(&self) -> Value {
+        json!({
+            "runbook": self.runbook.id,
+            "title": self.runbook.title,
+            "hash": self.hash,
+            "open": self.open_ids(),
+            "ended": self.ending.as_ref().map(|e| match e {
+                Ending::Blocked { step } => json!({ "ending": "evidence-failed", "step": step }),
+                Ending::Abandoned { step, requested } => json!({ "ending": "abandoned", "step": step, "requested": requested }),
+            }),
+            "steps": self.runbook.steps.iter().zip(&self.steps).map(|(step, s)| json!({
+                "id": step.id,
+                "title": step.title,
+                "status": s.status,
+                "attempts": s.attempts,
+                "max_attempts": step.attempts(),
+                "depends_on": step.depends_on,
+                "instructions": step.instructions,
+                "acceptance": step.acceptance,
+                "allows": crate::runbook::policy::allows_text(step),
+                "denied_words": crate::runbook::policy::denied_words(step),
+                "last_verdict": s.last_verdict,
+            })).collect::<Vec<_>>(),
+        })
+    }
+
+    fn status_text(&self) -> String {
+        let mut out = format!("runbook {}: {}\n", self.runbook.id, self.runbook.title);
+        for (step, s) in self.runbook.steps.iter().zip(&self.steps) {
+            let status = match s.status {
+                Status::Waiting => "waiting",
+                Status::Open => "OPEN",
+                Status::Passed => "passed",
+                Status::Failed => "FAILED",
+                Status::Abandoned => "ABANDONED",
+            };
+            out.push_str(&format!(
+                "  {:8} {} — {} (attempts {}/{})\n",
+                status,
+                step.id,
+                step.title,
+                s.attempts,
+                step.attempts()
+            ));
+            if s.status == Status::Open {
+                for line in step.instructions.trim().lines() {
+                    out.push_str(&format!("           {line}\n"));
+                }
+                out.push_str(&format!(
+                    "           allows: {}\n",
+                    crate::runbook::policy::allows_text(step)
+                ));
+            }
+        }
+        out
+    }
+
+    /// Writes `state.json` and the open steps' policies, each atomically; then removes the
+    /// policies of steps no longer open, the last first (the hook reads them in order until
+    /// one is missing, so at no moment does it read fewer than it should).
+    fn publish(&mut self) -> Result<(), String> {
+        let state = serde_json::to_vec_pretty(&self.state_json()).map_err(|e| e.to_string())?;
+        write_atomic(&self.dir, "state.json", &state)?;
+        let mut policies = Vec::new();
+        if let Some(ending) = &self.ending {
+            // The run stops: a policy with no rule and a deny default, named for the step.
+            let step = match ending {
+                Ending::Blocked { step } | Ending::Abandoned { step, .. } => step,
+            };
+            let config = stepproof_hook::config::HookConfig {
+                default: Some(stepproof_hook::Decision::Deny),
+                unknown: Some(stepproof_hook::Decision::Deny),
+                unknown_tool: Some(stepproof_hook::Decision::Deny),
+                summary: Some("nothing: the run has stopped".into()),
+                ..Default::default()
+            };
+            let context = stepproof_hook::policy::Context {
+                workspace: self.inside_workspace.clone(),
+                home: self.inside_home.clone(),
+                profile_name: format!(
+                    "runbook {}, stopped: step {step}'s evidence did not hold",
+                    self.runbook.id
+                ),
+            };
+            policies.push(
+                stepproof_hook::policy::compile(&config, &context).map_err(|e| e.to_string())?,
+            );
+        } else {
+            for (step, s) in self.runbook.steps.iter().zip(&self.steps) {
+                if s.status == Status::Open {
+                    policies.push(crate::runbook::policy::compile_step(
+                        &self.runbook,
+                        step,
+                        &self.inside_home,
+                        &self.inside_workspace,
+                    )?);
+                }
+            }
+        }
+        for (n, policy) in policies.iter().enumerate() {
+            let bytes = stepproof_hook::load::encode(policy).map_err(|e| e.to_string())?;
+            write_atomic(
+                &self.dir,
+                &crate::runbook::policy::policy_file_name(n),
+                &bytes,
+            )?;
+        }
+        for n in (policies.len()..self.policies_written.max(policies.len())).rev() {
+            let path = self.dir.join(crate::runbook::policy::policy_file_name(n));
+            match std::fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(format!("removing {}: {e}", path.display())),
+            }
+        }
+        self.policies_written = policies.len();
+        Ok(())
+    }
+}
+
+/// `dir/name` replaced atomically: written under a temporary name (0644), then renamed.
+fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), String> {
+    let tmp = dir.join(format!(".{name}.tmp"));
+    let path = dir.join(name);
+    let _ = std::fs::remove_file(&tmp);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&tmp)
+        .map_err(io_err("writing", &tmp))?;
+    file.write_all(bytes).map_err(io_err("writing", &tmp))?;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o644))
+        .map_err(io_err("chmod", &tmp))?;
+    std::fs::rename(&tmp, &path).map_err(io_err("renaming into place", &path))
+}
+
+fn hash_file(path: &Path) -> std::io::Result<String> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)?;
+    hash_open(file)
+}
+
+/// sha256 of a file the agent named (`step evidence`), resolved beneath the workspace without
+/// following a link: a `..` out of it, or a link anywhere on the way, is an error (the
+/// supervisor never hashes a file outside the workspace for the agent).
+fn hash_named(workspace: &Path, named: &str) -> std::io::Result<String> {
+    use crate::sys::beneath::{DIR_LOOKUP, FILE_READING, open_beneath, open_root};
+    use std::os::fd::AsFd;
+    let root = open_root(workspace, DIR_LOOKUP)?;
+    let rel = Path::new(named.trim_start_matches('/'));
+    let fd = open_beneath(root.as_fd(), rel, FILE_READING, 0)?;
+    hash_open(std::fs::File::from(fd))
+}
+
+fn hash_open(file: std::fs::File) -> std::io::Result<String> {
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    let mut hasher = Sha256::new();
+    let mut file = file;
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        match file.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => hasher.update(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(hex::encode(hasher.finalize()))
+}
+
+/// At most this many ledger entries are named per evidence item (the newest).
+const ATTRIBUTIONS_MAX: usize = 64;
+
+/// The evidence ledger's entries for a files item: the hook's PostToolUse records (from
+/// inside, `source: "sandbox"`) of writes made while `step` was open to a file the globs name,
+/// read back from the run's own audit log. They only attribute: each says whether the file's
+/// content now is what the supervisor hashed (`matches_supervisor_hash`); the verdict never
+/// depends on them.
+fn attributions(
+    e: &Engine,
+    step: &str,
+    globs: &[String],
+    current: &BTreeMap<String, String>,
+) -> Vec<Value> {
+    let Some(audit) = &e.audit else {
+        return Vec::new();
+    };
+    let Ok(file) = std::fs::File::open(audit.path()) else {
+        return Vec::new();
+    };
+    let mut found = std::collections::VecDeque::new();
+    for line in std::io::BufRead::lines(std::io::BufReader::new(file)).map_while(Result::ok) {
+        // Cheap filter before parsing: only the hook's evidence records with a path.
+        if !line.contains("\"evidence\"") || !line.contains("\"path\"") {
+            continue;
+        }
+        let Ok(r) = serde_json::from_str::<Value>(&line) else {
+            continue;
+        };
+        if r["source"] != "sandbox" || r["kind"] != "evidence" {
+            continue;
+        }
+        // The hook's own record, as it sent it.
+        let r = &r["reported"];
+        let in_step = r["open_steps"]
+            .as_array()
+            .is_some_and(|open| open.iter().any(|s| s == step));
+        let Some(path) = r["path"].as_str() else {
+            continue;
+        };
+        let Ok(relative) = Path::new(path).strip_prefix(&e.inside_workspace) else {
+            continue;
+        };
+        let Some(relative) = relative.to_str() else {
+            continue;
+        };
+        if !in_step || !globs.iter().any(|g| glob_matches(g, relative)) {
+            continue;
+        }
+        let sha256 = r["sha256"].as_str();
+        found.push_back(json!({
+            "path": relative,
+            "tool": r["tool"],
+            "sha256": sha256,
+            "step": step,
+            "open_steps": r["open_steps"],
+            "tool_use_id": r["tool_use_id"],
+            "ts_ms": r["ts_ms"],
+            "reported_from": "inside",
+            "matches_supervisor_hash": sha256.is_some() && current.get(relative).map(String::as_str) == sha256,
+        }));
+        if found.len() > ATTRIBUTIONS_MAX {
+            found.pop_front();
+        }
+    }
+    found.into()
+}
+
+/// Whether a workspace-relative path matches a glob (`*` within a component, `**` any number
+/// of components), as file rules match.
+fn glob_matches(glob: &str, relative: &str) -> bool {
+    stepproof_hook::pattern::PathGlob::new(0, &format!("/{}", glob.trim_start_matches("./")))
+        .matches(&format!("/{relative}"))
+}
+
+/// The regular files under `workspace` a glob names (links are not followed), with their
+/// sha256; bounded.
+fn walk_glob(workspace: &Path, glob: &str) -> BTreeMap<String, String> {
+    let mut found = BTreeMap::new();
+    let mut stack = vec![PathBuf::new()];
+    let mut seen = 0usize;
+    while let Some(rel) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(workspace.join(&rel)) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            seen += 1;
+            if seen > WALK_MAX_FILES {
+                return found;
+            }
+            let rel = rel.join(entry.file_name());
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            let Some(text) = rel.to_str() else { continue };
+            if kind.is_dir() {
+                stack.push(rel);
+            } else if kind.is_file()
+                && glob_matches(glob, text)
+                && let Ok(hash) = hash_file(&workspace.join(&rel))
+            {
+                found.insert(text.to_string(), hash);
+            }
+        }
+    }
+    found
+}
+
+fn tail(bytes: &[u8], n: usize) -> &[u8] {
+    &bytes[bytes.len().saturating_sub(n)..]
+}
+
+/// What an evidence command did.
+struct CommandRun {
+    exit_code: Option<i32>,
+    output: Vec<u8>,
+    duration: Duration,
+    error: Option<String>,
+    /// Whether the agent's processes were frozen meanwhile, and what was, in words.
+    frozen: (bool, String),
+    audit_log: PathBuf,
+}
+
+/// Runs an evidence command with `stepproof-run` itself, in a fresh sandbox under the run's
+/// profile with the workspace as an overlay whose upper layer is thrown away and (unless the
+/// item says) no network, while the agent's processes are frozen (cgroup v2 freezer) when the
+/// run has a cgroup.
+fn run_command_evidence(
+    context: &EvidenceContext,
+    step: &Step,
+    command: &crate::runbook::CommandEvidence,
+    n: u32,
+) -> CommandRun {
+    let started = Instant::now();
+    let audit_log = context
+        .run_dir
+        .join(format!("evidence-{}-{n}.jsonl", step.id));
+    let profile_path = context.run_dir.join(format!("evidence-{n}.toml"));
+    // The run's own status: the supervisor's relay reaps every child of this process (its
+    // `waitpid(-1)`), so the exit code is read from the file, not from `wait`.
+    let status_file = context.run_dir.join(format!("evidence-{n}.status.json"));
+    let extends = toml::Value::String(context.profile.clone()).to_string();
+    let mut derived = format!(
+        "name = \"runbook-evidence\"\nextends = {extends}\n[filesystem]\nworkspace = \"overlay\"\n"
+    );
+    if !command.network.unwrap_or(false) {
+        derived.push_str("[network]\nmode = \"none\"\n");
+    }
+    let fail = |error: String| CommandRun {
+        exit_code: None,
+        output: Vec::new(),
+        duration: started.elapsed(),
+        error: Some(error),
+        frozen: (false, String::new()),
+        audit_log: audit_log.clone(),
+    };
+    if let Err(e) = std::fs::write(&profile_path, derived) {
+        return fail(format!("writing {}: {e}", profile_path.display()));
+    }
+    let frozen = freeze(&context.cgroup_dirs, true, context.no_freezer.as_deref());
+    let timeout = command.timeout();
+    let child = crate::supervisor::runbook::verifier::nested_run(
+        &context.run_binary,
+        &context.workspace,
+        [&profile_path, &audit_log, &status_file],
+        timeout.seconds,
+    )
+    .arg("--")
+    .args(&command.run)
+    .spawn();
+    let result = match child {
+        Err(e) => fail(format!("starting {}: {e}", context.run_binary.display())),
+        Ok(mut child) => {
+            let mut stdout = child.stdout.take();
+            let mut stderr = child.stderr.take();
+            let err_thread = std::thread::spawn(move || {
+                let mut bytes = Vec::new();
+                if let Some(e) = stderr.as_mut() {
+                    let _ = e.take(OUTPUT_READ_BYTES).read_to_end(&mut bytes);
+                }
+                bytes
+            });
+            let mut output = Vec::new();
+            if let Some(o) = stdout.as_mut() {
+                let _ = o.take(OUTPUT_READ_BYTES).read_to_end(&mut output);
+            }
+            drop(stdout);
+            let status = child.wait();
+            output.extend(err_thread.join().unwrap_or_default());
+            let from_file = std::fs::read(&status_file)
+                .ok()
+                .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+                .and_then(|v| v["exit_code"].as_i64())
+                .and_then(|c| i32::try_from(c).ok());
+            let _ = std::fs::remove_file(&status_file);
+            let status = match (from_file, status) {
+                (Some(code), _) => Ok(code),
+                (None, Ok(status)) => Ok(status.code().unwrap_or_else(|| {
+                    128 + std::os::unix::process::ExitStatusExt::signal(&status).unwrap_or(0)
+                })),
+                (None, Err(e)) => Err(e),
+            };
+            match status {
+                Ok(code) => CommandRun {
+                    exit_code: Some(code),
+                    output,
+                    duration: started.elapsed(),
+                    error: None,
+                    frozen: (false, String::new()),
+                    audit_log: audit_log.clone(),
+                },
+                Err(e) => fail(format!("waiting for the evidence run: {e}")),
+            }
+        }
+    };
+    freeze(&context.cgroup_dirs, false, None);
+    let _ = std::fs::remove_file(&profile_path);
+    CommandRun { frozen, ..result }
+}
+
+/// Freezes (or thaws) the run's cgroups — v2 `cgroup.freeze`, v1 `freezer.state` — and waits
+/// (up to a second) until the kernel says they are; says whether every one was, and what.
+fn freeze(dirs: &[PathBuf], frozen: bool, no_freezer: Option<&str>) -> (bool, String) {
+    let mut said = Vec::new();
+    let mut all = true;
+    let mut any = false;
+    for dir in dirs {
+        let (file, value, done): (PathBuf, &str, Box<dyn Fn() -> bool>) = if dir
+            .join("cgroup.freeze")
+            .exists()
+        {
+            let events = dir.join("cgroup.events");
+            let want = if frozen { "frozen 1" } else { "frozen 0" };
+            (
+                dir.join("cgroup.freeze"),
+                if frozen { "1" } else { "0" },
+                Box::new(move || {
+                    std::fs::read_to_string(&events).is_ok_and(|t| t.lines().any(|l| l == want))
+                }),
+            )
+        } else if dir.join("freezer.state").exists() {
+            let state = dir.join("freezer.state");
+            let want = if frozen { "FROZEN" } else { "THAWED" };
+            (
+                state.clone(),
+                want,
+                Box::new(move || std::fs::read_to_string(&state).is_ok_and(|t| t.trim() == want)),
+            )
+        } else {
+            continue;
+        };
+        any = true;
+        if let Err(e) = std::fs::write(&file, value) {
+            all = false;
+            said.push(format!(
+                "not frozen: writing {value} to {}: {e}",
+                file.display()
+            ));
+            continue;
+        }
+        // The kernel freezes asynchronously (v1 says FREEZING meanwhile).
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while !done() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if done() {
+            said.push(format!("{}: {}", file.display(), value));
+        } else {
+            all = false;
+            said.push(format!(
+                "{}: wrote {value}, but the kernel did not confirm it within a second",
+                file.display()
+            ));
+        }
+    }
+    if !any {
+        return (
+            false,
+            format!(
+                "not frozen: the run has no cgroup with a freezer ({}); the evidence ran on the \
+                 workspace as it was when the command started",
+                no_freezer.unwrap_or("no cgroup v1 freezer or v2 directory")
+            ),
+        );
+    }
+    (all, said.join("; "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs_match_like_file_rules() {
+        assert!(glob_matches("tests/**", "tests/a/b.rs"));
+        assert!(glob_matches("src/*.rs", "src/lib.rs"));
+        assert!(!glob_matches("src/*.rs", "src/a/lib.rs"));
+        assert!(glob_matches("**/*.md", "a/b/c.md"));
+        assert!(!glob_matches("tests/**", "src/x.rs"));
+    }
+}

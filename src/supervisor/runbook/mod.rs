@@ -1,0 +1,8 @@
+//! The runbook engine, held by the supervisor: the steps' state machine and its servers,
+//! evidence, model verifiers, continuation of an interrupted run, approvals by webhook. May
+//! import `net`, `way_out` and everything below the supervisor.
+
+pub mod continuation;
+pub mod engine;
+pub mod verifier;
+pub mod webhook;
