@@ -311,7 +311,9 @@ fn evidence_text(r: &Value) -> String {
                 .as_array()
                 .map(|a| a.iter().map(text).collect::<Vec<_>>().join(", "))
                 .unwrap_or_default(),
-            r["changed"].as_array().map_or(0, Vec::len)
+            r["changed_count"]
+                .as_u64()
+                .unwrap_or_else(|| r["changed"].as_array().map_or(0, |a| a.len() as u64))
         ),
         "approval" => format!(
             "approval by {}: {} · {held}",

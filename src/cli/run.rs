@@ -513,6 +513,67 @@ fn carry_out(
         None => start::run(&plan, &command, audit.as_ref(), &options),
     };
     tracing::debug!("sandbox gone");
+    // The way out comes first, once nothing of the sandbox is left: the sweep (quarantine,
+    // setuid strip, repository configs put back), the profile and runbook checks and the
+    // proposed patch, before the runbook's end, the cgroup, the kept sessions and the
+    // records. Nothing the agent can make longer stands before it.
+    let moved_during_run = std::mem::take(&mut result.moved_during_run);
+    let way_out = if !matches!(
+        result.outcome,
+        Outcome::StepproofError { .. } | Outcome::Refused { .. }
+    ) && !args.selftest
+    {
+        tracing::debug!("sweep starts");
+        let sweep = snapshot.sweep(&profile, &plan, &facts.run_dir.join("quarantine"));
+        tracing::debug!("sweep done");
+        let mut findings = moved_during_run;
+        findings.extend(sweep.findings);
+        if !sweep.host_edits.is_empty() {
+            crate::say!(
+                "stepproof-run: kept changes made on the host during the run (read-only to the run): {}",
+                sweep
+                    .host_edits
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        findings.extend(
+            crate::supervisor::way_out::profile_check::changed_profile_files(
+                &profile,
+                &writable_roots(&plan),
+            ),
+        );
+        if let Some(loaded) = &runbook {
+            findings.extend(
+                crate::supervisor::way_out::profile_check::changed_runbook_file(
+                    &loaded.source,
+                    &writable_roots(&plan),
+                ),
+            );
+        }
+        // What the run wanted at protected names, as a patch the user may apply after review.
+        tracing::debug!("profile files checked");
+        let proposed = crate::supervisor::way_out::proposed::write_patch(
+            &plan.workspace,
+            &findings,
+            &facts.run_dir,
+        )
+        .unwrap_or_else(|e| {
+            crate::say!("stepproof-run: writing the proposed changes: {e}");
+            None
+        });
+        if let Some(patch) = &proposed {
+            outputs.status_extra.insert(
+                "proposed_changes".into(),
+                patch.display().to_string().into(),
+            );
+        }
+        Some((sweep.host_edits, findings, proposed))
+    } else {
+        None
+    };
     // The runbook's outcome: a step whose evidence did not hold (117), or a run that ended
     // before its last step (116), whatever the command's own code was.
     if let Some(run) = &runbook_run
@@ -585,7 +646,6 @@ fn carry_out(
             );
         }
     }
-    let moved_during_run = std::mem::take(&mut result.moved_during_run);
     if let Some(counts) = result.hook_records.filter(|c| c.over_cap > 0) {
         outputs
             .status_extra
@@ -609,67 +669,14 @@ fn carry_out(
                 .insert("memory_changed".into(), memory.into());
         }
     }
-    // The persistence sweep, only when the command ran.
-    if !matches!(
-        result.outcome,
-        Outcome::StepproofError { .. } | Outcome::Refused { .. }
-    ) && !args.selftest
-    {
-        tracing::debug!("sweep starts");
-        let sweep = snapshot.sweep(&profile, &plan, &facts.run_dir.join("quarantine"));
-        tracing::debug!("sweep done");
-        let mut findings = moved_during_run;
-        findings.extend(sweep.findings);
-        if !sweep.host_edits.is_empty() {
-            crate::say!(
-                "stepproof-run: kept changes made on the host during the run (read-only to the run): {}",
-                sweep
-                    .host_edits
-                    .iter()
-                    .map(|p| p.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
-        }
-        findings.extend(
-            crate::supervisor::way_out::profile_check::changed_profile_files(
-                &profile,
-                &writable_roots(&plan),
-            ),
-        );
-        if let Some(loaded) = &runbook {
-            findings.extend(
-                crate::supervisor::way_out::profile_check::changed_runbook_file(
-                    &loaded.source,
-                    &writable_roots(&plan),
-                ),
-            );
-        }
-        // What the run wanted at protected names, as a patch the user may apply after review.
-        tracing::debug!("profile files checked");
-        let proposed = crate::supervisor::way_out::proposed::write_patch(
-            &plan.workspace,
-            &findings,
-            &facts.run_dir,
-        )
-        .unwrap_or_else(|e| {
-            crate::say!("stepproof-run: writing the proposed changes: {e}");
-            None
-        });
-        if let Some(patch) = &proposed {
-            outputs.status_extra.insert(
-                "proposed_changes".into(),
-                patch.display().to_string().into(),
-            );
-        }
+    if let Some((host_edits, findings, proposed)) = way_out {
         if let Some(audit) = &audit {
             audit.record(
                 "supervisor",
                 "sweep",
                 &serde_json::json!({
                     "findings": findings,
-                    "host_edits": sweep
-                        .host_edits
+                    "host_edits": host_edits
                         .iter()
                         .map(|p| crate::audit::text::path(p))
                         .collect::<Vec<_>>(),

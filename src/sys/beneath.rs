@@ -26,6 +26,8 @@ pub struct Stat {
     pub gid: u32,
     pub nlink: u64,
     pub size: u64,
+    /// 512-byte blocks allocated (`st_blocks`): far fewer than the size says is a sparse file.
+    pub blocks: u64,
     pub mtime: (i64, i64),
     pub ctime: (i64, i64),
 }
@@ -40,6 +42,7 @@ impl Stat {
             gid: st.st_gid,
             nlink: st.st_nlink,
             size: st.st_size as u64,
+            blocks: st.st_blocks as u64,
             mtime: (st.st_mtime, st.st_mtime_nsec),
             ctime: (st.st_ctime, st.st_ctime_nsec),
         }
@@ -205,6 +208,12 @@ pub type DirEntry = (OsString, u8);
 /// Every entry of an open directory (`getdents64` on the descriptor itself: nothing is
 /// resolved by path), without `.` and `..`.
 pub fn list_dir(dir: BorrowedFd<'_>) -> io::Result<Vec<DirEntry>> {
+    list_dir_up_to(dir, usize::MAX).map(|(entries, _)| entries)
+}
+
+/// At most `max` entries of an open directory, and whether it holds more: a directory of
+/// millions of names costs what `max` says, not what its writer chose.
+pub fn list_dir_up_to(dir: BorrowedFd<'_>, max: usize) -> io::Result<(Vec<DirEntry>, bool)> {
     // SAFETY: lseek on an open descriptor; rewinds a directory listed before.
     let ret = unsafe { libc::lseek(dir.as_raw_fd(), 0, libc::SEEK_SET) };
     check(ret as libc::c_long)?;
@@ -223,7 +232,7 @@ pub fn list_dir(dir: BorrowedFd<'_>) -> io::Result<Vec<DirEntry>> {
         };
         let len = check(ret)? as usize;
         if len == 0 {
-            return Ok(out);
+            return Ok((out, false));
         }
         let mut at = 0;
         while at < len {
@@ -234,6 +243,9 @@ pub fn list_dir(dir: BorrowedFd<'_>) -> io::Result<Vec<DirEntry>> {
                 .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "malformed dirent"))?;
             let name = name.to_bytes();
             if name != b"." && name != b".." {
+                if out.len() == max {
+                    return Ok((out, true));
+                }
                 out.push((OsString::from_vec(name.to_vec()), d_type));
             }
             at += reclen;

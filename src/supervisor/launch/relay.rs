@@ -118,6 +118,10 @@ pub(crate) struct Relay<'t> {
     all_gone: bool,
     /// Persistence names absent at launch, looked for every tick while the run is on.
     watcher: Option<crate::supervisor::way_out::watch::Watcher>,
+    /// Called once when the run starts to end (the deadline, a signal from outside): the
+    /// supervisor's own work in flight stops first, so that nothing it froze stands between
+    /// the sandbox and its kill.
+    on_ending: Option<Box<dyn FnOnce() + 't>>,
 }
 
 /// How long a command has between SIGTERM and SIGKILL when `--timeout` or a signal from outside
@@ -143,6 +147,7 @@ impl<'t> Relay<'t> {
         timeout: Option<std::time::Duration>,
         lifeline: OwnedFd,
         watcher: Option<crate::supervisor::way_out::watch::Watcher>,
+        on_ending: Option<Box<dyn FnOnce() + 't>>,
     ) -> Relay<'t> {
         Relay {
             child,
@@ -164,6 +169,14 @@ impl<'t> Relay<'t> {
             lifeline: Some(lifeline),
             all_gone: false,
             watcher,
+            on_ending,
+        }
+    }
+
+    /// The run starts to end: what was asked to happen then, once.
+    fn begin_end(&mut self) {
+        if let Some(stop) = self.on_ending.take() {
+            stop();
         }
     }
 
@@ -303,6 +316,7 @@ impl<'t> Relay<'t> {
     fn check_timers(&mut self) {
         let now = std::time::Instant::now();
         if !self.ending() && self.deadline.is_some_and(|d| now >= d) {
+            self.begin_end();
             self.timed_out = true;
             self.asked_to_stop_at.get_or_insert(now);
             self.kill_at = Some(now + GRACE);
@@ -345,6 +359,7 @@ impl<'t> Relay<'t> {
         }
         if signal != Signal::SIGINT {
             tracing::debug!(signal = signal.as_str(), "the run is ended from outside");
+            self.begin_end();
             self.ended_by = Some(signal);
             self.kill_at = Some((first + GRACE).max(now));
         }

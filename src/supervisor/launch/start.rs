@@ -895,6 +895,9 @@ fn launch(
         options.timeout,
         ours.lifeline,
         watcher,
+        options
+            .runbook
+            .map(|run| Box::new(move || run.stop_work()) as Box<dyn FnOnce() + '_>),
     );
     let (outcome, enforcement, moved_during_run) = relay.run();
     // 14. Afterwards: the services stop (their records written) and what was enforced is

@@ -16,6 +16,7 @@
 use crate::audit::sink::AuditSink;
 use crate::runbook::client::{APPROVAL_SOCKET, Answer, ApprovalRequest, STEP_SOCKET, StepRequest};
 use crate::runbook::{Evidence, OnFail, Runbook, Step};
+use crate::supervisor::runbook::files::{self, Budget, Exceeded, Walk};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap};
@@ -23,6 +24,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -30,8 +32,6 @@ use std::time::{Duration, Instant};
 pub const OUTPUT_SHOWN_BYTES: usize = 8 << 10;
 /// Output of an evidence command read at all (the digest covers what was read).
 const OUTPUT_READ_BYTES: u64 = 16 << 20;
-/// Files a `files_*` glob walks at most.
-const WALK_MAX_FILES: usize = 200_000;
 
 /// Where a step is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -55,6 +55,9 @@ struct StepState {
     last_verdict: Option<String>,
     /// A continued run: the baseline the earlier run took when it opened this step.
     restored_baseline: Option<BTreeMap<String, String>>,
+    /// The baseline could not be taken within the supervisor's budget: `files_changed` cannot
+    /// hold for this opening of the step.
+    baseline_exceeded: Option<Exceeded>,
 }
 
 /// Baselines up to this many files go into the `runbook-step-opened` record (so that a
@@ -115,6 +118,9 @@ struct Engine {
     evidence_runs: u32,
     /// The earlier run this one continues.
     continued: Option<crate::supervisor::runbook::continuation::Earlier>,
+    /// The servers have stopped: a request still in flight past their deadline writes no
+    /// record and publishes nothing (the run's end records come after them, never between).
+    closed: bool,
 }
 
 /// An answer (approved, or denied with a reason) and what its record says of it.
@@ -128,7 +134,18 @@ struct Approvals {
     arrived: Condvar,
     waiting: Mutex<Option<String>>,
     /// The run is ending: a wait stops (denied) instead of holding the end up to its deadline.
-    closing: std::sync::atomic::AtomicBool,
+    closing: Arc<AtomicBool>,
+}
+
+impl Approvals {
+    /// The run is ending: a completion waiting for an approval ends now (under the answers'
+    /// lock: its wait cannot miss the wake-up), and every other wait sees the flag.
+    fn close(&self) {
+        let _answers = self.answers.lock().unwrap_or_else(|e| e.into_inner());
+        self.closing
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.arrived.notify_all();
+    }
 }
 
 /// The run of one runbook.
@@ -153,7 +170,17 @@ pub struct Serving {
     threads: Vec<(PathBuf, std::thread::JoinHandle<()>)>,
     stop: Arc<std::sync::atomic::AtomicBool>,
     approvals: Arc<Approvals>,
+    engine: Arc<Mutex<Engine>>,
+    /// Step requests being answered, each on a thread of its own.
+    in_flight: Arc<std::sync::atomic::AtomicUsize>,
 }
+
+/// Step requests answered at once; one more is told the supervisor is busy.
+const STEP_CLIENTS_MAX: usize = 16;
+
+/// How long the end of a run waits for step requests in flight once told to stop (each walk,
+/// hash, evidence run and wait looks at the stop flag; this bounds what does not).
+pub const SHUTDOWN_WAIT: Duration = Duration::from_secs(3);
 
 fn io_err(step: &str, path: &Path) -> impl FnOnce(std::io::Error) -> String {
     let what = format!("{step} {}", path.display());
@@ -209,6 +236,7 @@ impl RunbookRun {
                 baseline: BTreeMap::new(),
                 last_verdict: None,
                 restored_baseline: None,
+                baseline_exceeded: None,
             })
             .collect();
         let engine = Engine {
@@ -222,6 +250,7 @@ impl RunbookRun {
             context,
             ending: None,
             policies_written: 0,
+            closed: false,
             evidence_runs: 0,
             continued,
         };
@@ -261,12 +290,16 @@ impl RunbookRun {
         let take = |slot: &Mutex<Option<UnixListener>>| {
             slot.lock().unwrap_or_else(|e| e.into_inner()).take()
         };
+        let in_flight = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         if let Some(listener) = take(&self.step_listener) {
             let path = self.dir().join(STEP_SOCKET);
             let engine = Arc::clone(&self.engine);
             let approvals = Arc::clone(&self.approvals);
             let stop = Arc::clone(&stop);
             let run_id = self.run_id.clone();
+            let in_flight = Arc::clone(&in_flight);
+            // One completion at a time; a status or an abandon is answered meanwhile.
+            let completing = Arc::new(Mutex::new(()));
             threads.push((
                 path,
                 std::thread::spawn(move || {
@@ -274,8 +307,35 @@ impl RunbookRun {
                         if stop.load(std::sync::atomic::Ordering::SeqCst) {
                             break;
                         }
-                        if let Ok(stream) = stream {
-                            serve_step(&engine, &approvals, &run_id, stream);
+                        let Ok(stream) = stream else { continue };
+                        let _ = stream.set_write_timeout(Some(Duration::from_secs(10)));
+                        if in_flight.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+                            >= STEP_CLIENTS_MAX
+                        {
+                            in_flight.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                            reply(
+                                &stream,
+                                &refused(&format!(
+                                    "the supervisor is answering {STEP_CLIENTS_MAX} step requests already; ask again when one has ended"
+                                )),
+                            );
+                            continue;
+                        }
+                        let (engine, approvals, run_id, done, completing) = (
+                            Arc::clone(&engine),
+                            Arc::clone(&approvals),
+                            run_id.clone(),
+                            Arc::clone(&in_flight),
+                            Arc::clone(&completing),
+                        );
+                        let spawned = std::thread::Builder::new()
+                            .name("stepproof-step".into())
+                            .spawn(move || {
+                                serve_step(&engine, &approvals, &completing, &run_id, stream);
+                                done.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                            });
+                        if spawned.is_err() {
+                            in_flight.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
                         }
                     }
                 }),
@@ -304,7 +364,16 @@ impl RunbookRun {
             threads,
             stop,
             approvals: Arc::clone(&self.approvals),
+            engine: Arc::clone(&self.engine),
+            in_flight,
         }
+    }
+
+    /// The run starts to end (its deadline, a signal from outside): every walk, hash, evidence
+    /// run, verifier and approval wait in flight stops now, and what they froze is thawed, so
+    /// that the sandbox can be killed. The servers themselves stop later ([`Serving::shutdown`]).
+    pub fn stop_work(&self) {
+        self.approvals.close();
     }
 
     /// The end of the run: an early ending, or the steps not passed (recorded as abandoned by
@@ -322,7 +391,7 @@ impl RunbookRun {
         let ending = match engine.ending.clone() {
             Some(ending) => ending,
             None if open.is_empty() => {
-                engine.record("runbook-complete", json!({ "runbook": engine.runbook.id }));
+                engine.record_end("runbook-complete", json!({ "runbook": engine.runbook.id }));
                 return None;
             }
             None => Ending::Abandoned {
@@ -346,7 +415,7 @@ impl RunbookRun {
                 (None, true) => format!("step {step} failed with on_fail = \"abandon\""),
                 (None, false) => "the agent exited with steps open".to_string(),
             };
-            engine.record(
+            engine.record_end(
                 "runbook-abandoned",
                 json!({
                     "runbook": engine.runbook.id,
@@ -357,7 +426,7 @@ impl RunbookRun {
                 }),
             );
         }
-        engine.record(
+        engine.record_end(
             "runbook-ended",
             json!({
                 "runbook": engine.runbook.id,
@@ -374,26 +443,37 @@ impl RunbookRun {
 }
 
 impl Serving {
-    /// Stops the servers (a connection to each wakes its accept).
-    pub fn shutdown(self) {
+    /// Stops the servers (a connection to each wakes its accept) and waits at most
+    /// [`SHUTDOWN_WAIT`] for the step requests in flight: every walk, hash, evidence run,
+    /// verifier and approval wait sees the stop and ends (a step being checked is recorded as
+    /// interrupted). Whatever is still running then is left behind, and the engine is closed:
+    /// it records and publishes nothing more. Says how many requests were left behind.
+    pub fn shutdown(self) -> usize {
         self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
-        // A completion waiting for an approval ends now (under the answers' lock: its wait
-        // cannot miss the wake-up).
-        {
-            let _answers = self
-                .approvals
-                .answers
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
-            self.approvals
-                .closing
-                .store(true, std::sync::atomic::Ordering::SeqCst);
-            self.approvals.arrived.notify_all();
-        }
+        self.approvals.close();
         for (path, thread) in self.threads {
             let _ = UnixStream::connect(&path);
             let _ = thread.join();
         }
+        let deadline = Instant::now() + SHUTDOWN_WAIT;
+        while self.in_flight.load(std::sync::atomic::Ordering::SeqCst) > 0
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let left = self.in_flight.load(std::sync::atomic::Ordering::SeqCst);
+        let mut engine = self.engine.lock().unwrap_or_else(|e| e.into_inner());
+        if left > 0 {
+            engine.record(
+                "runbook-requests-left",
+                json!({
+                    "requests": left,
+                    "why": format!("still running {} s after the run's end asked them to stop; left behind", SHUTDOWN_WAIT.as_secs()),
+                }),
+            );
+        }
+        engine.closed = true;
+        left
     }
 }
 
@@ -423,6 +503,7 @@ fn peer(stream: &UnixStream) -> Value {
 fn serve_step(
     engine: &Arc<Mutex<Engine>>,
     approvals: &Arc<Approvals>,
+    completing: &Mutex<()>,
     run_id: &str,
     stream: UnixStream,
 ) {
@@ -468,15 +549,39 @@ fn serve_step(
             }
         }
         StepRequest::Evidence { files } => {
-            let engine = lock();
+            // Hashed outside the engine's lock, within one walk's budget for the request.
+            let workspace = lock().context.workspace.clone();
+            let budget = Budget::DEFAULT;
+            let mut walk = Walk::new(&budget, &approvals.closing);
+            let root = files::open_workspace(&workspace);
+            let mut exceeded = None;
             let hashed: Vec<Value> = files
                 .iter()
                 .take(256)
-                .map(|f| json!({ "path": f, "sha256": hash_named(&engine.context.workspace, f).ok() }))
+                .map(|f| {
+                    let rel = Path::new(f.trim_start_matches('/'));
+                    let hash = match (&root, &exceeded) {
+                        (Ok(root), None) => {
+                            match walk.hash_named(std::os::fd::AsFd::as_fd(root), rel) {
+                                Ok(hash) => hash,
+                                Err(e) => {
+                                    exceeded = Some(e);
+                                    None
+                                }
+                            }
+                        }
+                        _ => None,
+                    };
+                    json!({ "path": f, "sha256": hash })
+                })
                 .collect();
-            engine.record_inside(
+            lock().record_inside(
                 "runbook-evidence-named",
-                json!({ "files": hashed, "peer": who }),
+                json!({
+                    "files": hashed,
+                    "peer": who,
+                    "budget": exceeded.as_ref().map(Exceeded::budget),
+                }),
             );
             let listed: Vec<String> = hashed
                 .iter()
@@ -492,19 +597,31 @@ fn serve_step(
             Answer {
                 ok: true,
                 message: format!(
-                    "noted for the record: {}. Naming a file completes nothing: when the step is completed the supervisor judges its evidence by its own hashes.",
+                    "noted for the record: {}. Naming a file completes nothing: when the step is completed the supervisor judges its evidence by its own hashes.{}",
                     if listed.is_empty() {
                         "no file".to_string()
                     } else {
                         listed.join(", ")
-                    }
+                    },
+                    exceeded
+                        .as_ref()
+                        .map(|e| format!(" The rest was not hashed: {}", e.sentence()))
+                        .unwrap_or_default()
                 ),
                 state: None,
             }
         }
-        StepRequest::Complete { step, note } => {
-            complete(engine, approvals, run_id, step.as_deref(), note, who)
-        }
+        StepRequest::Complete { step, note } => match completing.try_lock() {
+            Ok(_one) => complete(engine, approvals, run_id, step.as_deref(), note, who),
+            Err(_) => {
+                let why = "a completion is being checked already: wait for its answer (`step status` answers meanwhile), then ask again if it did not pass";
+                lock().record_inside(
+                    "runbook-complete-refused",
+                    json!({ "step": step, "why": why, "peer": who }),
+                );
+                refused(why)
+            }
+        },
         StepRequest::Abandon { reason } => lock().abandon(reason, who),
     };
     reply(&stream, &answer);
@@ -581,7 +698,7 @@ fn complete(
         let (held, record, why) = match &item.verifier {
             Some(verifier) if failures.is_empty() => {
                 let (held, record, why, said) =
-                    check_verifier(engine, &step, attempt, verifier.tier, &gathered);
+                    check_verifier(engine, approvals, &step, attempt, verifier.tier, &gathered);
                 verdicts.push(said);
                 (held, record, why)
             }
@@ -627,7 +744,14 @@ fn complete(
             "runbook-step-passed",
             json!({ "step": step.id, "attempt": attempt }),
         );
-        e.open_ready();
+        // The next steps' baselines are walked outside the lock (a status is answered
+        // meanwhile), within their budget, and stop when the run ends.
+        let ready = e.ready();
+        let (workspace, runbook) = (e.context.workspace.clone(), e.runbook.clone());
+        drop(e);
+        let baselines = take_baselines(&workspace, &runbook, &ready, &approvals.closing);
+        let mut e = lock();
+        e.open_with(baselines);
         let published = e.publish();
         let mut message = format!("step {} passed (attempt {attempt}).", step.id);
         for said in &verdicts {
@@ -731,6 +855,7 @@ fn complete(
 /// the worker's answer.
 fn check_verifier(
     engine: &Arc<Mutex<Engine>>,
+    approvals: &Arc<Approvals>,
     step: &Step,
     attempt: u32,
     tier: u8,
@@ -773,6 +898,7 @@ fn check_verifier(
         workspace: context.workspace.clone(),
         run_dir: context.run_dir.clone(),
         deadline: context.deadline,
+        stop: Arc::clone(&approvals.closing),
     };
     let verification = verifier::verify(&launcher, &verifiers, &request, n, &mut |r| {
         lock().record("runbook-verifier-attempt", r.clone());
@@ -819,34 +945,64 @@ fn check_item(
 ) -> (bool, Value, String) {
     let lock = || engine.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(files) = &item.files_exist {
-        let workspace = lock().context.workspace.clone();
+        let (workspace, ledger) = {
+            let e = lock();
+            (e.context.workspace.clone(), e.ledger())
+        };
+        let walked = match walk_globs(&workspace, &files.paths, &approvals.closing) {
+            Ok(walked) => walked,
+            Err(exceeded) => return exceeded_item("files_exist", &files.paths, &exceeded),
+        };
         let mut missing = Vec::new();
         let mut found = BTreeMap::new();
-        for glob in &files.paths {
-            let hits = walk_glob(&workspace, glob);
+        for (glob, hits) in files.paths.iter().zip(walked) {
             if hits.is_empty() {
                 missing.push(glob.clone());
             }
             found.extend(hits);
         }
         let held = missing.is_empty();
-        let attributed_to = attributions(&lock(), step.id.as_str(), &files.paths, &found);
+        let attributed_to = attributions(&ledger, step.id.as_str(), &files.paths, &found);
         return (
             held,
-            json!({ "kind": "files_exist", "paths": files.paths, "found": found, "missing": missing, "attributed_to": attributed_to }),
+            json!({
+                "kind": "files_exist",
+                "paths": files.paths,
+                "found": recorded_files(&found),
+                "found_count": found.len(),
+                "found_sha256": files_digest(&found),
+                "missing": missing,
+                "attributed_to": attributed_to,
+            }),
             format!("files_exist: nothing matches {}", missing.join(", ")),
         );
     }
     if let Some(files) = &item.files_changed {
-        let (workspace, baseline) = {
+        let (workspace, baseline, baseline_exceeded, ledger) = {
             let e = lock();
-            (e.context.workspace.clone(), e.steps[index].baseline.clone())
+            (
+                e.context.workspace.clone(),
+                e.steps[index].baseline.clone(),
+                e.steps[index].baseline_exceeded.clone(),
+                e.ledger(),
+            )
+        };
+        if let Some(exceeded) = baseline_exceeded {
+            let mut failed = exceeded_item("files_changed", &files.paths, &exceeded);
+            failed.2 = format!(
+                "files_changed: the step's baseline could not be taken when it opened: {}",
+                exceeded.sentence()
+            );
+            return failed;
+        }
+        let walked = match walk_globs(&workspace, &files.paths, &approvals.closing) {
+            Ok(walked) => walked,
+            Err(exceeded) => return exceeded_item("files_changed", &files.paths, &exceeded),
         };
         let mut unchanged = Vec::new();
         let mut changed = Vec::new();
         let mut current = BTreeMap::new();
-        for glob in &files.paths {
-            let now = walk_glob(&workspace, glob);
+        for (glob, now) in files.paths.iter().zip(walked) {
             current.extend(now.clone());
             let glob_changed: Vec<String> = now
                 .iter()
@@ -865,10 +1021,18 @@ fn check_item(
             changed.extend(glob_changed);
         }
         let held = unchanged.is_empty();
-        let attributed_to = attributions(&lock(), step.id.as_str(), &files.paths, &current);
+        let attributed_to = attributions(&ledger, step.id.as_str(), &files.paths, &current);
         return (
             held,
-            json!({ "kind": "files_changed", "paths": files.paths, "changed": changed, "unchanged": unchanged, "attributed_to": attributed_to }),
+            json!({
+                "kind": "files_changed",
+                "paths": files.paths,
+                "changed": changed.iter().take(FILES_RECORDED_MAX).collect::<Vec<_>>(),
+                "changed_count": changed.len(),
+                "current_sha256": files_digest(&current),
+                "unchanged": unchanged,
+                "attributed_to": attributed_to,
+            }),
             format!(
                 "files_changed: nothing under {} changed since the step opened (by the supervisor's hashes)",
                 unchanged.join(", ")
@@ -881,7 +1045,7 @@ fn check_item(
             e.evidence_runs += 1;
             (e.context.clone(), e.evidence_runs)
         };
-        let ran = run_command_evidence(&context, step, command, n);
+        let ran = run_command_evidence(&context, step, command, n, &approvals.closing);
         let held = ran.exit_code == Some(command.exit_code.unwrap_or(0));
         // The evidence sandbox's own closing line (its log is in the chain record) is not the
         // command's output.
@@ -1284,6 +1448,13 @@ impl Engine {
     }
 
     fn record(&self, kind: &str, body: Value) {
+        if !self.closed {
+            self.record_end(kind, body);
+        }
+    }
+
+    /// A record of the runbook's end, written after the servers stopped.
+    fn record_end(&self, kind: &str, body: Value) {
         if let Some(audit) = &self.audit {
             audit.record("supervisor", kind, &body);
         }
@@ -1292,7 +1463,9 @@ impl Engine {
     /// A record of what arrived from inside the sandbox: `source: "sandbox"`, like the hook's.
     fn record_inside(&self, kind: &str, mut body: Value) {
         body["reported_from"] = json!("inside");
-        if let Some(audit) = &self.audit {
+        if let Some(audit) = &self.audit
+            && !self.closed
+        {
             audit.record("sandbox", kind, &body);
         }
     }
@@ -1307,10 +1480,19 @@ impl Engine {
             .collect()
     }
 
-    /// Opens every waiting step whose dependencies have all passed.
+    /// Opens every waiting step whose dependencies have all passed, taking their baselines
+    /// here (under the caller's lock: only before the sandbox starts, when nothing else asks).
     fn open_ready(&mut self) {
+        let ready = self.ready();
+        let baselines = take_baselines(&self.context.workspace, &self.runbook, &ready, never());
+        self.open_with(baselines);
+    }
+
+    /// The waiting steps whose dependencies have all passed, and whether each has a baseline
+    /// from an earlier run.
+    fn ready(&self) -> Vec<(usize, bool)> {
         if self.ending.is_some() {
-            return;
+            return Vec::new();
         }
         let passed: Vec<String> = self
             .runbook
@@ -1320,26 +1502,39 @@ impl Engine {
             .filter(|(_, s)| s.status == Status::Passed)
             .map(|(step, _)| step.id.to_string())
             .collect();
-        for i in 0..self.steps.len() {
-            let step = &self.runbook.steps[i];
-            if self.steps[i].status != Status::Waiting
-                || !step.depends_on.iter().all(|d| passed.contains(d))
-            {
+        (0..self.steps.len())
+            .filter(|&i| {
+                self.steps[i].status == Status::Waiting
+                    && self.runbook.steps[i]
+                        .depends_on
+                        .iter()
+                        .all(|d| passed.contains(d))
+            })
+            .map(|i| (i, self.steps[i].restored_baseline.is_some()))
+            .collect()
+    }
+
+    /// Opens the steps [`Engine::ready`] named, with the baselines taken for them (a step with
+    /// one from an earlier run keeps that); nothing opens once the run has an ending.
+    fn open_with(&mut self, baselines: Vec<(usize, Baseline)>) {
+        if self.ending.is_some() {
+            return;
+        }
+        for (i, taken) in baselines {
+            if self.steps[i].status != Status::Waiting {
                 continue;
             }
             let restored = self.steps[i].restored_baseline.take();
             let baseline_restored = restored.is_some();
-            let baseline: BTreeMap<String, String> = restored.unwrap_or_else(|| {
-                step.evidence
-                    .iter()
-                    .filter_map(|e| e.files_changed.as_ref())
-                    .flat_map(|f| f.paths.iter())
-                    .flat_map(|glob| walk_glob(&self.context.workspace, glob))
-                    .collect()
-            });
+            let (baseline, exceeded) = match (restored, taken) {
+                (Some(restored), _) => (restored, None),
+                (None, Ok(taken)) => (taken, None),
+                (None, Err(exceeded)) => (BTreeMap::new(), Some(exceeded)),
+            };
             self.steps[i].status = Status::Open;
             self.steps[i].baseline = baseline;
-            let step = step.clone();
+            self.steps[i].baseline_exceeded = exceeded.clone();
+            let step = self.runbook.steps[i].clone();
             self.record(
                 "runbook-step-opened",
                 json!({
@@ -1351,6 +1546,8 @@ impl Engine {
                     "baseline": (self.steps[i].baseline.len() <= BASELINE_RECORDED_MAX)
                         .then(|| &self.steps[i].baseline),
                     "baseline_from_earlier_run": baseline_restored,
+                    "baseline_budget": exceeded.as_ref().map(Exceeded::budget),
+                    "baseline_not_taken": exceeded.as_ref().map(Exceeded::sentence),
                 }),
             );
         }
@@ -1417,6 +1614,9 @@ impl Engine {
     /// policies of steps no longer open, the last first (the hook reads them in order until
     /// one is missing, so at no moment does it read fewer than it should).
     fn publish(&mut self) -> Result<(), String> {
+        if self.closed {
+            return Ok(());
+        }
         let state = serde_json::to_vec_pretty(&self.state_json()).map_err(|e| e.to_string())?;
         write_atomic(&self.dir, "state.json", &state)?;
         let mut policies = Vec::new();
@@ -1494,42 +1694,19 @@ fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), String> {
     std::fs::rename(&tmp, &path).map_err(io_err("renaming into place", &path))
 }
 
-fn hash_file(path: &Path) -> std::io::Result<String> {
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)?;
-    hash_open(file)
+/// Where the evidence ledger is read from: the run's own audit log, outside the engine's lock.
+struct Ledger {
+    audit_path: Option<PathBuf>,
+    inside_workspace: PathBuf,
 }
 
-/// sha256 of a file the agent named (`step evidence`), resolved beneath the workspace without
-/// following a link: a `..` out of it, or a link anywhere on the way, is an error (the
-/// supervisor never hashes a file outside the workspace for the agent).
-fn hash_named(workspace: &Path, named: &str) -> std::io::Result<String> {
-    use crate::sys::beneath::{DIR_LOOKUP, FILE_READING, open_beneath, open_root};
-    use std::os::fd::AsFd;
-    let root = open_root(workspace, DIR_LOOKUP)?;
-    let rel = Path::new(named.trim_start_matches('/'));
-    let fd = open_beneath(root.as_fd(), rel, FILE_READING, 0)?;
-    hash_open(std::fs::File::from(fd))
-}
-
-fn hash_open(file: std::fs::File) -> std::io::Result<String> {
-    if !file.metadata()?.is_file() {
-        return Err(std::io::Error::other("not a regular file"));
-    }
-    let mut hasher = Sha256::new();
-    let mut file = file;
-    let mut buf = vec![0u8; 64 << 10];
-    loop {
-        match file.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => hasher.update(&buf[..n]),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
+impl Engine {
+    fn ledger(&self) -> Ledger {
+        Ledger {
+            audit_path: self.audit.as_ref().map(|a| a.path().to_path_buf()),
+            inside_workspace: self.inside_workspace.clone(),
         }
     }
-    Ok(hex::encode(hasher.finalize()))
 }
 
 /// At most this many ledger entries are named per evidence item (the newest).
@@ -1541,15 +1718,15 @@ const ATTRIBUTIONS_MAX: usize = 64;
 /// content now is what the supervisor hashed (`matches_supervisor_hash`); the verdict never
 /// depends on them.
 fn attributions(
-    e: &Engine,
+    e: &Ledger,
     step: &str,
     globs: &[String],
     current: &BTreeMap<String, String>,
 ) -> Vec<Value> {
-    let Some(audit) = &e.audit else {
+    let Some(audit) = &e.audit_path else {
         return Vec::new();
     };
-    let Ok(file) = std::fs::File::open(audit.path()) else {
+    let Ok(file) = std::fs::File::open(audit) else {
         return Vec::new();
     };
     let mut found = std::collections::VecDeque::new();
@@ -1607,37 +1784,86 @@ fn glob_matches(glob: &str, relative: &str) -> bool {
         .matches(&format!("/{relative}"))
 }
 
-/// The regular files under `workspace` a glob names (links are not followed), with their
-/// sha256; bounded.
-fn walk_glob(workspace: &Path, glob: &str) -> BTreeMap<String, String> {
-    let mut found = BTreeMap::new();
-    let mut stack = vec![PathBuf::new()];
-    let mut seen = 0usize;
-    while let Some(rel) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(workspace.join(&rel)) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            seen += 1;
-            if seen > WALK_MAX_FILES {
-                return found;
+/// The regular files under `workspace` each glob names (links are not followed), with their
+/// sha256, within one walk's budget ([`Budget::DEFAULT`]) shared by the globs.
+fn walk_globs(
+    workspace: &Path,
+    globs: &[String],
+    stop: &AtomicBool,
+) -> Result<Vec<BTreeMap<String, String>>, Exceeded> {
+    let Ok(root) = files::open_workspace(workspace) else {
+        return Ok(globs.iter().map(|_| BTreeMap::new()).collect());
+    };
+    let budget = Budget::DEFAULT;
+    let mut walk = Walk::new(&budget, stop);
+    globs
+        .iter()
+        .map(|glob| walk.glob(std::os::fd::AsFd::as_fd(&root), glob))
+        .collect()
+}
+
+/// A step's baseline as taken when it opens, or the budget it ran out of.
+type Baseline = Result<BTreeMap<String, String>, Exceeded>;
+
+/// The baselines of the steps about to open (those without one from an earlier run): the
+/// files their `files_changed` globs name now. Taken outside the engine's lock.
+fn take_baselines(
+    workspace: &Path,
+    runbook: &Runbook,
+    ready: &[(usize, bool)],
+    stop: &AtomicBool,
+) -> Vec<(usize, Baseline)> {
+    ready
+        .iter()
+        .map(|&(i, restored)| {
+            if restored {
+                return (i, Ok(BTreeMap::new()));
             }
-            let rel = rel.join(entry.file_name());
-            let Ok(kind) = entry.file_type() else {
-                continue;
-            };
-            let Some(text) = rel.to_str() else { continue };
-            if kind.is_dir() {
-                stack.push(rel);
-            } else if kind.is_file()
-                && glob_matches(glob, text)
-                && let Ok(hash) = hash_file(&workspace.join(&rel))
-            {
-                found.insert(text.to_string(), hash);
-            }
-        }
+            let globs: Vec<String> = runbook.steps[i]
+                .evidence
+                .iter()
+                .filter_map(|e| e.files_changed.as_ref())
+                .flat_map(|f| f.paths.iter().cloned())
+                .collect();
+            let taken = walk_globs(workspace, &globs, stop)
+                .map(|maps| maps.into_iter().flatten().collect());
+            (i, taken)
+        })
+        .collect()
+}
+
+/// A stop flag that is never raised (before the sandbox starts, nothing can end the run).
+fn never() -> &'static AtomicBool {
+    static NEVER: AtomicBool = AtomicBool::new(false);
+    &NEVER
+}
+
+/// Files named in one evidence record at most: the agent decides how many there are, and a
+/// record's size is not its to choose. The count and a digest of the whole list go beside.
+const FILES_RECORDED_MAX: usize = 1024;
+
+/// The first [`FILES_RECORDED_MAX`] of `files` (path and sha256), for a record.
+fn recorded_files(files: &BTreeMap<String, String>) -> BTreeMap<&String, &String> {
+    files.iter().take(FILES_RECORDED_MAX).collect()
+}
+
+/// The sha256 of the whole list, one `sha256  path` line each in path order (`sha256sum`'s
+/// format): what a record that names only the first files still binds.
+fn files_digest(files: &BTreeMap<String, String>) -> String {
+    let mut hasher = Sha256::new();
+    for (path, hash) in files {
+        hasher.update(format!("{hash}  {path}\n").as_bytes());
     }
-    found
+    format!("sha256:{}", hex::encode(hasher.finalize()))
+}
+
+/// A files item that ran out of its budget: it fails, naming the budget.
+fn exceeded_item(kind: &str, paths: &[String], exceeded: &Exceeded) -> (bool, Value, String) {
+    (
+        false,
+        json!({ "kind": kind, "paths": paths, "budget": exceeded.budget(), "exceeded": exceeded.sentence() }),
+        format!("{kind}: {}", exceeded.sentence()),
+    )
 }
 
 fn tail(bytes: &[u8], n: usize) -> &[u8] {
@@ -1664,6 +1890,7 @@ fn run_command_evidence(
     step: &Step,
     command: &crate::runbook::CommandEvidence,
     n: u32,
+    stop: &AtomicBool,
 ) -> CommandRun {
     let started = Instant::now();
     let audit_log = context
@@ -1705,22 +1932,68 @@ fn run_command_evidence(
     let result = match child {
         Err(e) => fail(format!("starting {}: {e}", context.run_binary.display())),
         Ok(mut child) => {
-            let mut stdout = child.stdout.take();
-            let mut stderr = child.stderr.take();
-            let err_thread = std::thread::spawn(move || {
-                let mut bytes = Vec::new();
-                if let Some(e) = stderr.as_mut() {
-                    let _ = e.take(OUTPUT_READ_BYTES).read_to_end(&mut bytes);
+            // Both pipes are read on threads of their own, up to the cap and drained past it
+            // (the evidence run is never stuck writing), while this thread watches the run and
+            // the stop: when the run ends, the evidence run is ended too (SIGTERM, then
+            // SIGKILL), and its sandbox with it.
+            let reader = |pipe: Option<Box<dyn Read + Send>>| {
+                let (tx, rx) = std::sync::mpsc::channel();
+                std::thread::spawn(move || {
+                    let mut bytes = Vec::new();
+                    if let Some(mut pipe) = pipe {
+                        let _ = (&mut pipe).take(OUTPUT_READ_BYTES).read_to_end(&mut bytes);
+                        let _ = std::io::copy(&mut pipe, &mut std::io::sink());
+                    }
+                    let _ = tx.send(bytes);
+                });
+                rx
+            };
+            let out_rx = reader(
+                child
+                    .stdout
+                    .take()
+                    .map(|p| Box::new(p) as Box<dyn Read + Send>),
+            );
+            let err_rx = reader(
+                child
+                    .stderr
+                    .take()
+                    .map(|p| Box::new(p) as Box<dyn Read + Send>),
+            );
+            let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+            let mut interrupted = None;
+            let status = loop {
+                match child.try_wait() {
+                    Ok(Some(status)) => break Ok(status),
+                    Err(e) => break Err(e),
+                    Ok(None) => {}
                 }
-                bytes
-            });
-            let mut output = Vec::new();
-            if let Some(o) = stdout.as_mut() {
-                let _ = o.take(OUTPUT_READ_BYTES).read_to_end(&mut output);
+                if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    let since = *interrupted.get_or_insert_with(|| {
+                        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+                        Instant::now()
+                    });
+                    if since.elapsed() > Duration::from_secs(1) {
+                        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            };
+            let collect = |rx: std::sync::mpsc::Receiver<Vec<u8>>| {
+                rx.recv_timeout(Duration::from_secs(1)).unwrap_or_default()
+            };
+            let mut output = collect(out_rx);
+            output.extend(collect(err_rx));
+            if interrupted.is_some() {
+                let _ = std::fs::remove_file(&status_file);
+                freeze(&context.cgroup_dirs, false, None);
+                let _ = std::fs::remove_file(&profile_path);
+                return CommandRun {
+                    frozen,
+                    output,
+                    ..fail("interrupted: the run ended while the evidence command ran".to_string())
+                };
             }
-            drop(stdout);
-            let status = child.wait();
-            output.extend(err_thread.join().unwrap_or_default());
             let from_file = std::fs::read(&status_file)
                 .ok()
                 .and_then(|b| serde_json::from_slice::<Value>(&b).ok())

@@ -4,5 +4,6 @@
 
 pub mod continuation;
 pub mod engine;
+pub mod files;
 pub mod verifier;
 pub mod webhook;

@@ -161,6 +161,8 @@ pub struct Launcher {
     pub run_dir: PathBuf,
     /// When the run's own `--timeout` ends it.
     pub deadline: Option<Instant>,
+    /// Raised when the run ends: a verifier run in flight is ended at once.
+    pub stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// What to verify: the step, its tier, and the evidence the supervisor gathered in this
@@ -544,11 +546,31 @@ fn run_one(
     // is ended (SIGTERM to the verifier's stepproof-run, which ends its sandbox).
     let pid = nix::unistd::Pid::from_raw(child.id() as i32);
     let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+    let run_ends = std::sync::Arc::clone(&context.stop);
     let watchdog = std::thread::spawn(move || {
-        if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
-            stop_rx.recv_timeout(Duration::from_secs(seconds) + GRACE)
-        {
-            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+        let end = Instant::now() + Duration::from_secs(seconds) + GRACE;
+        let mut asked: Option<Instant> = None;
+        loop {
+            match stop_rx.recv_timeout(Duration::from_millis(50)) {
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                Ok(()) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return,
+            }
+            // The run is ending: SIGTERM (the verifier's stepproof-run ends its sandbox),
+            // SIGKILL a second later.
+            if run_ends.load(std::sync::atomic::Ordering::SeqCst) {
+                let since = *asked.get_or_insert_with(|| {
+                    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+                    Instant::now()
+                });
+                if since.elapsed() > Duration::from_secs(1) {
+                    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+                    return;
+                }
+            }
+            if Instant::now() >= end {
+                let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+                return;
+            }
         }
     });
     let stderr = child.stderr.take();
