@@ -166,7 +166,7 @@ for i in range(450):
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(
             stderr.contains(&format!(
-                "{not_written} records reported from inside were NOT written"
+                "{not_written} records the agent caused were NOT written"
             )),
             "{stderr}"
         );

@@ -331,3 +331,235 @@ both!(sigterm_during_an_evidence_run_ends_in_order, |w: &World| {
     let (_, records) = ended_in_order(&out);
     interrupted(w, &out, &records);
 });
+
+both!(
+    a_flood_of_what_the_agent_causes_stays_within_the_record_budget,
+    |w: &World| {
+        // 1 MiB and 50 records a second (a burst of 500) for what the agent causes: 3,000 requests
+        // the proxy refuses, as fast as one process makes them, then 200 hook reports.
+        let dir = w.base.join("out");
+        fs::create_dir_all(&dir).unwrap();
+        support::chown_tree(&dir, w.owner);
+        let profile = dir.join("budget.toml");
+        fs::write(
+            &profile,
+            "extends = \"default\"\n[audit]\ninside_max_mib = 1\ninside_max_per_second = 50\n",
+        )
+        .unwrap();
+        let log = dir.join("audit.jsonl");
+        let status = dir.join("status.json");
+        let flood = r#"
+import json, os, socket, subprocess, time
+host, port = os.environ["HTTPS_PROXY"].rsplit("/", 1)[-1].rsplit(":", 1)
+started = time.monotonic()
+for n in range(3000):
+    s = socket.create_connection((host, int(port)))
+    s.sendall(b"CONNECT evil-%d.example:443 HTTP/1.1\r\nHost: evil.example:443\r\n\r\n" % n)
+    s.recv(4096)
+    s.close()
+print("flood-seconds=%.2f" % (time.monotonic() - started))
+inp = json.dumps({"session_id": "s", "transcript_path": "/tmp/t", "cwd": os.getcwd(),
+                  "hook_event_name": "PreToolUse", "tool_name": "Bash",
+                  "tool_input": {"command": "ls"}, "tool_use_id": "t1"})
+for i in range(200):
+    subprocess.run(["/run/stepproof/stepproof-hook", "--policy", "/run/stepproof/policy",
+                    "--audit-socket", "/run/stepproof/audit.sock", "--event", "PreToolUse"],
+                   input=inp.encode(), capture_output=True)
+"#;
+        let started = Instant::now();
+        let out = w
+            .command(
+                &[
+                    "--profile",
+                    profile.to_str().unwrap(),
+                    "--audit-log",
+                    log.to_str().unwrap(),
+                    "--status-file",
+                    status.to_str().unwrap(),
+                ],
+                &["/usr/bin/python3", "-c", flood],
+            )
+            .output()
+            .unwrap();
+        let all = describe(&out);
+        eprintln!(
+            "liveness: {:?} flood run ended after {:.2?}",
+            w.who,
+            started.elapsed()
+        );
+        assert_eq!(out.status.code(), Some(0), "{all}");
+        let records = records(&log);
+        let network = records.iter().filter(|r| r["kind"] == "network").count();
+        let hook = records.iter().filter(|r| r["source"] == "sandbox").count();
+        // The burst and what trickled in at 50 a second, not 3,200 records.
+        assert!(
+            network + hook < 1500,
+            "{network} network and {hook} hook records\n{all}"
+        );
+        assert!(network >= 400, "{network}");
+        let summary = records
+            .iter()
+            .rfind(|r| r["kind"] == "inside-records-over-cap")
+            .unwrap_or_else(|| panic!("no summary of what was not written\n{all}"));
+        let not_written = summary["not_written"].as_u64().unwrap();
+        assert_eq!(
+            not_written as usize + network + hook,
+            3200,
+            "every record the agent caused is written or counted: {summary}"
+        );
+        assert!(
+            summary["not_written_by_kind"]["network"].as_u64().unwrap() > 1000,
+            "{summary}"
+        );
+        let end = records.last().unwrap();
+        assert_eq!(end["kind"], "run-end");
+        assert_eq!(
+            end["records_over_budget"]["not_written"], not_written,
+            "{end}"
+        );
+        let status: serde_json::Value =
+            serde_json::from_str(&fs::read_to_string(&status).unwrap()).unwrap();
+        assert_eq!(
+            status["inside_records_not_written"], not_written,
+            "{status}"
+        );
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains(&format!(
+                "{not_written} records the agent caused were NOT written"
+            )),
+            "{all}"
+        );
+        let verify = std::process::Command::new(STEPPROOF)
+            .args(["audit", "verify"])
+            .arg(&log)
+            .output()
+            .unwrap();
+        assert!(verify.status.success(), "{}", describe(&verify));
+    }
+);
+
+both!(
+    budgets_are_the_profiles_and_raised_only_from_outside,
+    |w: &World| {
+        // Lowered by the person's own profile (outside the workspace): a 2 MiB file is over a
+        // 1 MiB budget.
+        let dir = w.base.join("profiles");
+        fs::create_dir_all(&dir).unwrap();
+        let outside = dir.join("low.toml");
+        fs::write(
+            &outside,
+            "extends = \"default\"\n[runbook]\nevidence_file_mib = 1\n",
+        )
+        .unwrap();
+        support::chown_tree(&dir, w.owner);
+        setup(
+            w,
+            FILES_RUNBOOK,
+            "mkdir data && head -c 2097152 /dev/zero > data/two-mib\n\
+         /run/stepproof/stepproof step complete > complete.out 2>&1\n",
+        );
+        let (out, _) = run(w, &["--profile", outside.to_str().unwrap()]);
+        let (_, records) = ended_in_order(&out);
+        assert_eq!(
+            evidence_budgets(&records),
+            ["file_bytes"],
+            "{}",
+            describe(&out)
+        );
+        let answer = fs::read_to_string(w.workspace.join("complete.out")).unwrap_or_default();
+        assert!(answer.contains("over the 1048576 bytes"), "{answer}");
+        // Raised by a profile inside the workspace (a checked-out file): refused before anything
+        // runs, naming the file and every key raised.
+        for raise in [
+            "[runbook]\nevidence_seconds = 3600\n",
+            "[audit]\ninside_max_mib = 1024\n",
+            "[audit]\ninside_max_per_second = 100000\n",
+        ] {
+            let inside = w.workspace.join("raise.toml");
+            fs::write(&inside, format!("extends = \"default\"\n{raise}")).unwrap();
+            support::chown_tree(&inside, w.owner);
+            let out = w
+                .command(&["--profile", inside.to_str().unwrap()], &["/bin/true"])
+                .output()
+                .unwrap();
+            let all = describe(&out);
+            assert_eq!(out.status.code(), Some(120), "{raise}: {all}");
+            let key = raise.lines().nth(1).unwrap().split(' ').next().unwrap();
+            assert!(
+                all.contains("is inside the workspace and the profile raises") && all.contains(key),
+                "{raise}: {all}"
+            );
+        }
+        // Lowered from inside: fine.
+        let inside = w.workspace.join("lower.toml");
+        fs::write(
+            &inside,
+            "extends = \"default\"\n[runbook]\nevidence_seconds = 5\n[audit]\ninside_max_mib = 8\n",
+        )
+        .unwrap();
+        support::chown_tree(&inside, w.owner);
+        let out = w
+            .command(&["--profile", inside.to_str().unwrap()], &["/bin/true"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    }
+);
+
+both!(
+    special_files_long_names_and_a_stalled_client_hang_nothing,
+    |w: &World| {
+        // In data/: a FIFO (opening it to read would wait for a writer), a unix socket, a name of
+        // 255 bytes and a regular file. A client holds the step socket open without a word while
+        // the agent asks for the status and completes the step.
+        setup(w, FILES_RUNBOOK, SPECIAL_AGENT);
+        let (out, took) = run(w, &["--timeout", "60s"]);
+        let all = describe(&out);
+        assert!(took < Duration::from_secs(30), "took {took:?}\n{all}");
+        assert_eq!(out.status.code(), Some(0), "{all}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("complete-exit=0"), "{all}");
+        let status_ms: u64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("status-ms="))
+            .and_then(|l| l.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(u64::MAX);
+        assert!(status_ms < 3000, "{all}");
+        let (_, records) = ended_in_order(&out);
+        let evidence = records
+            .iter()
+            .find(|r| r["kind"] == "runbook-evidence")
+            .unwrap();
+        // Only the regular files are evidence: the FIFO and the socket are not opened.
+        let found: Vec<&str> = evidence["found"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(found.len(), 2, "{evidence}");
+        assert!(found.contains(&"data/regular"), "{evidence}");
+        assert!(
+            found.iter().any(|f| f.len() == "data/".len() + 255),
+            "{evidence}"
+        );
+    }
+);
+
+const SPECIAL_AGENT: &str = r#"mkdir data && mkfifo data/fifo && echo ok > data/regular
+python3 - <<'PY'
+import socket, subprocess, time
+s = socket.socket(socket.AF_UNIX)
+s.bind("data/sock")
+open("data/" + "n" * 255, "w").write("long")
+stalled = socket.socket(socket.AF_UNIX)
+stalled.connect("/run/stepproof/runbook/step.sock")
+t = time.monotonic()
+r = subprocess.run(["/run/stepproof/stepproof", "step", "status"], capture_output=True, text=True)
+print("status-ms=%d exit=%d" % ((time.monotonic() - t) * 1000, r.returncode))
+r = subprocess.run(["/run/stepproof/stepproof", "step", "complete"], capture_output=True, text=True)
+print("complete-exit=%d" % r.returncode)
+print(r.stdout)
+PY
+"#;

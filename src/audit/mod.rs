@@ -40,6 +40,7 @@
 /// StepProof's own state under the home (run directories, audit logs, quarantine).
 pub const STATE_DIR: &str = ".local/state/stepproof";
 
+pub mod caused;
 pub mod chain;
 pub mod command;
 pub mod export;

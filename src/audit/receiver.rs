@@ -184,7 +184,9 @@ impl ReceiverHandle {
 
 /// Serves `listener` on a new thread until [`ReceiverHandle::shutdown`]: records from senders
 /// that pass `peer_check` are written to `sink` as `source: "sandbox"`; refused senders are
-/// recorded as `kind: "refused-peer"` by the supervisor.
+/// recorded as `kind: "refused-peer"` by the supervisor. Both are charged to the run's budget
+/// of what the agent causes (`audit::caused`); when the sink has none yet, `inside_max_bytes`
+/// sets one (bytes only).
 pub fn serve_hook_socket(
     listener: UnixListener,
     sink: AuditSink,
@@ -197,6 +199,9 @@ pub fn serve_hook_socket(
     if let Err(e) = setsockopt(&listener, sockopt::PassCred, &true) {
         tracing::warn!("hook receiver: SO_PASSCRED on the listener: {e}");
     }
+    // A run sets its budget (bytes and rate) before any service starts; alone, the receiver
+    // keeps to the bytes.
+    sink.limit_caused(inside_max_bytes, u32::MAX);
     let stop = Arc::new(AtomicBool::new(false));
     let counts = Arc::new(Mutex::new(ReceiverCounts::default()));
     // Without the pair the receiver still stops, at its next poll timeout.
@@ -216,11 +221,7 @@ pub fn serve_hook_socket(
         counts: counts.clone(),
         connections: Vec::new(),
         buf: vec![0; MAX_LINE + 1],
-        inside_max_bytes,
-        written_bytes: 0,
         over_cap: 0,
-        over_cap_reported: 0,
-        last_cap_record: None,
         asks: AskAnswers::default(),
     };
     let thread = std::thread::Builder::new()
@@ -251,12 +252,8 @@ struct Receiver {
     connections: Vec<Connection>,
     buf: Vec<u8>,
     /// Records from inside are written up to this many bytes (the lines as received).
-    inside_max_bytes: u64,
-    written_bytes: u64,
+    /// Well-formed lines over the run's budget of what the agent causes (`audit::caused`).
     over_cap: u64,
-    /// `over_cap` as of the last trusted record about it.
-    over_cap_reported: u64,
-    last_cap_record: Option<Instant>,
     asks: AskAnswers,
 }
 
@@ -323,9 +320,6 @@ impl AskAnswers {
             .collect()
     }
 }
-
-/// At most one trusted record a second says how many records from inside were over the cap.
-const CAP_RECORD_INTERVAL: Duration = Duration::from_secs(1);
 
 struct Connection {
     stream: UnixStream,
@@ -467,7 +461,8 @@ impl Receiver {
             "hook receiver: refused: {}",
             refusal.reason
         );
-        self.sink.record("supervisor", "refused-peer", &refusal);
+        self.sink
+            .record_caused("supervisor", "refused-peer", &refusal);
         self.count(|c| c.refused_peers += 1);
         reply(stream, &json!({ "refused": refusal.reason }));
     }
@@ -582,12 +577,6 @@ impl Receiver {
             self.count(|c| c.malformed += 1);
             return;
         };
-        if self.written_bytes.saturating_add(length) > self.inside_max_bytes {
-            self.over_cap += 1;
-            self.count(|c| c.over_cap += 1);
-            self.report_over_cap(false);
-            return;
-        }
         let kind = reported_kind(&object);
         let body = Map::from_iter([
             (
@@ -596,18 +585,22 @@ impl Receiver {
             ),
             ("reported".to_string(), Value::Object(object)),
         ]);
-        match self.sink.append("sandbox", &kind, &body) {
-            Ok(seq) => {
+        match self.sink.append_caused("sandbox", &kind, &body) {
+            Ok(Some(seq)) => {
                 if let Some(Value::Object(object)) = body.get("reported") {
                     let settled = self.asks.follow(seq, object);
                     self.record_answers(settled);
                 }
-                self.written_bytes += length;
                 self.connections[index].accepted += 1;
                 self.count(|c| {
                     c.accepted += 1;
                     c.accepted_bytes += length;
                 });
+            }
+            // Over the run's budget: counted, not written (the sink says so in the log).
+            Ok(None) => {
+                self.over_cap += 1;
+                self.count(|c| c.over_cap += 1);
             }
             Err(e) => tracing::warn!("hook receiver: writing the audit log: {e}"),
         }
@@ -631,29 +624,6 @@ impl Receiver {
 
     /// A trusted record of how many records from inside were not written, at most once a
     /// second (and a last one at shutdown, `finally`).
-    fn report_over_cap(&mut self, finally: bool) {
-        if self.over_cap == self.over_cap_reported {
-            return;
-        }
-        let due = self
-            .last_cap_record
-            .is_none_or(|at| at.elapsed() >= CAP_RECORD_INTERVAL);
-        if !due && !finally {
-            return;
-        }
-        self.sink.record(
-            "supervisor",
-            "inside-records-over-cap",
-            &json!({
-                "not_written": self.over_cap,
-                "cap_bytes": self.inside_max_bytes,
-                "written_bytes": self.written_bytes,
-            }),
-        );
-        self.over_cap_reported = self.over_cap;
-        self.last_cap_record = Some(Instant::now());
-    }
-
     /// A connection ended: counts an unfinished line or an empty connection, answers, closes.
     fn finish(&self, connection: Connection) {
         if !connection.pending.is_empty() && !connection.skipping {
@@ -698,7 +668,6 @@ impl Receiver {
         for connection in std::mem::take(&mut self.connections) {
             self.finish(connection);
         }
-        self.report_over_cap(true);
         let settled = self.asks.end();
         self.record_answers(settled);
     }

@@ -47,7 +47,12 @@ struct ChainWriter {
     failed: Option<String>,
     /// The export's outbox: every record written is appended there too (in chain order).
     outbox: Option<Arc<crate::audit::export::Outbox>>,
+    /// The budget of what the agent causes to be recorded (`audit::caused`), once set.
+    caused: Option<crate::audit::caused::Caused>,
 }
+
+/// The summary record of what the agent caused and the budget kept out of the log.
+pub const CAUSED_REPORT: &str = "inside-records-over-cap";
 
 impl AuditSink {
     /// `~/.local/state/stepproof/runs/<unix-seconds>-<pid>/audit.jsonl`.
@@ -132,6 +137,7 @@ impl AuditSink {
             last_error: None,
             failed: None,
             outbox: None,
+            caused: None,
         };
         if let Some(torn) = resume.torn {
             writer.remove_torn_record(&torn).map_err(fail)?;
@@ -202,6 +208,68 @@ impl AuditSink {
         state
             .write_record(source, kind, body)
             .map_err(|e| state.count_lost(e))
+    }
+
+    /// From now on, records the agent causes ([`AuditSink::append_caused`]) share one budget
+    /// of `max_bytes` and `per_second`; the first call sets it, later ones change nothing.
+    pub fn limit_caused(&self, max_bytes: u64, per_second: u32) {
+        let mut state = self.lock();
+        if state.caused.is_none() {
+            state.caused = Some(crate::audit::caused::Caused::new(max_bytes, per_second));
+        }
+    }
+
+    /// Appends a record the agent caused (a hook report, a connection, a runbook request):
+    /// charged to the run's budget, `Ok(None)` when over it (counted by kind, not written; the
+    /// summary record `inside-records-over-cap` goes first when one is due).
+    pub fn append_caused(
+        &self,
+        source: &str,
+        kind: &str,
+        body: &Map<String, Value>,
+    ) -> io::Result<Option<u64>> {
+        {
+            let mut state = self.lock();
+            if let Some(caused) = state.caused.as_mut() {
+                // The envelope (seq, prev, ts_ms, source, kind) is under 200 bytes.
+                let bytes = serde_json::to_vec(body).map_or(0, |b| b.len() as u64) + 200;
+                if !caused.admit(kind, bytes) {
+                    if let Some(report) = caused.report(false) {
+                        let report = chain::body_object(report);
+                        let _ = state.write_record("supervisor", CAUSED_REPORT, &report);
+                    }
+                    return Ok(None);
+                }
+            }
+        }
+        self.append(source, kind, body).map(Some)
+    }
+
+    /// [`AuditSink::append_caused`] for any serialisable body; failures are logged.
+    pub fn record_caused<T: Serialize>(&self, source: &str, kind: &str, body: &T) {
+        let body = match serde_json::to_value(body) {
+            Ok(value) => chain::body_object(value),
+            Err(e) => {
+                tracing::warn!(kind, "audit record not serialisable: {e}");
+                return;
+            }
+        };
+        if let Err(e) = self.append_caused(source, kind, &body) {
+            tracing::warn!(path = %self.path.display(), "writing the audit log: {e}");
+        }
+    }
+
+    /// The run's end: the last summary of what was not written (when there is news), and the
+    /// counts. `None` when no budget was set.
+    pub fn finish_caused(&self) -> Option<crate::audit::caused::CausedCounts> {
+        let mut state = self.lock();
+        let caused = state.caused.as_mut()?;
+        let counts = caused.counts();
+        if let Some(report) = caused.report(true) {
+            let report = chain::body_object(report);
+            let _ = state.write_record("supervisor", CAUSED_REPORT, &report);
+        }
+        Some(counts)
     }
 
     /// From now on every record written also goes to the export's outbox; returns the `seq`

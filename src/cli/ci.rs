@@ -192,8 +192,9 @@ impl Summary {
                     .to_string();
                 self.exit_code = record["outcome"]["exit_code"].as_i64().unwrap_or_default();
                 self.ended_by = ended_by(&record["outcome"]);
-                self.inside_not_written = record["hook_receiver"]["over_cap"]
+                self.inside_not_written = record["records_over_budget"]["not_written"]
                     .as_u64()
+                    .or_else(|| record["hook_receiver"]["over_cap"].as_u64())
                     .unwrap_or_default();
                 let e = &record["enforced"];
                 self.enforced = vec![
@@ -263,8 +264,8 @@ impl Summary {
         }
         if self.inside_not_written > 0 {
             md.push_str(&format!(
-                "**{} records reported from inside were not written**: the run reached \
-                 `audit.inside_max_mib`.\n\n",
+                "**{} records the agent caused were not written**: the run reached \
+                 `audit.inside_max_mib` or `audit.inside_max_per_second`.\n\n",
                 self.inside_not_written
             ));
         }

@@ -279,6 +279,14 @@ fn carry_out(
     crate::supervisor::agent::housekeeping::arrange(&facts.run_dir, args.keep_runs);
     tracing::debug!("facts gathered");
     let audit = open_audit_log(args, &facts.home).map_err(audit_failure)?;
+    // What the agent causes to be recorded (hook reports, connections, model requests, runbook
+    // requests) shares one budget, by bytes and by rate, in the log and the export alike.
+    if let Some(audit) = &audit {
+        audit.limit_caused(
+            profile.audit.inside_max_mib << 20,
+            profile.audit.inside_max_per_second(),
+        );
+    }
     tracing::debug!("audit log opened");
     let mut plan = host::plan_for(&profile, &facts).map_err(plan_failure)?;
     // What the plan names, made now (and removed when this goes, whatever happens next).
@@ -392,6 +400,7 @@ fn carry_out(
             limits.cgroup.as_ref(),
             limits.no_freezer.clone(),
             approval_webhook.clone(),
+            crate::supervisor::runbook::files::Budget::from_profile(&profile.runbook),
         )?),
         None => None,
     };
@@ -646,16 +655,6 @@ fn carry_out(
             );
         }
     }
-    if let Some(counts) = result.hook_records.filter(|c| c.over_cap > 0) {
-        outputs
-            .status_extra
-            .insert("inside_records_not_written".into(), counts.over_cap.into());
-        crate::say!(
-            "stepproof-run: {} records reported from inside were NOT written to the audit log: the run reached audit.inside_max_mib ({} MiB)",
-            counts.over_cap,
-            profile.audit.inside_max_mib
-        );
-    }
     // What the run changed of the workspace's sessions and memory is kept for the next one.
     if !matches!(
         result.outcome,
@@ -723,6 +722,29 @@ fn carry_out(
         }
     }
     tracing::debug!("run ended");
+    // What the agent caused beyond the budget: the last summary record, and the run says so.
+    let over_budget = audit
+        .as_ref()
+        .and_then(|a| a.finish_caused())
+        .filter(|c| c.not_written > 0);
+    if let Some(counts) = &over_budget {
+        outputs.status_extra.insert(
+            "inside_records_not_written".into(),
+            counts.not_written.into(),
+        );
+        crate::say!(
+            "stepproof-run: {} records the agent caused were NOT written to the audit log ({}): the run reached audit.inside_max_mib ({} MiB) or audit.inside_max_per_second ({})",
+            counts.not_written,
+            counts
+                .by_kind
+                .iter()
+                .map(|(kind, n)| format!("{kind} {n}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            profile.audit.inside_max_mib,
+            profile.audit.inside_max_per_second()
+        );
+    }
     if let Some(audit) = &audit {
         audit.record(
             "supervisor",
@@ -731,6 +753,10 @@ fn carry_out(
                 "outcome": result.outcome,
                 "enforced": result.report,
                 "hook_receiver": result.hook_records,
+                "records_over_budget": over_budget.as_ref().map(|c| serde_json::json!({
+                    "not_written": c.not_written,
+                    "by_kind": c.by_kind,
+                })),
             }),
         );
         audit.sync();
@@ -939,6 +965,7 @@ fn prepare_runbook(
     cgroup: Option<&crate::supervisor::launch::cgroup::RunCgroup>,
     no_freezer: Option<String>,
     approval_webhook: Option<std::sync::Arc<crate::supervisor::runbook::webhook::Webhook>>,
+    budget: crate::supervisor::runbook::files::Budget,
 ) -> Result<crate::supervisor::runbook::engine::RunbookRun, Failure> {
     use crate::sandbox::plan::agent_layer::CONTROL_DIR;
     use crate::sandbox::plan::{Access, MountOp};
@@ -1028,6 +1055,7 @@ fn prepare_runbook(
             // The run's own --timeout, from about now: model verifiers count inside it.
             deadline: args.timeout.map(|t| std::time::Instant::now() + t),
             approval_webhook,
+            budget,
         },
         continued,
     )

@@ -3,6 +3,7 @@
 
 pub mod allow;
 pub mod approvals;
+pub mod budgets;
 pub mod claude_settings;
 pub mod credentials;
 pub mod limits;
@@ -138,25 +139,40 @@ struct ProfileFile {
     claude: Option<ClaudeFile>,
     audit: Option<AuditFile>,
     approvals: Option<approvals::ApprovalsFile>,
+    runbook: Option<budgets::RunbookFile>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct AuditFile {
     inside_max_mib: Option<u64>,
+    inside_max_per_second: Option<u32>,
     export: Option<crate::audit::export_config::ExportSettings>,
 }
 
 /// The audit log.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Audit {
-    /// Records reported from inside are written up to this many MiB per run; beyond it they are
-    /// counted, not written (a run cannot fill the host's disk through its own log).
+    /// Records the agent causes (hook reports, connections, model requests, runbook requests)
+    /// are written up to this many MiB per run; beyond it they are counted, not written (a run
+    /// cannot fill the host's disk, or the collector, through its own log).
     pub inside_max_mib: u64,
+    /// ... and at most this many such records a second (a burst of ten seconds' worth); unset:
+    /// [`crate::audit::caused::DEFAULT_PER_SECOND`]. Left out of the policy hash when unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inside_max_per_second: Option<u32>,
     /// `[audit.export]`: every record also shipped over OTLP (see `audit::export`). Left out
     /// of the policy hash when absent.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub export: Option<crate::audit::export_config::ExportSettings>,
+}
+
+impl Audit {
+    /// Records the agent causes, a second, at most.
+    pub fn inside_max_per_second(&self) -> u32 {
+        self.inside_max_per_second
+            .unwrap_or(crate::audit::caused::DEFAULT_PER_SECOND)
+    }
 }
 
 /// Enough for hours of hook decisions and runbook evidence (a record is well under 1 KiB; the
@@ -336,6 +352,10 @@ pub struct Profile {
     /// from profiles outside the workspace); left out of the policy hash when unset.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub approvals: Option<approvals::ApprovalWebhook>,
+    /// `[runbook]`: the budgets of the supervisor's walks over the evidence's files; left out of
+    /// the policy hash when unset.
+    #[serde(skip_serializing_if = "budgets::RunbookBudgets::is_unset")]
+    pub runbook: budgets::RunbookBudgets,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -865,9 +885,11 @@ fn merge(base: ProfileFile, child: ProfileFile) -> ProfileFile {
             (b, c) => c.or(b),
         },
         approvals: approvals::merge(base.approvals, child.approvals),
+        runbook: budgets::merge(base.runbook, child.runbook),
         audit: match (base.audit, child.audit) {
             (Some(b), Some(c)) => Some(AuditFile {
                 inside_max_mib: c.inside_max_mib.or(b.inside_max_mib),
+                inside_max_per_second: c.inside_max_per_second.or(b.inside_max_per_second),
                 export: c.export.or(b.export),
             }),
             (b, c) => c.or(b),
@@ -1094,15 +1116,20 @@ fn resolve(file: ProfileFile, origins: Vec<String>) -> Result<Profile, String> {
             let audit = file.audit.unwrap_or_default();
             let inside_max_mib = audit.inside_max_mib.unwrap_or(DEFAULT_INSIDE_MAX_MIB);
             in_range("audit.inside_max_mib", inside_max_mib, 1, 1 << 16)?;
+            if let Some(rate) = audit.inside_max_per_second {
+                in_range("audit.inside_max_per_second", u64::from(rate), 1, 100_000)?;
+            }
             if let Some(export) = &audit.export {
                 export.validate()?;
             }
             Audit {
                 inside_max_mib,
+                inside_max_per_second: audit.inside_max_per_second,
                 export: audit.export,
             }
         },
         approvals: approvals::resolve(file.approvals)?,
+        runbook: budgets::resolve(file.runbook)?,
     })
 }
 

@@ -418,6 +418,12 @@ pub enum PlanError {
         "the profile {path} is inside the workspace and {what}: that would send your model login where a checked-out file says; put the profile outside the workspace, or set ANTHROPIC_BASE_URL in your own environment"
     )]
     ModelRouteFromWorkspace { path: PathBuf, what: &'static str },
+    /// Configuration: a profile file inside the workspace, and the profile raises a budget of
+    /// what the agent can make the supervisor do.
+    #[error(
+        "the profile {path} is inside the workspace and the profile raises {keys}: a budget of the supervisor's work for the agent is raised only from a profile outside the workspace (a checked-out file must not decide how much the agent can make the supervisor do); move the profile out of the workspace"
+    )]
+    BudgetRaisedFromWorkspace { path: PathBuf, keys: String },
     /// Environment: without user namespaces, a profile with the credential gateway.
     #[error(
         "the credential gateway needs the sandbox's private /run: not available without namespaces"
@@ -475,6 +481,7 @@ impl PlanError {
             | PlanError::NotUtf8ForHook { .. }
             | PlanError::NoHookSection
             | PlanError::ModelRouteFromWorkspace { .. }
+            | PlanError::BudgetRaisedFromWorkspace { .. }
             | PlanError::HookPolicy { .. }
             | PlanError::CredentialsFromWorkspace { .. } => true,
             PlanError::LandlockRule { source, .. } | PlanError::LandlockGrant { source, .. } => {
@@ -538,6 +545,36 @@ fn check_model_route(
         Some(file) => Err(PlanError::ModelRouteFromWorkspace {
             path: file.path.clone(),
             what,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// The budgets of what the agent can make the supervisor do (its records, its evidence walks)
+/// are raised only by a profile the person running StepProof chose: with any file of the chain
+/// inside the workspace, a raise is refused.
+fn check_budgets(profile: &Profile, workspace: &Path) -> Result<(), PlanError> {
+    let mut raised: Vec<&str> = profile.runbook.raised();
+    if profile.audit.inside_max_mib > crate::profile::DEFAULT_INSIDE_MAX_MIB {
+        raised.push("audit.inside_max_mib");
+    }
+    if profile.audit.inside_max_per_second() > crate::audit::caused::DEFAULT_PER_SECOND {
+        raised.push("audit.inside_max_per_second");
+    }
+    if raised.is_empty() {
+        return Ok(());
+    }
+    let workspace = workspace
+        .canonicalize()
+        .unwrap_or_else(|_| workspace.to_path_buf());
+    match profile
+        .files
+        .iter()
+        .find(|f| f.path.starts_with(&workspace))
+    {
+        Some(file) => Err(PlanError::BudgetRaisedFromWorkspace {
+            path: file.path.clone(),
+            keys: raised.join(", "),
         }),
         None => Ok(()),
     }
@@ -658,6 +695,7 @@ fn plan_with<S: IsolationStrategy>(
     let model_gateway =
         profile.network.gateway.is_some() || (S::PLANS_AGENT && profile.hook.is_some());
     check_model_route(profile, &workspace, model_gateway)?;
+    check_budgets(profile, &workspace)?;
     // Service credentials: honoured only from profiles outside the workspace; a placeholder
     // each. The command's environment carries them (and never the variables they are read from).
     let credentials = credentials::plan_credentials(profile, facts)?;

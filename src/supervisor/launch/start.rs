@@ -377,7 +377,9 @@ fn drain_records(
                 } else {
                     kind
                 };
-                audit.record("supervisor", kind, &record);
+                // The agent decides how many connections it makes: charged to the run's budget
+                // of what it causes to be recorded.
+                audit.record_caused("supervisor", kind, &record);
             }
         }
     })

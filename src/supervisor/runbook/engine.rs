@@ -100,6 +100,8 @@ pub struct EvidenceContext {
     pub deadline: Option<Instant>,
     /// The approval webhook (from outside the workspace), asked beside the host terminal.
     pub approval_webhook: Option<Arc<crate::supervisor::runbook::webhook::Webhook>>,
+    /// What one walk over the evidence's files may cost (the profile's `[runbook]`).
+    pub budget: Budget,
 }
 
 struct Engine {
@@ -135,6 +137,8 @@ struct Approvals {
     waiting: Mutex<Option<String>>,
     /// The run is ending: a wait stops (denied) instead of holding the end up to its deadline.
     closing: Arc<AtomicBool>,
+    /// What the run's walks over the evidence's files have spent in all.
+    spent: files::RunSpend,
 }
 
 impl Approvals {
@@ -550,9 +554,11 @@ fn serve_step(
         }
         StepRequest::Evidence { files } => {
             // Hashed outside the engine's lock, within one walk's budget for the request.
-            let workspace = lock().context.workspace.clone();
-            let budget = Budget::DEFAULT;
-            let mut walk = Walk::new(&budget, &approvals.closing);
+            let (workspace, budget) = {
+                let e = lock();
+                (e.context.workspace.clone(), e.context.budget)
+            };
+            let mut walk = Walk::new(&budget, &approvals.closing, &approvals.spent);
             let root = files::open_workspace(&workspace);
             let mut exceeded = None;
             let hashed: Vec<Value> = files
@@ -747,9 +753,20 @@ fn complete(
         // The next steps' baselines are walked outside the lock (a status is answered
         // meanwhile), within their budget, and stop when the run ends.
         let ready = e.ready();
-        let (workspace, runbook) = (e.context.workspace.clone(), e.runbook.clone());
+        let (workspace, budget, runbook) = (
+            e.context.workspace.clone(),
+            e.context.budget,
+            e.runbook.clone(),
+        );
         drop(e);
-        let baselines = take_baselines(&workspace, &runbook, &ready, &approvals.closing);
+        let baselines = take_baselines(
+            &workspace,
+            &budget,
+            &runbook,
+            &ready,
+            &approvals.closing,
+            &approvals.spent,
+        );
         let mut e = lock();
         e.open_with(baselines);
         let published = e.publish();
@@ -945,11 +962,17 @@ fn check_item(
 ) -> (bool, Value, String) {
     let lock = || engine.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(files) = &item.files_exist {
-        let (workspace, ledger) = {
+        let (workspace, budget, ledger) = {
             let e = lock();
-            (e.context.workspace.clone(), e.ledger())
+            (e.context.workspace.clone(), e.context.budget, e.ledger())
         };
-        let walked = match walk_globs(&workspace, &files.paths, &approvals.closing) {
+        let walked = match walk_globs(
+            &workspace,
+            &files.paths,
+            &budget,
+            &approvals.closing,
+            &approvals.spent,
+        ) {
             Ok(walked) => walked,
             Err(exceeded) => return exceeded_item("files_exist", &files.paths, &exceeded),
         };
@@ -978,10 +1001,11 @@ fn check_item(
         );
     }
     if let Some(files) = &item.files_changed {
-        let (workspace, baseline, baseline_exceeded, ledger) = {
+        let (workspace, budget, baseline, baseline_exceeded, ledger) = {
             let e = lock();
             (
                 e.context.workspace.clone(),
+                e.context.budget,
                 e.steps[index].baseline.clone(),
                 e.steps[index].baseline_exceeded.clone(),
                 e.ledger(),
@@ -995,7 +1019,13 @@ fn check_item(
             );
             return failed;
         }
-        let walked = match walk_globs(&workspace, &files.paths, &approvals.closing) {
+        let walked = match walk_globs(
+            &workspace,
+            &files.paths,
+            &budget,
+            &approvals.closing,
+            &approvals.spent,
+        ) {
             Ok(walked) => walked,
             Err(exceeded) => return exceeded_item("files_changed", &files.paths, &exceeded),
         };
@@ -1466,7 +1496,8 @@ impl Engine {
         if let Some(audit) = &self.audit
             && !self.closed
         {
-            audit.record("sandbox", kind, &body);
+            // The agent decides how often it asks: charged to the run's budget.
+            audit.record_caused("sandbox", kind, &body);
         }
     }
 
@@ -1484,7 +1515,14 @@ impl Engine {
     /// here (under the caller's lock: only before the sandbox starts, when nothing else asks).
     fn open_ready(&mut self) {
         let ready = self.ready();
-        let baselines = take_baselines(&self.context.workspace, &self.runbook, &ready, never());
+        let baselines = take_baselines(
+            &self.context.workspace,
+            &self.context.budget,
+            &self.runbook,
+            &ready,
+            never(),
+            &files::RunSpend::default(),
+        );
         self.open_with(baselines);
     }
 
@@ -1785,17 +1823,18 @@ fn glob_matches(glob: &str, relative: &str) -> bool {
 }
 
 /// The regular files under `workspace` each glob names (links are not followed), with their
-/// sha256, within one walk's budget ([`Budget::DEFAULT`]) shared by the globs.
+/// sha256, within one walk's budget shared by the globs.
 fn walk_globs(
     workspace: &Path,
     globs: &[String],
+    budget: &Budget,
     stop: &AtomicBool,
+    spent: &files::RunSpend,
 ) -> Result<Vec<BTreeMap<String, String>>, Exceeded> {
     let Ok(root) = files::open_workspace(workspace) else {
         return Ok(globs.iter().map(|_| BTreeMap::new()).collect());
     };
-    let budget = Budget::DEFAULT;
-    let mut walk = Walk::new(&budget, stop);
+    let mut walk = Walk::new(budget, stop, spent);
     globs
         .iter()
         .map(|glob| walk.glob(std::os::fd::AsFd::as_fd(&root), glob))
@@ -1809,9 +1848,11 @@ type Baseline = Result<BTreeMap<String, String>, Exceeded>;
 /// files their `files_changed` globs name now. Taken outside the engine's lock.
 fn take_baselines(
     workspace: &Path,
+    budget: &Budget,
     runbook: &Runbook,
     ready: &[(usize, bool)],
     stop: &AtomicBool,
+    spent: &files::RunSpend,
 ) -> Vec<(usize, Baseline)> {
     ready
         .iter()
@@ -1825,7 +1866,7 @@ fn take_baselines(
                 .filter_map(|e| e.files_changed.as_ref())
                 .flat_map(|f| f.paths.iter().cloned())
                 .collect();
-            let taken = walk_globs(workspace, &globs, stop)
+            let taken = walk_globs(workspace, &globs, budget, stop, spent)
                 .map(|maps| maps.into_iter().flatten().collect());
             (i, taken)
         })

@@ -22,10 +22,11 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
+use crate::profile::budgets;
 use crate::sys::beneath::{self, DIR_LISTING, DIR_LOOKUP, FILE_READING};
 
 /// What one walk (one evidence item, one baseline, one `step evidence` request) may cost.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Budget {
     /// Directory entries looked at.
     pub entries: u64,
@@ -39,15 +40,38 @@ pub struct Budget {
     pub time: Duration,
 }
 
+/// How many walks' worth one run may spend in all ([`RunSpend`]): the agent may ask again and
+/// again (`step evidence`, a completion per attempt), each request within its walk's budget.
+pub const RUN_WALKS: u32 = 16;
+
+/// What every walk of one run has spent, shared by them: bytes hashed and time walked, against
+/// [`RUN_WALKS`] times one walk's budget.
+#[derive(Debug, Default)]
+pub struct RunSpend {
+    bytes: std::sync::atomic::AtomicU64,
+    micros: std::sync::atomic::AtomicU64,
+}
+
 impl Budget {
     /// The built-in budget: a large checkout's source and build output, not a disk's worth.
     pub const DEFAULT: Budget = Budget {
-        entries: 200_000,
-        depth: 128,
-        file_bytes: 1 << 30,
-        walk_bytes: 4 << 30,
-        time: Duration::from_secs(60),
+        entries: budgets::DEFAULT_EVIDENCE_ENTRIES,
+        depth: budgets::DEFAULT_EVIDENCE_DEPTH as usize,
+        file_bytes: budgets::DEFAULT_EVIDENCE_FILE_MIB << 20,
+        walk_bytes: budgets::DEFAULT_EVIDENCE_WALK_MIB << 20,
+        time: Duration::from_secs(budgets::DEFAULT_EVIDENCE_SECONDS),
     };
+
+    /// The profile's `[runbook]` budgets (the defaults where it names none).
+    pub fn from_profile(profile: &budgets::RunbookBudgets) -> Budget {
+        Budget {
+            entries: profile.entries(),
+            depth: usize::try_from(profile.depth()).unwrap_or(usize::MAX),
+            file_bytes: profile.file_bytes(),
+            walk_bytes: profile.walk_bytes(),
+            time: Duration::from_secs(profile.seconds()),
+        }
+    }
 }
 
 /// Why a walk or a hash stopped before it was complete. Each is the item's failure, in words
@@ -69,6 +93,8 @@ pub enum Exceeded {
     WalkBytes { limit: u64 },
     /// Longer than the walk's time.
     Time { limit: Duration },
+    /// The run's walks together have hashed or walked their budget ([`RUN_WALKS`] walks').
+    Run { what: &'static str },
     /// A file changed while it was hashed (it grew, shrank or was rewritten).
     Unstable { path: String },
     /// The run ended meanwhile.
@@ -84,6 +110,7 @@ impl Exceeded {
             Exceeded::FileBytes { .. } => "file_bytes",
             Exceeded::WalkBytes { .. } => "walk_bytes",
             Exceeded::Time { .. } => "time",
+            Exceeded::Run { .. } => "run",
             Exceeded::Unstable { .. } => "unstable",
             Exceeded::Stopped => "stopped",
         }
@@ -120,6 +147,9 @@ impl Exceeded {
                 "the supervisor's walk took longer than {} s (its budget): not checked; narrow the paths",
                 limit.as_secs()
             ),
+            Exceeded::Run { what } => format!(
+                "the supervisor has spent this run's budget for walking the workspace ({what}, {RUN_WALKS} walks' worth): no more files are checked in this run"
+            ),
             Exceeded::Unstable { path } => {
                 format!(
                     "{path} changed while the supervisor hashed it: ask again once it is written"
@@ -134,6 +164,7 @@ impl Exceeded {
 pub struct Walk<'a> {
     budget: &'a Budget,
     stop: &'a AtomicBool,
+    spent: &'a RunSpend,
     started: Instant,
     entries: u64,
     bytes: u64,
@@ -144,11 +175,20 @@ pub struct Walk<'a> {
 /// Bytes read between two looks at the clock and the stop flag.
 const CHUNK: usize = 1 << 20;
 
+impl Drop for Walk<'_> {
+    /// What the walk took is the run's.
+    fn drop(&mut self) {
+        let micros = u64::try_from(self.started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        self.spent.micros.fetch_add(micros, Ordering::SeqCst);
+    }
+}
+
 impl<'a> Walk<'a> {
-    pub fn new(budget: &'a Budget, stop: &'a AtomicBool) -> Walk<'a> {
+    pub fn new(budget: &'a Budget, stop: &'a AtomicBool, spent: &'a RunSpend) -> Walk<'a> {
         Walk {
             budget,
             stop,
+            spent,
             started: Instant::now(),
             entries: 0,
             bytes: 0,
@@ -160,10 +200,20 @@ impl<'a> Walk<'a> {
         if self.stop.load(Ordering::SeqCst) {
             return Err(Exceeded::Stopped);
         }
-        if self.started.elapsed() > self.budget.time {
+        let elapsed = self.started.elapsed();
+        if elapsed > self.budget.time {
             return Err(Exceeded::Time {
                 limit: self.budget.time,
             });
+        }
+        let run_micros = self
+            .spent
+            .micros
+            .load(Ordering::SeqCst)
+            .saturating_add(u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX));
+        let run_time = self.budget.time.saturating_mul(RUN_WALKS);
+        if run_micros > u64::try_from(run_time.as_micros()).unwrap_or(u64::MAX) {
+            return Err(Exceeded::Run { what: "time" });
         }
         Ok(())
     }
@@ -193,6 +243,11 @@ impl<'a> Walk<'a> {
             return Err(Exceeded::WalkBytes {
                 limit: self.budget.walk_bytes,
             });
+        }
+        let run_bytes = self.budget.walk_bytes.saturating_mul(u64::from(RUN_WALKS));
+        let spent = self.spent.bytes.fetch_add(before.size, Ordering::SeqCst);
+        if spent.saturating_add(before.size) > run_bytes {
+            return Err(Exceeded::Run { what: "bytes" });
         }
         self.bytes += before.size;
         let mut hasher = Sha256::new();
@@ -368,7 +423,7 @@ mod tests {
     fn glob(w: &Path, glob: &str, budget: &Budget) -> Result<BTreeMap<String, String>, Exceeded> {
         let stop = AtomicBool::new(false);
         let root = open_workspace(w).unwrap();
-        Walk::new(budget, &stop).glob(root.as_fd(), glob)
+        Walk::new(budget, &stop, &RunSpend::default()).glob(root.as_fd(), glob)
     }
 
     #[test]
@@ -483,7 +538,7 @@ mod tests {
         let stop = AtomicBool::new(true);
         let root = open_workspace(dir.path()).unwrap();
         assert_eq!(
-            Walk::new(&Budget::DEFAULT, &stop).glob(root.as_fd(), "data/**"),
+            Walk::new(&Budget::DEFAULT, &stop, &RunSpend::default()).glob(root.as_fd(), "data/**"),
             Err(Exceeded::Stopped)
         );
     }
@@ -517,11 +572,40 @@ mod tests {
     }
 
     #[test]
+    fn the_runs_walks_share_one_budget() {
+        let dir = tree();
+        std::fs::write(dir.path().join("data/k"), vec![1u8; 1024]).unwrap();
+        let budget = Budget {
+            walk_bytes: 1024,
+            ..Budget::DEFAULT
+        };
+        let stop = AtomicBool::new(false);
+        let spent = RunSpend::default();
+        let root = open_workspace(dir.path()).unwrap();
+        // One walk may hash 1024 bytes, the run RUN_WALKS times that: data/k (1024 bytes) is
+        // named by RUN_WALKS walks, each within its own budget, then by one walk more.
+        for _ in 0..RUN_WALKS {
+            let mut walk = Walk::new(&budget, &stop, &spent);
+            assert!(
+                walk.hash_named(root.as_fd(), Path::new("data/k"))
+                    .unwrap()
+                    .is_some()
+            );
+        }
+        let mut walk = Walk::new(&budget, &stop, &spent);
+        assert_eq!(
+            walk.hash_named(root.as_fd(), Path::new("data/k")),
+            Err(Exceeded::Run { what: "bytes" })
+        );
+    }
+
+    #[test]
     fn a_named_file_is_resolved_beneath_without_links() {
         let dir = tree();
         let stop = AtomicBool::new(false);
         let root = open_workspace(dir.path()).unwrap();
-        let mut walk = Walk::new(&Budget::DEFAULT, &stop);
+        let spent = RunSpend::default();
+        let mut walk = Walk::new(&Budget::DEFAULT, &stop, &spent);
         assert!(
             walk.hash_named(root.as_fd(), Path::new("data/a.txt"))
                 .unwrap()
