@@ -537,7 +537,11 @@ both_claude!(the_mock_is_reached_only_through_the_proxy, |w: &World| {
     assert_eq!(
         gateway
             .iter()
-            .filter(|r| r["method"] == "POST" && r["path"] == "/v1/messages?beta=true")
+            .filter(|r| r["method"] == "POST"
+                && r["path"] == "/v1/messages"
+                && r["query_sha256"]
+                    .as_str()
+                    .is_some_and(|q| q.starts_with("sha256:")))
             .count(),
         mock.messages_requests().len()
     );

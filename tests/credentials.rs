@@ -433,14 +433,10 @@ fn the_credential_is_added_in_scope_only_and_replaces_what_the_client_sent() {
             r.path.as_deref(),
             r.status
         ),
-        (
-            Some("gh"),
-            "GET",
-            Some("/o/r.git/info/refs?service=git-receive-pack"),
-            Some(200)
-        ),
+        (Some("gh"), "GET", Some("/o/r.git/info/refs"), Some(200)),
         "{r:?}"
     );
+    assert!(r.query_sha256.is_some(), "{r:?}");
     // Keep-alive, a chunked upload, a credential the client did not ask for: added anyway (the
     // scope is what the rule allows).
     tls.write_all(

@@ -79,10 +79,21 @@ fn plain_http_absolute_form_is_rewritten_to_origin_form() {
     assert!(!seen.contains("evil.example"), "{seen}");
     let r = p.record();
     assert!(r.allowed);
+    // The query is the agent's free text: only its digest is recorded.
     assert_eq!(
-        (r.method.as_str(), r.path.as_deref()),
-        ("GET", Some("/path?q=1"))
+        (
+            r.method.as_str(),
+            r.path.as_deref(),
+            r.query_sha256.as_deref()
+        ),
+        (
+            "GET",
+            Some("/path"),
+            Some("sha256:02f5e6e36c0369d5dbc9195fb0cf6d5eb415a620d0b80b8bc080039186e26925")
+        )
     );
+    let recorded = serde_json::to_string(&r).unwrap();
+    assert!(!recorded.contains("q=1"), "{recorded}");
     assert_eq!(r.bytes_down as usize, reply_len(&seen));
     // Plain HTTP: the record carries the upstream's status.
     assert_eq!(r.status, Some(200));
@@ -915,8 +926,16 @@ mod gateway {
         let r = g.record();
         assert!(r.allowed && r.error.is_none(), "{r:?}");
         assert_eq!(
-            (r.method.as_str(), r.path.as_deref()),
-            ("POST", Some("/v1/messages?beta=true"))
+            (
+                r.method.as_str(),
+                r.path.as_deref(),
+                r.query_sha256.as_deref()
+            ),
+            (
+                "POST",
+                Some("/v1/messages"),
+                Some("sha256:4ea1291d832654363528e6cc0965f896d50dca53420f1e564b3139cafe1c4b26")
+            )
         );
         assert_eq!(r.resolved, Some(origin.addr.to_string()));
         drop(c);

@@ -882,11 +882,15 @@ fn evidence(event: &str, input: &HookInput, policy: Option<&CompiledPolicy>) -> 
         record["open_steps"] = json!(open);
     }
     if event == "PostToolUseFailure" {
-        record["error"] = match &input.error {
-            Some(Value::String(s)) => json!(s),
-            Some(other) => json!(other.to_string()),
-            None => Value::Null,
+        // Claude Code's error text carries what the command printed (`Exit code 3\nAPI_TOKEN=…`):
+        // a record holds its digest and length, never the text (the exit status is above).
+        let text = match &input.error {
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(other) => Some(other.to_string()),
+            None => None,
         };
+        record["error_sha256"] = json!(text.as_ref().map(|t| sha256_hex(t.as_bytes())));
+        record["error_bytes"] = json!(text.as_ref().map(String::len));
     }
     record
 }

@@ -303,6 +303,49 @@ fn config_change_is_refused() {
     assert_eq!(records[0]["file_path"], file.to_str().expect("utf8"));
 }
 
+// A failed Bash call's error text is what the command printed: its record carries a digest and
+// a length, never the text (records leave the sandbox for the log and the collector).
+#[test]
+fn a_failures_error_text_is_recorded_as_a_digest() {
+    let setup = Setup::new("default");
+    let socket = setup.dir.path().join("audit.sock");
+    let listener = UnixListener::bind(&socket).expect("bind");
+    let collector = collect_records(listener, 1);
+    let error = "Exit code 3\nAPI_TOKEN=planted-7f3e";
+    let input = serde_json::json!({
+        "hook_event_name": "PostToolUseFailure",
+        "session_id": "s",
+        "cwd": setup.workspace(),
+        "tool_name": "Bash",
+        "tool_input": {"command": "cat config.ini; exit 3"},
+        "tool_use_id": "t1",
+        "error": error,
+    });
+    let r = run(
+        &[
+            "--policy",
+            setup.policy.to_str().expect("utf8"),
+            "--audit-socket",
+            socket.to_str().expect("utf8"),
+            "--event",
+            "PostToolUseFailure",
+        ],
+        input.to_string().as_bytes(),
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let records = collector.join().expect("collector");
+    assert_eq!(records.len(), 1, "{records:#?}");
+    let text = records[0].to_string();
+    assert!(!text.contains("planted-7f3e"), "{text}");
+    assert_eq!(records[0]["exit_status"], 3, "{text}");
+    assert_eq!(records[0]["error_bytes"], error.len(), "{text}");
+    let digest: String = <sha2::Sha256 as sha2::Digest>::digest(error.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(records[0]["error_sha256"], digest, "{text}");
+}
+
 fn assert_fail_closed(r: &Run, what: &str) {
     assert_eq!(r.code, 2, "{what}: exit code");
     assert_eq!(r.decision(), "deny", "{what}");

@@ -317,7 +317,7 @@ impl GatewayHandler {
                 return refuse(record, 400, "Bad Request", why);
             }
         };
-        record.path = Some(path.clone());
+        record.set_path(Some(&path));
         let framing = match http::body_framing(&head.headers, Framing::None) {
             Ok(framing) => framing,
             Err(why) => return refuse(record, 400, "Bad Request", why),

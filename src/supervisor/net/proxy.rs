@@ -77,9 +77,14 @@ pub struct ConnectionRecord {
     pub error: Option<String>,
     /// `CONNECT`, `GET`, … (empty when no request head was read).
     pub method: String,
-    /// Request path for plain HTTP and the gateway (never for CONNECT).
+    /// Request path for plain HTTP and the gateway (never for CONNECT), without its query
+    /// (set through [`ConnectionRecord::set_path`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
+    /// The request's query, which the agent writes as it likes (a presigned URL's signature, a
+    /// webhook's token): only its sha256 goes into the record, never the text.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub query_sha256: Option<String>,
     /// The HTTP status the upstream answered, where the proxy can see it (plain HTTP: the first
     /// response on the connection; a CONNECT tunnel is encrypted end to end). A refusal's
     /// status is the proxy's own.
@@ -98,6 +103,23 @@ pub struct ConnectionRecord {
     /// allow it (for the notice the hook passes to the model; the rule says the same).
     #[serde(skip)]
     pub not_listed: Option<(String, String)>,
+}
+
+impl ConnectionRecord {
+    /// `target` as the request's path: recorded without its query, whose digest is kept.
+    pub fn set_path(&mut self, target: Option<&str>) {
+        use sha2::{Digest, Sha256};
+        let (path, query) = match target {
+            Some(target) => match target.split_once('?') {
+                Some((path, query)) => (Some(path.to_string()), Some(query)),
+                None => (Some(target.to_string()), None),
+            },
+            None => (None, None),
+        };
+        self.path = path;
+        self.query_sha256 =
+            query.map(|q| format!("sha256:{}", hex::encode(Sha256::digest(q.as_bytes()))));
+    }
 }
 
 /// The status code of an HTTP/1.x status line at the start of `head`.
@@ -297,7 +319,7 @@ impl ProxyHandler {
         };
         record.host = target.host.to_string();
         record.port = target.port;
-        record.path = target.path.clone();
+        record.set_path(target.path.as_deref());
         // A placeholder in a head the proxy reads (plain HTTP, a CONNECT's own headers) is on
         // its way somewhere it does not belong: refused, whatever the allow-list says.
         if let Some(broker) = &self.broker

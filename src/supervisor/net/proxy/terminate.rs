@@ -278,7 +278,7 @@ impl Exchange<'_, '_> {
         };
         let _ = self.side.sock.set_read_timeout(Some(UPSTREAM_SILENCE));
         record.method = head.method.clone();
-        record.path = Some(head.target.clone());
+        record.set_path(Some(&head.target));
         let (host, port) = (&self.target.host, self.target.port);
         let deny = |record: &mut ConnectionRecord, why: String| {
             record.allowed = false;
@@ -286,7 +286,7 @@ impl Exchange<'_, '_> {
             self.refuse(record, 403, "Forbidden", &why)
         };
         if !head.target.starts_with('/') {
-            record.path = None;
+            record.set_path(None);
             return Some(deny(
                 record,
                 format!(
