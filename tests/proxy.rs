@@ -925,6 +925,8 @@ mod gateway {
         assert_eq!(seen[2].2, b"hello world");
         let r = g.record();
         assert!(r.allowed && r.error.is_none(), "{r:?}");
+        // The record says the real login went out (by name).
+        assert_eq!(r.credential.as_deref(), Some("model-login"), "{r:?}");
         assert_eq!(
             (
                 r.method.as_str(),

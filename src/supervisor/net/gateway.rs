@@ -339,6 +339,8 @@ impl GatewayHandler {
             let why = "the model credential is empty or holds control characters".to_owned();
             return refuse(record, 500, "Internal Server Error", why);
         }
+        // The record says the real login went out with this request (its name, never its value).
+        record.credential = Some(crate::sandbox::plan::MODEL_LOGIN.to_string());
         let client_keep = http::wants_keep_alive(&head.headers, head.minor);
         if expects_continue(&head.headers) {
             // Answered here rather than relayed: the gateway sends the body only as it reads it,
