@@ -7,7 +7,7 @@
 mod support;
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Output;
 use std::time::{Duration, Instant};
 use support::{STEPPROOF, Who, World, describe};
@@ -38,14 +38,6 @@ fn run(w: &World, extra: &[&str]) -> (Output, Duration) {
     (out, took)
 }
 
-fn records(log: &Path) -> Vec<serde_json::Value> {
-    fs::read_to_string(log)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
 /// The run ended in order: `run-end` recorded, the sweep ran, the chain verifies.
 fn ended_in_order(out: &Output) -> (PathBuf, Vec<serde_json::Value>) {
     let all = describe(out);
@@ -60,7 +52,7 @@ fn ended_in_order(out: &Output) -> (PathBuf, Vec<serde_json::Value>) {
         "audit verify: {}\n{all}",
         describe(&verify)
     );
-    let records = records(&log);
+    let records = support::records_in(&log);
     let kinds: Vec<&str> = records.iter().filter_map(|r| r["kind"].as_str()).collect();
     assert!(kinds.contains(&"sweep"), "no sweep: {kinds:?}\n{all}");
     assert_eq!(kinds.last(), Some(&"run-end"), "{kinds:?}\n{all}");
@@ -388,7 +380,7 @@ for i in range(200):
             started.elapsed()
         );
         assert_eq!(out.status.code(), Some(0), "{all}");
-        let records = records(&log);
+        let records = support::records_in(&log);
         let network = records.iter().filter(|r| r["kind"] == "network").count();
         let hook = records.iter().filter(|r| r["source"] == "sandbox").count();
         // The burst and what trickled in at 50 a second, not 3,200 records.

@@ -77,11 +77,7 @@ fn verify(log: &Path) {
 }
 
 fn records(log: &Path) -> Vec<serde_json::Value> {
-    fs::read_to_string(log)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
+    support::records_in(log)
 }
 
 fn kinds(log: &Path) -> Vec<String> {

@@ -428,6 +428,15 @@ fn audit_log_line(stderr: &str) -> &str {
         .unwrap_or_else(|| panic!("no audit log named in:\n{stderr}"))
 }
 
+/// Every record of an audit log, parsed.
+pub fn records_in(log: &Path) -> Vec<serde_json::Value> {
+    fs::read_to_string(log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
 /// The audit log a run names in its last words on standard error.
 pub fn audit_log_named(stderr: &str) -> PathBuf {
     PathBuf::from(

@@ -962,17 +962,7 @@ fn check_item(
 ) -> (bool, Value, String) {
     let lock = || engine.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(files) = &item.files_exist {
-        let (workspace, budget, ledger) = {
-            let e = lock();
-            (e.context.workspace.clone(), e.context.budget, e.ledger())
-        };
-        let walked = match walk_globs(
-            &workspace,
-            &files.paths,
-            &budget,
-            &approvals.closing,
-            &approvals.spent,
-        ) {
+        let (walked, ledger) = match walk_item(engine, approvals, &files.paths) {
             Ok(walked) => walked,
             Err(exceeded) => return exceeded_item("files_exist", &files.paths, &exceeded),
         };
@@ -1001,14 +991,11 @@ fn check_item(
         );
     }
     if let Some(files) = &item.files_changed {
-        let (workspace, budget, baseline, baseline_exceeded, ledger) = {
+        let (baseline, baseline_exceeded) = {
             let e = lock();
             (
-                e.context.workspace.clone(),
-                e.context.budget,
                 e.steps[index].baseline.clone(),
                 e.steps[index].baseline_exceeded.clone(),
-                e.ledger(),
             )
         };
         if let Some(exceeded) = baseline_exceeded {
@@ -1019,13 +1006,7 @@ fn check_item(
             );
             return failed;
         }
-        let walked = match walk_globs(
-            &workspace,
-            &files.paths,
-            &budget,
-            &approvals.closing,
-            &approvals.spent,
-        ) {
+        let (walked, ledger) = match walk_item(engine, approvals, &files.paths) {
             Ok(walked) => walked,
             Err(exceeded) => return exceeded_item("files_changed", &files.paths, &exceeded),
         };
@@ -1843,6 +1824,27 @@ fn walk_globs(
 
 /// A step's baseline as taken when it opens, or the budget it ran out of.
 type Baseline = Result<BTreeMap<String, String>, Exceeded>;
+
+/// A files item's walk at completion, outside the engine's lock: each glob's files, and where
+/// the evidence ledger is read.
+fn walk_item(
+    engine: &Arc<Mutex<Engine>>,
+    approvals: &Approvals,
+    globs: &[String],
+) -> Result<(Vec<BTreeMap<String, String>>, Ledger), Exceeded> {
+    let (workspace, budget, ledger) = {
+        let e = engine.lock().unwrap_or_else(|e| e.into_inner());
+        (e.context.workspace.clone(), e.context.budget, e.ledger())
+    };
+    let walked = walk_globs(
+        &workspace,
+        globs,
+        &budget,
+        &approvals.closing,
+        &approvals.spent,
+    )?;
+    Ok((walked, ledger))
+}
 
 /// The baselines of the steps about to open (those without one from an earlier run): the
 /// files their `files_changed` globs name now. Taken outside the engine's lock.
