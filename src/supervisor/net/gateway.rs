@@ -440,10 +440,14 @@ impl GatewayHandler {
                         record.rule = "credential gateway (retried after a refresh)".into();
                         continue;
                     }
-                    Ok(Retry::Relay(raw, upstream_keep)) => {
+                    Ok(Retry::Relay(raw, upstream_keep, why)) => {
                         if !upstream_keep {
                             *upstream = None;
                         }
+                        // The record says why the host's login was not refreshed for it.
+                        record.status = Some(401);
+                        record.rule =
+                            format!("credential gateway: 401 relayed, no refresh ({why})");
                         record.bytes_down = raw.len() as u64;
                         let written = (&*client).write_all(&raw).is_ok();
                         return Some(written && client_keep && upstream_keep);
@@ -689,12 +693,12 @@ impl GatewayHandler {
                 };
                 http::relay_body(&mut conn.input, &mut capped, framing)
                     .map_err(|e| format!("reading the upstream's 401: {e}"))?;
-                return match self.login.rejected(used) {
-                    Ok(Some(fresh)) => Ok(Retry::With(fresh, keep)),
-                    Ok(None) => {
+                return match self.login.after_401(used) {
+                    Ok(Ok(fresh)) => Ok(Retry::With(fresh, keep)),
+                    Ok(Err(why)) => {
                         let mut whole = response.raw;
                         whole.extend_from_slice(&body);
-                        Ok(Retry::Relay(whole, keep))
+                        Ok(Retry::Relay(whole, keep, why))
                     }
                     Err(e) => Err(e.to_string()),
                 };
@@ -801,8 +805,8 @@ enum Retry {
     No,
     /// A 401, and a better credential: send again (the bool: the upstream connection stays).
     With(Credential, bool),
-    /// A 401 and nothing better: these bytes are the whole answer for the client.
-    Relay(Vec<u8>, bool),
+    /// A 401 and nothing better (and why): these bytes are the whole answer for the client.
+    Relay(Vec<u8>, bool, String),
 }
 
 /// Where a head ends (after its blank line), if it is all there.

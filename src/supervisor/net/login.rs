@@ -37,6 +37,11 @@ const LOCK_TOUCH: Duration = Duration::from_secs(5);
 const LOCK_WAIT: Duration = Duration::from_secs(75);
 /// A token this close to its expiry is refreshed before use (Claude Code uses 5 minutes).
 const REFRESH_MARGIN_MS: u64 = 5 * 60 * 1000;
+/// A 401 to a token this run took less than this long ago is relayed, not refreshed again: the
+/// agent decides how many requests the API refuses, not how often the host's login is spent.
+pub const REFRESH_AFTER_401_INTERVAL: Duration = Duration::from_secs(5 * 60);
+/// Refreshes a 401 may cause in one run (a token near its expiry is refreshed regardless).
+pub const REFRESHES_AFTER_401_MAX: u32 = 3;
 /// The placeholder login's expiry: far ahead, so the Claude Code inside never refreshes.
 pub const PLACEHOLDER_EXPIRES_AT_MS: u64 = 4_102_444_800_000; // 2100-01-01
 const STORE_MAX_BYTES: u64 = 64 * 1024;
@@ -197,6 +202,10 @@ struct Current {
     credential: Option<Credential>,
     /// claude.ai logins: when the access token expires (ms since the epoch).
     expires_at: Option<u64>,
+    /// When this run last took a new token (refreshed, or found in the store).
+    taken_at: Option<std::time::Instant>,
+    /// Refreshes a 401 caused in this run.
+    refreshes_after_401: u32,
 }
 
 /// The user's model login: the header to add now, refreshed when it expires.
@@ -258,6 +267,8 @@ impl ModelLogin {
             current: Mutex::new(Current {
                 credential,
                 expires_at,
+                taken_at: None,
+                refreshes_after_401: 0,
             }),
             refresh,
         }
@@ -425,16 +436,55 @@ impl ModelLogin {
 
     /// After the API refused `used` (401): a claude.ai login is refreshed (unless another
     /// refresher already replaced the token) and the new credential returned; `None` when
-    /// nothing better is to be had.
+    /// nothing better is to be had, or the rule says no (see [`ModelLogin::after_401`]).
     pub fn rejected(&self, used: &Credential) -> Result<Option<Credential>, LoginError> {
+        self.after_401(used).map(Result::ok)
+    }
+
+    /// After the API refused `used` (401): the credential to send again, or why the 401 is
+    /// relayed as it is. The agent decides how many requests are refused, so the host's login
+    /// is refreshed only when the token is near its expiry, or when this run has not taken a
+    /// token for [`REFRESH_AFTER_401_INTERVAL`] and has refreshed after a 401 fewer than
+    /// [`REFRESHES_AFTER_401_MAX`] times; a token another refresher wrote is taken at any time.
+    pub fn after_401(&self, used: &Credential) -> Result<Result<Credential, String>, LoginError> {
         if self.refresh.is_none() {
-            return Ok(None);
+            return Ok(Err("this login is not refreshed".into()));
         }
         let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
-        if current.credential.as_ref() == Some(used) {
-            self.refresh_locked(&mut current, Some(used))?;
+        if current.credential.as_ref() != Some(used) {
+            return Ok(current
+                .credential
+                .clone()
+                .filter(|c| c != used)
+                .ok_or_else(|| "no other credential".to_string()));
         }
-        Ok(current.credential.clone().filter(|c| c != used))
+        let near_expiry = current
+            .expires_at
+            .is_some_and(|at| now_ms() + REFRESH_MARGIN_MS >= at);
+        if !near_expiry {
+            if let Some(at) = current.taken_at
+                && at.elapsed() < REFRESH_AFTER_401_INTERVAL
+            {
+                return Ok(Err(format!(
+                    "the token was taken {} s ago: a 401 to it is relayed, not refreshed again",
+                    at.elapsed().as_secs()
+                )));
+            }
+            if current.refreshes_after_401 >= REFRESHES_AFTER_401_MAX {
+                return Ok(Err(format!(
+                    "this run has refreshed the login after a 401 {REFRESHES_AFTER_401_MAX} times (its budget)"
+                )));
+            }
+        }
+        let spent = self.refresh_locked(&mut current, Some(used))?;
+        if spent && !near_expiry {
+            current.refreshes_after_401 += 1;
+        }
+        Ok(current
+            .credential
+            .clone()
+            .filter(|c| c != used)
+            .ok_or_else(|| "the store held nothing better".to_string()))
     }
 
     fn not_logged_in(&self) -> LoginError {
@@ -450,14 +500,15 @@ impl ModelLogin {
     /// Under Claude Code's locks: re-read the store (a bare `claude` or another run may have
     /// refreshed already) and use its token if it is fresh and not the one refused; otherwise
     /// spend the refresh token and write the result back.
+    /// Whether a refresh token was spent (`false`: the store's fresh token was taken).
     fn refresh_locked(
         &self,
         current: &mut Current,
         refused: Option<&Credential>,
-    ) -> Result<(), LoginError> {
+    ) -> Result<bool, LoginError> {
         let (Source::ClaudeAi { claude_dir }, Some(endpoint)) = (&self.source, &self.refresh)
         else {
-            return Ok(());
+            return Ok(false);
         };
         let _lock = RefreshLock::acquire(claude_dir)?;
         let store_path = claude_dir.join(STORE_FILE);
@@ -471,7 +522,8 @@ impl ModelLogin {
             tracing::info!("model login: the store holds a fresh token; using it");
             current.credential = Some(stored);
             current.expires_at = Some(oauth.expires_at);
-            return Ok(());
+            current.taken_at = Some(std::time::Instant::now());
+            return Ok(false);
         }
         let Some(refresh_token) = oauth.refresh.filter(|t| !t.is_empty()) else {
             return Err(self.not_logged_in());
@@ -535,7 +587,8 @@ impl ModelLogin {
         tracing::info!(store = %store_path.display(), "model login refreshed and written back");
         current.credential = Some(Credential::Bearer(access.to_owned()));
         current.expires_at = Some(expires_at);
-        Ok(())
+        current.taken_at = Some(std::time::Instant::now());
+        Ok(true)
     }
 }
 
@@ -1314,6 +1367,51 @@ mod tests {
         assert!(none_login.is_none());
         let why = none_login.credential().unwrap_err().to_string();
         assert!(why.contains("stepproof login"), "{why}");
+    }
+
+    #[test]
+    fn a_401_spends_the_host_login_only_by_the_rule() {
+        let dir = tempfile::tempdir().unwrap();
+        let store_path = dir.path().join(STORE_FILE);
+        let store = |access: &str| {
+            serde_json::json!({"claudeAiOauth": {
+                "accessToken": access, "refreshToken": "sk-ant-ort01-R",
+                "expiresAt": now_ms() + 8 * 3600 * 1000, "scopes": ["user:inference"],
+            }})
+            .to_string()
+        };
+        fs::write(&store_path, store("sk-ant-oat01-A")).unwrap();
+        // Nothing listens there: a refresh that is attempted fails at once.
+        let endpoint = RefreshEndpoint {
+            url: "https://127.0.0.1:9/v1/oauth/token".into(),
+            tls: client_config(&[]).unwrap(),
+        };
+        let login = ModelLogin::claude_ai(dir.path(), endpoint).unwrap();
+        let a = Credential::Bearer("sk-ant-oat01-A".into());
+        let b = Credential::Bearer("sk-ant-oat01-B".into());
+        assert_eq!(login.credential().unwrap(), a);
+        // Another refresher wrote B: taken at once, no refresh token spent.
+        fs::write(&store_path, store("sk-ant-oat01-B")).unwrap();
+        assert_eq!(login.after_401(&a).unwrap(), Ok(b.clone()));
+        // A 401 to the token just taken is relayed, however often: the store is not touched.
+        let before = fs::read(&store_path).unwrap();
+        for _ in 0..200 {
+            let why = login.after_401(&b).unwrap().unwrap_err();
+            assert!(why.contains("relayed, not refreshed again"), "{why}");
+        }
+        assert_eq!(fs::read(&store_path).unwrap(), before);
+        // Past the interval, the run's budget holds.
+        {
+            let mut current = login.current.lock().unwrap();
+            current.taken_at = None;
+            current.refreshes_after_401 = REFRESHES_AFTER_401_MAX;
+        }
+        let why = login.after_401(&b).unwrap().unwrap_err();
+        assert!(why.contains("its budget"), "{why}");
+        // A token near its expiry is refreshed whatever the budget (here: the attempt fails).
+        login.current.lock().unwrap().expires_at = Some(now_ms());
+        assert!(matches!(login.after_401(&b), Err(LoginError::Refresh(_))));
+        assert_eq!(fs::read(&store_path).unwrap(), before);
     }
 
     #[test]
