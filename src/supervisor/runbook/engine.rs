@@ -16,7 +16,7 @@
 use crate::audit::sink::AuditSink;
 use crate::runbook::client::{APPROVAL_SOCKET, Answer, ApprovalRequest, STEP_SOCKET, StepRequest};
 use crate::runbook::{Evidence, OnFail, Runbook, Step};
-use crate::supervisor::runbook::files::{self, Budget, Exceeded, Walk};
+use crate::supervisor::runbook::files::{self, Budget, Exceeded, Walk, glob_matches};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap};
@@ -1796,13 +1796,6 @@ fn attributions(
     found.into()
 }
 
-/// Whether a workspace-relative path matches a glob (`*` within a component, `**` any number
-/// of components), as file rules match.
-fn glob_matches(glob: &str, relative: &str) -> bool {
-    stepproof_hook::pattern::PathGlob::new(0, &format!("/{}", glob.trim_start_matches("./")))
-        .matches(&format!("/{relative}"))
-}
-
 /// The regular files under `workspace` each glob names (links are not followed), with their
 /// sha256, within one walk's budget shared by the globs.
 fn walk_globs(
@@ -2134,18 +2127,4 @@ fn freeze(dirs: &[PathBuf], frozen: bool, no_freezer: Option<&str>) -> (bool, St
         );
     }
     (all, said.join("; "))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn globs_match_like_file_rules() {
-        assert!(glob_matches("tests/**", "tests/a/b.rs"));
-        assert!(glob_matches("src/*.rs", "src/lib.rs"));
-        assert!(!glob_matches("src/*.rs", "src/a/lib.rs"));
-        assert!(glob_matches("**/*.md", "a/b/c.md"));
-        assert!(!glob_matches("tests/**", "src/x.rs"));
-    }
 }

@@ -310,10 +310,11 @@ impl<'a> Walk<'a> {
         root: BorrowedFd<'_>,
         glob: &str,
     ) -> Result<BTreeMap<String, String>, Exceeded> {
+        // Split as the hook's `PathGlob` splits it (which [`glob_matches`] judges files by).
         let pattern: Vec<&str> = glob
             .trim_start_matches("./")
             .split('/')
-            .filter(|c| !c.is_empty() && *c != ".")
+            .filter(|c| !c.is_empty())
             .collect();
         let mut found = BTreeMap::new();
         let mut stack: Vec<(PathBuf, usize)> = vec![(PathBuf::new(), 0)];
@@ -350,7 +351,7 @@ impl<'a> Walk<'a> {
                         });
                     }
                     stack.push((child, depth + 1));
-                } else if stat.is_file() && matches(&pattern, &parts) {
+                } else if stat.is_file() && glob_matches(glob, text) {
                     let Ok(fd) = open_entry(dir.as_fd(), &name) else {
                         continue;
                     };
@@ -373,22 +374,11 @@ pub fn open_workspace(workspace: &Path) -> std::io::Result<OwnedFd> {
     beneath::open_root(workspace, DIR_LOOKUP)
 }
 
-/// Whether a path's components match the glob's (`**` is any number of components).
-fn matches(pattern: &[&str], path: &[&str]) -> bool {
-    match pattern.split_first() {
-        None => path.is_empty(),
-        Some((first, rest)) if *first == "**" => {
-            let rest_start = rest.iter().take_while(|p| **p == "**").count();
-            let rest = &rest[rest_start..];
-            (0..=path.len()).any(|skip| matches(rest, &path[skip..]))
-        }
-        Some((first, rest)) => match path.split_first() {
-            Some((component, path_rest)) => {
-                stepproof_hook::pattern::wildcard(first, component) && matches(rest, path_rest)
-            }
-            None => false,
-        },
-    }
+/// Whether a workspace-relative path matches a glob (`*` within a component, `**` any number
+/// of components), as file rules match.
+pub fn glob_matches(glob: &str, relative: &str) -> bool {
+    stepproof_hook::pattern::PathGlob::new(0, &format!("/{}", glob.trim_start_matches("./")))
+        .matches(&format!("/{relative}"))
 }
 
 /// Whether a directory with these components can hold a file the glob matches.
@@ -439,6 +429,15 @@ mod tests {
         );
         let found = glob(dir.path(), "*/lib.rs", &Budget::DEFAULT).unwrap();
         assert_eq!(found.keys().collect::<Vec<_>>(), ["src/lib.rs"]);
+    }
+
+    #[test]
+    fn globs_match_like_file_rules() {
+        assert!(glob_matches("tests/**", "tests/a/b.rs"));
+        assert!(glob_matches("src/*.rs", "src/lib.rs"));
+        assert!(!glob_matches("src/*.rs", "src/a/lib.rs"));
+        assert!(glob_matches("**/*.md", "a/b/c.md"));
+        assert!(!glob_matches("tests/**", "src/x.rs"));
     }
 
     #[test]
