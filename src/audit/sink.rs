@@ -190,6 +190,22 @@ impl AuditSink {
     /// see [`chain::body_object`]) and returns its `seq`. After records could not be written,
     /// a `records-not-written` record saying how many goes first.
     pub fn append(&self, source: &str, kind: &str, body: &Map<String, Value>) -> io::Result<u64> {
+        match self.append_charged(source, kind, body, false)? {
+            Some(seq) => Ok(seq),
+            // Not reached: an uncharged record is written or fails.
+            None => Err(io::Error::other("record not written")),
+        }
+    }
+
+    /// [`AuditSink::append`], and when `charged`, the line as it would be written counts
+    /// against the budget of what the agent causes: `Ok(None)` when over it.
+    fn append_charged(
+        &self,
+        source: &str,
+        kind: &str,
+        body: &Map<String, Value>,
+        charged: bool,
+    ) -> io::Result<Option<u64>> {
         let mut state = self.lock();
         if state.not_written > 0 {
             let lost = Map::from_iter([
@@ -205,8 +221,20 @@ impl AuditSink {
             state.not_written = 0;
             state.last_error = None;
         }
+        let (seq, line) = state.format_record(source, kind, body);
+        if charged
+            && let Some(caused) = state.caused.as_mut()
+            && !caused.admit(kind, line.len() as u64 + 1)
+        {
+            if let Some(report) = caused.report(false) {
+                let report = chain::body_object(report);
+                let _ = state.write_record("supervisor", CAUSED_REPORT, &report);
+            }
+            return Ok(None);
+        }
         state
-            .write_record(source, kind, body)
+            .write_line(seq, line)
+            .map(Some)
             .map_err(|e| state.count_lost(e))
     }
 
@@ -228,21 +256,7 @@ impl AuditSink {
         kind: &str,
         body: &Map<String, Value>,
     ) -> io::Result<Option<u64>> {
-        {
-            let mut state = self.lock();
-            if let Some(caused) = state.caused.as_mut() {
-                // The envelope (seq, prev, ts_ms, source, kind) is under 200 bytes.
-                let bytes = serde_json::to_vec(body).map_or(0, |b| b.len() as u64) + 200;
-                if !caused.admit(kind, bytes) {
-                    if let Some(report) = caused.report(false) {
-                        let report = chain::body_object(report);
-                        let _ = state.write_record("supervisor", CAUSED_REPORT, &report);
-                    }
-                    return Ok(None);
-                }
-            }
-        }
-        self.append(source, kind, body).map(Some)
+        self.append_charged(source, kind, body, true)
     }
 
     /// [`AuditSink::append_caused`] for any serialisable body; failures are logged.
@@ -330,6 +344,13 @@ impl ChainWriter {
         kind: &str,
         body: &Map<String, Value>,
     ) -> io::Result<u64> {
+        let (seq, line) = self.format_record(source, kind, body);
+        self.write_line(seq, line)
+    }
+
+    /// The next record's `seq` and its line, without the newline (a body too long for a
+    /// reader stands as its size and hash).
+    fn format_record(&self, source: &str, kind: &str, body: &Map<String, Value>) -> (u64, Vec<u8>) {
         let ts_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis() as u64)
@@ -347,6 +368,12 @@ impl ChainWriter {
             let stand_in = chain::oversized_body(&line);
             line = chain::format_line(seq, &self.head, ts_ms, source, kind, &stand_in);
         }
+        (seq, line)
+    }
+
+    /// Writes a line [`ChainWriter::format_record`] made and advances the chain, or leaves
+    /// both file and chain as they were.
+    fn write_line(&mut self, seq: u64, mut line: Vec<u8>) -> io::Result<u64> {
         let hash = chain::line_hash(&line);
         line.push(b'\n');
         let end = if self.regular {
