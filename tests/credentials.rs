@@ -1363,6 +1363,7 @@ tail -n 3 /tmp/push.out /tmp/push2.out /tmp/push3.out || true
         .env_clear()
         .env("HOME", &w.home)
         .env("PATH", "/usr/bin:/bin")
+        .envs(field_ledger())
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&explain.stdout);

@@ -52,7 +52,8 @@ fn host_git(w: &World, dirs: &[PathBuf]) -> Output {
     cmd.args(["-c", &script])
         .env_clear()
         .env("HOME", &w.home)
-        .env("PATH", "/usr/local/bin:/usr/bin:/bin");
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .envs(field_ledger());
     cmd.output().unwrap()
 }
 

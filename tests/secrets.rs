@@ -252,6 +252,7 @@ both!(no_planted_secret_is_readable_on_default, |w: &World| {
         .env_clear()
         .env("HOME", &w.home)
         .env("PATH", "/usr/bin:/bin")
+        .envs(field_ledger())
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&explain.stdout);

@@ -15,8 +15,7 @@ use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use serde_json::{Map, Value};
 
-/// What replaces a value that is not shipped.
-pub const REDACTED: &str = "[redacted]";
+pub use crate::audit::export_fields::REDACTED;
 
 /// The attributes every shipped record carries: with the run's id, `(run, seq, hash)` names a
 /// record exactly, so a receiver drops duplicates and sees gaps.
@@ -31,165 +30,10 @@ pub const ATTR_REDACTED: &str = "stepproof.record.redacted";
 /// the run knows how much.
 pub const ATTR_FIRST_SEQ: &str = "stepproof.run.first_seq";
 
-/// Keys whose values are what the agent or the person typed or ran, in any record.
-const COMMAND_KEYS: &[&str] = &[
-    "argv",
-    "args",
-    "input",
-    "tool_input",
-    "tool_response",
-    "command",
-    "commands",
-    "cmd",
-    "prompt",
-    "reason",
-    "message",
-    "output",
-    "stdout",
-    "stderr",
-    "content",
-    "new_string",
-    "old_string",
-    "query",
-    "description",
-    "text",
-    "last_assistant_message",
-    "inferred_from",
-];
-
-/// Keys `all-text` keeps: the record's structure, never free text.
-const STRUCTURE_KEYS: &[&str] = &[
-    "seq",
-    "prev",
-    "ts_ms",
-    "source",
-    "kind",
-    "event",
-    "decision",
-    "rule_id",
-    "tool",
-    "status",
-    "profile",
-    "policy_hash",
-    "stepproof_version",
-    "run_id",
-    "isolation",
-    "network",
-    "mode",
-    "method",
-    "host",
-    "port",
-    "allowed",
-    "answer",
-    "sha256",
-    "hash",
-    "login",
-    "session_id",
-    "tool_use_id",
-    "agent_id",
-    "agent_type",
-    "change",
-    "step",
-    "id",
-];
-
-/// Shortest value whose appearance elsewhere in the record is redacted too (shorter ones, such
-/// as `ls`, would redact half the record by accident).
-const MIN_QUOTED: usize = 6;
-
-/// The record as shipped: `None` when nothing had to be replaced (the body is the line itself).
+/// The record as shipped: `None` when it ships as written (the body is the line itself). What
+/// ships is decided by [`export_fields`](crate::audit::export_fields)' table.
 pub fn redact(line: &[u8], level: Redaction, extra_keys: &[String]) -> Option<String> {
-    if level == Redaction::None && extra_keys.is_empty() {
-        return None;
-    }
-    let Ok(Value::Object(mut record)) = serde_json::from_slice::<Value>(line) else {
-        // Not an object (cannot be, from our writer): nothing of it is shipped.
-        return Some(format!("\"{REDACTED}\""));
-    };
-    let mut removed: Vec<String> = Vec::new();
-    let mut changed = false;
-    for (key, value) in record.iter_mut() {
-        if crate::audit::chain::ENVELOPE_KEYS.contains(&key.as_str()) {
-            continue;
-        }
-        changed |= redact_value(key, value, level, extra_keys, &mut removed);
-    }
-    // A redacted value quoted elsewhere (a decision's reason repeats its command).
-    removed.retain(|s| s.len() >= MIN_QUOTED);
-    if !removed.is_empty() {
-        for (key, value) in record.iter_mut() {
-            if !crate::audit::chain::ENVELOPE_KEYS.contains(&key.as_str()) {
-                changed |= redact_quotes(value, &removed);
-            }
-        }
-    }
-    changed.then(|| Value::Object(record).to_string())
-}
-
-fn redact_value(
-    key: &str,
-    value: &mut Value,
-    level: Redaction,
-    extra: &[String],
-    removed: &mut Vec<String>,
-) -> bool {
-    let listed =
-        extra.iter().any(|k| k == key) || (level != Redaction::None && COMMAND_KEYS.contains(&key));
-    if listed {
-        if matches!(value, Value::Null) || *value == Value::String(REDACTED.into()) {
-            return false;
-        }
-        collect_strings(value, removed);
-        *value = Value::String(REDACTED.into());
-        return true;
-    }
-    match value {
-        Value::Object(map) => {
-            let mut changed = false;
-            for (k, v) in map.iter_mut() {
-                changed |= redact_value(k, v, level, extra, removed);
-            }
-            changed
-        }
-        Value::Array(items) => {
-            let mut changed = false;
-            for v in items.iter_mut() {
-                changed |= redact_value(key, v, level, extra, removed);
-            }
-            changed
-        }
-        Value::String(s) if level == Redaction::AllText && !STRUCTURE_KEYS.contains(&key) => {
-            removed.push(std::mem::take(s));
-            *value = Value::String(REDACTED.into());
-            true
-        }
-        _ => false,
-    }
-}
-
-fn collect_strings(value: &Value, out: &mut Vec<String>) {
-    match value {
-        Value::String(s) => out.push(s.clone()),
-        Value::Array(items) => items.iter().for_each(|v| collect_strings(v, out)),
-        Value::Object(map) => map.values().for_each(|v| collect_strings(v, out)),
-        _ => {}
-    }
-}
-
-fn redact_quotes(value: &mut Value, removed: &[String]) -> bool {
-    match value {
-        Value::String(s) if s != REDACTED && removed.iter().any(|r| s.contains(r.as_str())) => {
-            *value = Value::String(REDACTED.into());
-            true
-        }
-        Value::Array(items) => items
-            .iter_mut()
-            .fold(false, |c, v| redact_quotes(v, removed) | c),
-        Value::Object(map) => map
-            .values_mut()
-            .fold(false, |c, v| redact_quotes(v, removed) | c),
-        _ => false,
-    }
+    crate::audit::export_fields::shipped(line, level, extra_keys)
 }
 
 pub fn string_value(text: impl Into<String>) -> Option<AnyValue> {
@@ -237,7 +81,16 @@ pub fn log_record(line: &[u8], run: &RunIdentity, observed_ns: u64) -> Option<Lo
     let seq = record.get("seq")?.as_u64()?;
     let text = |k: &str| record.get(k).and_then(Value::as_str).unwrap_or_default();
     let ts_ms = record.get("ts_ms").and_then(Value::as_u64).unwrap_or(0);
-    let kind = text("kind");
+    // A kind the sandbox named that the table does not know is not shipped either.
+    let kind = match text("kind") {
+        k if text("source") == "sandbox"
+            && run.redaction != Redaction::None
+            && !crate::audit::export_fields::known_kind(k) =>
+        {
+            REDACTED
+        }
+        k => k,
+    };
     let denied = record
         .get("reported")
         .and_then(|r| r.get("decision"))
@@ -358,44 +211,24 @@ mod tests {
     }
 
     #[test]
-    fn commands_and_what_quotes_them_are_not_shipped() {
-        let decision = line(json!({ "reported": {
-            "decision": "deny", "tool": "Bash", "rule_id": "net",
-            "input": "curl https://x.example/?token=hunter22",
-            "reason": "StepProof denied Bash: 'curl https://x.example/?token=hunter22': raw network tools",
-            "session_id": "s1" } }));
-        let shipped = redact(&decision, Redaction::Commands, &[]).unwrap();
-        assert!(!shipped.contains("hunter22"), "{shipped}");
-        let v: Value = serde_json::from_str(&shipped).unwrap();
-        assert_eq!(v["reported"]["rule_id"], "net");
-        assert_eq!(v["reported"]["input"], REDACTED);
-        assert_eq!(v["reported"]["reason"], REDACTED);
-        assert_eq!(
-            (v["seq"].clone(), v["prev"].clone()),
-            (json!(4), json!("ab"))
-        );
-        // Nothing to replace: the line itself is the body.
-        let network = line(json!({ "host": "api.anthropic.com", "allowed": true }));
-        assert_eq!(redact(&network, Redaction::Commands, &[]), None);
-        assert_eq!(redact(&decision, Redaction::None, &[]), None);
-        // More keys, any level.
-        let shipped = redact(&network, Redaction::None, &["host".into()]).unwrap();
-        assert!(!shipped.contains("anthropic"), "{shipped}");
-    }
-
-    #[test]
-    fn all_text_keeps_only_the_structure() {
-        let start = line(
-            json!({ "argv": ["claude", "-p", "fix it"], "workspace": "/home/me/secret-project",
-                                 "profile": "default", "notes": ["a note about /home/me"] }),
-        );
-        let shipped = redact(&start, Redaction::AllText, &[]).unwrap();
-        let v: Value = serde_json::from_str(&shipped).unwrap();
-        assert_eq!(v["argv"], REDACTED);
-        assert_eq!(v["workspace"], REDACTED);
-        assert_eq!(v["notes"][0], REDACTED);
-        assert_eq!(v["profile"], "default");
-        assert_eq!(v["kind"], "decision");
+    fn a_kind_the_sandbox_named_that_the_table_does_not_know_is_not_shipped() {
+        let run = RunIdentity {
+            run_id: "r1".into(),
+            first_seq: 0,
+            redaction: Redaction::Commands,
+            redact_keys: vec![],
+            resource: vec![],
+        };
+        let made_up = String::from_utf8(line(json!({})))
+            .unwrap()
+            .replace("\"decision\"", "\"ghp_tokenvalue\"");
+        let record = log_record(made_up.as_bytes(), &run, 7).unwrap();
+        let shipped = format!("{:?}", record);
+        assert!(!shipped.contains("ghp_tokenvalue"), "{shipped}");
+        assert_eq!(record.event_name, format!("stepproof.audit.{REDACTED}"));
+        // A kind the table knows is shipped as it is.
+        let record = log_record(&line(json!({})), &run, 7).unwrap();
+        assert_eq!(record.event_name, "stepproof.audit.decision");
     }
 
     #[test]

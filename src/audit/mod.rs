@@ -45,6 +45,7 @@ pub mod chain;
 pub mod command;
 pub mod export;
 pub mod export_config;
+pub mod export_fields;
 pub mod export_http;
 pub mod export_otlp;
 pub mod export_verify;

@@ -375,6 +375,7 @@ impl ChainWriter {
     /// both file and chain as they were.
     fn write_line(&mut self, seq: u64, mut line: Vec<u8>) -> io::Result<u64> {
         let hash = chain::line_hash(&line);
+        crate::audit::export_fields::note_undeclared(&line);
         line.push(b'\n');
         let end = if self.regular {
             Some(self.file.metadata()?.len())

@@ -105,6 +105,7 @@ struct Args {
 }
 
 fn main() {
+    stepproof::audit::export_fields::open_ledger();
     // The kernel's part of the sandbox's namespaces starts first, on the other core, while the
     // arguments, the profile and the plan are read and built here.
     start::start_namespace_seed();

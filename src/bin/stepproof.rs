@@ -195,6 +195,7 @@ fn approval(run: &str, request: &stepproof::runbook::client::ApprovalRequest) ->
 }
 
 fn main() {
+    stepproof::audit::export_fields::open_ledger();
     let args = Args::parse();
     logging::init_logging(args.verbose);
     let code = match args.command {

@@ -239,6 +239,7 @@ impl World {
             .env("HOME", &self.home)
             .env("PATH", "/usr/local/bin:/usr/bin:/bin")
             .env("LANG", "C.UTF-8")
+            .envs(field_ledger())
             .stdin(Stdio::null())
     }
 
@@ -455,4 +456,12 @@ pub fn audit_head_named(stderr: &str) -> String {
         .and_then(|(_, rest)| rest.split_whitespace().next())
         .unwrap_or_else(|| panic!("no head in: {line}"))
         .to_string()
+}
+
+/// The suite's ledger of record fields the export table does not declare (`scripts/test` sets
+/// it; debug builds of the supervisor append to it): passed through every cleaned environment.
+pub fn field_ledger() -> Vec<(&'static str, String)> {
+    std::env::var("STEPPROOF_FIELD_LEDGER")
+        .map(|v| vec![("STEPPROOF_FIELD_LEDGER", v)])
+        .unwrap_or_default()
 }
