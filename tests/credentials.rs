@@ -93,7 +93,9 @@ fn start_origin() -> Origin {
 }
 
 /// Serves HTTP/1.1 requests on one connection: each answer's body is the request head as
-/// received, then `body-bytes=N`.
+/// received, then `body-bytes=N` — except, by the path's last segment, `quiet` (only
+/// `body-bytes=N`), `chunked-echo` (the head sent back chunked, 3 bytes a chunk, so that what
+/// it holds is split across chunks) and `gzip` (an encoded body, whatever was asked for).
 fn echo_requests(stream: &mut impl ReadWrite) {
     let mut buf: Vec<u8> = Vec::new();
     loop {
@@ -160,12 +162,35 @@ fn echo_requests(stream: &mut impl ReadWrite) {
             buf.drain(..n);
             body = n;
         }
+        let path = head.split(' ').nth(1).unwrap_or_default();
+        let path = path.split('?').next().unwrap_or_default();
         let answer = format!("{head}body-bytes={body}");
-        let response = format!(
-            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{answer}",
-            answer.len()
-        );
-        if stream.write_all(response.as_bytes()).is_err() || stream.flush().is_err() {
+        let response = if path.ends_with("/quiet") {
+            let answer = format!("body-bytes={body}");
+            format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{answer}",
+                answer.len()
+            )
+            .into_bytes()
+        } else if path.ends_with("/chunked-echo") {
+            let mut response = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+            for chunk in answer.as_bytes().chunks(3) {
+                response.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
+                response.extend_from_slice(chunk);
+                response.extend_from_slice(b"\r\n");
+            }
+            response.extend_from_slice(b"0\r\n\r\n");
+            response
+        } else if path.ends_with("/gzip") {
+            b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: 4\r\n\r\n\x1f\x8b\x08\x00".to_vec()
+        } else {
+            format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{answer}",
+                answer.len()
+            )
+            .into_bytes()
+        };
+        if stream.write_all(&response).is_err() || stream.flush().is_err() {
             return;
         }
     }
@@ -497,6 +522,150 @@ fn the_credential_is_added_in_scope_only_and_replaces_what_the_client_sent() {
         "{json}"
     );
     assert!(!json.contains(&basic("x-access-token", TOKEN)), "{json}");
+}
+
+/// Sends one request and reads its answer as the client gets it: the status, and the head and
+/// body as raw text (a chunked body with its chunk framing, read to its last chunk).
+fn raw_exchange(tls: &mut Tls, request: &str) -> (u16, String) {
+    tls.write_all(request.as_bytes()).unwrap();
+    tls.flush().unwrap();
+    let (status, head) = read_head(tls);
+    let lower = head.to_ascii_lowercase();
+    let mut body = Vec::new();
+    if lower.contains("transfer-encoding: chunked") {
+        let mut byte = [0u8; 1];
+        while !body.ends_with(b"\r\n0\r\n\r\n") {
+            tls.read_exact(&mut byte).unwrap();
+            body.push(byte[0]);
+        }
+    } else {
+        let length: usize = lower
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:")?.trim().parse().ok())
+            .unwrap_or(0);
+        body.resize(length, 0);
+        tls.read_exact(&mut body).unwrap();
+    }
+    (status, format!("{head}{}", String::from_utf8_lossy(&body)))
+}
+
+/// A service that hands the credential back — the header it got, in basic auth's base64 or as
+/// it was added, whole or split across chunks — is relayed as it is (the agent may read it), and
+/// its record says so; the same credential with an answer that does not hold it, an encoded
+/// answer, and an echo of a request that carried no credential are not flagged. The records
+/// never hold the value.
+#[test]
+fn an_answer_that_hands_the_credential_back_is_flagged_and_never_recorded() {
+    let s = setup();
+    let port = s.port();
+    let mut tls = s.inside("git.test");
+    let gzip = "Accept-Encoding: gzip, deflate, br\r\n";
+    // Basic auth, echoed: only the base64 of `user:token` is in the answer.
+    let (status, answer) = raw_exchange(
+        &mut tls,
+        &format!(
+            "GET /o/r.git/info/refs HTTP/1.1\r\nHost: git.test:{port}\r\n{gzip}Authorization: Basic {}\r\n\r\n",
+            basic("x-access-token", &placeholder("gh"))
+        ),
+    );
+    assert_eq!(status, 200, "{answer}");
+    assert!(
+        answer.contains(&basic("x-access-token", TOKEN)) && !answer.contains(TOKEN),
+        "{answer}"
+    );
+    // The request went out asking for no encoding, in place of what the client asked.
+    assert!(
+        answer.contains("Accept-Encoding: identity\r\n") && !answer.contains("gzip"),
+        "{answer}"
+    );
+    let r = s.record();
+    assert_eq!(
+        (
+            r.credential.as_deref(),
+            r.credential_echoed,
+            r.credential_echo_unchecked.as_deref()
+        ),
+        (Some("gh"), true, None),
+        "{r:?}"
+    );
+    // The same credential, an answer without it: not flagged.
+    let (status, answer) = raw_exchange(
+        &mut tls,
+        &format!("GET /o/r.git/quiet HTTP/1.1\r\nHost: git.test:{port}\r\n\r\n"),
+    );
+    assert_eq!(
+        (status, answer.ends_with("body-bytes=0")),
+        (200, true),
+        "{answer}"
+    );
+    let r = s.record();
+    assert_eq!(
+        (
+            r.credential.as_deref(),
+            r.credential_echoed,
+            r.credential_echo_unchecked.as_deref()
+        ),
+        (Some("gh"), false, None),
+        "{r:?}"
+    );
+    // No credential added (outside the scope), the head echoed: nothing to flag, and the
+    // client's Accept-Encoding went out as it was.
+    let (_, answer) = raw_exchange(
+        &mut tls,
+        &format!("GET /o/other.git/info/refs HTTP/1.1\r\nHost: git.test:{port}\r\n{gzip}\r\n"),
+    );
+    assert!(answer.contains(gzip), "{answer}");
+    let r = s.record();
+    assert!(
+        r.credential.is_none() && !r.credential_echoed && r.credential_echo_unchecked.is_none(),
+        "{r:?}"
+    );
+    drop(tls);
+    let _ = s.record();
+    // A header rule, the answer chunked 3 bytes a chunk: the token is split across chunks on
+    // the wire, and found all the same.
+    let mut tls = s.inside("other.test");
+    let (status, answer) = raw_exchange(
+        &mut tls,
+        &format!("GET /api/chunked-echo HTTP/1.1\r\nHost: other.test:{port}\r\n\r\n"),
+    );
+    assert_eq!(status, 200, "{answer}");
+    assert!(!answer.contains(OTHER_TOKEN), "split on the wire: {answer}");
+    let r = s.record();
+    assert_eq!(
+        (r.credential.as_deref(), r.credential_echoed),
+        (Some("other"), true),
+        "{r:?}"
+    );
+    // An answer encoded although the request asked for none: said to be unchecked.
+    let (status, _) = raw_exchange(
+        &mut tls,
+        &format!("GET /api/gzip HTTP/1.1\r\nHost: other.test:{port}\r\n{gzip}\r\n"),
+    );
+    assert_eq!(status, 200);
+    let r = s.record();
+    assert_eq!(
+        (
+            r.credential.as_deref(),
+            r.credential_echoed,
+            r.credential_echo_unchecked.as_deref()
+        ),
+        (Some("other"), false, Some("content-encoding gzip")),
+        "{r:?}"
+    );
+    drop(tls);
+    let all = s.finish();
+    let json = serde_json::to_string(&all).unwrap();
+    for value in [
+        TOKEN.to_string(),
+        OTHER_TOKEN.to_string(),
+        basic("x-access-token", TOKEN),
+        basic("x-access-token", TOKEN)
+            .trim_end_matches('=')
+            .to_string(),
+    ] {
+        assert!(!json.contains(&value), "{json}");
+    }
 }
 
 #[test]
@@ -1053,7 +1222,17 @@ fn serve_git(stream: &mut impl ReadWrite, root: &Path, seen: &Mutex<Vec<String>>
         let response = if auth.as_deref() != Some(expected.as_str()) {
             b"HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Basic realm=\"git\"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_vec()
         } else {
-            cgi(root, &request_line, &header, &body)
+            let mut response = cgi(root, &request_line, &header, &body);
+            // A service that hands the credential back: the ref advertisement quotes the
+            // Authorization header it got (git pays no attention to the header).
+            if request_line.starts_with("GET ")
+                && request_line.contains("/info/refs")
+                && let Some(at) = find(&response, b"\r\n")
+            {
+                let quoted = format!("\r\nX-Seen-Authorization: {expected}");
+                response.splice(at..at, quoted.into_bytes());
+            }
+            response
         };
         if stream.write_all(&response).is_err() || stream.flush().is_err() {
             return;
@@ -1337,16 +1516,35 @@ tail -n 3 /tmp/push.out /tmp/push2.out /tmp/push3.out || true
     assert!(proc_files >= 4, "{shown}");
     // The audit log: the use by name, the exfiltration attempt, never the value.
     let log = audit_log_of(&out);
-    assert!(!log.contains(PUSH_TOKEN) && !log.contains(&basic("x-access-token", PUSH_TOKEN)));
+    let basic_value = basic("x-access-token", PUSH_TOKEN);
+    assert!(!log.contains(PUSH_TOKEN) && !log.contains(basic_value.trim_end_matches('=')));
     let records: Vec<serde_json::Value> = log
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect();
-    let used = records
+    let used: Vec<&serde_json::Value> = records
         .iter()
         .filter(|r| r["kind"] == "network" && r["credential"] == "git-push")
-        .count();
-    assert!(used >= 2, "{log}");
+        .collect();
+    assert!(used.len() >= 2, "{log}");
+    // The server quoted the credential in its answers to the ref advertisement: those records
+    // (and only those) say it was handed back; the terminal was told, by name only.
+    for r in &used {
+        let advertisement = r["method"] == "GET"
+            && r["path"]
+                .as_str()
+                .is_some_and(|p| p.ends_with("/info/refs"));
+        assert_eq!(r["credential_echoed"] == true, advertisement, "{r}\n{log}");
+    }
+    assert!(used.iter().any(|r| r["credential_echoed"] == true), "{log}");
+    assert!(
+        shown.contains("held the value of credential git-push"),
+        "{shown}"
+    );
+    assert!(
+        !shown.contains(PUSH_TOKEN) && !shown.contains(basic_value.trim_end_matches('=')),
+        "{shown}"
+    );
     assert!(
         records.iter().any(|r| r["kind"] == "exfiltration-attempt"
             && r["placeholder_blocked"] == "git-push"

@@ -142,7 +142,7 @@ const ROOT_ROOMS: &[Room] = &[
     },
     Room {
         path: "http",
-        owns: "GROUND: HTTP/1.1 framing and the counted tunnel (`io`), the accept loop (`server`), TLS client configurations (`tls`)",
+        owns: "GROUND: HTTP/1.1 framing and the counted tunnel (`io`), the search of an answer for the credential its request carried (`scan`), the accept loop (`server`), TLS client configurations (`tls`)",
         may_import: &[],
     },
     Room {

@@ -181,6 +181,18 @@ pub fn summarize(source: &str, kind: &str, record: &Map<String, Value>) -> Strin
                 s(record, "port"),
                 s(record, "rule")
             )];
+            if record.get("credential_echoed") == Some(&Value::Bool(true)) {
+                parts.push(format!(
+                    "the answer held credential {}",
+                    s(record, "credential")
+                ));
+            }
+            if let Some(why) = record.get("credential_echo_unchecked") {
+                parts.push(format!(
+                    "answer not searched for the credential: {}",
+                    plain(why)
+                ));
+            }
             if let Some(e) = record.get("error").filter(|e| !e.is_null()) {
                 parts.push(format!("error: {}", plain(e)));
             }
@@ -588,6 +600,25 @@ mod tests {
                         "allowed": false, "rule": "not in the allow-list", "error": null })
             ),
             "CONNECT evil.example:443 DENIED (not in the allow-list)"
+        );
+        assert_eq!(
+            summary(
+                "supervisor",
+                "network",
+                json!({ "method": "GET", "host": "git.test", "port": 443, "allowed": true,
+                        "rule": "credential gh", "credential": "gh", "credential_echoed": true })
+            ),
+            "GET git.test:443 allowed (credential gh) · the answer held credential gh"
+        );
+        assert_eq!(
+            summary(
+                "supervisor",
+                "gateway",
+                json!({ "method": "POST", "host": "api.test", "port": 443, "allowed": true,
+                        "rule": "credential gateway", "credential": "model-login",
+                        "credential_echo_unchecked": "content-encoding gzip" })
+            ),
+            "POST api.test:443 allowed (credential gateway) · answer not searched for the credential: content-encoding gzip"
         );
         assert_eq!(
             summary(

@@ -2,6 +2,7 @@
 //! that keeps what was read past a message head, head parsing with a size limit, body framing
 //! (Content-Length, chunked, until close) and a counted two-way tunnel with half-close.
 
+use crate::http::scan::EchoScan;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::time::{Duration, Instant};
@@ -330,14 +331,18 @@ pub fn write_status(out: &mut impl Write, code: u16, phrase: &str, body: &str) -
 
 /// Relays an upstream's response to `client`: interim (1xx) heads, then the final head (its
 /// code in `status` as soon as it is known) and its body, counting the bytes into `down`. A
-/// switch of protocols (101) is refused before anything of it reaches the client. `Ok(keep)`:
-/// whether the upstream connection may carry another request.
+/// switch of protocols (101) is refused before anything of it reaches the client. `scan` sees
+/// every head and the body's payload as they are relayed (a chunked body without its chunk
+/// framing, so a credential split across chunks is found too); an error's text, which may quote
+/// the upstream's headers, has the scan's spellings taken out. `Ok(keep)`: whether the upstream
+/// connection may carry another request.
 pub fn relay_response<R: Read>(
     method: &str,
     conn: &mut Input<R>,
     client: &mut impl Write,
     down: &mut u64,
     status: &mut Option<u16>,
+    scan: &mut EchoScan,
 ) -> Result<bool, String> {
     loop {
         let response =
@@ -345,6 +350,7 @@ pub fn relay_response<R: Read>(
         if response.code == 101 {
             return Err("upstream switched protocols; not supported".into());
         }
+        scan.feed(&response.raw);
         client
             .write_all(&response.raw)
             .map_err(|e| format!("writing to the client: {e}"))?;
@@ -359,9 +365,12 @@ pub fn relay_response<R: Read>(
             Framing::None
         } else {
             body_framing(&response.headers, Framing::UntilClose)
-                .map_err(|e| format!("upstream response: {e}"))?
+                .map_err(|e| scan.redact(format!("upstream response: {e}")))?
         };
-        *down += relay_body(conn, client, framing)
+        if !matches!(framing, Framing::None | Framing::Length(0)) {
+            scan.note_content_codings(header_values(&response.headers, "content-encoding"));
+        }
+        *down += relay_body_scanned(conn, client, framing, scan)
             .map_err(|e| format!("relaying the response body: {e}"))?;
         client
             .flush()
@@ -392,9 +401,20 @@ pub fn relay_body<R: Read, W: Write>(
     out: &mut W,
     framing: Framing,
 ) -> io::Result<u64> {
+    relay_body_scanned(input, out, framing, &mut EchoScan::default())
+}
+
+/// [`relay_body`], with `scan` fed the payload as it passes: the bytes of a length-framed or
+/// until-close body, a chunked body's chunk data and trailer lines (not its chunk-size lines).
+pub fn relay_body_scanned<R: Read, W: Write>(
+    input: &mut Input<R>,
+    out: &mut W,
+    framing: Framing,
+    scan: &mut EchoScan,
+) -> io::Result<u64> {
     match framing {
         Framing::None => Ok(0),
-        Framing::Length(n) => relay_exact(input, out, n),
+        Framing::Length(n) => relay_exact(input, out, n, scan),
         Framing::UntilClose => {
             let mut total = 0;
             loop {
@@ -403,17 +423,23 @@ pub fn relay_body<R: Read, W: Write>(
                     return Ok(total);
                 }
                 let n = data.len();
+                scan.feed(data);
                 out.write_all(data)?;
                 out.flush()?;
                 input.consume(n);
                 total += n as u64;
             }
         }
-        Framing::Chunked => relay_chunked(input, out),
+        Framing::Chunked => relay_chunked(input, out, scan),
     }
 }
 
-fn relay_exact<R: Read, W: Write>(input: &mut Input<R>, out: &mut W, len: u64) -> io::Result<u64> {
+fn relay_exact<R: Read, W: Write>(
+    input: &mut Input<R>,
+    out: &mut W,
+    len: u64,
+    scan: &mut EchoScan,
+) -> io::Result<u64> {
     let mut left = len;
     while left > 0 {
         let data = input.fill()?;
@@ -424,6 +450,7 @@ fn relay_exact<R: Read, W: Write>(input: &mut Input<R>, out: &mut W, len: u64) -
             ));
         }
         let n = data.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+        scan.feed(&data[..n]);
         out.write_all(&data[..n])?;
         out.flush()?;
         input.consume(n);
@@ -455,7 +482,11 @@ fn read_line<R: Read>(input: &mut Input<R>) -> io::Result<Vec<u8>> {
     }
 }
 
-fn relay_chunked<R: Read, W: Write>(input: &mut Input<R>, out: &mut W) -> io::Result<u64> {
+fn relay_chunked<R: Read, W: Write>(
+    input: &mut Input<R>,
+    out: &mut W,
+    scan: &mut EchoScan,
+) -> io::Result<u64> {
     let bad =
         |what: &str| io::Error::new(io::ErrorKind::InvalidData, format!("chunked body: {what}"));
     let mut total = 0u64;
@@ -481,6 +512,7 @@ fn relay_chunked<R: Read, W: Write>(input: &mut Input<R>, out: &mut W) -> io::Re
             // Trailer section: header lines until an empty one.
             loop {
                 let line = read_line(input)?;
+                scan.feed(&line);
                 out.write_all(&line)?;
                 total += line.len() as u64;
                 if line == b"\r\n" || line == b"\n" {
@@ -489,7 +521,7 @@ fn relay_chunked<R: Read, W: Write>(input: &mut Input<R>, out: &mut W) -> io::Re
                 }
             }
         }
-        total += relay_exact(input, out, size)?;
+        total += relay_exact(input, out, size, scan)?;
         let end = read_line(input)?;
         if end != b"\r\n" && end != b"\n" {
             return Err(bad("missing CRLF after chunk data"));
@@ -684,5 +716,95 @@ pub fn write_forwarded_headers(out: &mut Vec<u8>, headers: &[Header], dropped: &
         out.extend_from_slice(b": ");
         out.extend_from_slice(value);
         out.extend_from_slice(b"\r\n");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::scan::EchoNeedles;
+
+    const SECRET: &str = "sk-REAL-split-across-chunks-77";
+
+    /// `response` relayed to a buffer, with a scan for [`SECRET`].
+    fn relayed(method: &str, response: &[u8]) -> (Vec<u8>, EchoScan, Result<bool, String>) {
+        let mut input = Input::new(response);
+        let mut out = Vec::new();
+        let mut scan = EchoScan::new(EchoNeedles::of_secret(SECRET, None));
+        let result = relay_response(method, &mut input, &mut out, &mut 0, &mut None, &mut scan);
+        (out, scan, result)
+    }
+
+    #[test]
+    fn a_credential_split_across_chunks_is_found_in_the_payload() {
+        // The chunk-size line between the halves is not payload: the secret is found whatever
+        // the cut, and the client gets the bytes exactly as sent.
+        for cut in 1..SECRET.len() {
+            let (a, b) = SECRET.split_at(cut);
+            let response = format!(
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{{\"k\":\"{a}\r\n{:x};ext=1\r\n{b}\"}}\r\n0\r\n\r\n",
+                a.len() + 6,
+                b.len() + 2
+            );
+            let (out, scan, result) = relayed("GET", response.as_bytes());
+            assert_eq!(result, Ok(true), "cut at {cut}");
+            assert_eq!(out, response.as_bytes(), "cut at {cut}");
+            assert!(scan.found(), "cut at {cut}");
+            assert_eq!(scan.unchecked(), None);
+        }
+        // In a trailer, in a header, in an interim head, in a body read until close.
+        for response in [
+            format!(
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\nX-Echo: {SECRET}\r\n\r\n"
+            ),
+            format!("HTTP/1.1 200 OK\r\nX-Echo: Bearer {SECRET}\r\nContent-Length: 0\r\n\r\n"),
+            format!(
+                "HTTP/1.1 103 Early Hints\r\nLink: </{SECRET}>\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n"
+            ),
+            format!("HTTP/1.1 200 OK\r\nConnection: close\r\n\r\ndata: {SECRET}\n\n"),
+        ] {
+            let (out, scan, result) = relayed("GET", response.as_bytes());
+            assert!(result.is_ok(), "{result:?}");
+            assert_eq!(out, response.as_bytes());
+            assert!(scan.found(), "{response}");
+        }
+        // Not there: no find (the secret without its last byte, split across chunks).
+        let almost = &SECRET[..SECRET.len() - 1];
+        let (a, b) = almost.split_at(10);
+        let response = format!(
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n{a}\r\n{:x}\r\n{b}\r\n0\r\n\r\n",
+            a.len(),
+            b.len()
+        );
+        let (_, scan, result) = relayed("GET", response.as_bytes());
+        assert_eq!(result, Ok(true));
+        assert!(!scan.found());
+    }
+
+    #[test]
+    fn an_error_that_quotes_the_upstream_has_the_credential_taken_out() {
+        let response = format!("HTTP/1.1 200 OK\r\nContent-Length: {SECRET}\r\n\r\n");
+        let (out, scan, result) = relayed("GET", response.as_bytes());
+        let error = result.unwrap_err();
+        assert!(
+            error.contains("Content-Length") && !error.contains(SECRET),
+            "{error}"
+        );
+        // The head reached the client, and the record will say so.
+        assert_eq!(out, response.as_bytes());
+        assert!(scan.found());
+    }
+
+    #[test]
+    fn an_encoded_body_is_unchecked_and_a_bodiless_answer_is_not() {
+        let gzip =
+            b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: 3\r\n\r\n\x1f\x8b\x08";
+        let (_, scan, _) = relayed("GET", gzip);
+        assert_eq!(scan.unchecked(), Some("content-encoding gzip"));
+        let (_, scan, _) = relayed("HEAD", gzip);
+        assert_eq!(scan.unchecked(), None);
+        let empty = "HTTP/1.1 200 OK\r\nContent-Encoding: br\r\nContent-Length: 0\r\n\r\n";
+        let (_, scan, _) = relayed("GET", empty.as_bytes());
+        assert_eq!(scan.unchecked(), None);
     }
 }

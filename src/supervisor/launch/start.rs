@@ -358,9 +358,25 @@ fn drain_records(
 ) -> std::thread::JoinHandle<()> {
     let audit = audit.map(|a| a.clone_handle());
     std::thread::spawn(move || {
+        // Credentials a service has handed back this run: said once each on the terminal.
+        let mut echoed: Vec<String> = Vec::new();
         for record in rx {
             if let (Some(file), Some((shown, hint))) = (&notices, &record.not_listed) {
                 notice_refused(file, shown, hint);
+            }
+            if let Some(name) = record
+                .credential
+                .as_ref()
+                .filter(|_| record.credential_echoed)
+                && !echoed.contains(name)
+            {
+                // The name and where, never the value (the record says the same).
+                crate::say!(
+                    "stepproof-run: WARNING: an answer from {}:{} held the value of credential {name} that was added to its request: the agent may have read it (the audit log's {kind} record has credential_echoed); consider replacing it",
+                    record.host,
+                    record.port
+                );
+                echoed.push(name.clone());
             }
             tracing::info!(
                 host = %record.host,

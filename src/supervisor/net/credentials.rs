@@ -7,6 +7,7 @@
 //! are read once at launch ([`FixedSecret`]); a source that refreshes (a login) answers each
 //! request with its current value, so it plugs in as one more source for its host.
 
+use crate::http::scan::EchoNeedles;
 use crate::profile::allow::Host;
 use crate::profile::credentials::{Injection, SourceSpec};
 use crate::profile::presets::READ_METHODS;
@@ -194,8 +195,10 @@ impl ServiceCredential {
         *host == self.host && port == self.port && self.rule.covers(method, target)
     }
 
-    /// The header line to add (`Name: value\r\n`), with the current secret.
-    pub fn header_line(&self) -> Result<Vec<u8>, String> {
+    /// What to add to a request now: the header line with the current secret, and the
+    /// spellings of that same value an answer could hand back (both from one read of the
+    /// source, so a source that refreshes cannot make them disagree).
+    pub fn to_add(&self) -> Result<AddedCredential, String> {
         let secret = self
             .source
             .value()
@@ -208,16 +211,29 @@ impl ServiceCredential {
             ));
         }
         Ok(match &self.injection {
-            Injection::Header { name, format } => {
-                format!("{name}: {}\r\n", format.replacen("{}", value, 1)).into_bytes()
-            }
-            Injection::Basic { user } => format!(
-                "Authorization: Basic {}\r\n",
-                base64::engine::general_purpose::STANDARD.encode(format!("{user}:{value}"))
-            )
-            .into_bytes(),
+            Injection::Header { name, format } => AddedCredential {
+                header_line: format!("{name}: {}\r\n", format.replacen("{}", value, 1))
+                    .into_bytes(),
+                echo: EchoNeedles::of_secret(value, None),
+            },
+            Injection::Basic { user } => AddedCredential {
+                header_line: format!(
+                    "Authorization: Basic {}\r\n",
+                    base64::engine::general_purpose::STANDARD.encode(format!("{user}:{value}"))
+                )
+                .into_bytes(),
+                echo: EchoNeedles::of_secret(value, Some(user)),
+            },
         })
     }
+}
+
+/// What the proxy adds to one request. No `Debug`: the line holds the secret.
+pub struct AddedCredential {
+    /// `Name: value\r\n`, sent upstream and nowhere else.
+    pub header_line: Vec<u8>,
+    /// The value's spellings, looked for in the answer (see [`crate::http::scan`]).
+    pub echo: EchoNeedles,
 }
 
 /// The run's certificate authority: its key is generated here and never written anywhere; leaf
@@ -902,12 +918,16 @@ mod tests {
             "/o/r.git/git-receive-pack"
         ));
         assert_eq!(
-            String::from_utf8(c.header_line().unwrap()).unwrap(),
+            String::from_utf8(c.to_add().unwrap().header_line).unwrap(),
             format!(
                 "Authorization: Basic {}\r\n",
                 base64::engine::general_purpose::STANDARD.encode("x-access-token:real")
             )
         );
+        // What an answer could hand back: the value, and the basic-auth value it was sent in.
+        let echo = c.to_add().unwrap().echo;
+        assert_eq!(echo.len(), 2, "{echo:?}");
+        assert!(!format!("{echo:?}").contains("real"));
         assert!(!format!("{broker:?}").contains("real"));
     }
 

@@ -3,10 +3,12 @@
 //! TLS, or to the user's own `ANTHROPIC_BASE_URL`) with the real credential added, so the
 //! credential never enters the sandbox: the agent holds a placeholder, and a request that does
 //! not carry this run's placeholder is refused. Responses are relayed as they arrive:
-//! server-sent events stream through. A 401 makes the login refresh itself and the request is
-//! sent once more.
+//! server-sent events stream through, searched for the login as they pass (the record says when
+//! an answer held it: `credential_echoed`). A 401 makes the login refresh itself and the request
+//! is sent once more.
 
 use crate::http::io::{self as http, Framing, HeadError, Header, Input};
+use crate::http::scan::EchoScan;
 use crate::http::server::MAX_CONNECTIONS;
 use crate::http::server::{Handler, Refused, Server, Sock, Sockets};
 use crate::supervisor::net::login::{ModelLogin, Url};
@@ -440,7 +442,7 @@ impl GatewayHandler {
                         record.rule = "credential gateway (retried after a refresh)".into();
                         continue;
                     }
-                    Ok(Retry::Relay(raw, upstream_keep, why)) => {
+                    Ok(Retry::Relay(raw, upstream_keep, why, echo)) => {
                         if !upstream_keep {
                             *upstream = None;
                         }
@@ -449,6 +451,8 @@ impl GatewayHandler {
                         record.rule =
                             format!("credential gateway: 401 relayed, no refresh ({why})");
                         record.bytes_down = raw.len() as u64;
+                        record.credential_echoed = echo.found();
+                        record.credential_echo_unchecked = echo.unchecked().map(str::to_owned);
                         let written = (&*client).write_all(&raw).is_ok();
                         return Some(written && client_keep && upstream_keep);
                     }
@@ -463,10 +467,14 @@ impl GatewayHandler {
         let Some(conn) = upstream.as_mut() else {
             return Some(false);
         };
-        // Relay the response: interim (1xx) heads, then the final head and its body.
+        // Relay the response: interim (1xx) heads, then the final head and its body, searched
+        // for the login that went out as they pass.
         let mut down = 0u64;
-        let result = relay_response(conn, client, &head.method, &mut down);
+        let mut echo = EchoScan::new(credential.echo_needles());
+        let result = relay_response(conn, client, &head.method, &mut down, &mut echo);
         record.bytes_down += down;
+        record.credential_echoed = echo.found();
+        record.credential_echo_unchecked = echo.unchecked().map(str::to_owned);
         match result {
             Ok(upstream_keep) => {
                 if !upstream_keep {
@@ -566,8 +574,12 @@ impl GatewayHandler {
             let framing = if matches!(response.code, 204 | 304) {
                 Framing::None
             } else {
-                http::body_framing(&response.headers, Framing::UntilClose)
-                    .map_err(|e| format!("upstream response: {e}"))?
+                http::body_framing(&response.headers, Framing::UntilClose).map_err(|e| {
+                    // The header's value is quoted: never the login, should the server echo it.
+                    credential
+                        .echo_needles()
+                        .redact(format!("upstream response: {e}"))
+                })?
             };
             let mut raw = Vec::new();
             let mut capped = CappedWriter {
@@ -651,6 +663,15 @@ impl GatewayHandler {
         }
         out.extend_from_slice(format!("Content-Length: {}\r\n\r\n", body.len()).as_bytes());
         out.extend_from_slice(&body);
+        // What goes to the client is searched as a whole (it was read whole, de-chunked): the
+        // server's settings laid over, or its answer forwarded, may quote the login.
+        let mut echo = EchoScan::new(credential.echo_needles());
+        if !json && !body.is_empty() {
+            echo.note_content_codings(http::header_values(&response.headers, "content-encoding"));
+        }
+        echo.feed(&out);
+        record.credential_echoed = echo.found();
+        record.credential_echo_unchecked = echo.unchecked().map(str::to_owned);
         (&*client).write_all(&out).is_ok()
     }
 
@@ -678,12 +699,22 @@ impl GatewayHandler {
                 }
                 let response = http::read_response_head(&mut conn.input)
                     .map_err(|e| format!("reading the upstream response: {e}"))?;
+                // Searched for the login that went out, in case it is relayed (a body longer
+                // than the cap is searched whole although only its start would be relayed).
+                let mut echo = EchoScan::new(used.echo_needles());
+                echo.feed(&response.raw);
                 let framing = if method.eq_ignore_ascii_case("HEAD") {
                     Framing::None
                 } else {
                     http::body_framing(&response.headers, Framing::UntilClose)
-                        .map_err(|e| format!("upstream response: {e}"))?
+                        .map_err(|e| echo.redact(format!("upstream response: {e}")))?
                 };
+                if !matches!(framing, Framing::None | Framing::Length(0)) {
+                    echo.note_content_codings(http::header_values(
+                        &response.headers,
+                        "content-encoding",
+                    ));
+                }
                 let keep =
                     framing != Framing::UntilClose && http::wants_keep_alive(&response.headers, 1);
                 let mut body = Vec::new();
@@ -691,14 +722,14 @@ impl GatewayHandler {
                     out: &mut body,
                     left: REFUSAL_BODY_MAX,
                 };
-                http::relay_body(&mut conn.input, &mut capped, framing)
+                http::relay_body_scanned(&mut conn.input, &mut capped, framing, &mut echo)
                     .map_err(|e| format!("reading the upstream's 401: {e}"))?;
                 return match self.login.after_401(used) {
                     Ok(Ok(fresh)) => Ok(Retry::With(fresh, keep)),
                     Ok(Err(why)) => {
                         let mut whole = response.raw;
                         whole.extend_from_slice(&body);
-                        Ok(Retry::Relay(whole, keep, why))
+                        Ok(Retry::Relay(whole, keep, why, echo))
                     }
                     Err(e) => Err(e.to_string()),
                 };
@@ -715,7 +746,10 @@ impl GatewayHandler {
     }
 
     /// The request as sent upstream: `Host` set to the upstream, the path under its prefix,
-    /// the client's credentials and hop-by-hop headers removed, the real credential added.
+    /// the client's credentials and hop-by-hop headers removed, the real credential added, and
+    /// `Accept-Encoding: identity` in place of the client's (the answer is searched for the
+    /// credential as it passes, which an encoded body would hide; server-sent events stream the
+    /// same either way).
     fn forwarded_head(
         &self,
         method: &str,
@@ -734,6 +768,8 @@ impl GatewayHandler {
             "upgrade",
             "te",
             "expect",
+            // Replaced by `identity`: an encoded answer could not be searched for the login.
+            "accept-encoding",
         ];
         let mut out = Vec::with_capacity(2048);
         out.extend_from_slice(
@@ -748,6 +784,7 @@ impl GatewayHandler {
         out.extend_from_slice(format!("Host: {host}\r\n").as_bytes());
         http::write_forwarded_headers(&mut out, headers, DROPPED);
         out.extend_from_slice(&credential.header_line().unwrap_or_default());
+        out.extend_from_slice(b"Accept-Encoding: identity\r\n");
         out.extend_from_slice(b"\r\n");
         out
     }
@@ -805,8 +842,9 @@ enum Retry {
     No,
     /// A 401, and a better credential: send again (the bool: the upstream connection stays).
     With(Credential, bool),
-    /// A 401 and nothing better (and why): these bytes are the whole answer for the client.
-    Relay(Vec<u8>, bool, String),
+    /// A 401 and nothing better (and why): these bytes are the whole answer for the client,
+    /// and what the search of them for the login found.
+    Relay(Vec<u8>, bool, String, EchoScan),
 }
 
 /// Where a head ends (after its blank line), if it is all there.
@@ -848,15 +886,23 @@ impl Write for CappedWriter<'_> {
     }
 }
 
-/// Relays the response (see [`http::relay_response`]); `Ok(keep)`: whether the upstream
-/// connection may be used again.
+/// Relays the response (see [`http::relay_response`]) through `echo`; `Ok(keep)`: whether the
+/// upstream connection may be used again.
 fn relay_response(
     conn: &mut UpstreamConn,
     client: &UnixStream,
     method: &str,
     down: &mut u64,
+    echo: &mut EchoScan,
 ) -> Result<bool, String> {
-    http::relay_response(method, &mut conn.input, &mut &*client, down, &mut None)
+    http::relay_response(
+        method,
+        &mut conn.input,
+        &mut &*client,
+        down,
+        &mut None,
+        echo,
+    )
 }
 
 /// An idle upstream connection is reusable when nothing is waiting on it.
@@ -1044,11 +1090,13 @@ mod tests {
             lower.starts_with("get /api/claude_code/settings http/1.1"),
             "{head}"
         );
+        assert!(!lower.contains("if-none-match"), "{head}");
         assert!(
-            !lower.contains("if-none-match") && !lower.contains("accept-encoding"),
+            lower.contains("accept-encoding: identity\r\n") && !lower.contains("gzip"),
             "{head}"
         );
         assert!(head.contains("x-api-key: sk-real"), "{head}");
+        assert!(!record.credential_echoed, "{record:?}");
         let (answer_head, body) = answer.split_once("\r\n\r\n").unwrap();
         let answer_lower = answer_head.to_ascii_lowercase();
         assert!(answer_lower.starts_with("http/1.1 200 ok"), "{answer}");
@@ -1104,5 +1152,229 @@ mod tests {
         // A 304 would send Claude Code to its cache: never passed on.
         let (_, answer, _) = through_gateway(b"HTTP/1.1 304 Not Modified\r\n\r\n", false);
         assert!(answer.starts_with("HTTP/1.1 502"), "{answer}");
+
+        // A forwarded answer that quotes the login: relayed as it is, and flagged.
+        let (_, answer, record) = through_gateway(
+            b"HTTP/1.1 404 Not Found\r\nContent-Length: 22\r\n\r\nno such key: sk-real !",
+            false,
+        );
+        assert!(answer.ends_with("no such key: sk-real !"), "{answer}");
+        assert!(record.credential_echoed, "{record:?}");
+        assert!(!serde_json::to_string(&record).unwrap().contains("sk-real"));
+    }
+
+    /// The login the echo tests send: long enough to be unlikely anywhere by chance, with a `/`
+    /// so that a JSON encoder that escapes slashes writes it differently.
+    const ECHOED_LOGIN: &str = "sk-ant-oat01-REAL/echo+test-7d1f09c2";
+
+    /// A plain-HTTP upstream standing in for the model API, serving requests on each connection
+    /// until it closes. It answers with server-sent events in 5-byte chunks (so the login, when
+    /// it is in them, is split across chunks); by the request's path: `/echo` sends the request
+    /// head back as a JSON string with `/` escaped (as a service that echoes its request
+    /// would), `/gzip` answers with an encoded body, `/unauthorized-echo` is a 401 that quotes
+    /// the request head, anything else is one `ok` event.
+    fn echoing_upstream() -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for tcp in listener.incoming().flatten() {
+                std::thread::spawn(move || {
+                    let mut reader = BufReader::new(tcp.try_clone().unwrap());
+                    loop {
+                        let mut head = String::new();
+                        loop {
+                            let mut line = String::new();
+                            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                                return;
+                            }
+                            head.push_str(&line);
+                            if line == "\r\n" {
+                                break;
+                            }
+                        }
+                        let length = head
+                            .to_ascii_lowercase()
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:")?.trim().parse().ok())
+                            .unwrap_or(0usize);
+                        let mut body = vec![0u8; length];
+                        if reader.read_exact(&mut body).is_err() {
+                            return;
+                        }
+                        let path = head.split(' ').nth(1).unwrap_or_default().to_owned();
+                        let echoed = serde_json::to_string(&head).unwrap().replace('/', "\\/");
+                        let answer: Vec<u8> = match path.as_str() {
+                            "/gzip" => b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Encoding: gzip\r\nContent-Length: 4\r\n\r\n\x1f\x8b\x08\x00".to_vec(),
+                            "/unauthorized-echo" => format!(
+                                "HTTP/1.1 401 Unauthorized\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{echoed}",
+                                echoed.len()
+                            )
+                            .into_bytes(),
+                            _ => {
+                                let events = if path == "/echo" {
+                                    format!("event: echo\ndata: {{\"head\":{echoed}}}\n\n")
+                                } else {
+                                    "event: message\ndata: ok\n\n".to_owned()
+                                };
+                                let mut answer = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+                                for chunk in events.as_bytes().chunks(5) {
+                                    answer.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
+                                    answer.extend_from_slice(chunk);
+                                    answer.extend_from_slice(b"\r\n");
+                                }
+                                answer.extend_from_slice(b"0\r\n\r\n");
+                                answer
+                            }
+                        };
+                        if (&tcp).write_all(&answer).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    /// Requests through a gateway (no server settings) in front of [`echoing_upstream`], with
+    /// `login` as the real credential, on one keep-alive connection: each answer as the client
+    /// got it, and each record.
+    fn through_echoing_gateway(
+        login: Credential,
+        paths: &[&str],
+    ) -> Vec<(String, ConnectionRecord)> {
+        let addr = echoing_upstream();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("api.sock");
+        let listener = UnixListener::bind(&path).unwrap();
+        let login = ModelLogin::fixed(login);
+        let placeholder = String::from_utf8(login.placeholder().header_line().unwrap()).unwrap();
+        let (tx, records) = channel();
+        let handle = serve_gateway(
+            listener,
+            Upstream {
+                host: "api.test".into(),
+                port: addr.port(),
+                tls: None,
+                connect_addr: Some(addr),
+                path_prefix: String::new(),
+            },
+            Arc::new(login),
+            None,
+            tx,
+        );
+        let client = UnixStream::connect(&path).unwrap();
+        client
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        let mut input = Input::new(&client);
+        let mut out = Vec::new();
+        for path in paths {
+            let body = r#"{"model":"m","stream":true}"#;
+            write!(
+                &client,
+                "POST {path} HTTP/1.1\r\nHost: localhost\r\n{placeholder}Accept-Encoding: gzip, br\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .unwrap();
+            let mut answer = Vec::new();
+            let keep = http::relay_response(
+                "POST",
+                &mut input,
+                &mut answer,
+                &mut 0,
+                &mut None,
+                &mut EchoScan::default(),
+            )
+            .unwrap();
+            assert!(keep, "{}", String::from_utf8_lossy(&answer));
+            let record = records.recv_timeout(Duration::from_secs(20)).unwrap();
+            out.push((String::from_utf8_lossy(&answer).into_owned(), record));
+        }
+        drop(input);
+        drop(client);
+        handle.shutdown();
+        out
+    }
+
+    /// The payload of a chunked answer (whose chunks hold no line breaks).
+    fn payload_of(answer: &str) -> String {
+        answer
+            .split("\r\n")
+            .skip_while(|l| !l.is_empty())
+            .skip(1)
+            .collect::<Vec<_>>()
+            .chunks(2)
+            .filter_map(|c| c.get(1).copied())
+            .collect()
+    }
+
+    #[test]
+    fn an_answer_that_echoes_the_login_is_flagged_and_the_record_never_holds_it() {
+        let escaped = ECHOED_LOGIN.replace('/', "\\/");
+        let answers = through_echoing_gateway(
+            Credential::Bearer(ECHOED_LOGIN.into()),
+            &["/echo", "/v1/messages", "/gzip", "/unauthorized-echo"],
+        );
+        // The echo: streamed through as it came (chunked events), the login in it with `/`
+        // escaped; the request went out asking for no encoding.
+        let (answer, record) = &answers[0];
+        assert!(
+            answer.starts_with("HTTP/1.1 200 OK\r\n")
+                && answer.contains("text/event-stream")
+                && answer.ends_with("\r\n0\r\n\r\n"),
+            "{answer}"
+        );
+        let payload = payload_of(answer);
+        assert!(payload.contains(&format!("Bearer {escaped}")), "{payload}");
+        assert!(!payload.contains(ECHOED_LOGIN), "{payload}");
+        assert!(
+            payload.contains("Accept-Encoding: identity") && !payload.contains("gzip"),
+            "{payload}"
+        );
+        assert_eq!(
+            (
+                record.credential.as_deref(),
+                record.credential_echoed,
+                record.credential_echo_unchecked.as_deref(),
+                record.status
+            ),
+            (Some("model-login"), true, None, None),
+            "{record:?}"
+        );
+        // The control: the same login, an answer without it.
+        let (answer, record) = &answers[1];
+        assert!(payload_of(answer).contains("data: ok"), "{answer}");
+        assert!(
+            record.credential.is_some()
+                && !record.credential_echoed
+                && record.credential_echo_unchecked.is_none(),
+            "{record:?}"
+        );
+        // An encoded answer, although the request asked for none: said to be unchecked.
+        let (_, record) = &answers[2];
+        assert!(!record.credential_echoed, "{record:?}");
+        assert_eq!(
+            record.credential_echo_unchecked.as_deref(),
+            Some("content-encoding gzip")
+        );
+        // A 401 relayed without a refresh (a fixed login): searched as well.
+        let (answer, record) = &answers[3];
+        assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+        assert!(answer.contains(&escaped), "{answer}");
+        assert!(
+            record.credential_echoed && record.status == Some(401),
+            "{record:?}"
+        );
+        // Whatever the records say, they never hold the login, in any spelling.
+        let json =
+            serde_json::to_string(&answers.iter().map(|(_, r)| r).collect::<Vec<_>>()).unwrap();
+        for spelling in [ECHOED_LOGIN, &escaped, "REAL"] {
+            assert!(!json.contains(spelling), "{json}");
+        }
+        assert!(json.contains("\"credential_echoed\":true"), "{json}");
+        // An API key the same way.
+        let answers = through_echoing_gateway(Credential::ApiKey(ECHOED_LOGIN.into()), &["/echo"]);
+        assert!(answers[0].1.credential_echoed, "{:?}", answers[0].1);
     }
 }

@@ -6,6 +6,7 @@
 //! Claude Code takes for its own refresh, and the refreshed login is written back to the host's
 //! store, so a bare `claude` keeps working and no two refreshers spend one refresh token.
 
+use crate::http::scan::EchoNeedles;
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
@@ -95,6 +96,13 @@ impl Credential {
             return None;
         }
         Some(format!("{name}{value}\r\n").into_bytes())
+    }
+
+    /// The spellings of the secret an answer could hand back (searched for in what the gateway
+    /// relays, never shown): the key or token itself covers the header value it is sent in.
+    pub fn echo_needles(&self) -> EchoNeedles {
+        let (Credential::ApiKey(secret) | Credential::Bearer(secret)) = self;
+        EchoNeedles::of_secret(secret, None)
     }
 }
 

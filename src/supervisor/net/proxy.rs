@@ -94,6 +94,16 @@ pub struct ConnectionRecord {
     /// value). Requests inside a terminated TLS connection get a record each.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub credential: Option<String>,
+    /// The answer relayed to the client (a head or the body's payload) held the value of the
+    /// credential added to this request, in one of the spellings a service could hand it back
+    /// in (`http::scan::EchoNeedles`): the agent may have read it. Only ever with `credential`;
+    /// the value itself is never recorded.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub credential_echoed: bool,
+    /// Why the answer's body could not be searched for the credential (`content-encoding gzip`:
+    /// the service encoded it although the request asked for `identity`); its heads were.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub credential_echo_unchecked: Option<String>,
     /// A placeholder seen where it does not belong (plain HTTP, a request head the proxy reads,
     /// a terminated request outside the placeholder's own scope): the credential it stands for.
     /// The request was refused; the record is written as an exfiltration attempt.

@@ -8,10 +8,13 @@
 //! Per request: the target must be origin-form and the one `Host` header must name the CONNECT
 //! host and port, or the request is refused with nothing added; a placeholder outside its own
 //! rule's scope is refused and recorded as an exfiltration attempt; the rule's header is removed
-//! from what the client sent and the real one added.
+//! from what the client sent and the real one added, with `Accept-Encoding: identity`; the
+//! answer is searched for the value as it streams back, and the record says if it was there
+//! (`credential_echoed`) or could not be searched (`credential_echo_unchecked`).
 
 use super::{ConnectionRecord, HEAD_TIMEOUT, ProxyHandler, Target};
 use crate::http::io::{self as http, Framing, HeadError, Input, TimedRead};
+use crate::http::scan::EchoScan;
 use crate::http::server::{Sock, Sockets};
 use crate::profile::allow::host::parse_authority;
 use crate::supervisor::net::credentials::Broker;
@@ -383,13 +386,20 @@ impl Exchange<'_, '_> {
         }
         let credential = self.broker.matching(host, port, &head.method, &head.target);
         let mut dropped: Vec<String> = DROPPED.iter().map(|h| h.to_string()).collect();
-        let credential_line = match credential {
-            Some(credential) => match credential.header_line() {
-                Ok(line) => {
+        // The answer to a request with the real credential is searched for it as it is relayed.
+        let mut echo = EchoScan::default();
+        let credential_lines = match credential {
+            Some(credential) => match credential.to_add() {
+                Ok(added) => {
                     dropped.push(credential.injection.header_name());
                     record.credential = Some(credential.name.clone());
                     record.rule = format!("credential {}", credential.name);
-                    line
+                    echo = EchoScan::new(added.echo);
+                    // An encoded answer cannot be searched as it passes: ask for none.
+                    dropped.push("accept-encoding".into());
+                    let mut lines = added.header_line;
+                    lines.extend_from_slice(IDENTITY);
+                    lines
                 }
                 Err(e) => {
                     record.error = Some(e.clone());
@@ -422,7 +432,7 @@ impl Exchange<'_, '_> {
         forwarded.extend_from_slice(format!("Host: {host_header}\r\n").as_bytes());
         let dropped: Vec<&str> = dropped.iter().map(String::as_str).collect();
         http::write_forwarded_headers(&mut forwarded, &head.headers, &dropped);
-        forwarded.extend_from_slice(&credential_line);
+        forwarded.extend_from_slice(&credential_lines);
         forwarded.extend_from_slice(b"\r\n");
 
         if upstream.as_ref().is_some_and(|u| !is_reusable(u)) {
@@ -465,8 +475,10 @@ impl Exchange<'_, '_> {
             }
         }
         let mut down = 0u64;
-        let result = relay_response(&head.method, conn, self.side, &mut down, record);
+        let result = relay_response(&head.method, conn, self.side, &mut down, record, &mut echo);
         record.bytes_down = down;
+        record.credential_echoed = echo.found();
+        record.credential_echo_unchecked = echo.unchecked().map(str::to_owned);
         match result {
             Ok(upstream_keep) => {
                 if !upstream_keep {
@@ -541,15 +553,22 @@ const DROPPED: &[&str] = &[
     "expect",
 ];
 
-/// Relays the response (see [`http::relay_response`]), its status into the record.
+/// What replaces the client's `Accept-Encoding` on a request with a credential: an encoded
+/// answer could not be searched for the credential as it passes (a service may encode anyway;
+/// the record then says the search could not be made).
+const IDENTITY: &[u8] = b"Accept-Encoding: identity\r\n";
+
+/// Relays the response (see [`http::relay_response`]), its status into the record, its bytes
+/// through `echo`.
 fn relay_response(
     method: &str,
     conn: &mut Input<UpstreamTls>,
     client: &ClientSide<'_>,
     down: &mut u64,
     record: &mut ConnectionRecord,
+    echo: &mut EchoScan,
 ) -> Result<bool, String> {
-    http::relay_response(method, conn, &mut &*client, down, &mut record.status)
+    http::relay_response(method, conn, &mut &*client, down, &mut record.status, echo)
 }
 
 /// An idle upstream connection is reusable when nothing is waiting on it.
