@@ -2,14 +2,18 @@
 //! (`ANTHROPIC_UNIX_SOCKET`), and the supervisor forwards each request to the model API (over
 //! TLS, or to the user's own `ANTHROPIC_BASE_URL`) with the real credential added, so the
 //! credential never enters the sandbox: the agent holds a placeholder, and a request that does
-//! not carry this run's placeholder is refused. Responses are relayed as they arrive:
-//! server-sent events stream through. A 401 makes the login refresh itself and the request is
-//! sent once more.
+//! not carry this run's placeholder is refused. Only the model API's paths get the credential
+//! ([`model_paths`]: the login is also the key to the account); every other request is refused
+//! with 403 and recorded. Responses are relayed as they arrive: server-sent events stream
+//! through. A 401 makes the login refresh itself (by the rule of [`ModelLogin::after_401`]) and
+//! the request is sent once more.
 
 use crate::http::io::{self as http, Framing, HeadError, Header, Input};
 use crate::http::server::MAX_CONNECTIONS;
 use crate::http::server::{Handler, Refused, Server, Sock, Sockets};
+use crate::profile::LoginPath;
 use crate::supervisor::net::login::{ModelLogin, Url};
+use crate::supervisor::net::model_paths::{self, Verdict};
 use crate::supervisor::net::proxy::{ConnectionRecord, HEAD_TIMEOUT};
 use crate::supervisor::net::server_settings::{self, ServerSettings};
 use rustls::pki_types::ServerName;
@@ -50,6 +54,8 @@ pub struct Upstream {
     /// A path the upstream's API lives under (`https://gateway.corp/anthropic`), without a
     /// trailing `/`; empty for the root.
     pub path_prefix: String,
+    /// Requests beyond the model API's that get the credential (`network.gateway.login_paths`).
+    pub login_paths: Vec<LoginPath>,
 }
 
 impl fmt::Debug for Upstream {
@@ -60,6 +66,7 @@ impl fmt::Debug for Upstream {
             .field("tls", &self.tls.is_some())
             .field("connect_addr", &self.connect_addr)
             .field("path_prefix", &self.path_prefix)
+            .field("login_paths", &self.login_paths)
             .finish_non_exhaustive()
     }
 }
@@ -74,6 +81,7 @@ impl Upstream {
             tls: url.tls.then_some(tls),
             connect_addr: None,
             path_prefix: url.path.clone(),
+            login_paths: Vec::new(),
         }
     }
 }
@@ -108,6 +116,7 @@ pub fn upstream_from_profile(
         .map_err(|e| format!("network.gateway: {e}"))?;
     let mut upstream = Upstream::from_url(&url, tls);
     upstream.connect_addr = connect_addr;
+    upstream.login_paths = config.login_paths.clone();
     Ok(upstream)
 }
 
@@ -267,6 +276,46 @@ impl Handler for GatewayHandler {
 }
 
 impl GatewayHandler {
+    /// Whether a request for `method` `target` may go out with the real login: `Ok(true)` for
+    /// `GET` [`server_settings::ENDPOINT`], which the supervisor answers itself (its own use of
+    /// the login, see [`GatewayHandler::serve_server_settings`]); `Ok(false)` for a path of the
+    /// model API (or one the profile adds, which the record's rule names); `Err` with the 403's
+    /// text for anything else, or a path not spelt plainly (the record's rule says which).
+    fn admit_path(
+        &self,
+        method: &str,
+        target: &str,
+        record: &mut ConnectionRecord,
+    ) -> Result<bool, String> {
+        let shown = target.split('?').next().unwrap_or_default().escape_debug();
+        let path = match model_paths::plain_path(target) {
+            Ok((path, _)) => path,
+            Err(why) => {
+                record.rule = "credential gateway: refused, the path is not spelt plainly".into();
+                return Err(format!(
+                    "{method} {shown} is not spelt plainly ({why}); the real login is used only for the model API, on paths spelt plainly"
+                ));
+            }
+        };
+        if self.settings.is_some() && method == "GET" && path == server_settings::ENDPOINT {
+            return Ok(true);
+        }
+        match model_paths::classify(method, path, &self.upstream.login_paths) {
+            Verdict::Model(_) => Ok(false),
+            Verdict::Added(entry) => {
+                record.rule = format!("credential gateway (network.gateway.login_paths: {entry})");
+                Ok(false)
+            }
+            Verdict::Refused(class, _) => {
+                record.rule =
+                    format!("credential gateway: refused, not a model API path ({class})");
+                Err(format!(
+                    "{method} {shown} is not a model API path; the real login is used only for the model API; a path you need can be added with network.gateway.login_paths in a profile outside the workspace"
+                ))
+            }
+        }
+    }
+
     /// Serves one request. `None`: the connection ended before a request began; `Some(keep)`:
     /// a request was handled (or refused) and `keep` says whether the connection stays open.
     fn serve_request(
@@ -322,6 +371,11 @@ impl GatewayHandler {
             Ok(framing) => framing,
             Err(why) => return refuse(record, 400, "Bad Request", why),
         };
+        // The real login goes only with the model API's paths (and those the profile adds).
+        let settings_request = match self.admit_path(&head.method, &path, record) {
+            Ok(settings_request) => settings_request,
+            Err(why) => return refuse(record, 403, "Forbidden", why),
+        };
         // Only what carries this run's placeholder goes out with the real credential.
         if let Err(why) = self.login.admits(
             http::header_values(&head.headers, "x-api-key"),
@@ -364,10 +418,7 @@ impl GatewayHandler {
             framing => Body::Streamed(framing),
         };
 
-        if let Some(merge) = &self.settings
-            && head.method.eq_ignore_ascii_case("GET")
-            && path.split('?').next() == Some(server_settings::ENDPOINT)
-        {
+        if settings_request && let Some(merge) = &self.settings {
             let keep = self.serve_server_settings(
                 client,
                 upstream,
@@ -865,17 +916,23 @@ fn is_reusable(conn: &UpstreamConn) -> bool {
 }
 
 /// The origin-form path of a request to the gateway (`/v1/messages?beta=true`); absolute-form
-/// (`http://localhost/v1/…`) is accepted for its path only.
+/// (`http://localhost/v1/…`) is taken for its path only, and only with a plain authority (no
+/// user part, nothing but its path after it): the path is then judged like any other
+/// ([`model_paths::plain_path`]), and it is what is forwarded.
 fn origin_path(target: &str) -> Option<String> {
     if target.starts_with('/') {
         return Some(target.to_owned());
     }
-    let rest = target
-        .strip_prefix("http://")
-        .or_else(|| target.strip_prefix("HTTP://"))?;
-    match rest.find('/') {
-        Some(i) => Some(rest[i..].to_owned()),
+    let scheme = target.get(..7)?;
+    if !scheme.eq_ignore_ascii_case("http://") {
+        return None;
+    }
+    let rest = &target[7..];
+    let end = rest.find(['/', '?', '#', '\\', '@']).unwrap_or(rest.len());
+    match rest[end..].chars().next() {
         None => Some("/".to_owned()),
+        Some('/') => Some(rest[end..].to_owned()),
+        Some(_) => None,
     }
 }
 
@@ -1011,6 +1068,7 @@ mod tests {
                 tls: None,
                 connect_addr: Some(addr),
                 path_prefix: String::new(),
+                login_paths: Vec::new(),
             },
             Arc::new(login),
             Some(ServerSettingsMerge { ours, strict }),
