@@ -1584,6 +1584,91 @@ fn audit_log_of(out: &std::process::Output) -> String {
 
 both!(git_push, git_push_with_the_token_added_at_the_proxy);
 
+/// A service credential is read once, at launch, and nothing inside can make the supervisor
+/// read it again: its `command:` source (which counts its runs) gives a token the service
+/// refuses, and the agent's ten requests with the placeholder, each answered 401, leave the
+/// count at one.
+fn a_service_credential_is_read_once_whatever_the_service_answers(w: &World) {
+    if !git_available() {
+        return;
+    }
+    let root = w.base.join("git-server-401");
+    fs::create_dir_all(&root).unwrap();
+    bare_repository(&root, "r");
+    let (port, seen) = git_server("127.0.0.5", root.clone());
+    // The source runs as whoever runs stepproof-run: its count is kept where that user writes.
+    let counts = w.base.join("source-counts");
+    fs::create_dir_all(&counts).unwrap();
+    chown_tree(&counts, w.owner);
+    let counter = counts.join("runs");
+    let source = w.base.join("token-source.sh");
+    fs::write(
+        &source,
+        format!(
+            "#!/bin/sh
+echo run >> {}
+echo not-the-token-the-server-wants
+",
+            counter.display()
+        ),
+    )
+    .unwrap();
+    let profile = w.base.join("refused.toml");
+    fs::write(
+        &profile,
+        format!(
+            "extends = \"default\"\n[network]\nmode = \"allowlist\"\nallow_addresses = [\"127.0.0.5\"]\n\
+             [[network.credentials]]\nname = \"git-refused\"\nhost = \"127.0.0.5:{port}\"\npaths = [\"/o/r.git/\"]\n\
+             source = \"command:{}\"\nbasic = \"x-access-token\"\ngit = true\n\
+             ca_file = \"{}\"\n",
+            source.display(),
+            root.join("test-ca.pem").display()
+        ),
+    )
+    .unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(&source, fs::Permissions::from_mode(0o755)).unwrap();
+        for p in [&profile, &root.join("test-ca.pem")] {
+            fs::set_permissions(p, fs::Permissions::from_mode(0o644)).unwrap();
+        }
+        fs::set_permissions(&root, fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let script = format!(
+        "for i in 1 2 3 4 5 6 7 8 9 10; do {GIT} ls-remote https://127.0.0.5:{port}/o/r.git >/dev/null 2>&1; echo \"try=$?\"; done"
+    );
+    let out = w
+        .command(
+            &["--profile", profile.to_str().unwrap()],
+            &["/bin/sh", "-c", &script],
+        )
+        .output()
+        .unwrap();
+    let shown = describe(&out);
+    assert!(out.status.success(), "{shown}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout.matches("try=").count(), 10, "{shown}");
+    assert!(!stdout.contains("try=0"), "{shown}");
+    // The service saw the (wrong) real token and refused it, again and again.
+    let wrong = format!(
+        "Basic {}",
+        basic("x-access-token", "not-the-token-the-server-wants")
+    );
+    let saw = seen.lock().unwrap().clone();
+    assert!(saw.iter().filter(|a| **a == wrong).count() >= 10, "{saw:?}");
+    // Read once, at launch.
+    assert_eq!(
+        fs::read_to_string(&counter).unwrap(),
+        "run\n",
+        "the source was read again"
+    );
+}
+
+both!(
+    read_once,
+    a_service_credential_is_read_once_whatever_the_service_answers
+);
+
 /// A profile inside the workspace that declares credentials (or pulls them in through
 /// `extends`) is refused before anything runs.
 fn credentials_from_the_workspace_are_refused(w: &World) {

@@ -10,6 +10,8 @@
 #[path = "support/e2e.rs"]
 mod e2e;
 mod support;
+#[path = "support/tui.rs"]
+mod tui;
 
 use e2e::*;
 use serde_json::{Value, json};
@@ -231,20 +233,20 @@ both_claude!(an_api_key_is_nowhere_inside, |w: &World| {
 
 /// The mock for a refresh: only `new_access` is accepted; `old_refresh` buys it once.
 fn refresh_mock(w: &World, tls: &TestTls, suffix: &str, turns: Value) -> Mock {
-    Mock::start_tls(
-        w,
-        json!({
-            "turns": turns,
-            "accept": [format!("Bearer sk-ant-oat01-newAccess-{suffix}")],
-            "token": {
-                "refresh_token": format!("sk-ant-ort01-oldRefresh-{suffix}"),
-                "access_token": format!("sk-ant-oat01-newAccess-{suffix}"),
-                "new_refresh_token": format!("sk-ant-ort01-newRefresh-{suffix}"),
-                "expires_in": 28800
-            }
-        }),
-        tls,
-    )
+    Mock::start_tls(w, refresh_script(suffix, turns), tls)
+}
+
+fn refresh_script(suffix: &str, turns: Value) -> Value {
+    json!({
+        "turns": turns,
+        "accept": [format!("Bearer sk-ant-oat01-newAccess-{suffix}")],
+        "token": {
+            "refresh_token": format!("sk-ant-ort01-oldRefresh-{suffix}"),
+            "access_token": format!("sk-ant-oat01-newAccess-{suffix}"),
+            "new_refresh_token": format!("sk-ant-ort01-newRefresh-{suffix}"),
+            "expires_in": 28800
+        }
+    })
 }
 
 fn launch_env<'a>(mock: &Mock, tls: &TestTls) -> Vec<(&'a str, String)> {
@@ -333,6 +335,26 @@ both_claude!(
             "user:inference user:profile user:sessions:claude_code"
         );
         assert_store_refreshed(w, &store, &suffix);
+        // The refresh is in the record: the expiry asked for it, the refresh token went out.
+        let refreshes = run.records("login-refresh");
+        assert_eq!(refreshes.len(), 1, "{refreshes:#?}");
+        let r = refreshes[0];
+        assert_eq!(
+            (
+                &r["outcome"],
+                &r["trigger"],
+                &r["refresh_token_sent"],
+                &r["refreshes"]
+            ),
+            (
+                &json!("refreshed"),
+                &json!("expiry"),
+                &json!(true),
+                &json!(1)
+            ),
+            "{r:#}"
+        );
+        assert_eq!(r["refreshes_after_401"], 0, "{r:#}");
         drop(mock);
 
         // A bare `claude -p` on the host uses the refreshed store as it is (the world's
@@ -448,6 +470,17 @@ both_claude!(
             .filter(|r| r["rule"].as_str().is_some_and(|r| r.contains("retried")))
             .collect();
         assert_eq!(retried.len(), 1, "{:#?}", run.records("gateway"));
+        let refreshes = run.records("login-refresh");
+        assert_eq!(refreshes.len(), 1, "{refreshes:#?}");
+        assert_eq!(
+            (
+                &refreshes[0]["outcome"],
+                &refreshes[0]["trigger"],
+                &refreshes[0]["refresh_token_sent"]
+            ),
+            (&json!("took-stored"), &json!("401"), &json!(false)),
+            "{refreshes:#?}"
+        );
         assert!(
             retried[0]["duration_ms"].as_u64().unwrap() >= 2000,
             "the supervisor did not wait for the held lock: {:#}",
@@ -655,6 +688,71 @@ both!(
     }
 );
 
+// What the model login is used for beyond the model API is the user's to say: a profile inside
+// the workspace that adds paths (`network.gateway.login_paths`), or pulls them in through
+// `extends`, is refused before anything runs, naming the file and line that set them; the same
+// profile outside the workspace is taken, and `explain` says which requests get the login.
+both!(
+    a_workspace_profile_cannot_add_paths_that_get_the_login,
+    |w: &World| {
+        let outside = w.base.join("usage.toml");
+        fs::write(
+            &outside,
+            "extends = \"default\"\n\n[network.gateway]\nlogin_paths = [\"GET /api/oauth/usage\", \"POST /v1/files\"]\n",
+        )
+        .unwrap();
+        fs::set_permissions(&outside, fs::Permissions::from_mode(0o644)).unwrap();
+        let direct = w.workspace.join("paths.toml");
+        fs::write(
+            &direct,
+            "extends = \"default\"\n[network.gateway]\nlogin_paths = [\"GET /api/oauth/usage\"]\n",
+        )
+        .unwrap();
+        let pulled = w.workspace.join("pulled.toml");
+        fs::write(&pulled, format!("extends = \"{}\"\n", outside.display())).unwrap();
+        chown_tree(&direct, w.owner);
+        chown_tree(&pulled, w.owner);
+        for (inside, set_at) in [
+            (&direct, format!("{}:3", direct.display())),
+            (&pulled, format!("{}:4", outside.display())),
+        ] {
+            let out = w
+                .command(&["--profile", inside.to_str().unwrap()], &["/bin/true"])
+                .output()
+                .unwrap();
+            assert_eq!(out.status.code(), Some(120), "{}", describe(&out));
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                stderr.contains(&format!("{set_at}: network.gateway.login_paths"))
+                    && stderr.contains("inside the workspace")
+                    && stderr.contains(inside.to_str().unwrap()),
+                "{stderr}"
+            );
+        }
+        let out = w
+            .command(&["--profile", outside.to_str().unwrap()], &["/bin/true"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", describe(&out));
+        let explain = w
+            .as_owner(Path::new(STEPPROOF))
+            .args(["explain", "--profile", outside.to_str().unwrap()])
+            .current_dir(&w.workspace)
+            .env_clear()
+            .env("HOME", &w.home)
+            .env("PATH", "/usr/bin:/bin")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&explain.stdout);
+        assert!(
+            text.contains("the real login goes only with the model API's requests: POST /v1/messages, POST /v1/messages/count_tokens")
+                && text.contains("(network.gateway.login_paths): GET /api/oauth/usage, POST /v1/files"),
+            "{}",
+            describe(&explain)
+        );
+    }
+);
+
 // The login's placeholder is for the gateway alone: sent through the proxy — here over plain
 // HTTP to an allowed host, in a header — it is refused before anything is connected, and
 // recorded as an exfiltration attempt naming the model login.
@@ -735,5 +833,353 @@ both!(
             attempts[0]
         );
         assert_eq!(attempts[0]["path"], "/v1/messages");
+    }
+);
+
+/// A script for inside: the placeholder the run's claude.ai login gives (its credentials file,
+/// or the variable) sent to the gateway's socket as a bearer token, one request per line of
+/// `requests` (`METHOD TARGET [MODEL] [COUNT]`), each answer's status printed as
+/// `status METHOD TARGET CODE` (COUNT > 1: `status METHOD TARGET CODE=N …`).
+const GATEWAY_CLIENT: &str = r#"
+import json, os, socket, sys
+try:
+    token = json.load(open('/run/claude-config/.credentials.json'))['claudeAiOauth']['accessToken']
+except Exception:
+    token = os.environ['CLAUDE_CODE_OAUTH_TOKEN']
+sock_path = os.environ.get('ANTHROPIC_UNIX_SOCKET', '/run/stepproof-gateway/anthropic.sock')
+
+def read_response(f):
+    status = f.readline().split()
+    code = int(status[1])
+    length, close = 0, False
+    while True:
+        line = f.readline().strip()
+        if not line:
+            break
+        name, _, value = line.decode().partition(':')
+        if name.lower() == 'content-length':
+            length = int(value)
+        if name.lower() == 'connection' and value.strip().lower() == 'close':
+            close = True
+    body = f.read(length) if length else b''
+    return code, body, close
+
+conn = None
+for line in open(sys.argv[1]).read().splitlines():
+    parts = line.split()
+    method, target = parts[0], parts[1]
+    model = parts[2] if len(parts) > 2 else 'claude-mock'
+    count = int(parts[3]) if len(parts) > 3 else 1
+    codes = {}
+    last = b''
+    for _ in range(count):
+        if conn is None:
+            conn = socket.socket(socket.AF_UNIX)
+            conn.connect(sock_path)
+            f = conn.makefile('rb')
+        body = json.dumps({'model': model, 'max_tokens': 8, 'messages': [{'role': 'user', 'content': 'hi'}]}).encode()
+        conn.sendall((f'{method} {target} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {token}\r\n'
+                      f'anthropic-version: 2023-06-01\r\nContent-Type: application/json\r\n'
+                      f'Content-Length: {len(body)}\r\n\r\n').encode() + body)
+        try:
+            code, last, close = read_response(f)
+        except Exception:
+            code, close = 0, True
+        codes[code] = codes.get(code, 0) + 1
+        if close:
+            conn.close()
+            conn = None
+    shown = ' '.join(f'{c}={n}' for c, n in sorted(codes.items())) if count > 1 else str(next(iter(codes)))
+    print('status', method, target, shown, last[:300].decode(errors='replace').replace('\n', ' '))
+print('client-done')
+"#;
+
+/// Puts the gateway client and its request list in the workspace, owned by the world's user.
+fn gateway_client(w: &World, requests: &str) {
+    for (name, text) in [("client.py", GATEWAY_CLIENT), ("requests.txt", requests)] {
+        let path = w.workspace.join(name);
+        fs::write(&path, text).unwrap();
+        chown_tree(&path, w.owner);
+    }
+}
+
+/// What a person would see if Claude Code had lost or refused the login.
+const LOGIN_TROUBLE: &[&str] = &[
+    "/login",
+    "Not logged in",
+    "Authentication required",
+    "authentication_error",
+    "Invalid API key",
+    "session has expired",
+    "OAuth token",
+];
+
+// Interactive start with a claude.ai login, the account's paths refused: Claude Code 2.1.328
+// asks the gateway for nothing but the model API (found here, and checked below: every
+// refusal in the gateway's records is the agent's own; its account endpoints are addressed to
+// api.anthropic.com itself, not its base URL, and it does not call them with the placeholder
+// login), so the session starts without a login error, answers, and the host's login is
+// untouched. In the same session the agent's own attempts on the account through the gateway —
+// minting an API key, reading the profile, a path spelt to be read as another upstream — are
+// refused with 403, and nothing of them reaches the API.
+both_claude!(
+    an_interactive_session_starts_and_answers_with_the_account_paths_refused,
+    |w: &World| {
+        let suffix = suffix();
+        let store = write_store(
+            w,
+            &format!("sk-ant-oat01-newAccess-{suffix}"),
+            &format!("sk-ant-ort01-oldRefresh-{suffix}"),
+            now_ms() + 8 * 3600 * 1000,
+        );
+        let before = fs::read(&store).unwrap();
+        let mtime = fs::metadata(&store).unwrap().modified().unwrap();
+        gateway_client(
+            w,
+            "POST /api/oauth/claude_cli/create_api_key\n\
+             GET /api/oauth/profile\n\
+             POST /v1/messages/../../api/oauth/claude_cli/create_api_key\n\
+             POST //v1/messages\n",
+        );
+        let tls = test_tls(w);
+        let mock = refresh_mock(
+            w,
+            &tls,
+            &suffix,
+            json!([
+                bash("python3 client.py requests.txt"),
+                text("Interactive-login-ok.")
+            ]),
+        );
+        let env = launch_env(&mock, &tls);
+        let env: Vec<(&str, &str)> = env.iter().map(|(n, v)| (*n, v.as_str())).collect();
+        let dir = scratch(w, "tui");
+        chown_tree(&dir, w.owner);
+        let audit = dir.join("audit.jsonl");
+        let profile = model_profile(w);
+        let mut tui = tui::Tui::start_env(
+            w,
+            &[
+                "--profile",
+                &profile,
+                "--audit-log",
+                audit.to_str().unwrap(),
+            ],
+            &env,
+            "Follow the script.",
+        );
+        tui.until(90, "the answer on screen", |t| {
+            t.screen.contains("Interactive-login-ok.")
+        });
+        // A while longer: whatever Claude Code fetches after its first answer comes now.
+        tui.pump(Duration::from_secs(5));
+        let screen = tui.screen.clone();
+        let status = tui.exit();
+        assert!(status.success(), "{status:?}; terminal {:?}", tui.screen);
+        for trouble in LOGIN_TROUBLE {
+            assert!(
+                !screen.contains(trouble),
+                "{trouble:?} on the terminal: {screen:?}"
+            );
+        }
+        // The agent's attempts on the account: refused by the gateway, said to the agent.
+        let result = mock.expect_result(&call_id(None, 0)).text;
+        assert!(result.contains("client-done"), "{result}");
+        for (request, why) in [
+            (
+                "status POST /api/oauth/claude_cli/create_api_key 403",
+                "is not a model API path",
+            ),
+            (
+                "status GET /api/oauth/profile 403",
+                "is not a model API path",
+            ),
+            (
+                "status POST /v1/messages/../../api/oauth/claude_cli/create_api_key 403",
+                "is not spelt plainly",
+            ),
+            ("status POST //v1/messages 403", "is not spelt plainly"),
+        ] {
+            let line = result
+                .lines()
+                .find(|l| l.starts_with(request))
+                .unwrap_or_else(|| panic!("{request}: {result}"));
+            assert!(line.contains(why), "{line}");
+        }
+        // Nothing but the model API reached the API, each with the real login.
+        let requests = mock.requests();
+        assert!(!requests.is_empty());
+        for r in &requests {
+            assert_eq!(r["method"], "POST", "{r:#}");
+            assert!(
+                r["path"]
+                    .as_str()
+                    .is_some_and(|p| p.starts_with("/v1/messages?")),
+                "{:#}",
+                r["path"]
+            );
+        }
+        assert_credential(
+            &mock,
+            "authorization",
+            &format!("Bearer sk-ant-oat01-newAccess-{suffix}"),
+        );
+        // The gateway's records: the model requests went out with the login; the only refusals
+        // are the agent's four attempts (Claude Code itself asked for nothing else).
+        let records: Vec<Value> = fs::read_to_string(&audit)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let gateway: Vec<&Value> = records.iter().filter(|r| r["kind"] == "gateway").collect();
+        let (sent, refused): (Vec<&Value>, Vec<&Value>) = gateway
+            .iter()
+            .partition(|r| r["credential"] == "model-login");
+        assert!(sent.len() >= 2, "{gateway:#?}");
+        for r in &sent {
+            assert_eq!(
+                (&r["path"], &r["rule"]),
+                (&json!("/v1/messages"), &json!("credential gateway")),
+                "{r:#}"
+            );
+        }
+        assert_eq!(refused.len(), 4, "{gateway:#?}");
+        for r in &refused {
+            assert!(
+                r["rule"]
+                    .as_str()
+                    .is_some_and(|rule| rule.starts_with("credential gateway: refused")),
+                "{r:#}"
+            );
+        }
+        assert!(!records.iter().any(|r| r["kind"] == "login-refresh"));
+        // The host's login is kept as it was.
+        assert_eq!(fs::read(&store).unwrap(), before);
+        assert_eq!(fs::metadata(&store).unwrap().modified().unwrap(), mtime);
+    }
+);
+
+// The API refuses the token the host's store holds (401, a stale login): the first request
+// refreshes it (the supervisor spends the refresh token once and writes the new login back),
+// and the session goes on, streaming. Then the agent's tool call sends 200 requests the API
+// refuses (401) through the gateway's socket with the placeholder: each is relayed as it is,
+// none refreshes the login again (the token was just taken), each refusal is a `login-refresh`
+// record charged to the budget of what the agent causes (a low one here: most are counted, not
+// written), and the token endpoint is reached no more often than the rule allows.
+both_claude!(
+    a_flood_of_401s_does_not_decide_how_often_the_host_login_is_used,
+    |w: &World| {
+        let suffix = suffix();
+        let store = write_store(
+            w,
+            &format!("sk-ant-oat01-oldAccess-{suffix}"),
+            &format!("sk-ant-ort01-oldRefresh-{suffix}"),
+            now_ms() + 8 * 3600 * 1000,
+        );
+        let before = fs::read(&store).unwrap();
+        gateway_client(w, "POST /v1/messages?beta=true stale-401 200\n");
+        let tls = test_tls(w);
+        let mut script = refresh_script(
+            &suffix,
+            json!([bash("python3 client.py requests.txt"), text("fin")]),
+        );
+        // Whatever the token, the API refuses this model's requests: a 401 the agent decides.
+        script["models"] = json!({"stale-401": {"status": 401, "type": "authentication_error"}});
+        let mock = Mock::start_tls(w, script, &tls);
+        let env = launch_env(&mock, &tls);
+        let env: Vec<(&str, &str)> = env.iter().map(|(n, v)| (*n, v.as_str())).collect();
+        let profile = model_profile(w);
+        let text = fs::read_to_string(&profile).unwrap();
+        fs::write(
+            &profile,
+            format!("{text}[audit]\ninside_max_per_second = 5\n"),
+        )
+        .unwrap();
+        let run = run_claude_as(
+            w,
+            &Launch {
+                env: &env,
+                ..Launch::default()
+            },
+            &profile,
+            &[],
+        );
+        assert!(run.status.success(), "{}", run.describe());
+        assert!(run.stdout.contains("fin"), "{}", run.describe());
+        let result = mock.expect_result(&call_id(None, 0));
+        assert!(
+            !result.is_error
+                && result
+                    .text
+                    .contains("status POST /v1/messages?beta=true 401=200"),
+            "{result:?}"
+        );
+        // The token endpoint: once (the stale token's first 401), within the rule's bound (the
+        // budget after a 401, and one for a token near its expiry).
+        let tokens = mock.token_requests();
+        assert!(tokens.len() <= 3 + 1, "{tokens:#?}");
+        assert_eq!(tokens.len(), 1, "{tokens:#?}");
+        // The host's store changed once: the refresh's new login, and nothing after it.
+        assert_ne!(fs::read(&store).unwrap(), before);
+        assert_store_refreshed(w, &store, &suffix);
+        // Claude Code's own requests went on with the new token, streaming.
+        let messages = mock.messages_requests();
+        let own: Vec<&Value> = messages
+            .iter()
+            .filter(|r| r["body"]["model"] != "stale-401")
+            .collect();
+        assert!(own.len() >= 3, "{}", own.len());
+        assert!(own.iter().all(|r| r["body"]["stream"] == true));
+        assert_eq!(
+            own.last().unwrap()["headers"]["authorization"],
+            format!("Bearer sk-ant-oat01-newAccess-{suffix}")
+        );
+        // The records: the one refresh (written whatever the budget: it spent the login), and
+        // the 200 refusals, each written or counted.
+        let refreshes = run.records("login-refresh");
+        let refreshed: Vec<&&Value> = refreshes
+            .iter()
+            .filter(|r| r["outcome"] == "refreshed")
+            .collect();
+        assert_eq!(refreshed.len(), 1, "{refreshes:#?}");
+        assert_eq!(refreshed[0]["trigger"], "401");
+        assert_eq!(refreshed[0]["refresh_token_sent"], true);
+        assert_eq!(refreshed[0]["refreshes"], 1);
+        assert_eq!(refreshed[0]["refreshes_after_401"], 1);
+        let refused: Vec<&&Value> = refreshes
+            .iter()
+            .filter(|r| r["outcome"] == "refused")
+            .collect();
+        assert!(!refused.is_empty(), "{refreshes:#?}");
+        for r in &refused {
+            assert_eq!(r["trigger"], "401");
+            assert_eq!(r["refresh_token_sent"], false);
+            assert!(
+                r["rule"]
+                    .as_str()
+                    .is_some_and(|rule| rule.contains("relayed, not refreshed again")),
+                "{r:#}"
+            );
+            assert!(r["refusals"].as_u64().unwrap() <= 200);
+        }
+        assert_eq!(
+            refreshes.len(),
+            refreshed.len() + refused.len(),
+            "{refreshes:#?}"
+        );
+        let summary = run.records("inside-records-over-cap");
+        let dropped = summary.last().map_or(0, |s| {
+            s["not_written_by_kind"]["login-refresh"]
+                .as_u64()
+                .unwrap_or(0)
+        });
+        assert!(dropped > 0, "the budget kept nothing out: {summary:#?}");
+        assert_eq!(refused.len() as u64 + dropped, 200, "{summary:#?}");
+        // Neither a token nor the refresh token in the log.
+        let log = fs::read_to_string(&run.audit_path).unwrap();
+        assert!(
+            !log.contains(&format!("-{suffix}")),
+            "a token in the audit log"
+        );
     }
 );

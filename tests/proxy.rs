@@ -691,8 +691,9 @@ mod gateway {
         ca: rustls::pki_types::CertificateDer<'static>,
     }
 
-    /// A TLS origin for `api.test` on loopback. `/stream` answers with chunked server-sent
-    /// events, one per message on `go`; anything else with a Content-Length body.
+    /// A TLS origin for `api.test` on loopback. `POST /v1/messages?stream=1` answers with
+    /// chunked server-sent events, one per message on `go`; anything else with a
+    /// Content-Length body.
     fn tls_origin() -> Origin {
         let pki = test_pki("api.test");
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -771,7 +772,7 @@ mod gateway {
                 .unwrap()
                 .push((conn_no, head.clone(), body.clone()));
             let out = reader.get_mut();
-            if head.starts_with("POST /stream") {
+            if head.starts_with("POST /v1/messages?stream=1 ") {
                 out.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
                     .unwrap();
                 out.flush().unwrap();
@@ -816,6 +817,16 @@ mod gateway {
         ca: &rustls::pki_types::CertificateDer<'static>,
         credential: Credential,
     ) -> Gateway {
+        start_gateway_with(origin, ca, credential, &[])
+    }
+
+    /// The same, with paths a profile adds (`network.gateway.login_paths`).
+    fn start_gateway_with(
+        origin: &Origin,
+        ca: &rustls::pki_types::CertificateDer<'static>,
+        credential: Credential,
+        login_paths: &[&str],
+    ) -> Gateway {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("api.sock");
         let listener = UnixListener::bind(&path).unwrap();
@@ -827,6 +838,10 @@ mod gateway {
             tls: Some(stepproof::http::tls::client_config(roots).unwrap()),
             connect_addr: Some(origin.addr),
             path_prefix: String::new(),
+            login_paths: login_paths
+                .iter()
+                .map(|p| stepproof::profile::LoginPath::parse(p).unwrap())
+                .collect(),
         };
         let (tx, rx) = channel();
         let login = ModelLogin::fixed(credential);
@@ -897,7 +912,7 @@ mod gateway {
             assert_eq!(reply, format!("ok {} bytes", body.len()));
         }
         // A chunked request body on the same connection.
-        c.write_all(format!("POST /v1/upload HTTP/1.1\r\nHost: localhost\r\n{}Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n", g.placeholder).as_bytes())
+        c.write_all(format!("POST /v1/messages/count_tokens HTTP/1.1\r\nHost: localhost\r\n{}Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n", g.placeholder).as_bytes())
             .unwrap();
         let (_, reply) = read_response(&mut c);
         assert_eq!(reply, "ok 11 bytes");
@@ -1004,6 +1019,145 @@ mod gateway {
         assert!(origin.seen.lock().unwrap().is_empty());
     }
 
+    /// The login is the key to the account too: only the model API's paths (and those a
+    /// profile adds) get it. An account path, a path spelt to be read as another one upstream,
+    /// an absolute-form target that is not plain: 403 with what to do, a record that says why,
+    /// nothing sent upstream.
+    #[test]
+    fn only_the_model_api_gets_the_login() {
+        let origin = tls_origin();
+        let g = start_gateway_with(
+            &origin,
+            &origin.ca,
+            Credential::Bearer("oauth-real".into()),
+            &["GET /api/oauth/usage"],
+        );
+        for (request, why) in [
+            (
+                "POST /api/oauth/claude_cli/create_api_key",
+                "is not a model API path",
+            ),
+            ("GET /api/oauth/profile", "is not a model API path"),
+            ("POST /api/oauth/usage", "is not a model API path"),
+            ("GET /api/claude_code/settings", "is not a model API path"),
+            ("POST /v1/files", "is not a model API path"),
+            ("GET /v1/messages", "is not a model API path"),
+            ("POST /V1/MESSAGES", "is not a model API path"),
+            ("post /v1/messages", "is not a model API path"),
+            (
+                "POST /api/oauth/claude_cli/create_api_key?x=/v1/messages",
+                "is not a model API path",
+            ),
+            ("POST //v1/messages", "is not spelt plainly"),
+            ("POST /v1/messages/", "is not spelt plainly"),
+            (
+                "POST /v1/messages/../../api/oauth/claude_cli/create_api_key",
+                "is not spelt plainly",
+            ),
+            (
+                "POST /v1/messages/%2e%2e/%2e%2e/api/oauth/profile",
+                "is not spelt plainly",
+            ),
+            ("POST /v1/messages;x", "is not spelt plainly"),
+            (
+                "POST http://localhost/api/oauth/claude_cli/create_api_key",
+                "is not a model API path",
+            ),
+            ("POST http://localhost//v1/messages", "is not spelt plainly"),
+        ] {
+            let mut c = g.client();
+            c.write_all(
+                format!(
+                    "{request} HTTP/1.1\r\nHost: localhost\r\n{}Content-Length: 2\r\n\r\n{{}}",
+                    g.placeholder
+                )
+                .as_bytes(),
+            )
+            .unwrap();
+            let (head, body) = read_response(&mut c);
+            assert!(head.starts_with("HTTP/1.1 403"), "{request}: {head}");
+            assert!(
+                body.starts_with("StepProof gateway: ")
+                    && body.contains(why)
+                    && body.contains("the real login is used only for the model API"),
+                "{request}: {body}"
+            );
+            if why.contains("model API path") {
+                assert!(
+                    body.contains("network.gateway.login_paths in a profile outside the workspace"),
+                    "{body}"
+                );
+            }
+            let r = g.record();
+            assert!(
+                !r.allowed && r.credential.is_none() && r.rule.contains("refused"),
+                "{request}: {r:?}"
+            );
+            assert!(r.error.as_deref().is_some_and(|e| e.contains(why)), "{r:?}");
+        }
+        // Absolute-form targets that are not plain are refused before they are judged.
+        for target in [
+            "http://user@localhost/v1/messages",
+            "http://localhost?/v1/messages",
+            "https://localhost/v1/messages",
+        ] {
+            let mut c = g.client();
+            c.write_all(
+                format!(
+                    "POST {target} HTTP/1.1\r\nHost: localhost\r\n{}Content-Length: 2\r\n\r\n{{}}",
+                    g.placeholder
+                )
+                .as_bytes(),
+            )
+            .unwrap();
+            let (head, _) = read_response(&mut c);
+            assert!(head.starts_with("HTTP/1.1 400"), "{target}: {head}");
+            assert!(g.record().credential.is_none());
+        }
+        assert!(
+            origin.seen.lock().unwrap().is_empty(),
+            "a refused request reached the upstream"
+        );
+        // The model API, also as an absolute-form target, and the path the profile adds.
+        let mut c = g.client();
+        let mut rules = Vec::new();
+        for request in [
+            "POST http://localhost/v1/messages?beta=true",
+            "GET /api/oauth/usage",
+        ] {
+            c.write_all(
+                format!(
+                    "{request} HTTP/1.1\r\nHost: localhost\r\n{}Content-Length: 2\r\n\r\n{{}}",
+                    g.placeholder
+                )
+                .as_bytes(),
+            )
+            .unwrap();
+            let (head, _) = read_response(&mut c);
+            assert!(head.starts_with("HTTP/1.1 200"), "{request}: {head}");
+            let r = g.record();
+            assert_eq!(r.credential.as_deref(), Some("model-login"), "{r:?}");
+            rules.push(r.rule);
+        }
+        assert_eq!(
+            rules,
+            [
+                "credential gateway",
+                "credential gateway (network.gateway.login_paths: GET /api/oauth/usage)"
+            ]
+        );
+        let seen = origin.seen.lock().unwrap().clone();
+        assert!(
+            seen[0]
+                .1
+                .starts_with("POST /v1/messages?beta=true HTTP/1.1\r\n")
+        );
+        assert!(seen[1].1.starts_with("GET /api/oauth/usage HTTP/1.1\r\n"));
+        assert!(seen[1].1.contains("Authorization: Bearer oauth-real\r\n"));
+        drop(c);
+        assert!(g.finish().is_empty());
+    }
+
     #[test]
     fn streamed_response_arrives_incrementally() {
         let origin = tls_origin();
@@ -1011,7 +1165,7 @@ mod gateway {
         let mut c = g.client();
         c.write_all(
             format!(
-                "POST /stream HTTP/1.1\r\nHost: localhost\r\n{}Content-Length: 2\r\n\r\n{{}}",
+                "POST /v1/messages?stream=1 HTTP/1.1\r\nHost: localhost\r\n{}Content-Length: 2\r\n\r\n{{}}",
                 g.placeholder
             )
             .as_bytes(),
@@ -1042,7 +1196,7 @@ mod gateway {
         // The connection is still usable afterwards.
         c.write_all(
             format!(
-                "GET /again HTTP/1.1\r\nHost: localhost\r\n{}\r\n",
+                "GET /v1/models HTTP/1.1\r\nHost: localhost\r\n{}\r\n",
                 g.placeholder
             )
             .as_bytes(),

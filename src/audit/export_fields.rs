@@ -159,6 +159,17 @@ pub const FIELDS: &[(&str, &str, Ship)] = &[
     ("inside-records-over-cap", "written_bytes", S),
     // limits
     ("limits", "acted[]", C),
+    // login-refresh
+    ("login-refresh", "error", W),
+    ("login-refresh", "failed_refreshes", S),
+    ("login-refresh", "outcome", S),
+    ("login-refresh", "refresh_token_sent", S),
+    ("login-refresh", "refreshes", S),
+    ("login-refresh", "refreshes_after_401", S),
+    ("login-refresh", "refreshes_after_401_max", S),
+    ("login-refresh", "refusals", S),
+    ("login-refresh", "rule", C),
+    ("login-refresh", "trigger", S),
     // model-login
     ("model-login", "login", C),
     ("model-login", "placeholder", S),

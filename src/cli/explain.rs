@@ -197,6 +197,21 @@ pub fn explain_text(profile: &Profile, plan: &SandboxPlan) -> String {
             crate::sandbox::plan::env::GATEWAY_SOCKET,
             gateway.credential
         ));
+        line(format!(
+            "the real login goes only with the model API's requests: {}; every other request to the gateway is refused (403)",
+            crate::supervisor::net::model_paths::model_paths().join(", ")
+        ));
+        if !gateway.login_paths.is_empty() {
+            line(format!(
+                "and with these the profile adds (network.gateway.login_paths): {}",
+                gateway
+                    .login_paths
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
         let mut held: Vec<&str> = plan.held_outside.iter().map(|(n, _)| n.as_str()).collect();
         held.dedup();
         if !held.is_empty() {

@@ -297,6 +297,9 @@ fn carry_out(
     // Code and Claude Code on this host would fetch them) and carried in as a managed drop-in.
     let gateway = start::prepare_gateway(&plan).map_err(Failure::host)?;
     tracing::debug!("gateway prepared");
+    if let (Some((_, login)), Some(audit)) = (&gateway, &audit) {
+        start::record_login_refreshes(login, audit);
+    }
     if let Some((upstream, login)) = &gateway
         && plan.agent.is_some()
         && !args.selftest

@@ -7,6 +7,7 @@ pub mod budgets;
 pub mod claude_settings;
 pub mod credentials;
 pub mod limits;
+pub mod login_paths;
 mod paths;
 pub mod presets;
 
@@ -75,12 +76,14 @@ pub enum NetworkMode {
 
 pub use allow::AllowList;
 pub use credentials::CredentialRule;
+pub use login_paths::LoginPath;
 
 /// The optional credential gateway: the agent talks plain HTTP to a unix socket inside
 /// (`ANTHROPIC_UNIX_SOCKET`), the supervisor forwards each request over TLS to `upstream` and
 /// adds the real credential, which never enters the sandbox (the agent has a placeholder).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// Only requests for the model API's paths get it (`supervisor::net::model_paths`), and those
+/// of `login_paths`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct GatewayConfig {
     /// `host` or `host:port` (443 unless named); the certificate is checked for `host`.
     pub upstream: String,
@@ -94,6 +97,55 @@ pub struct GatewayConfig {
     /// `env:NAME` (the supervisor's environment, e.g. `env:ANTHROPIC_API_KEY`) or
     /// `claude-login` (the OAuth token in ~/.claude/.credentials.json).
     pub credential: String,
+    /// Requests beyond the model API's that get the login (`network.gateway.login_paths`,
+    /// honoured only from profiles outside the workspace); left out of the policy hash when
+    /// there are none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub login_paths: Vec<LoginPath>,
+}
+
+/// `[network.gateway]` as written: either where the login goes (`upstream` and `credential`,
+/// with `connect` and `ca_file`), or only `login_paths` for the gateway StepProof puts in for
+/// an agent, or both.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GatewayFile {
+    upstream: Option<String>,
+    connect: Option<String>,
+    ca_file: Option<PathSpec>,
+    credential: Option<String>,
+    login_paths: Option<Vec<String>>,
+}
+
+impl GatewayFile {
+    /// Whether it names where the login goes (any of the keys besides `login_paths`).
+    fn names_route(&self) -> bool {
+        self.upstream.is_some()
+            || self.connect.is_some()
+            || self.ca_file.is_some()
+            || self.credential.is_some()
+    }
+
+    /// A child's `[network.gateway]` over its base's: where the login goes is taken whole from
+    /// the child when it names any of it; `login_paths` is a union, like the other lists.
+    fn merge(base: Option<GatewayFile>, child: Option<GatewayFile>) -> Option<GatewayFile> {
+        let (base, child) = match (base, child) {
+            (Some(b), Some(c)) => (b, c),
+            (b, c) => return c.or(b),
+        };
+        let route = if child.names_route() { &child } else { &base };
+        let login_paths = match (base.login_paths.clone(), child.login_paths.clone()) {
+            (Some(b), Some(c)) => Some(append_unique(b, c)),
+            (b, c) => c.or(b),
+        };
+        Some(GatewayFile {
+            upstream: route.upstream.clone(),
+            connect: route.connect.clone(),
+            ca_file: route.ca_file.clone(),
+            credential: route.credential.clone(),
+            login_paths,
+        })
+    }
 }
 
 /// The port of the proxy inside the sandbox's own network namespace (loopback only).
@@ -302,7 +354,7 @@ struct NetworkFile {
     #[serde(default)]
     allow_addresses: Vec<String>,
     proxy_port: Option<u16>,
-    gateway: Option<GatewayConfig>,
+    gateway: Option<GatewayFile>,
     #[serde(default)]
     credentials: Vec<CredentialRule>,
 }
@@ -417,7 +469,13 @@ pub struct Network {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub read_only: Vec<String>,
     pub proxy_port: u16,
+    /// `[network.gateway]` when it names where the login goes (`upstream`, `credential`).
     pub gateway: Option<GatewayConfig>,
+    /// `network.gateway.login_paths`: requests beyond the model API's that get the model login,
+    /// for whichever gateway the run has (this one, or the one StepProof puts in for an agent).
+    /// Left out of the policy hash when empty.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub login_paths: Vec<LoginPath>,
     /// Service credentials the proxy adds at the boundary (`[[network.credentials]]`); left out
     /// of the policy hash when there are none, so that other profiles keep their hash.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -517,6 +575,18 @@ impl Profile {
             resolve(merged, origins).map_err(|message| place_problem(&texts, origin, message))?;
         profile.files = files;
         Ok(profile)
+    }
+
+    /// Where a file of the chain sets `key` (`["network", "gateway", "login_paths"]`), as
+    /// `file:line`, outermost file first; `None` when no file that can be read again sets it.
+    /// For messages about a setting found in the merged profile (the files are read again).
+    pub fn where_set(&self, key: &[&str]) -> Option<String> {
+        self.files.iter().find_map(|file| {
+            let text = crate::regular_file::read_to_string(&file.path, MAX_PROFILE_BYTES).ok()?;
+            let offset = locate_setting(&text, key, None)?;
+            let (line, _) = line_column(&text, offset);
+            Some(format!("{}:{line}", file.path.display()))
+        })
     }
 
     /// `sha256:` of the canonical JSON of the requested policy: the profile serialized field by
@@ -862,7 +932,7 @@ fn merge(base: ProfileFile, child: ProfileFile) -> ProfileFile {
                 child.network.allow_addresses,
             ),
             proxy_port: child.network.proxy_port.or(base.network.proxy_port),
-            gateway: child.network.gateway.or(base.network.gateway),
+            gateway: GatewayFile::merge(base.network.gateway, child.network.gateway),
             // A union, like the other lists: a rule's name is its identity (two with one name
             // are refused when the profile resolves).
             credentials: {
@@ -1062,22 +1132,45 @@ fn resolve(file: ProfileFile, origins: Vec<String>) -> Result<Profile, String> {
             let proxy_port = file.network.proxy_port.unwrap_or(DEFAULT_PROXY_PORT);
             in_range("network.proxy_port", u64::from(proxy_port), 1, 65535)?;
             let mode = file.network.mode.unwrap_or_default();
-            if let Some(gateway) = &file.network.gateway {
+            let gateway_file = file.network.gateway.unwrap_or_default();
+            let mut login_paths = Vec::new();
+            for entry in gateway_file.login_paths.iter().flatten() {
+                let path = LoginPath::parse(entry)
+                    .map_err(|e| format!("network.gateway.login_paths: \"{entry}\": {e}"))?;
+                if !login_paths.contains(&path) {
+                    login_paths.push(path);
+                }
+            }
+            let gateway = if gateway_file.names_route() {
                 if mode == NetworkMode::Host {
                     return Err("network.gateway needs mode \"allowlist\" or \"none\": with the host's network the agent could reach the API directly".into());
                 }
-                if !(gateway.credential == "claude-login"
-                    || gateway
-                        .credential
+                let Some(upstream) = gateway_file.upstream else {
+                    return Err("network.gateway: `upstream` is missing; a [network.gateway] that names where the login goes needs `upstream` and `credential` (for the gateway StepProof puts in for an agent, set only `login_paths`)".into());
+                };
+                let Some(credential) = gateway_file.credential else {
+                    return Err("network.gateway: `credential` is missing; a [network.gateway] that names where the login goes needs `upstream` and `credential` (for the gateway StepProof puts in for an agent, set only `login_paths`)".into());
+                };
+                if !(credential == "claude-login"
+                    || credential
                         .strip_prefix("env:")
                         .is_some_and(|n| !n.is_empty()))
                 {
                     return Err(format!(
-                        "network.gateway.credential = {:?}: expected \"env:NAME\" or \"claude-login\"",
-                        gateway.credential
+                        "network.gateway.credential = {credential:?}: expected \"env:NAME\" or \"claude-login\""
                     ));
                 }
-            }
+                Some(GatewayConfig {
+                    upstream,
+                    connect: gateway_file.connect,
+                    ca_file: gateway_file.ca_file,
+                    credential,
+                    // The plan gives the run's gateway the profile's `login_paths`.
+                    login_paths: Vec::new(),
+                })
+            } else {
+                None
+            };
             if !credentials.is_empty() && mode != NetworkMode::Allowlist {
                 let word = if mode == NetworkMode::Host {
                     "host"
@@ -1094,7 +1187,8 @@ fn resolve(file: ProfileFile, origins: Vec<String>) -> Result<Profile, String> {
                 allow,
                 read_only,
                 proxy_port,
-                gateway: file.network.gateway,
+                gateway,
+                login_paths,
                 credentials,
             }
         },
@@ -1184,6 +1278,21 @@ mod tests {
                 "[network]\nmode = \"host\"\n[network.gateway]\nupstream = \"api.anthropic.com\"\ncredential = \"env:K\"\n",
                 3,
                 "network.gateway",
+            ),
+            (
+                "[network.gateway]\nlogin_paths = [\n  \"GET /api/oauth/usage\",\n  \"post /v1/files\",\n]\n",
+                4,
+                "post /v1/files",
+            ),
+            (
+                "[network.gateway]\nlogin_paths = [\"GET /v1/files/../../api/oauth/profile\"]\n",
+                2,
+                "not plain",
+            ),
+            (
+                "\n[network.gateway]\nupstream = \"api.anthropic.com\"\n",
+                2,
+                "`credential` is missing",
             ),
         ] {
             let e = load_text(text).unwrap_err();
@@ -1439,6 +1548,54 @@ mod tests {
         std::fs::write(dir.path().join("b.toml"), "extends = \"a.toml\"\n").unwrap();
         let err = Profile::load(Some(&dir.path().join("a.toml"))).unwrap_err();
         assert!(matches!(err, ProfileError::ExtendsLoop { .. }), "{err}");
+    }
+
+    /// `network.gateway.login_paths` alone is for the gateway StepProof puts in (no route of
+    /// its own); a child adds to its base's paths and keeps its base's route unless it names
+    /// one; without paths the hash is what it was.
+    #[test]
+    fn login_paths_are_a_union_apart_from_the_route() {
+        let only = load_text(
+            "extends = \"default\"\n[network.gateway]\nlogin_paths = [\"GET /api/oauth/usage\", \"POST /v1/files\", \"GET /api/oauth/usage\"]\n",
+        )
+        .unwrap();
+        assert!(only.network.gateway.is_none());
+        let shown: Vec<String> = only
+            .network
+            .login_paths
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(shown, ["GET /api/oauth/usage", "POST /v1/files"]);
+        let default = Profile::builtin_default().unwrap();
+        assert_ne!(only.policy_hash(), default.policy_hash());
+        let plain = load_text("extends = \"default\"\n").unwrap();
+        assert_eq!(plain.policy_hash(), default.policy_hash());
+
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("base.toml"),
+            "[network]\nmode = \"allowlist\"\n[network.gateway]\nupstream = \"gw.example\"\ncredential = \"env:K\"\nlogin_paths = [\"GET /api/oauth/usage\"]\n",
+        )
+        .unwrap();
+        let child = dir.path().join("child.toml");
+        std::fs::write(
+            &child,
+            "extends = \"base.toml\"\nnetwork.gateway.login_paths = [\"POST /v1/files\"]\n",
+        )
+        .unwrap();
+        let merged = Profile::load(Some(&child)).unwrap();
+        let gateway = merged.network.gateway.as_ref().unwrap();
+        assert_eq!(
+            (gateway.upstream.as_str(), gateway.credential.as_str()),
+            ("gw.example", "env:K")
+        );
+        assert_eq!(merged.network.login_paths.len(), 2);
+        // Where it is set, for messages: the outermost file that sets it, and its line.
+        let at = merged
+            .where_set(&["network", "gateway", "login_paths"])
+            .unwrap();
+        assert!(at.ends_with("child.toml:2"), "{at}");
     }
 
     #[test]

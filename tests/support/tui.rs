@@ -19,6 +19,11 @@ impl Tui {
     /// `stepproof-run RUN_ARGS… -- claude --dangerously-skip-permissions PROMPT` on a new
     /// terminal (its controlling terminal, in a session of its own).
     pub fn start(w: &World, run_args: &[&str], prompt: &str) -> Tui {
+        Tui::start_env(w, run_args, &[], prompt)
+    }
+
+    /// [`Tui::start`] with variables set in `stepproof-run`'s own environment (the caller's).
+    pub fn start_env(w: &World, run_args: &[&str], env: &[(&str, &str)], prompt: &str) -> Tui {
         let size = libc::winsize {
             ws_row: 40,
             ws_col: 120,
@@ -36,7 +41,8 @@ impl Tui {
         cmd.stdin(stdio())
             .stdout(stdio())
             .stderr(stdio())
-            .env("TERM", "xterm-256color");
+            .env("TERM", "xterm-256color")
+            .envs(env.iter().copied());
         // SAFETY: setsid and TIOCSCTTY between fork and exec, on a descriptor that exists.
         unsafe {
             cmd.pre_exec(move || {

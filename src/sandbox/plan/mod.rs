@@ -424,6 +424,13 @@ pub enum PlanError {
         "the profile {path} is inside the workspace and the profile raises {keys}: a budget of the supervisor's work for the agent is raised only from a profile outside the workspace (a checked-out file must not decide how much the agent can make the supervisor do); move the profile out of the workspace"
     )]
     BudgetRaisedFromWorkspace { path: PathBuf, keys: String },
+    /// Configuration: a profile file inside the workspace, and the profile adds requests that
+    /// get the model login (`network.gateway.login_paths`).
+    #[error(
+        "{set_at}: network.gateway.login_paths lends the agent your model login beyond the model API, and the profile {} is inside the workspace: paths that get the login are added only by a profile outside the workspace (a checked-out file must not decide what your login is used for); move the profile out of the workspace",
+        path.display()
+    )]
+    LoginPathsFromWorkspace { path: PathBuf, set_at: String },
     /// Environment: without user namespaces, a profile with the credential gateway.
     #[error(
         "the credential gateway needs the sandbox's private /run: not available without namespaces"
@@ -482,6 +489,7 @@ impl PlanError {
             | PlanError::NoHookSection
             | PlanError::ModelRouteFromWorkspace { .. }
             | PlanError::BudgetRaisedFromWorkspace { .. }
+            | PlanError::LoginPathsFromWorkspace { .. }
             | PlanError::HookPolicy { .. }
             | PlanError::CredentialsFromWorkspace { .. } => true,
             PlanError::LandlockRule { source, .. } | PlanError::LandlockGrant { source, .. } => {
@@ -575,6 +583,30 @@ fn check_budgets(profile: &Profile, workspace: &Path) -> Result<(), PlanError> {
         Some(file) => Err(PlanError::BudgetRaisedFromWorkspace {
             path: file.path.clone(),
             keys: raised.join(", "),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// What the model login is used for beyond the model API (`network.gateway.login_paths`) is
+/// the user's to say: with any file of the chain inside the workspace, an added path is refused.
+fn check_login_paths(profile: &Profile, workspace: &Path) -> Result<(), PlanError> {
+    if profile.network.login_paths.is_empty() {
+        return Ok(());
+    }
+    let workspace = workspace
+        .canonicalize()
+        .unwrap_or_else(|_| workspace.to_path_buf());
+    match profile
+        .files
+        .iter()
+        .find(|f| f.path.starts_with(&workspace))
+    {
+        Some(file) => Err(PlanError::LoginPathsFromWorkspace {
+            path: file.path.clone(),
+            set_at: profile
+                .where_set(&["network", "gateway", "login_paths"])
+                .unwrap_or_else(|| file.path.display().to_string()),
         }),
         None => Ok(()),
     }
@@ -696,6 +728,7 @@ fn plan_with<S: IsolationStrategy>(
         profile.network.gateway.is_some() || (S::PLANS_AGENT && profile.hook.is_some());
     check_model_route(profile, &workspace, model_gateway)?;
     check_budgets(profile, &workspace)?;
+    check_login_paths(profile, &workspace)?;
     // Service credentials: honoured only from profiles outside the workspace; a placeholder
     // each. The command's environment carries them (and never the variables they are read from).
     let credentials = credentials::plan_credentials(profile, facts)?;
@@ -872,9 +905,14 @@ fn plan_with<S: IsolationStrategy>(
             connect: None,
             ca_file: None,
             credential: MODEL_LOGIN.into(),
+            login_paths: Vec::new(),
         }),
         None => None,
-    };
+    }
+    .map(|mut config| {
+        config.login_paths = profile.network.login_paths.clone();
+        config
+    });
     let crate::sandbox::plan::env::Environment {
         mut env,
         dropped: env_dropped,

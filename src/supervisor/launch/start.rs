@@ -401,6 +401,30 @@ fn drain_records(
     })
 }
 
+/// The audit record of a refresh of the host's model login, or of a refusal to refresh it.
+pub const LOGIN_REFRESH: &str = "login-refresh";
+
+/// Every refresh of the host's model login, and every refusal to refresh it, becomes a
+/// [`LOGIN_REFRESH`] record. One that sent the host's refresh token (a refresh, an attempt that
+/// failed at the token endpoint) is written whatever the budget: each is a use of the user's
+/// login, and the rule bounds how many there can be (`login::after_401`). The others — refusals,
+/// a token taken from the store, a failure before anything was sent — spend nothing, and
+/// refusals follow the agent's requests one for one: they are charged to the run's budget of
+/// what the agent causes, so a flood of 401s is counted, not written (`inside-records-over-cap`).
+pub fn record_login_refreshes(
+    login: &crate::supervisor::net::login::ModelLogin,
+    audit: &AuditSink,
+) {
+    let audit = audit.clone_handle();
+    login.record_refreshes(move |record| {
+        if record.refresh_token_sent {
+            audit.record("supervisor", LOGIN_REFRESH, record);
+        } else {
+            audit.record_caused("supervisor", LOGIN_REFRESH, record);
+        }
+    });
+}
+
 /// Serves the credential gateway on the socket the init made on the sandbox's /run.
 fn start_gateway(
     listener: std::os::unix::net::UnixListener,

@@ -2,16 +2,20 @@
 //! (`ANTHROPIC_UNIX_SOCKET`), and the supervisor forwards each request to the model API (over
 //! TLS, or to the user's own `ANTHROPIC_BASE_URL`) with the real credential added, so the
 //! credential never enters the sandbox: the agent holds a placeholder, and a request that does
-//! not carry this run's placeholder is refused. Responses are relayed as they arrive:
-//! server-sent events stream through, searched for the login as they pass (the record says when
-//! an answer held it: `credential_echoed`). A 401 makes the login refresh itself and the request
-//! is sent once more.
+//! not carry this run's placeholder is refused. Only the model API's paths get the credential
+//! ([`model_paths`]: the login is also the key to the account); every other request is refused
+//! with 403 and recorded. Responses are relayed as they arrive: server-sent events stream
+//! through, searched for the login as they pass (the record says when an answer held it:
+//! `credential_echoed`). A 401 makes the login refresh itself (by the rule of [`ModelLogin::after_401`]) and
+//! the request is sent once more.
 
 use crate::http::io::{self as http, Framing, HeadError, Header, Input};
 use crate::http::scan::EchoScan;
 use crate::http::server::MAX_CONNECTIONS;
 use crate::http::server::{Handler, Refused, Server, Sock, Sockets};
+use crate::profile::LoginPath;
 use crate::supervisor::net::login::{ModelLogin, Url};
+use crate::supervisor::net::model_paths::{self, Verdict};
 use crate::supervisor::net::proxy::{ConnectionRecord, HEAD_TIMEOUT};
 use crate::supervisor::net::server_settings::{self, ServerSettings};
 use rustls::pki_types::ServerName;
@@ -52,6 +56,8 @@ pub struct Upstream {
     /// A path the upstream's API lives under (`https://gateway.corp/anthropic`), without a
     /// trailing `/`; empty for the root.
     pub path_prefix: String,
+    /// Requests beyond the model API's that get the credential (`network.gateway.login_paths`).
+    pub login_paths: Vec<LoginPath>,
 }
 
 impl fmt::Debug for Upstream {
@@ -62,6 +68,7 @@ impl fmt::Debug for Upstream {
             .field("tls", &self.tls.is_some())
             .field("connect_addr", &self.connect_addr)
             .field("path_prefix", &self.path_prefix)
+            .field("login_paths", &self.login_paths)
             .finish_non_exhaustive()
     }
 }
@@ -76,6 +83,7 @@ impl Upstream {
             tls: url.tls.then_some(tls),
             connect_addr: None,
             path_prefix: url.path.clone(),
+            login_paths: Vec::new(),
         }
     }
 }
@@ -110,6 +118,7 @@ pub fn upstream_from_profile(
         .map_err(|e| format!("network.gateway: {e}"))?;
     let mut upstream = Upstream::from_url(&url, tls);
     upstream.connect_addr = connect_addr;
+    upstream.login_paths = config.login_paths.clone();
     Ok(upstream)
 }
 
@@ -269,6 +278,46 @@ impl Handler for GatewayHandler {
 }
 
 impl GatewayHandler {
+    /// Whether a request for `method` `target` may go out with the real login: `Ok(true)` for
+    /// `GET` [`server_settings::ENDPOINT`], which the supervisor answers itself (its own use of
+    /// the login, see [`GatewayHandler::serve_server_settings`]); `Ok(false)` for a path of the
+    /// model API (or one the profile adds, which the record's rule names); `Err` with the 403's
+    /// text for anything else, or a path not spelt plainly (the record's rule says which).
+    fn admit_path(
+        &self,
+        method: &str,
+        target: &str,
+        record: &mut ConnectionRecord,
+    ) -> Result<bool, String> {
+        let shown = target.split('?').next().unwrap_or_default().escape_debug();
+        let path = match model_paths::plain_path(target) {
+            Ok((path, _)) => path,
+            Err(why) => {
+                record.rule = "credential gateway: refused, the path is not spelt plainly".into();
+                return Err(format!(
+                    "{method} {shown} is not spelt plainly ({why}); the real login is used only for the model API, on paths spelt plainly"
+                ));
+            }
+        };
+        if self.settings.is_some() && method == "GET" && path == server_settings::ENDPOINT {
+            return Ok(true);
+        }
+        match model_paths::classify(method, path, &self.upstream.login_paths) {
+            Verdict::Model(_) => Ok(false),
+            Verdict::Added(entry) => {
+                record.rule = format!("credential gateway (network.gateway.login_paths: {entry})");
+                Ok(false)
+            }
+            Verdict::Refused(class, _) => {
+                record.rule =
+                    format!("credential gateway: refused, not a model API path ({class})");
+                Err(format!(
+                    "{method} {shown} is not a model API path; the real login is used only for the model API; a path you need can be added with network.gateway.login_paths in a profile outside the workspace"
+                ))
+            }
+        }
+    }
+
     /// Serves one request. `None`: the connection ended before a request began; `Some(keep)`:
     /// a request was handled (or refused) and `keep` says whether the connection stays open.
     fn serve_request(
@@ -324,6 +373,11 @@ impl GatewayHandler {
             Ok(framing) => framing,
             Err(why) => return refuse(record, 400, "Bad Request", why),
         };
+        // The real login goes only with the model API's paths (and those the profile adds).
+        let settings_request = match self.admit_path(&head.method, &path, record) {
+            Ok(settings_request) => settings_request,
+            Err(why) => return refuse(record, 403, "Forbidden", why),
+        };
         // Only what carries this run's placeholder goes out with the real credential.
         if let Err(why) = self.login.admits(
             http::header_values(&head.headers, "x-api-key"),
@@ -366,10 +420,7 @@ impl GatewayHandler {
             framing => Body::Streamed(framing),
         };
 
-        if let Some(merge) = &self.settings
-            && head.method.eq_ignore_ascii_case("GET")
-            && path.split('?').next() == Some(server_settings::ENDPOINT)
-        {
+        if settings_request && let Some(merge) = &self.settings {
             let keep = self.serve_server_settings(
                 client,
                 upstream,
@@ -911,17 +962,23 @@ fn is_reusable(conn: &UpstreamConn) -> bool {
 }
 
 /// The origin-form path of a request to the gateway (`/v1/messages?beta=true`); absolute-form
-/// (`http://localhost/v1/…`) is accepted for its path only.
+/// (`http://localhost/v1/…`) is taken for its path only, and only with a plain authority (no
+/// user part, nothing but its path after it): the path is then judged like any other
+/// ([`model_paths::plain_path`]), and it is what is forwarded.
 fn origin_path(target: &str) -> Option<String> {
     if target.starts_with('/') {
         return Some(target.to_owned());
     }
-    let rest = target
-        .strip_prefix("http://")
-        .or_else(|| target.strip_prefix("HTTP://"))?;
-    match rest.find('/') {
-        Some(i) => Some(rest[i..].to_owned()),
+    let scheme = target.get(..7)?;
+    if !scheme.eq_ignore_ascii_case("http://") {
+        return None;
+    }
+    let rest = &target[7..];
+    let end = rest.find(['/', '?', '#', '\\', '@']).unwrap_or(rest.len());
+    match rest[end..].chars().next() {
         None => Some("/".to_owned()),
+        Some('/') => Some(rest[end..].to_owned()),
+        Some(_) => None,
     }
 }
 
@@ -1057,6 +1114,7 @@ mod tests {
                 tls: None,
                 connect_addr: Some(addr),
                 path_prefix: String::new(),
+                login_paths: Vec::new(),
             },
             Arc::new(login),
             Some(ServerSettingsMerge { ours, strict }),
@@ -1172,7 +1230,8 @@ mod tests {
     /// it is in them, is split across chunks); by the request's path: `/echo` sends the request
     /// head back as a JSON string with `/` escaped (as a service that echoes its request
     /// would), `/gzip` answers with an encoded body, `/unauthorized-echo` is a 401 that quotes
-    /// the request head, anything else is one `ok` event.
+    /// the request head, anything else is one `ok` event (each as the query of
+    /// `/v1/messages`, the path the gateway adds the login to).
     fn echoing_upstream() -> SocketAddr {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
@@ -1201,7 +1260,8 @@ mod tests {
                         if reader.read_exact(&mut body).is_err() {
                             return;
                         }
-                        let path = head.split(' ').nth(1).unwrap_or_default().to_owned();
+                        let target = head.split(' ').nth(1).unwrap_or_default();
+                        let path = format!("/{}", target.split_once('?').map_or("", |(_, q)| q));
                         let echoed = serde_json::to_string(&head).unwrap().replace('/', "\\/");
                         let answer: Vec<u8> = match path.as_str() {
                             "/gzip" => b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Encoding: gzip\r\nContent-Length: 4\r\n\r\n\x1f\x8b\x08\x00".to_vec(),
@@ -1258,6 +1318,7 @@ mod tests {
                 tls: None,
                 connect_addr: Some(addr),
                 path_prefix: String::new(),
+                login_paths: Vec::new(),
             },
             Arc::new(login),
             None,
@@ -1314,7 +1375,12 @@ mod tests {
         let escaped = ECHOED_LOGIN.replace('/', "\\/");
         let answers = through_echoing_gateway(
             Credential::Bearer(ECHOED_LOGIN.into()),
-            &["/echo", "/v1/messages", "/gzip", "/unauthorized-echo"],
+            &[
+                "/v1/messages?echo",
+                "/v1/messages",
+                "/v1/messages?gzip",
+                "/v1/messages?unauthorized-echo",
+            ],
         );
         // The echo: streamed through as it came (chunked events), the login in it with `/`
         // escaped; the request went out asking for no encoding.
@@ -1374,7 +1440,10 @@ mod tests {
         }
         assert!(json.contains("\"credential_echoed\":true"), "{json}");
         // An API key the same way.
-        let answers = through_echoing_gateway(Credential::ApiKey(ECHOED_LOGIN.into()), &["/echo"]);
+        let answers = through_echoing_gateway(
+            Credential::ApiKey(ECHOED_LOGIN.into()),
+            &["/v1/messages?echo"],
+        );
         assert!(answers[0].1.credential_echoed, "{:?}", answers[0].1);
     }
 }

@@ -4,7 +4,10 @@
 //! header to add now" for the credential gateway (and, later, the proxy's terminated
 //! `api.anthropic.com`). An expired claude.ai token is refreshed here, under the same locks
 //! Claude Code takes for its own refresh, and the refreshed login is written back to the host's
-//! store, so a bare `claude` keeps working and no two refreshers spend one refresh token.
+//! store, so a bare `claude` keeps working and no two refreshers spend one refresh token. How
+//! often that happens is not the agent's to decide ([`ModelLogin::after_401`]), and every
+//! refresh and every refusal to refresh is handed to a recorder ([`RefreshRecord`], the audit
+//! log's `login-refresh`).
 
 use crate::http::scan::EchoNeedles;
 use std::fmt;
@@ -41,8 +44,13 @@ const REFRESH_MARGIN_MS: u64 = 5 * 60 * 1000;
 /// A 401 to a token this run took less than this long ago is relayed, not refreshed again: the
 /// agent decides how many requests the API refuses, not how often the host's login is spent.
 pub const REFRESH_AFTER_401_INTERVAL: Duration = Duration::from_secs(5 * 60);
-/// Refreshes a 401 may cause in one run (a token near its expiry is refreshed regardless).
+/// Refreshes a 401 may cause in one run (a token near its expiry is refreshed regardless);
+/// an attempt counts whether or not it brought a token.
 pub const REFRESHES_AFTER_401_MAX: u32 = 3;
+/// After an attempt failed (the refresh token was sent and no login came back), no other is
+/// made for this long, whatever asks: a login that has ended, or an endpoint that is down, is
+/// not tried once per request.
+pub const REFRESH_RETRY_AFTER_FAILURE: Duration = Duration::from_secs(60);
 /// The placeholder login's expiry: far ahead, so the Claude Code inside never refreshes.
 pub const PLACEHOLDER_EXPIRES_AT_MS: u64 = 4_102_444_800_000; // 2100-01-01
 const STORE_MAX_BYTES: u64 = 64 * 1024;
@@ -212,8 +220,79 @@ struct Current {
     expires_at: Option<u64>,
     /// When this run last took a new token (refreshed, or found in the store).
     taken_at: Option<std::time::Instant>,
-    /// Refreshes a 401 caused in this run.
+    /// Refresh attempts a 401 caused in this run (near expiry excluded).
     refreshes_after_401: u32,
+    /// Refreshes that wrote a new login back, in this run.
+    refreshes: u32,
+    /// Attempts that sent the refresh token and brought no login back, in this run.
+    failed_refreshes: u32,
+    /// Refusals to refresh, in this run.
+    refusals: u64,
+    /// When an attempt last failed (see [`REFRESH_RETRY_AFTER_FAILURE`]).
+    failed_at: Option<std::time::Instant>,
+}
+
+/// What asked for a new token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum RefreshTrigger {
+    /// The credential was asked for and the token is within 5 minutes of its expiry (or the
+    /// store held none).
+    #[serde(rename = "expiry")]
+    Expiry,
+    /// The API refused the token (401).
+    #[serde(rename = "401")]
+    Unauthorized,
+}
+
+/// What became of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RefreshOutcome {
+    /// The refresh token was spent and the new login written back to the host's store.
+    Refreshed,
+    /// The store held a fresh token another refresher wrote: taken, nothing spent.
+    TookStored,
+    /// Not refreshed: the rule said no (`rule` says which part).
+    Refused,
+    /// Tried and failed (`error`): the lock, the store, the token endpoint or the write-back.
+    Failed,
+}
+
+/// One refresh of the host's login, or one refusal to refresh it: the body of the audit
+/// record `login-refresh` (never a token). The counts are this run's so far, this one
+/// included.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct RefreshRecord {
+    pub outcome: RefreshOutcome,
+    pub trigger: RefreshTrigger,
+    /// Why it was done or refused, in words.
+    pub rule: String,
+    /// What failed (`failed` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Whether the host's refresh token was sent to the token endpoint for it (`refreshed`,
+    /// and a `failed` attempt that got as far): each such record is a use of the login.
+    pub refresh_token_sent: bool,
+    /// Refreshes that wrote a new login back.
+    pub refreshes: u32,
+    /// Attempts that sent the refresh token and brought no login back.
+    pub failed_refreshes: u32,
+    /// Attempts a 401 caused (near expiry excluded): the budget's count.
+    pub refreshes_after_401: u32,
+    /// The budget ([`REFRESHES_AFTER_401_MAX`]).
+    pub refreshes_after_401_max: u32,
+    /// Refusals to refresh.
+    pub refusals: u64,
+}
+
+/// Where [`RefreshRecord`]s go (the audit log; see [`ModelLogin::record_refreshes`]).
+type Recorder = Box<dyn Fn(&RefreshRecord) + Send + Sync>;
+
+/// How a refresh under the lock ended, when it did not fail.
+enum Attempt {
+    Refreshed,
+    TookStored,
+    Refused(String),
 }
 
 /// The user's model login: the header to add now, refreshed when it expires.
@@ -222,6 +301,7 @@ pub struct ModelLogin {
     placeholder: Placeholder,
     current: Mutex<Current>,
     refresh: Option<RefreshEndpoint>,
+    recorder: std::sync::OnceLock<Recorder>,
 }
 
 impl fmt::Debug for ModelLogin {
@@ -277,8 +357,47 @@ impl ModelLogin {
                 expires_at,
                 taken_at: None,
                 refreshes_after_401: 0,
+                refreshes: 0,
+                failed_refreshes: 0,
+                refusals: 0,
+                failed_at: None,
             }),
             refresh,
+            recorder: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// From now on every refresh, and every refusal to refresh, is handed to `record` (the
+    /// first call sets it; later ones change nothing). Called with the login's state locked:
+    /// `record` must not use the login.
+    pub fn record_refreshes(&self, record: impl Fn(&RefreshRecord) + Send + Sync + 'static) {
+        let _ = self.recorder.set(Box::new(record));
+    }
+
+    fn emit(
+        &self,
+        current: &Current,
+        outcome: RefreshOutcome,
+        trigger: RefreshTrigger,
+        rule: String,
+        error: Option<String>,
+        refresh_token_sent: bool,
+    ) {
+        let record = RefreshRecord {
+            outcome,
+            trigger,
+            rule,
+            error,
+            refresh_token_sent,
+            refreshes: current.refreshes,
+            failed_refreshes: current.failed_refreshes,
+            refreshes_after_401: current.refreshes_after_401,
+            refreshes_after_401_max: REFRESHES_AFTER_401_MAX,
+            refusals: current.refusals,
+        };
+        tracing::info!(?record, "model login");
+        if let Some(recorder) = self.recorder.get() {
+            recorder(&record);
         }
     }
 
@@ -426,7 +545,8 @@ impl ModelLogin {
         }
     }
 
-    /// The credential to add now: a claude.ai token about to expire is refreshed first.
+    /// The credential to add now: a claude.ai token about to expire is refreshed first (not
+    /// within [`REFRESH_RETRY_AFTER_FAILURE`] of a failed attempt: then the error says so).
     pub fn credential(&self) -> Result<Credential, LoginError> {
         let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
         let due = match current.expires_at {
@@ -434,7 +554,20 @@ impl ModelLogin {
             None => false,
         };
         if due {
-            self.refresh_locked(&mut current, None)?;
+            let why = if current.credential.is_none() {
+                "the store holds no access token"
+            } else {
+                "the token expires within 5 minutes"
+            };
+            if let Attempt::Refused(why) = self.refresh_locked(
+                &mut current,
+                None,
+                RefreshTrigger::Expiry,
+                why.into(),
+                false,
+            )? {
+                return Err(LoginError::Refresh(why));
+            }
         }
         current
             .credential
@@ -452,14 +585,17 @@ impl ModelLogin {
     /// After the API refused `used` (401): the credential to send again, or why the 401 is
     /// relayed as it is. The agent decides how many requests are refused, so the host's login
     /// is refreshed only when the token is near its expiry, or when this run has not taken a
-    /// token for [`REFRESH_AFTER_401_INTERVAL`] and has refreshed after a 401 fewer than
-    /// [`REFRESHES_AFTER_401_MAX`] times; a token another refresher wrote is taken at any time.
+    /// token for [`REFRESH_AFTER_401_INTERVAL`] and has tried to refresh after a 401 fewer than
+    /// [`REFRESHES_AFTER_401_MAX`] times; never within [`REFRESH_RETRY_AFTER_FAILURE`] of a
+    /// failed attempt. A token another refresher wrote is taken at any time. Every refresh and
+    /// every refusal is handed to the recorder ([`ModelLogin::record_refreshes`]).
     pub fn after_401(&self, used: &Credential) -> Result<Result<Credential, String>, LoginError> {
         if self.refresh.is_none() {
             return Ok(Err("this login is not refreshed".into()));
         }
         let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
         if current.credential.as_ref() != Some(used) {
+            // Another request of this run has replaced it already: nothing is refreshed.
             return Ok(current
                 .credential
                 .clone()
@@ -469,24 +605,55 @@ impl ModelLogin {
         let near_expiry = current
             .expires_at
             .is_some_and(|at| now_ms() + REFRESH_MARGIN_MS >= at);
-        if !near_expiry {
-            if let Some(at) = current.taken_at
-                && at.elapsed() < REFRESH_AFTER_401_INTERVAL
-            {
-                return Ok(Err(format!(
-                    "the token was taken {} s ago: a 401 to it is relayed, not refreshed again",
-                    at.elapsed().as_secs()
-                )));
-            }
-            if current.refreshes_after_401 >= REFRESHES_AFTER_401_MAX {
-                return Ok(Err(format!(
-                    "this run has refreshed the login after a 401 {REFRESHES_AFTER_401_MAX} times (its budget)"
-                )));
-            }
+        let refused = if near_expiry {
+            None
+        } else if let Some(at) = current.taken_at
+            && at.elapsed() < REFRESH_AFTER_401_INTERVAL
+        {
+            Some(format!(
+                "the token was taken {} s ago: a 401 to it is relayed, not refreshed again (a 401 may refresh the login once no token was taken for {} s)",
+                at.elapsed().as_secs(),
+                REFRESH_AFTER_401_INTERVAL.as_secs()
+            ))
+        } else if current.refreshes_after_401 >= REFRESHES_AFTER_401_MAX {
+            Some(format!(
+                "this run has refreshed the login after a 401 {REFRESHES_AFTER_401_MAX} times (its budget)"
+            ))
+        } else {
+            None
+        };
+        if let Some(why) = refused {
+            current.refusals += 1;
+            self.emit(
+                &current,
+                RefreshOutcome::Refused,
+                RefreshTrigger::Unauthorized,
+                why.clone(),
+                None,
+                false,
+            );
+            return Ok(Err(why));
         }
-        let spent = self.refresh_locked(&mut current, Some(used))?;
-        if spent && !near_expiry {
-            current.refreshes_after_401 += 1;
+        let why = if near_expiry {
+            "a 401, and the token expires within 5 minutes (refreshed whatever the budget)".into()
+        } else {
+            format!(
+                "a 401 to a token {}; attempt {} of the run's {REFRESHES_AFTER_401_MAX} after a 401",
+                match current.taken_at {
+                    Some(at) => format!("taken {} s ago", at.elapsed().as_secs()),
+                    None => "read from the store at launch".into(),
+                },
+                current.refreshes_after_401 + 1
+            )
+        };
+        if let Attempt::Refused(why) = self.refresh_locked(
+            &mut current,
+            Some(used),
+            RefreshTrigger::Unauthorized,
+            why,
+            !near_expiry,
+        )? {
+            return Ok(Err(why));
         }
         Ok(current
             .credential
@@ -505,18 +672,69 @@ impl ModelLogin {
         }
     }
 
-    /// Under Claude Code's locks: re-read the store (a bare `claude` or another run may have
-    /// refreshed already) and use its token if it is fresh and not the one refused; otherwise
-    /// spend the refresh token and write the result back.
-    /// Whether a refresh token was spent (`false`: the store's fresh token was taken).
+    /// [`ModelLogin::refresh_inner`], and its record: `why` is what asked for it (the rule's
+    /// words); `counts_after_401`: an attempt is charged to the budget after a 401.
     fn refresh_locked(
         &self,
         current: &mut Current,
         refused: Option<&Credential>,
-    ) -> Result<bool, LoginError> {
+        trigger: RefreshTrigger,
+        why: String,
+        counts_after_401: bool,
+    ) -> Result<Attempt, LoginError> {
+        let failed_before = current.failed_refreshes;
+        let result = self.refresh_inner(current, refused, counts_after_401);
+        match &result {
+            Ok(Attempt::Refreshed) => {
+                self.emit(current, RefreshOutcome::Refreshed, trigger, why, None, true);
+            }
+            Ok(Attempt::TookStored) => self.emit(
+                current,
+                RefreshOutcome::TookStored,
+                trigger,
+                format!("{why}; the store held a fresh token another refresher wrote: taken, no refresh token spent"),
+                None,
+                false,
+            ),
+            Ok(Attempt::Refused(no)) => {
+                current.refusals += 1;
+                self.emit(
+                    current,
+                    RefreshOutcome::Refused,
+                    trigger,
+                    format!("{why}; {no}"),
+                    None,
+                    false,
+                );
+            }
+            Err(e) => {
+                let sent = current.failed_refreshes > failed_before;
+                self.emit(
+                    current,
+                    RefreshOutcome::Failed,
+                    trigger,
+                    why,
+                    Some(e.to_string()),
+                    sent,
+                );
+            }
+        }
+        result
+    }
+
+    /// Under Claude Code's locks: re-read the store (a bare `claude` or another run may have
+    /// refreshed already) and use its token if it is fresh and not the one refused; otherwise
+    /// spend the refresh token and write the result back — unless an attempt failed less than
+    /// [`REFRESH_RETRY_AFTER_FAILURE`] ago.
+    fn refresh_inner(
+        &self,
+        current: &mut Current,
+        refused: Option<&Credential>,
+        counts_after_401: bool,
+    ) -> Result<Attempt, LoginError> {
         let (Source::ClaudeAi { claude_dir }, Some(endpoint)) = (&self.source, &self.refresh)
         else {
-            return Ok(false);
+            return Ok(Attempt::Refused("this login is not refreshed".into()));
         };
         let _lock = RefreshLock::acquire(claude_dir)?;
         let store_path = claude_dir.join(STORE_FILE);
@@ -531,11 +749,50 @@ impl ModelLogin {
             current.credential = Some(stored);
             current.expires_at = Some(oauth.expires_at);
             current.taken_at = Some(std::time::Instant::now());
-            return Ok(false);
+            return Ok(Attempt::TookStored);
         }
-        let Some(refresh_token) = oauth.refresh.filter(|t| !t.is_empty()) else {
+        if let Some(at) = current.failed_at
+            && at.elapsed() < REFRESH_RETRY_AFTER_FAILURE
+        {
+            return Ok(Attempt::Refused(format!(
+                "the last attempt failed {} s ago: not tried again within {} s of a failure",
+                at.elapsed().as_secs(),
+                REFRESH_RETRY_AFTER_FAILURE.as_secs()
+            )));
+        }
+        let Some(refresh_token) = oauth.refresh.clone().filter(|t| !t.is_empty()) else {
             return Err(self.not_logged_in());
         };
+        if counts_after_401 {
+            current.refreshes_after_401 += 1;
+        }
+        match self.spend(endpoint, &store, &store_path, &oauth, &refresh_token) {
+            Ok((access, expires_at)) => {
+                current.credential = Some(Credential::Bearer(access));
+                current.expires_at = Some(expires_at);
+                current.taken_at = Some(std::time::Instant::now());
+                current.refreshes += 1;
+                current.failed_at = None;
+                Ok(Attempt::Refreshed)
+            }
+            Err(e) => {
+                current.failed_refreshes += 1;
+                current.failed_at = Some(std::time::Instant::now());
+                Err(e)
+            }
+        }
+    }
+
+    /// Sends the refresh token and writes what comes back to the store: the new access token
+    /// and its expiry.
+    fn spend(
+        &self,
+        endpoint: &RefreshEndpoint,
+        store: &serde_json::Value,
+        store_path: &Path,
+        oauth: &OAuth,
+        refresh_token: &str,
+    ) -> Result<(String, u64), LoginError> {
         let scopes = if oauth.scopes.is_empty() {
             DEFAULT_SCOPES.iter().map(|s| s.to_string()).collect()
         } else {
@@ -577,7 +834,7 @@ impl ModelLogin {
             )));
         }
         let expires_at = now_ms().saturating_add(expires_in.saturating_mul(1000));
-        let mut updated = store;
+        let mut updated = store.clone();
         let login = &mut updated["claudeAiOauth"];
         login["accessToken"] = access.into();
         if let Some(new_refresh) = reply["refresh_token"].as_str() {
@@ -588,15 +845,12 @@ impl ModelLogin {
             login["scopes"] = scope.split_whitespace().collect::<Vec<_>>().into();
         }
         let bytes = serde_json::to_vec(&updated).expect("JSON values serialize");
-        write_store(&store_path, &bytes).map_err(|source| LoginError::WriteBack {
-            path: store_path.clone(),
+        write_store(store_path, &bytes).map_err(|source| LoginError::WriteBack {
+            path: store_path.to_path_buf(),
             source,
         })?;
         tracing::info!(store = %store_path.display(), "model login refreshed and written back");
-        current.credential = Some(Credential::Bearer(access.to_owned()));
-        current.expires_at = Some(expires_at);
-        current.taken_at = Some(std::time::Instant::now());
-        Ok(true)
+        Ok((access.to_owned(), expires_at))
     }
 }
 
@@ -1395,19 +1649,50 @@ mod tests {
             tls: client_config(&[]).unwrap(),
         };
         let login = ModelLogin::claude_ai(dir.path(), endpoint).unwrap();
+        let records = Arc::new(Mutex::new(Vec::<RefreshRecord>::new()));
+        let sink = records.clone();
+        login.record_refreshes(move |r| sink.lock().unwrap().push(r.clone()));
         let a = Credential::Bearer("sk-ant-oat01-A".into());
         let b = Credential::Bearer("sk-ant-oat01-B".into());
         assert_eq!(login.credential().unwrap(), a);
         // Another refresher wrote B: taken at once, no refresh token spent.
         fs::write(&store_path, store("sk-ant-oat01-B")).unwrap();
         assert_eq!(login.after_401(&a).unwrap(), Ok(b.clone()));
-        // A 401 to the token just taken is relayed, however often: the store is not touched.
+        {
+            let records = records.lock().unwrap();
+            assert_eq!(records.len(), 1);
+            assert_eq!(records[0].outcome, RefreshOutcome::TookStored);
+            assert_eq!(records[0].trigger, RefreshTrigger::Unauthorized);
+            assert!(!records[0].refresh_token_sent);
+            assert_eq!(records[0].refreshes_after_401, 0);
+        }
+        // A 401 to the token just taken is relayed, however often: the store is not touched,
+        // and each refusal is a record that counts the refusals so far.
         let before = fs::read(&store_path).unwrap();
         for _ in 0..200 {
             let why = login.after_401(&b).unwrap().unwrap_err();
             assert!(why.contains("relayed, not refreshed again"), "{why}");
         }
         assert_eq!(fs::read(&store_path).unwrap(), before);
+        {
+            let records = records.lock().unwrap();
+            assert_eq!(records.len(), 201);
+            let last = &records[200];
+            assert_eq!(
+                (
+                    last.outcome,
+                    last.refusals,
+                    last.refreshes,
+                    last.refresh_token_sent
+                ),
+                (RefreshOutcome::Refused, 200, 0, false)
+            );
+            let json = serde_json::to_value(last).unwrap();
+            assert_eq!(json["outcome"], "refused");
+            assert_eq!(json["trigger"], "401");
+            assert!(json.get("error").is_none(), "{json}");
+            assert!(!json.to_string().contains("sk-ant"), "{json}");
+        }
         // Past the interval, the run's budget holds.
         {
             let mut current = login.current.lock().unwrap();
@@ -1416,10 +1701,42 @@ mod tests {
         }
         let why = login.after_401(&b).unwrap().unwrap_err();
         assert!(why.contains("its budget"), "{why}");
-        // A token near its expiry is refreshed whatever the budget (here: the attempt fails).
+        // Within it, an attempt counts whether or not it brings a token.
+        login.current.lock().unwrap().refreshes_after_401 = 0;
+        assert!(matches!(login.after_401(&b), Err(LoginError::Refresh(_))));
+        {
+            let records = records.lock().unwrap();
+            let failed = records.last().unwrap();
+            assert_eq!(failed.outcome, RefreshOutcome::Failed);
+            assert!(failed.refresh_token_sent && failed.error.is_some());
+            assert_eq!(
+                (failed.refreshes_after_401, failed.failed_refreshes),
+                (1, 1)
+            );
+        }
+        // A failed attempt is not repeated within a minute, whatever asks: a 401 ...
+        let why = login.after_401(&b).unwrap().unwrap_err();
+        assert!(why.contains("not tried again"), "{why}");
+        // ... or a token near its expiry (refreshed whatever the budget, but not the backoff).
+        let expiring = serde_json::json!({"claudeAiOauth": {
+            "accessToken": "sk-ant-oat01-B", "refreshToken": "sk-ant-ort01-R",
+            "expiresAt": now_ms(), "scopes": ["user:inference"],
+        }});
+        fs::write(&store_path, expiring.to_string()).unwrap();
+        let before = fs::read(&store_path).unwrap();
         login.current.lock().unwrap().expires_at = Some(now_ms());
+        let e = login.credential().unwrap_err().to_string();
+        assert!(e.contains("not tried again"), "{e}");
+        let why = login.after_401(&b).unwrap().unwrap_err();
+        assert!(why.contains("not tried again"), "{why}");
+        // Once the backoff is over, a token near its expiry is tried again (and fails here).
+        login.current.lock().unwrap().failed_at = None;
         assert!(matches!(login.after_401(&b), Err(LoginError::Refresh(_))));
         assert_eq!(fs::read(&store_path).unwrap(), before);
+        let records = records.lock().unwrap();
+        let sent = records.iter().filter(|r| r.refresh_token_sent).count();
+        assert_eq!(sent, 2, "{records:#?}");
+        assert_eq!(records.last().unwrap().refreshes_after_401, 1);
     }
 
     #[test]
