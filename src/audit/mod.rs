@@ -49,6 +49,7 @@ pub mod export_fields;
 pub mod export_http;
 pub mod export_otlp;
 pub mod export_verify;
+pub mod owed;
 pub mod receiver;
 pub mod runbook_steps;
 pub mod runs;
