@@ -113,6 +113,11 @@ enum Kill {
 /// name, and kills its supervisor with SIGKILL at `kill`. Returns whether the supervisor died
 /// of the kill (not having ended on its own first).
 fn run_and_kill(w: &World, payload: &str, kill: &Kill) -> bool {
+    run_and_kill_with(w, &[], payload, kill)
+}
+
+/// [`run_and_kill`] with `stepproof-run` options.
+fn run_and_kill_with(w: &World, options: &[&str], payload: &str, kill: &Kill) -> bool {
     let write = format!(
         "{GIT} config core.fsmonitor '{payload}' && {GIT} -C sub config core.fsmonitor '{payload}' && \
          {GIT} -C plain config user.name x"
@@ -123,6 +128,7 @@ fn run_and_kill(w: &World, payload: &str, kill: &Kill) -> bool {
     };
     let mut cmd = w.as_owner(Path::new("setsid"));
     cmd.arg(w.run_binary())
+        .args(options)
         .args(["--", "/bin/sh", "-c", &script]);
     w.clean_env(&mut cmd)
         .env("STEPPROOF_LOG", "debug")
@@ -419,4 +425,96 @@ both!(a_normal_run_owes_nothing, |w: &World| {
     let log = dirs[0].join("audit.jsonl");
     let verify = stepproof(w, &["audit", "verify", log.to_str().unwrap()]);
     assert_eq!(verify.status.code(), Some(0), "{}", describe(&verify));
+});
+
+// A repair that cannot write its record (the killed run's log is held by a run of another
+// workspace) still sweeps — the host's git runs nothing afterwards — but keeps the marker and
+// says why (exit 1); the next repair, once the log is free, writes the record from the sweep it
+// kept, without sweeping again.
+both!(a_repair_that_cannot_record_keeps_the_marker, |w: &World| {
+    real_repositories(w);
+    let dir = w.base.join("audit");
+    fs::create_dir_all(&dir).unwrap();
+    std::os::unix::fs::chown(&dir, Some(w.owner.0), Some(w.owner.1)).unwrap();
+    let log = dir.join("shared.jsonl");
+    let log_arg = log.to_str().unwrap();
+    let pwned = w.home.join("PWNED");
+    let payload = format!("touch {}; false #", pwned.display());
+    assert!(run_and_kill_with(
+        w,
+        &["--audit-log", log_arg],
+        &payload,
+        &Kill::WhileRunning
+    ));
+    let owed = owed_dirs(w);
+    assert_eq!(owed.len(), 1, "{owed:?}");
+    // A run of another workspace holds the log for a while.
+    let other = w.home.join("src/other-project");
+    let mut holder = w.command(
+        &[
+            "--workspace",
+            other.to_str().unwrap(),
+            "--audit-log",
+            log_arg,
+        ],
+        &["/bin/sleep", "3"],
+    );
+    let mut holder = holder
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while fs::read_to_string(&log)
+        .unwrap_or_default()
+        .matches(r#""kind":"run-start""#)
+        .count()
+        < 2
+    {
+        assert!(Instant::now() < deadline, "the second run never started");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let out = stepproof(w, &["repair"]);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("was swept but not recorded")
+            && stderr.contains("another process is writing to this log"),
+        "{}",
+        describe(&out)
+    );
+    assert!(owed[0].join("owed.json").is_file(), "the marker must stay");
+    assert!(owed[0].join("owed-swept.json").is_file());
+    // Swept: the host's git is safe already.
+    let dirs: Vec<PathBuf> = ["", "sub", "plain"]
+        .iter()
+        .map(|d| w.workspace.join(d))
+        .collect();
+    host_git(w, &dirs);
+    assert!(!pwned.exists(), "the host's git ran the run's payload");
+    let doctor = stepproof(w, &["doctor"]);
+    assert!(says_owed(&doctor), "{}", describe(&doctor));
+    assert!(holder.wait().unwrap().success());
+    // The log is free: the record is written from the sweep kept, not a second sweep.
+    let out = stepproof(w, &["repair"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert!(owed_dirs(w).is_empty());
+    let records = records_in(&log);
+    let recovered: Vec<&serde_json::Value> = records
+        .iter()
+        .filter(|r| r["kind"] == "run-end-recovered")
+        .collect();
+    assert_eq!(recovered.len(), 1, "{records:#?}");
+    assert_eq!(recovered[0]["swept_by"], "recovery");
+    assert_eq!(recovered[0]["run_start_seq"], 0);
+    let changes: Vec<&str> = recovered[0]["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["change"].as_str())
+        .collect();
+    assert_eq!(changes, ["changed", "changed"], "{}", recovered[0]);
+    // The first run is ended by recovery, the second by its own end.
+    let verify = stepproof(w, &["audit", "verify", log_arg]);
+    assert_eq!(verify.status.code(), Some(5), "{}", describe(&verify));
 });

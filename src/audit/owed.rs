@@ -171,12 +171,18 @@ pub struct OwedRun {
 impl OwedRun {
     /// One line for a person: which run, which workspace, what to run.
     pub fn describe(&self) -> String {
+        let swept = fs::symlink_metadata(self.run_dir.join(SWEPT)).is_ok_and(|m| m.is_file());
         match &self.header {
             Ok(h) => format!(
-                "run {} in {} (supervisor pid {}) ended without finishing its end (its sweep and its end record): run `stepproof repair {}`",
+                "run {} in {} (supervisor pid {}) ended without finishing its end ({}): run `stepproof repair {}`",
                 self.run_dir.display(),
                 h.workspace.display(),
                 h.pid,
+                if swept {
+                    "it was swept; its end record is not written yet"
+                } else {
+                    "its sweep and its end record"
+                },
                 crate::audit::text::shell_word(&crate::audit::text::path(&h.workspace))
             ),
             Err(why) => format!(

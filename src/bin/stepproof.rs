@@ -450,7 +450,7 @@ fn main() {
                     workspaces.sort_unstable();
                     workspaces.dedup();
                     stepproof::out!(
-                        "work owed: {} run(s) died before their end, in {}; until `stepproof repair` (or the next run there) finishes it, what they left (a repository config with a key that runs code) is where the host's tools act on it",
+                        "work owed: {} run(s) died before their end, in {}; until `stepproof repair` (or the next run there) finishes it, what a run left there (a repository config with a key that runs code) may be where the host's tools act on it",
                         owed.len(),
                         if workspaces.is_empty() {
                             "unknown workspaces (`stepproof repair --all`)".to_string()

@@ -169,16 +169,27 @@ impl Owed {
             .create(run_dir)
             .map_err(|e| format!("creating the run directory {}: {e}", run_dir.display()))?;
         let lock = owed::open_lock(run_dir)?;
-        lock.try_lock().map_err(|e| {
-            format!(
-                "locking {}: {}",
-                run_dir.join(owed::LOCK).display(),
-                match e {
-                    TryLockError::WouldBlock => "another process holds it".to_string(),
-                    TryLockError::Error(e) => e.to_string(),
+        // A reader probing the lock (`doctor`, the retention rule) holds it for an instant.
+        let mut tries = 0;
+        loop {
+            match lock.try_lock() {
+                Ok(()) => break,
+                Err(TryLockError::WouldBlock) if tries < 100 => {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_millis(2));
                 }
-            )
-        })?;
+                Err(e) => {
+                    return Err(format!(
+                        "locking {}: {}",
+                        run_dir.join(owed::LOCK).display(),
+                        match e {
+                            TryLockError::WouldBlock => "another process holds it".to_string(),
+                            TryLockError::Error(e) => e.to_string(),
+                        }
+                    ));
+                }
+            }
+        }
         let me = std::process::id();
         // Only a log a repair can append to (a regular file, not `/dev/stdout` or a pipe).
         let audit_log = audit_log
