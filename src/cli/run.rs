@@ -803,11 +803,9 @@ fn carry_out(
             }),
         );
         audit.sync();
-        // The end is on disk: nothing is owed any more. A log that could not take a record
-        // keeps the marker: a repair writes the end (`run-end-recovered`) once it can.
-        if audit.failure().is_none() {
-            discharge(owed.take());
-        }
+        // The end is on disk: nothing is owed any more. (A log that could not take a record
+        // is said below, 118: the run did its end, and a repair would only claim it had not.)
+        discharge(owed.take());
         if let Some(exporter) = exporter {
             finish_export(exporter, outputs);
         }
@@ -848,9 +846,8 @@ fn carry_out(
             }
         }
     }
-    if audit.is_none() {
-        discharge(owed.take());
-    }
+    // Without a log, the sweep was the end.
+    discharge(owed.take());
     drop(scratch);
     drop(caches);
     let wants_summary =
