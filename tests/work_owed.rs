@@ -266,7 +266,9 @@ both!(
             let killed = run_and_kill(w, &payload, kill);
             let owed = owed_dirs(w);
             assert!(owed.len() <= 1, "{kill:?}: {owed:?}");
-            if round < 2 {
+            // Killed while the command runs, the run certainly owes its end; after a line of
+            // the end, it may have finished first (the later the line, the likelier).
+            if *kill == Kill::WhileRunning {
                 assert!(
                     killed && owed.len() == 1,
                     "{kill:?}: killed {killed}, owed {owed:?}"
@@ -391,7 +393,7 @@ both!(
             );
         }
         assert!(
-            owed_phases * 2 >= phases.len(),
+            owed_phases >= 3,
             "only {owed_phases} of {} phases left work owed",
             phases.len()
         );
