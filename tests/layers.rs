@@ -43,7 +43,7 @@ const ROOT_ROOMS: &[Room] = &[
     },
     Room {
         path: "cli",
-        owns: "THE EDGE: what each command does, in order — a run from the caller's side (`run`), host facts, `explain`, `doctor`, `state`, `ci` (timeouts, the job summary), the self-test and its escape probes, logging",
+        owns: "THE EDGE: what each command does, in order — a run from the caller's side (`run`), host facts, `explain`, `doctor`, `state`, `repair`, `ci` (timeouts, the job summary), the self-test and its escape probes, logging",
         may_import: &[
             "supervisor::launch",
             "supervisor::runbook",
@@ -112,7 +112,7 @@ const ROOT_ROOMS: &[Room] = &[
     },
     Room {
         path: "supervisor::way_out",
-        owns: "what crosses back: the sweep (persistence paths, git rules, quarantine, setuid), the watcher during the run, the patch of quarantined changes, profile tampering, output files — never the network",
+        owns: "what crosses back: the sweep (persistence paths, git rules, quarantine, setuid), the watcher during the run, the patch of quarantined changes, profile tampering, output files, the end a run owes recorded at launch and finished after a kill (`recover`) — never the network",
         may_import: &["sandbox::plan", "profile", "audit", "sys"],
     },
     Room {
@@ -137,7 +137,7 @@ const ROOT_ROOMS: &[Room] = &[
     },
     Room {
         path: "audit",
-        owns: "the hash-chained log: records, the writer (`sink`), the receiver of records from inside, `verify`, `show`, the runs' directories, the OTLP export",
+        owns: "the hash-chained log: records, the writer (`sink`), the receiver of records from inside, `verify`, `show`, the runs' directories and the marker of work a run owes (`owed`), the OTLP export",
         may_import: &["regular_file"],
     },
     Room {

@@ -112,8 +112,19 @@ pub enum Status {
     Incomplete,
     /// As `Incomplete`, but only the last run lacks its end and a writer still holds the log.
     InProgress,
+    /// The chain holds and every run has an end, but a run's end was written by a repair
+    /// (`run-end-recovered`): its supervisor died before it, and what the run did between the
+    /// supervisor's last record and its death is not in the log.
+    Recovered,
     Broken,
 }
+
+/// The kind of the record a repair writes for a run whose supervisor died before its end
+/// (`stepproof repair`, or the next `stepproof-run` on the workspace): from the supervisor,
+/// naming the run by the `seq` of its `run-start` ([`RUN_START_SEQ`]).
+pub const RUN_END_RECOVERED: &str = "run-end-recovered";
+/// The field of a `run-end-recovered` record that names the run it ends.
+pub const RUN_START_SEQ: &str = "run_start_seq";
 
 /// What [`verify`] found.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -135,6 +146,10 @@ pub struct ChainReport {
     /// start or the end of the log.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub runs_without_end: Vec<u64>,
+    /// The line of each run's `run-start` whose end is a `run-end-recovered` record: its
+    /// supervisor died, and a repair finished its end.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub runs_recovered: Vec<u64>,
     /// The last of `runs_without_end` is the log's last run (a writer may still be at it).
     #[serde(skip)]
     last_run_open: bool,
@@ -190,6 +205,8 @@ pub struct ChainChecker {
     open_run: Option<u64>,
     /// `run-start` lines of runs followed by another run's start before their end.
     unfinished: Vec<u64>,
+    /// `run-start` lines of runs a `run-end-recovered` ended.
+    recovered: Vec<u64>,
 }
 
 impl Default for ChainChecker {
@@ -201,6 +218,7 @@ impl Default for ChainChecker {
             runs: 0,
             open_run: None,
             unfinished: Vec::new(),
+            recovered: Vec::new(),
         }
     }
 }
@@ -238,6 +256,22 @@ impl ChainChecker {
                             }
                         }
                         "run-end" => self.open_run = None,
+                        RUN_END_RECOVERED => {
+                            // The run whose start it names, if that run has no end yet (a
+                            // repair that ran twice, or after the run's own end, changes
+                            // nothing).
+                            if let Some(start) = envelope.recovers.map(|seq| seq + 1) {
+                                if self.open_run == Some(start) {
+                                    self.open_run = None;
+                                    self.recovered.push(start);
+                                } else if let Some(i) =
+                                    self.unfinished.iter().position(|&l| l == start)
+                                {
+                                    self.unfinished.remove(i);
+                                    self.recovered.push(start);
+                                }
+                            }
+                        }
                         _ => {}
                     }
                 }
@@ -300,7 +334,15 @@ impl ChainChecker {
                 false,
             ));
         }
-        Ok(Checked { source, kind })
+        let recovers = match fields.run_start_seq {
+            Some(Field::Count(seq)) if seq < expected_seq => Some(seq),
+            _ => None,
+        };
+        Ok(Checked {
+            source,
+            kind,
+            recovers,
+        })
     }
 
     /// The verdict; with `expected_head`, an intact chain must also end at that hash.
@@ -332,12 +374,16 @@ impl ChainChecker {
         }
         let mut runs_without_end = self.unfinished;
         runs_without_end.extend(self.open_run);
+        let mut runs_recovered = self.recovered;
+        runs_recovered.sort_unstable();
         let status = if broken.is_some() {
             Status::Broken
-        } else if runs_without_end.is_empty() {
-            Status::Intact
-        } else {
+        } else if !runs_without_end.is_empty() {
             Status::Incomplete
+        } else if !runs_recovered.is_empty() {
+            Status::Recovered
+        } else {
+            Status::Intact
         };
         ChainReport {
             status,
@@ -348,6 +394,7 @@ impl ChainChecker {
             broken,
             runs: self.runs,
             runs_without_end,
+            runs_recovered,
             last_run_open: self.open_run.is_some(),
         }
     }
@@ -390,6 +437,8 @@ fn starts_record(tail: &[u8], next_seq: u64) -> bool {
 struct Checked {
     source: String,
     kind: String,
+    /// `run_start_seq` of the body, when it is a number before this record.
+    recovers: Option<u64>,
 }
 
 /// The envelope fields of one line, which must be a JSON object; the rest of the object is
@@ -400,6 +449,8 @@ struct EnvelopeFields {
     prev: Option<Field>,
     source: Option<Field>,
     kind: Option<Field>,
+    /// A `run-end-recovered` record's run (see [`RUN_START_SEQ`]).
+    run_start_seq: Option<Field>,
 }
 
 fn read_envelope(line: &[u8]) -> Result<EnvelopeFields, (String, bool)> {
@@ -776,6 +827,92 @@ mod tests {
         let mut bytes = runs(&[None]);
         bytes.truncate(bytes.len() - 3);
         assert_eq!(check(&bytes, None).status, Status::Broken);
+    }
+
+    /// Records `(source, kind, body)` chained from seq 0.
+    fn log_of(records: &[(&str, &str, Value)]) -> Vec<u8> {
+        let mut prev = GENESIS.to_string();
+        let lines: Vec<Vec<u8>> = records
+            .iter()
+            .enumerate()
+            .map(|(seq, (source, kind, body))| {
+                let line = format_line(
+                    seq as u64,
+                    &prev,
+                    1,
+                    source,
+                    kind,
+                    &body_object(body.clone()),
+                );
+                prev = line_hash(&line);
+                line
+            })
+            .collect();
+        file(&lines)
+    }
+
+    #[test]
+    fn a_run_ended_by_recovery_is_closed_and_said() {
+        let start = ("supervisor", "run-start", json!({}));
+        let end = ("supervisor", "run-end", json!({}));
+        let recovered = |seq: u64| {
+            (
+                "supervisor",
+                RUN_END_RECOVERED,
+                json!({ RUN_START_SEQ: seq }),
+            )
+        };
+        // Killed, then recovered at once (the next run on the same log recovers it first).
+        let report = check(
+            &log_of(&[start.clone(), recovered(0), start.clone(), end.clone()]),
+            None,
+        );
+        assert_eq!(report.status, Status::Recovered, "{report:?}");
+        assert_eq!(report.runs_recovered, vec![1]);
+        assert!(report.runs_without_end.is_empty());
+        // Recovered after another run started and ended in the same log.
+        let report = check(
+            &log_of(&[start.clone(), start.clone(), end.clone(), recovered(0)]),
+            None,
+        );
+        assert_eq!(
+            (report.status, report.runs_recovered.clone()),
+            (Status::Recovered, vec![1])
+        );
+        // A run without any end still makes the log incomplete; the recovered one is still said.
+        let report = check(&log_of(&[start.clone(), start.clone(), recovered(1)]), None);
+        assert_eq!(report.status, Status::Incomplete);
+        assert_eq!(
+            (
+                report.runs_without_end.clone(),
+                report.runs_recovered.clone()
+            ),
+            (vec![1], vec![2])
+        );
+        // A repair after the run's own end (killed before its marker went), a second repair, one
+        // naming no run start, one from inside, or a seq after itself: nothing changes.
+        let report = check(
+            &log_of(&[
+                start.clone(),
+                end.clone(),
+                recovered(0),
+                recovered(0),
+                recovered(1),
+                ("sandbox", RUN_END_RECOVERED, json!({ RUN_START_SEQ: 0 })),
+                recovered(99),
+            ]),
+            None,
+        );
+        assert_eq!(report.status, Status::Intact, "{report:?}");
+        assert!(report.runs_recovered.is_empty());
+        let report = check(
+            &log_of(&[
+                start.clone(),
+                ("sandbox", RUN_END_RECOVERED, json!({ RUN_START_SEQ: 0 })),
+            ]),
+            None,
+        );
+        assert_eq!(report.status, Status::Incomplete);
     }
 
     #[test]

@@ -1,10 +1,16 @@
 //! `stepproof audit verify|show`. Exit codes: 0 the chain is intact and every run in it has its
 //! `run-end`; 1 it is broken (or does not end at `--head`); 2 usage or I/O error, or the file is
 //! not a log (empty, or its first line is not a record); 3 intact but incomplete (a run has no
-//! `run-end`); 4 intact so far, and the last run is still being written.
+//! `run-end`); 4 intact so far, and the last run is still being written; 5 intact and every run
+//! has an end, but a run's end was written by a repair (`run-end-recovered`: its supervisor
+//! died, `stepproof repair` or the next run finished it).
+//!
+//! Both also say when a run of the log still owes work (its supervisor died and nothing has
+//! finished its end yet; see [`crate::audit::owed`]), and name `stepproof repair`.
 
 use crate::audit::chain::{self, ChainReport, Status};
-use crate::audit::{export, export_verify, show};
+use crate::audit::{export, export_verify, owed, show};
+use serde_json::Value;
 use std::fs::{File, TryLockError};
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
@@ -14,6 +20,7 @@ pub const EXIT_BROKEN: i32 = 1;
 pub const EXIT_ERROR: i32 = 2;
 pub const EXIT_INCOMPLETE: i32 = 3;
 pub const EXIT_IN_PROGRESS: i32 = 4;
+pub const EXIT_RECOVERED: i32 = 5;
 
 /// The `stepproof audit` subcommands.
 #[derive(clap::Subcommand, Debug)]
@@ -21,7 +28,9 @@ pub enum AuditCommand {
     /// Check a run's audit log: every line a record, `seq` counting from 0, each `prev` the
     /// hash of the line before, every run ending in its `run-end`. Names the first broken line.
     /// Exit 0 intact, 1 broken, 2 error (also: empty, or not a log), 3 incomplete (a run has no
-    /// run-end), 4 in progress (the last run is still being written).
+    /// run-end), 4 in progress (the last run is still being written), 5 ended by recovery (every
+    /// run has an end, but a run's supervisor died and `stepproof repair` or the next run wrote
+    /// its end, run-end-recovered).
     ///
     /// Without --head, a log cut between two runs still looks intact: pass the head hash
     /// `stepproof-run` printed at the end of the run to detect a truncated tail.
@@ -253,6 +262,7 @@ fn verdict_code(report: &ChainReport) -> i32 {
         Status::Broken => EXIT_BROKEN,
         Status::Incomplete => EXIT_INCOMPLETE,
         Status::InProgress => EXIT_IN_PROGRESS,
+        Status::Recovered => EXIT_RECOVERED,
     }
 }
 
@@ -298,9 +308,18 @@ fn verify_file(path: &Path, head: Option<&str>, json: bool) -> i32 {
                 );
             }
         }
+        Status::Incomplete if !report.runs_recovered.is_empty() => crate::out!(
+            "incomplete: the chain is intact ({intact}), but {}; and {}",
+            show::runs_without_end(&report),
+            show::runs_recovered(&report)
+        ),
         Status::Incomplete => crate::out!(
             "incomplete: the chain is intact ({intact}), but {}",
             show::runs_without_end(&report)
+        ),
+        Status::Recovered => crate::out!(
+            "ended by recovery: the chain is intact ({intact}), but {}",
+            show::runs_recovered(&report)
         ),
         Status::InProgress => crate::out!(
             "in progress: the chain is intact so far ({intact}); {}",
@@ -308,7 +327,37 @@ fn verify_file(path: &Path, head: Option<&str>, json: bool) -> i32 {
         ),
         Status::Broken => crate::out_part!("{}", show::chain_verdict(&report)),
     }
+    say_work_owed(path);
     verdict_code(&report)
+}
+
+/// The runs of the log at `path` that still owe work (a marker in their run directory, no
+/// supervisor holding its lock): the run directory beside the log, and the caller's run
+/// directories whose marker names this log.
+pub fn work_owed(path: &Path) -> Vec<owed::OwedRun> {
+    let mut found: Vec<owed::OwedRun> = crate::audit::runs::owed_runs(&owed::caller_runs_dir())
+        .into_iter()
+        .filter(|o| o.logs_to(path) || path.parent() == Some(o.run_dir.as_path()))
+        .collect();
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
+        && owed::has_marker(dir)
+        && !owed::lock_held(dir)
+        && !found.iter().any(|o| o.run_dir == dir)
+        && let Ok(Some(header)) = owed::read_header(dir)
+    {
+        found.push(owed::OwedRun {
+            run_dir: dir.to_path_buf(),
+            header: Ok(header),
+        });
+    }
+    found
+}
+
+/// Says on stderr which runs of the log at `path` still owe work.
+fn say_work_owed(path: &Path) {
+    for run in work_owed(path) {
+        crate::say!("WORK OWED: {}", run.describe());
+    }
 }
 
 fn show_file(path: &Path, json: bool) -> i32 {
@@ -357,18 +406,33 @@ fn show_file(path: &Path, json: bool) -> i32 {
             return code;
         }
     };
+    let owed = work_owed(path);
     if json {
         let open = if written == 0 {
             "{\n  \"records\": [],\n"
         } else {
             ",\n"
         };
+        let owed: Vec<Value> = owed
+            .iter()
+            .map(|o| {
+                serde_json::json!({
+                    "run_dir": crate::audit::text::path(&o.run_dir),
+                    "workspace": o.header.as_ref().ok().map(|h| crate::audit::text::path(&h.workspace)),
+                    "what": o.describe(),
+                })
+            })
+            .collect();
         crate::out!(
-            "{open}  \"chain\": {}\n}}",
-            serde_json::to_string(&chain).unwrap_or_default()
+            "{open}  \"chain\": {},\n  \"work_owed\": {}\n}}",
+            serde_json::to_string(&chain).unwrap_or_default(),
+            serde_json::to_string(&owed).unwrap_or_default()
         );
     } else {
         crate::out_part!("{}", out.text.end(&chain));
+        for run in &owed {
+            crate::out!("WORK OWED: {}", run.describe());
+        }
     }
     verdict_code(&chain)
 }

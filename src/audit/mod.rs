@@ -32,7 +32,10 @@
 //! does not stop someone from writing a whole new consistent log.
 //!
 //! Several runs may append to one log: each starts with a `run-start` and ends with a `run-end`
-//! record, both from the supervisor. A record left half written by a writer that was killed is
+//! record, both from the supervisor. A run whose supervisor died before its end is ended by
+//! `run-end-recovered`, written by the repair that finished its end (`stepproof repair`, or the
+//! next run on its workspace; see [`owed`]), which names the run by the `seq` of its
+//! `run-start` (`run_start_seq`); `verify` says such a log *ended by recovery*. A record left half written by a writer that was killed is
 //! cut off by the next writer, which records its length and hash (`torn-record-removed`). No
 //! line is longer than [`MAX_RECORD_LINE`](chain::MAX_RECORD_LINE), so a reader needs one line
 //! of memory.
@@ -49,6 +52,7 @@ pub mod export_fields;
 pub mod export_http;
 pub mod export_otlp;
 pub mod export_verify;
+pub mod owed;
 pub mod receiver;
 pub mod runbook_steps;
 pub mod runs;

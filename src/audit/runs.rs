@@ -5,9 +5,12 @@
 //! `STEPPROOF_KEEP_RUNS` say; `all` keeps every one) and older ones are removed.
 //!
 //! Never removed: the run's own directory, the directory of a run whose supervisor is still
-//! alive, and anything whose name is not `<seconds>-<pid>` or that is not a directory (a link is
-//! never followed).
+//! alive (its pid exists, or its lock is held), a directory that still owes work (a marker,
+//! [`crate::audit::owed`]: the end of a run whose supervisor died, which `stepproof repair` or
+//! the next run on its workspace finishes), and anything whose name is not `<seconds>-<pid>` or
+//! that is not a directory (a link is never followed).
 
+use crate::audit::owed::{self, OwedRun};
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -76,6 +79,26 @@ pub fn run_dirs(runs: &Path) -> Vec<PathBuf> {
     found.into_iter().map(|(_, _, p)| p).collect()
 }
 
+/// Every run directory in `runs` that owes work: a marker, and a lock nobody holds.
+pub fn owed_runs(runs: &Path) -> Vec<OwedRun> {
+    run_dirs(runs)
+        .into_iter()
+        .filter(|dir| owed::has_marker(dir) && !owed::lock_held(dir))
+        .filter_map(|dir| match owed::read_header(&dir) {
+            // Finished meanwhile.
+            Ok(None) => None,
+            Ok(Some(h)) => Some(OwedRun {
+                run_dir: dir,
+                header: Ok(h),
+            }),
+            Err(why) => Some(OwedRun {
+                run_dir: dir,
+                header: Err(why),
+            }),
+        })
+        .collect()
+}
+
 /// Applies the retention rule to the directory holding `own` (the current run's directory):
 /// returns the run directories removed, and those that could not be (with why).
 pub fn prune(own: &Path, keep: Keep) -> (Vec<PathBuf>, Vec<(PathBuf, std::io::Error)>) {
@@ -108,8 +131,8 @@ pub fn prune(own: &Path, keep: Keep) -> (Vec<PathBuf>, Vec<(PathBuf, std::io::Er
     // Newest first; the same second is ordered by pid, which is as good a guess as any.
     found.sort_unstable_by_key(|&(secs, pid, _)| std::cmp::Reverse((secs, pid)));
     for (_, pid, path) in found.into_iter().skip(keep) {
-        let alive = Path::new("/proc").join(pid.to_string()).exists();
-        if path == own || alive {
+        let alive = Path::new("/proc").join(pid.to_string()).exists() || owed::lock_held(&path);
+        if path == own || alive || owed::has_marker(&path) {
             continue;
         }
         match fs::remove_dir_all(&path) {
@@ -123,6 +146,45 @@ pub fn prune(own: &Path, keep: Keep) -> (Vec<PathBuf>, Vec<(PathBuf, std::io::Er
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn header(workspace: &Path) -> owed::Header {
+        owed::Header {
+            format: owed::FORMAT.into(),
+            version: owed::VERSION,
+            run_id: "r".into(),
+            pid: 4_194_305,
+            pid_start: Some(1),
+            boot_id: owed::boot_id(),
+            started_at_ms: 1,
+            workspace: workspace.to_path_buf(),
+            audit_log: None,
+            run_start_seq: Some(0),
+        }
+    }
+
+    #[test]
+    fn a_marker_whose_lock_is_free_is_owed_and_a_held_one_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let runs = dir.path().join("runs");
+        let run = runs.join("1-4194305");
+        fs::create_dir_all(&run).unwrap();
+        assert!(owed_runs(&runs).is_empty());
+        let bytes = serde_json::to_vec(&header(Path::new("/w"))).unwrap();
+        owed::write_atomic(&run, owed::MARKER, &bytes).unwrap();
+        let owed = owed_runs(&runs);
+        assert_eq!(owed.len(), 1);
+        assert!(owed[0].of_workspace(Path::new("/w")));
+        assert!(!owed[0].of_workspace(Path::new("/v")));
+        assert!(owed[0].describe().contains("stepproof repair /w"));
+        let lock = owed::open_lock(&run).unwrap();
+        lock.lock().unwrap();
+        assert!(owed::lock_held(&run));
+        assert!(owed_runs(&runs).is_empty());
+        drop(lock);
+        assert!(!owed::lock_held(&run));
+        owed::remove_durably(&run, &[owed::MARKER, owed::SWEPT]).unwrap();
+        assert!(!owed::has_marker(&run) && owed_runs(&runs).is_empty());
+    }
 
     #[test]
     fn keep_parses_numbers_and_all() {
@@ -178,5 +240,34 @@ mod tests {
         }
         assert!(live.is_dir() && target.is_dir());
         assert_eq!(prune(&own, Keep::All).0.len(), 0);
+    }
+
+    #[test]
+    fn a_directory_that_owes_work_or_whose_lock_is_held_is_never_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let runs = dir.path().join("runs");
+        let dead = 4_194_305u32;
+        for secs in 1..=4u64 {
+            fs::create_dir_all(runs.join(format!("{secs}-{dead}"))).unwrap();
+        }
+        // The oldest owes work (its marker); the next one's lock is held (a repair at work).
+        crate::audit::owed::write_atomic(
+            &runs.join(format!("1-{dead}")),
+            crate::audit::owed::MARKER,
+            b"{}",
+        )
+        .unwrap();
+        let lock = crate::audit::owed::open_lock(&runs.join(format!("2-{dead}"))).unwrap();
+        lock.lock().unwrap();
+        let own = runs.join(format!("4-{dead}"));
+        let (removed, failed) = prune(&own, Keep::Newest(1));
+        assert!(failed.is_empty(), "{failed:?}");
+        assert_eq!(removed, vec![runs.join(format!("3-{dead}"))]);
+        assert!(runs.join(format!("1-{dead}")).is_dir());
+        assert!(runs.join(format!("2-{dead}")).is_dir());
+        drop(lock);
+        let (removed, _) = prune(&own, Keep::Newest(1));
+        assert_eq!(removed, vec![runs.join(format!("2-{dead}"))]);
+        assert!(runs.join(format!("1-{dead}")).is_dir());
     }
 }

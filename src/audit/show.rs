@@ -199,6 +199,32 @@ pub fn summarize(source: &str, kind: &str, record: &Map<String, Value>) -> Strin
             join(&parts)
         }
         (_, kind) if kind.starts_with("runbook-") => runbook_summary(kind, record),
+        ("supervisor", chain::RUN_END_RECOVERED) => {
+            let count = |key: &str| {
+                record
+                    .get(key)
+                    .and_then(Value::as_array)
+                    .map_or(0, Vec::len)
+            };
+            format!(
+                "ENDED BY RECOVERY: the supervisor (pid {}) died before the run's end; {} (pid {}) \
+                 finished it: the sweep ({}) found {} ({} repository configs put back as they \
+                 were at launch)",
+                s(record, "pid"),
+                s(record, "via"),
+                s(record, "recovered_by"),
+                match s(record, "swept_by").as_str() {
+                    "run" => "done by the run before it died",
+                    _ => "done by the repair",
+                },
+                match count("findings") {
+                    0 => "nothing".to_string(),
+                    1 => "1 finding".to_string(),
+                    n => format!("{n} findings"),
+                },
+                count("restored")
+            )
+        }
         ("supervisor", "torn-record-removed") => {
             let none = Map::new();
             let torn = record
@@ -536,14 +562,44 @@ pub fn chain_verdict(report: &ChainReport) -> String {
             report.records,
             report.head
         ),
+        (None, Status::Incomplete) if !report.runs_recovered.is_empty() => format!(
+            "{intact}       INCOMPLETE: {}\n       ENDED BY RECOVERY: {}\n",
+            runs_without_end(report),
+            runs_recovered(report)
+        ),
         (None, Status::Incomplete) => {
             format!("{intact}       INCOMPLETE: {}\n", runs_without_end(report))
         }
         (None, Status::InProgress) => {
             format!("{intact}       IN PROGRESS: {}\n", runs_without_end(report))
         }
+        (None, Status::Recovered) => {
+            format!(
+                "{intact}       ENDED BY RECOVERY: {}\n",
+                runs_recovered(report)
+            )
+        }
         (None, _) => intact,
     }
+}
+
+/// Which runs were ended by a repair (`run-end-recovered`), and what that means.
+pub fn runs_recovered(report: &ChainReport) -> String {
+    let which = match report.runs_recovered.as_slice() {
+        [one] => format!("the run that starts at line {one} was"),
+        more => format!(
+            "the runs that start at lines {} were",
+            more.iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    format!(
+        "{which} ended by recovery (run-end-recovered): the supervisor died before the end, and \
+         `stepproof repair` or the next run on the workspace swept what the run left and wrote \
+         the end; what the run did after the supervisor's last record is not in the log"
+    )
 }
 
 /// Which runs have no `run-end`, and what that means.

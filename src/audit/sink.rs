@@ -167,6 +167,11 @@ impl AuditSink {
 
     /// Appends one record; a failure is logged, never fatal to the run.
     pub fn record<T: Serialize>(&self, source: &str, kind: &str, body: &T) {
+        self.record_at(source, kind, body);
+    }
+
+    /// [`AuditSink::record`], returning the record's `seq` when it was written.
+    pub fn record_at<T: Serialize>(&self, source: &str, kind: &str, body: &T) -> Option<u64> {
         let body = match serde_json::to_value(body) {
             Ok(value) => chain::body_object(value),
             Err(e) => {
@@ -174,9 +179,11 @@ impl AuditSink {
                 Map::from_iter([("unserialisable".to_string(), Value::from(e.to_string()))])
             }
         };
-        if let Err(e) = self.append(source, kind, &body) {
-            tracing::warn!(path = %self.path.display(), "writing the audit log: {e}");
-        }
+        self.append(source, kind, &body)
+            .inspect_err(|e| {
+                tracing::warn!(path = %self.path.display(), "writing the audit log: {e}");
+            })
+            .ok()
     }
 
     /// Why the log is incomplete: the first record that could not be written (or the flush

@@ -67,7 +67,21 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<std::ffi::OsString>,
     },
-    /// Which kernel features exist here and whether the default profile can be enforced.
+    /// Finish the end of runs whose supervisor died before it (killed, OOM, a reboot): the
+    /// sweep with the run's launch snapshot — persistence paths quarantined, repository configs
+    /// that gained a key that runs code put back as they were at launch — and the missing end
+    /// of the audit chain (`run-end-recovered`). Exit 0 when nothing is owed any more, 1 when a
+    /// run's end could not be finished (said; it stays owed), 2 on an error.
+    Repair {
+        /// The workspace whose runs to finish (the current directory when omitted).
+        #[arg(conflicts_with = "all")]
+        workspace: Option<PathBuf>,
+        /// Every run that owes its end, of every workspace.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Which kernel features exist here and whether the default profile can be enforced; and
+    /// the workspaces whose runs owe their end (`stepproof repair`).
     Doctor {
         #[arg(long)]
         json: bool,
@@ -203,6 +217,9 @@ fn main() {
         Command::Login { args } => login(&args),
         Command::Runbook { action } => stepproof::runbook::run_command(action),
         Command::State { action } => stepproof::cli::state::run_command(action),
+        Command::Repair { workspace, all } => {
+            stepproof::cli::repair::run(workspace.as_deref(), all)
+        }
         Command::Step { action } => stepproof::runbook::client::run_step_command(action),
         Command::Approve { run, step } => approval(
             &run,
@@ -394,9 +411,13 @@ fn main() {
         Command::Doctor { json } => {
             let checks = doctor::run_checks();
             let ok = doctor::default_profile_enforceable(&checks);
+            let owed = doctor::work_owed();
             if json {
-                let value =
-                    serde_json::json!({ "checks": checks, "default_profile_enforceable": ok });
+                let value = serde_json::json!({
+                    "checks": checks,
+                    "default_profile_enforceable": ok,
+                    "work_owed": owed,
+                });
                 stepproof::out!(
                     "{}",
                     serde_json::to_string_pretty(&value).unwrap_or_default()
@@ -420,6 +441,24 @@ fn main() {
                         "CANNOT be enforced here"
                     }
                 );
+                for run in &owed {
+                    stepproof::out!("OWED {}", run.what);
+                }
+                if !owed.is_empty() {
+                    let mut workspaces: Vec<&str> =
+                        owed.iter().filter_map(|o| o.workspace.as_deref()).collect();
+                    workspaces.sort_unstable();
+                    workspaces.dedup();
+                    stepproof::out!(
+                        "work owed: {} run(s) died before their end, in {}; until `stepproof repair` (or the next run there) finishes it, what a run left there (a repository config with a key that runs code) may be where the host's tools act on it",
+                        owed.len(),
+                        if workspaces.is_empty() {
+                            "unknown workspaces (`stepproof repair --all`)".to_string()
+                        } else {
+                            workspaces.join(", ")
+                        }
+                    );
+                }
             }
             if ok { 0 } else { 1 }
         }

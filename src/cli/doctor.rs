@@ -274,3 +274,29 @@ fn parent(dir: &std::path::Path) -> String {
 pub fn default_profile_enforceable(checks: &[Check]) -> bool {
     checks.iter().all(|c| c.available || !c.required_by_default)
 }
+
+/// A run whose supervisor died before its end, as `doctor` lists it.
+#[derive(Debug, Clone, Serialize)]
+pub struct WorkOwed {
+    pub run_dir: String,
+    pub workspace: Option<String>,
+    /// What happened and what to run.
+    pub what: String,
+}
+
+/// The caller's runs that owe their end (see [`crate::audit::owed`]).
+pub fn work_owed() -> Vec<WorkOwed> {
+    let home = crate::cli::host::caller_home(nix::unistd::getuid().as_raw());
+    crate::audit::runs::owed_runs(&crate::audit::owed::runs_dir(&home))
+        .iter()
+        .map(|o| WorkOwed {
+            run_dir: crate::audit::text::path(&o.run_dir).into_owned(),
+            workspace: o
+                .header
+                .as_ref()
+                .ok()
+                .map(|h| crate::audit::text::path(&h.workspace).into_owned()),
+            what: o.describe(),
+        })
+        .collect()
+}

@@ -7,6 +7,7 @@ pub mod explain;
 pub mod host;
 pub mod logging;
 pub mod probes;
+pub mod repair;
 pub mod run;
 pub mod selftest;
 pub mod state;

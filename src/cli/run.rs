@@ -14,7 +14,8 @@ use crate::supervisor::launch::start;
 use crate::supervisor::way_out::output_files::{
     OutputFile, WriteMode, writable_root_of, writable_roots,
 };
-use crate::supervisor::way_out::sweep::{EXIT_TAMPERING, Snapshot};
+use crate::supervisor::way_out::recover::{self, Owed};
+use crate::supervisor::way_out::sweep::{EXIT_TAMPERING, Snapshot, SweepScope};
 use std::ffi::OsString;
 use std::path::PathBuf;
 
@@ -224,6 +225,10 @@ fn carry_out(
             facts.home.display()
         )));
     }
+    // A run of this workspace whose supervisor died before its end owes that end (its sweep,
+    // its end record): finished before anything here reads the workspace, so that this run never
+    // takes what the agent left (a poisoned repository config) as its launch state.
+    finish_owed_runs(&facts.run_dir, &facts.workspace)?;
     // The approval webhook: named only from outside the workspace, https, out of the agent's
     // reach; its key read now when the runbook has an approval step to ask it.
     let approval_webhook = crate::supervisor::runbook::webhook::prepare(
@@ -416,13 +421,14 @@ fn carry_out(
         }
         _ => None,
     };
+    let mut run_start_seq = None;
     if let Some(audit) = &audit {
         let argv: Vec<String> = args
             .command
             .iter()
             .map(|a| a.to_string_lossy().into_owned())
             .collect();
-        audit.record(
+        run_start_seq = audit.record_at(
             "supervisor",
             "run-start",
             &serde_json::json!({
@@ -481,8 +487,6 @@ fn carry_out(
     }
     check_mount_budget(&plan).map_err(Failure::refused)?;
     tracing::debug!("plan built");
-    let snapshot = Snapshot::take(&plan);
-    tracing::debug!("snapshot taken");
     // A model verifier run: its agent definition, for its own config directory only.
     let verifier_agent = match &args.verifier_agent {
         None => None,
@@ -495,6 +499,32 @@ fn carry_out(
             crate::regular_file::read_to_string(path, 64 << 10)
                 .map_err(|e| Failure::host(format!("--verifier-agent {}: {e}", path.display())))?,
         ),
+    };
+    let snapshot = Snapshot::take(&plan);
+    let scope = SweepScope::of(&profile, &plan);
+    tracing::debug!("snapshot taken");
+    // What the end owes, in the run directory before the command starts: if this process is
+    // killed from here on, `stepproof repair` or the next run on the workspace finishes the end
+    // with this snapshot. Nothing between here and the end returns early. The self-test's run
+    // has no sweep, and owes none.
+    let mut owed = if args.selftest {
+        None
+    } else {
+        let owed = Owed::record(
+            &facts.run_dir,
+            &run_id,
+            audit.as_ref().map(AuditSink::path),
+            run_start_seq,
+            &scope,
+            &snapshot,
+        )
+        .map_err(|e| {
+            Failure::host(format!(
+                "recording what the run's end owes (so that it survives a kill): {e}; the command was not started"
+            ))
+        })?;
+        tracing::debug!("work owed recorded");
+        Some(owed)
     };
     let options = start::RunOptions {
         verifier_agent: verifier_agent.as_deref(),
@@ -536,7 +566,7 @@ fn carry_out(
     ) && !args.selftest
     {
         tracing::debug!("sweep starts");
-        let sweep = snapshot.sweep(&profile, &plan, &facts.run_dir.join("quarantine"));
+        let sweep = snapshot.sweep_in(&scope, &facts.run_dir.join("quarantine"));
         tracing::debug!("sweep done");
         let mut findings = moved_during_run;
         findings.extend(sweep.findings);
@@ -582,6 +612,19 @@ fn carry_out(
                 patch.display().to_string().into(),
             );
         }
+        // A kill from here on leaves a repair only the record to write.
+        if let Some(owed) = &owed
+            && let Err(e) = owed.swept(&recover::Swept::of(
+                "run",
+                &findings,
+                &sweep.host_edits,
+                &sweep.restored,
+                proposed.as_deref(),
+            ))
+        {
+            crate::say!("stepproof-run: keeping what the sweep found beside the marker: {e}");
+        }
+        tracing::debug!("sweep kept");
         Some((sweep.host_edits, findings, proposed))
     } else {
         None
@@ -763,6 +806,9 @@ fn carry_out(
             }),
         );
         audit.sync();
+        // The end is on disk: nothing is owed any more. (A log that could not take a record
+        // is said below, 118: the run did its end, and a repair would only claim it had not.)
+        discharge(owed.take());
         if let Some(exporter) = exporter {
             finish_export(exporter, outputs);
         }
@@ -803,6 +849,8 @@ fn carry_out(
             }
         }
     }
+    // Without a log, the sweep was the end.
+    discharge(owed.take());
     drop(scratch);
     drop(caches);
     let wants_summary =
@@ -825,6 +873,57 @@ fn carry_out(
         write_summaries(outputs, &summary, &result.outcome);
     }
     Ok((result.outcome, result.report))
+}
+
+/// The run's end is done: its marker goes (the lock stays held until the process ends).
+fn discharge(owed: Option<Owed>) {
+    if let Some(owed) = owed
+        && let Err(e) = owed.discharge()
+    {
+        crate::say!("stepproof-run: removing the marker of work owed: {e}");
+    }
+}
+
+/// Finishes the owed runs of `workspace` (runs whose supervisor died before their end), from
+/// the run directories beside `own`, and says so. A run whose sweep could not be done refuses
+/// this launch: the workspace may hold what the agent left, and this run would take it as its
+/// launch state. One swept but not recorded (its log is busy or full) only warns.
+fn finish_owed_runs(own: &std::path::Path, workspace: &std::path::Path) -> Result<(), Failure> {
+    let Some(runs) = own.parent() else {
+        return Ok(());
+    };
+    let finished = recover::finish(
+        runs,
+        Some(workspace),
+        recover::VIA_RUN,
+        std::time::Duration::from_secs(10),
+    );
+    let mut refused = Vec::new();
+    for done in finished {
+        match done {
+            recover::Finished::Done(repair) => {
+                for line in recover::describe(&repair) {
+                    crate::say!("stepproof-run: {line}");
+                }
+            }
+            recover::Finished::Live(_) => {}
+            recover::Finished::Unfinished(u) if u.swept => {
+                crate::say!("stepproof-run: WARNING: {u}");
+            }
+            recover::Finished::Unfinished(u) => refused.push(u.to_string()),
+        }
+    }
+    tracing::debug!("owed runs finished");
+    if refused.is_empty() {
+        Ok(())
+    } else {
+        Err(Failure::host(format!(
+            "an earlier run in {} died before its end, and that end could not be finished: {}; not starting the command (this run would take what that run left as its launch state). See `stepproof repair {}`",
+            workspace.display(),
+            refused.join("; "),
+            crate::audit::text::shell_word(&crate::audit::text::path(workspace))
+        )))
+    }
 }
 
 /// The audit export, when the profile or `stepproof-run`'s environment names a collector: the

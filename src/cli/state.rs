@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 #[derive(clap::Subcommand, Debug)]
 pub enum StateCommand {
     /// What is kept for a workspace (the current directory unless --workspace): its sessions,
-    /// prompt history, todos, plans, and its auto-memory in full.
+    /// prompt history, todos, plans, and its auto-memory in full; and any run of it whose
+    /// supervisor died before its end (work owed: `stepproof repair`).
     Show {
         #[arg(long, value_name = "DIR")]
         workspace: Option<PathBuf>,
@@ -113,6 +114,12 @@ fn show(home: &Path, workspace: &Path, json: bool) -> i32 {
             (walk, memory)
         });
     let (walk, memory) = walk.unwrap_or_default();
+    // Runs of this workspace whose supervisor died before their end.
+    let owed: Vec<String> = crate::audit::runs::owed_runs(&crate::audit::owed::runs_dir(home))
+        .iter()
+        .filter(|o| o.of_workspace(workspace))
+        .map(crate::audit::owed::OwedRun::describe)
+        .collect();
     if json {
         let value = serde_json::json!({
             "workspace": crate::audit::text::path(workspace),
@@ -127,6 +134,7 @@ fn show(home: &Path, workspace: &Path, json: bool) -> i32 {
             "memory": memory.iter().map(|(path, sha256, text)| serde_json::json!({
                 "path": path, "sha256": sha256, "text": text,
             })).collect::<Vec<_>>(),
+            "work_owed": owed,
         });
         crate::out!(
             "{}",
@@ -135,6 +143,9 @@ fn show(home: &Path, workspace: &Path, json: bool) -> i32 {
         return 0;
     }
     crate::out!("workspace: {}", workspace.display());
+    for what in &owed {
+        crate::out!("WORK OWED: {what}");
+    }
     if !dir.is_dir() {
         crate::out!("nothing kept ({} does not exist)", dir.display());
         return 0;

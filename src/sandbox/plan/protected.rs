@@ -94,22 +94,30 @@ pub(crate) fn protected_paths_of(
     repos: &[PathBuf],
     notes: &mut Vec<String>,
 ) -> Vec<PathBuf> {
-    expand_protected(profile, workspace, home, repos, &|_| false, notes)
+    expand_protected(
+        &profile.filesystem.protected,
+        workspace,
+        home,
+        repos,
+        &|_| false,
+        notes,
+    )
 }
 
 /// The persistence paths of `repos` again, after a run: for a repository `expanded_before`
 /// names (relative to the workspace, `""` for the workspace itself) only what depends on the
 /// tree as it is now — the names with a `*` and `core.hooksPath` — since its fixed names are
-/// the launch's; everything for a repository that appeared during the run.
+/// the launch's; everything for a repository that appeared during the run. `protected` is the
+/// profile's list of protected names (`filesystem.protected`), as recorded at launch.
 pub(crate) fn protected_paths_after(
-    profile: &Profile,
+    protected: &[String],
     workspace: &Path,
     home: &Path,
     repos: &[PathBuf],
     expanded_before: &dyn Fn(&Path) -> bool,
     notes: &mut Vec<String>,
 ) -> Vec<PathBuf> {
-    expand_protected(profile, workspace, home, repos, expanded_before, notes)
+    expand_protected(protected, workspace, home, repos, expanded_before, notes)
 }
 
 /// A protected name that is a plain relative path (no `*`, no empty or `.` component): joined
@@ -119,7 +127,7 @@ fn is_fixed(pattern: &str) -> bool {
 }
 
 fn expand_protected(
-    profile: &Profile,
+    protected: &[String],
     workspace: &Path,
     home: &Path,
     repos: &[PathBuf],
@@ -129,12 +137,7 @@ fn expand_protected(
     // Protected names are relative without `..` (the profile refuses others), and the
     // workspace and the repositories found below it are lexical paths: a name joined to them
     // needs no normalising and cannot leave the workspace. Only `core.hooksPath` can.
-    let mut patterns: Vec<&str> = profile
-        .filesystem
-        .protected
-        .iter()
-        .map(String::as_str)
-        .collect();
+    let mut patterns: Vec<&str> = protected.iter().map(String::as_str).collect();
     if workspace == home {
         patterns.extend(HOME_PERSISTENCE.iter().copied());
     }

@@ -5,5 +5,6 @@
 pub mod output_files;
 pub mod profile_check;
 pub mod proposed;
+pub mod recover;
 pub mod sweep;
 pub mod watch;

@@ -11,11 +11,12 @@
 //! never its target), and files are opened `O_NOFOLLOW | O_NONBLOCK` and hashed only when
 //! `fstat` on the descriptor says they are regular, and only so far.
 
+use crate::audit::owed::bytes;
 use crate::profile::Profile;
 use crate::sandbox::plan::SandboxPlan;
 use crate::sandbox::plan::protected::{is_git_config, protected_paths_after, relative_beneath};
 use crate::sys::beneath::{self, DIR_LISTING, DIR_LOOKUP, FILE_READING, Stat};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
@@ -40,15 +41,17 @@ const GIT_CONFIG_READ_LIMIT: u64 = 1 << 20;
 const MAX_ENTRIES: usize = 10_000;
 
 /// What a protected path was (paths relative to the workspace).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 enum State {
     Absent,
     /// Every entry at and below it with its content hash (`""` is the path itself).
-    Entries(BTreeMap<PathBuf, String>),
+    Entries(#[serde(with = "bytes::path_map")] BTreeMap<PathBuf, String>),
     /// A link stands where the path or one of its ancestors should be: the link and its
     /// target, which is never followed.
     Link {
+        #[serde(with = "bytes::path")]
         link: PathBuf,
+        #[serde(with = "bytes::os")]
         target: OsString,
     },
     /// It could not be looked at (with what `fstatat` said about the entry, so that a change
@@ -56,18 +59,26 @@ enum State {
     Unreadable(String),
 }
 
-#[derive(Debug, Clone, Default)]
+/// What the sweep compares the end with: the persistence paths, the repositories' `.git` and
+/// configs as they were at launch. It serialises whole (paths as their exact bytes) into the
+/// run directory's marker of work owed (`supervisor::way_out::recover`), so that a repair after
+/// the supervisor's death sweeps with the same launch state.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Snapshot {
     /// Relative to the workspace; protected paths outside it are never recorded nor moved.
+    #[serde(with = "bytes::path_map")]
     paths: BTreeMap<PathBuf, State>,
     /// What the `.git` of each repository found at launch was (relative to the workspace).
+    #[serde(with = "bytes::path_map")]
     git: BTreeMap<PathBuf, GitEntry>,
     /// The repositories' own configs as they were at launch (writable inside; see
     /// [`is_git_config`]).
+    #[serde(with = "bytes::path_map")]
     configs: BTreeMap<PathBuf, LaunchFile>,
     /// The persistence paths bound read-only inside, with the identity of every directory from
     /// the workspace down to them: while that chain is the same after the run, the path was
     /// read-only to the run all along, and a change to it is the host's.
+    #[serde(with = "bytes::path_map")]
     bound: BTreeMap<PathBuf, Vec<(u64, u64)>>,
     /// The launch, less the margin, since the epoch: a setuid bit on an entry changed after
     /// this is the run's.
@@ -132,6 +143,38 @@ fn ancestry(root: BorrowedFd<'_>, rel: &Path) -> Option<Vec<(u64, u64)>> {
 pub struct Sweep {
     pub findings: Vec<Finding>,
     pub host_edits: Vec<PathBuf>,
+    /// The repository configs put back as they were at launch.
+    pub restored: Vec<PathBuf>,
+}
+
+/// What the sweep needs of the profile and the plan, taken at launch with the [`Snapshot`] and
+/// recorded with it: the same scope at a normal end and in a repair after a kill.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SweepScope {
+    #[serde(with = "bytes::path")]
+    pub workspace: PathBuf,
+    #[serde(with = "bytes::path")]
+    pub home: PathBuf,
+    /// The repositories the launch found (absolute).
+    #[serde(with = "bytes::paths")]
+    pub repositories: Vec<PathBuf>,
+    /// The profile's protected names (`filesystem.protected`).
+    pub protected: Vec<String>,
+    /// Everything the sandbox could write on the host (see [`writable_roots`]).
+    #[serde(with = "bytes::paths")]
+    pub writable_roots: Vec<PathBuf>,
+}
+
+impl SweepScope {
+    pub fn of(profile: &Profile, plan: &SandboxPlan) -> SweepScope {
+        SweepScope {
+            workspace: plan.workspace.clone(),
+            home: plan.home.clone(),
+            repositories: plan.repositories.clone(),
+            protected: profile.filesystem.protected.clone(),
+            writable_roots: writable_roots(plan),
+        }
+    }
 }
 
 /// Directory listings beneath the workspace, each taken once: most persistence names are
@@ -191,7 +234,7 @@ impl<'a> Listings<'a> {
 }
 
 /// A file as it was at launch, to be put back.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct LaunchFile {
     text: String,
     mode: u32,
@@ -221,6 +264,17 @@ fn launch_file(root: BorrowedFd<'_>, rel: &Path, limit: u64) -> Option<LaunchFil
     })
 }
 
+/// Whether `rel`'s directory is there (never through a link) and holds nothing at its name.
+fn entry_missing(root: BorrowedFd<'_>, rel: &Path) -> bool {
+    let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
+        return false;
+    };
+    let Ok(dir) = beneath::open_beneath(root, parent, DIR_LOOKUP, 0) else {
+        return false;
+    };
+    matches!(beneath::stat_at(dir.as_fd(), name), Err(e) if e.raw_os_error() == Some(libc::ENOENT))
+}
+
 /// Writes `file` at `rel` beneath `root` (where nothing is now), as the owner it had.
 fn put_back(root: BorrowedFd<'_>, rel: &Path, file: &LaunchFile) -> io::Result<()> {
     let name = rel
@@ -243,12 +297,12 @@ fn put_back(root: BorrowedFd<'_>, rel: &Path, file: &LaunchFile) -> io::Result<(
 }
 
 /// What a repository's `.git` is. A gitfile's content is its redirect.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 enum GitEntry {
     Absent,
     Dir,
     File(String),
-    Link(OsString),
+    Link(#[serde(with = "bytes::os")] OsString),
     /// Anything else, or what could not be looked at (with why).
     Other(String),
 }
@@ -818,18 +872,23 @@ impl Snapshot {
             .collect()
     }
 
+    /// [`Snapshot::sweep_in`] with the scope of `profile` and `plan`.
+    pub fn sweep(&self, profile: &Profile, plan: &SandboxPlan, quarantine: &Path) -> Sweep {
+        self.sweep_in(&SweepScope::of(profile, plan), quarantine)
+    }
+
     /// One walk over everything the sandbox could write (stripping setuid/setgid bits the run
     /// set and finding every nested repository), then a comparison of the paths recorded and
     /// those of the repositories found, quarantining what was created or changed.
-    pub fn sweep(&self, profile: &Profile, plan: &SandboxPlan, quarantine: &Path) -> Sweep {
-        let workspace = &plan.workspace;
-        let walk = walk_writable(plan, self.launched);
+    pub fn sweep_in(&self, scope: &SweepScope, quarantine: &Path) -> Sweep {
+        let workspace = &scope.workspace;
+        let walk = walk_writable(scope, self.launched);
         tracing::debug!("sweep: writable roots walked");
         let mut findings = walk.findings;
         let mut notes = Vec::new();
         // The launch's repositories had their fixed names expanded then (the snapshot's
         // keys); only what depends on the tree now is expanded again for them.
-        let launch_repos: Vec<&Path> = plan
+        let launch_repos: Vec<&Path> = scope
             .repositories
             .iter()
             .filter_map(|p| p.strip_prefix(workspace).ok())
@@ -837,9 +896,9 @@ impl Snapshot {
         let expanded_before =
             |repo: &Path| repo.as_os_str().is_empty() || launch_repos.contains(&repo);
         let mut paths: Vec<PathBuf> = protected_paths_after(
-            profile,
+            &scope.protected,
             workspace,
-            &plan.home,
+            &scope.home,
             &walk.repos,
             &expanded_before,
             &mut notes,
@@ -864,11 +923,12 @@ impl Snapshot {
                 findings.push(f);
                 return Sweep {
                     findings,
-                    host_edits: Vec::new(),
+                    ..Sweep::default()
                 };
             }
         };
         let mut host_edits = Vec::new();
+        let mut restored = Vec::new();
         let mut quarantine = Quarantine::new(quarantine);
         // Repositories below the workspace, longest first (the innermost holds a path).
         let mut nested: Vec<PathBuf> = walk
@@ -898,6 +958,39 @@ impl Snapshot {
             } else {
                 State::Absent
             };
+            if after == State::Absent
+                && let Some(launch) = self.configs.get(&rel)
+                && entry_missing(root.as_fd(), &rel)
+            {
+                // A repository's config that is gone (removed by the run, or moved to the
+                // quarantine by an end that was killed before it put the launch version back):
+                // the launch version is put back, so that the host's git finds the repository
+                // it had. A repository that is gone altogether is judged as before.
+                match put_back(root.as_fd(), &rel, launch) {
+                    Ok(()) => {
+                        restored.push(workspace.join(&rel));
+                        let mut finding = Finding::new(workspace.join(&rel), "removed");
+                        finding.detail = Some(
+                            "the repository's config was gone: the launch version is back in place"
+                                .into(),
+                        );
+                        judged.push(rel.clone());
+                        findings.push(finding);
+                        continue;
+                    }
+                    Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => {}
+                    Err(e) => {
+                        let mut finding = Finding::new(workspace.join(&rel), "removed");
+                        finding.error = Some(format!(
+                            "putting the launch version of {} back: {e}",
+                            workspace.join(&rel).display()
+                        ));
+                        judged.push(rel.clone());
+                        findings.push(finding);
+                        continue;
+                    }
+                }
+            }
             if before == after || self.checked_out_copy(&rel, &before, &after, &nested) {
                 continue;
             }
@@ -924,6 +1017,7 @@ impl Snapshot {
                 if quarantine.take_for(root.as_fd(), &rel, &mut finding) {
                     finding.detail = Some(match put_back(root.as_fd(), &rel, launch) {
                         Ok(()) => {
+                            restored.push(workspace.join(&rel));
                             "keys that can run code were added: the launch version is back in place"
                                 .into()
                         }
@@ -977,6 +1071,7 @@ impl Snapshot {
         Sweep {
             findings,
             host_edits,
+            restored,
         }
     }
 
@@ -1209,7 +1304,7 @@ struct Walk {
 /// Everything the sandbox could write on the host: the workspace (first: the repositories are
 /// looked for there), the profile's writable binds, the agent's config dir (and, without
 /// namespaces, what Landlock granted for writing, but the per-run scratch directory).
-fn writable_roots(plan: &SandboxPlan) -> Vec<PathBuf> {
+pub fn writable_roots(plan: &SandboxPlan) -> Vec<PathBuf> {
     let mut roots = plan.writable_host_paths();
     roots.retain(|r| plan.scratch_dir.as_ref() != Some(r));
     roots
@@ -1217,13 +1312,13 @@ fn writable_roots(plan: &SandboxPlan) -> Vec<PathBuf> {
 
 /// Walks every writable root from descriptors (unbounded: it runs after the run, not on the
 /// launch path), each directory once.
-fn walk_writable(plan: &SandboxPlan, launched: Duration) -> Walk {
+fn walk_writable(scope: &SweepScope, launched: Duration) -> Walk {
     let mut walk = Walk::default();
     let mut visited = HashSet::new();
-    for root in writable_roots(plan) {
+    for root in &scope.writable_roots {
         walk_root(
-            &root,
-            root == plan.workspace,
+            root,
+            *root == scope.workspace,
             launched,
             &mut visited,
             &mut walk,
@@ -1570,6 +1665,17 @@ mod tests {
     use super::*;
     use std::os::unix::fs::{PermissionsExt, symlink};
 
+    /// The walk's part of a plan's scope.
+    fn scope_of(plan: &SandboxPlan) -> SweepScope {
+        SweepScope {
+            workspace: plan.workspace.clone(),
+            home: plan.home.clone(),
+            repositories: plan.repositories.clone(),
+            protected: Vec::new(),
+            writable_roots: writable_roots(plan),
+        }
+    }
+
     #[test]
     fn sweep_git_init_is_not_tampering_but_a_risky_config_is() {
         let inside = |v: &str| stays_below(Path::new(".git/modules/lib"), v);
@@ -1703,6 +1809,81 @@ mod tests {
                 })
                 .collect()
         }
+    }
+
+    // The snapshot and its scope, written to JSON and read back (as a repair after a kill reads
+    // them from the run directory's marker), sweep as the originals do: a config that gained a
+    // key that runs code is put back, a new hook quarantined, a name that is not UTF-8 judged
+    // by its bytes; and a config the run removed (or an end killed between moving it and putting
+    // the launch version back) is put back too.
+    #[test]
+    fn sweep_with_a_snapshot_read_back_from_json_is_the_same_sweep() {
+        use std::os::unix::ffi::OsStrExt;
+        let fx = Fixture::new();
+        let config = "[core]\n\tbare = false\n";
+        fs::write(fx.ws.join(".git/config"), config).unwrap();
+        // A hook whose name is not UTF-8, there at launch and left alone.
+        let odd = fx
+            .ws
+            .join(".git/hooks")
+            .join(std::ffi::OsStr::from_bytes(b"pre\xff"));
+        fs::write(&odd, "#!/bin/sh\n").unwrap();
+        let sub = fx.ws.join("sub");
+        fs::create_dir_all(sub.join(".git/hooks")).unwrap();
+        fs::write(sub.join(".git/config"), config).unwrap();
+        let plan = fx.plan();
+        let snapshot = Snapshot::take(&plan);
+        let scope = SweepScope::of(&fx.profile, &plan);
+        let text = serde_json::to_string(&(&scope, &snapshot)).unwrap();
+        assert!(
+            text.contains(&format!(r#"{{"hex":"{}"}}"#, hex::encode(b"pre\xff"))),
+            "{text}"
+        );
+        let (scope_back, snapshot_back): (SweepScope, Snapshot) =
+            serde_json::from_str(&text).unwrap();
+        assert_eq!(scope_back, scope);
+        assert_eq!(snapshot_back.paths, snapshot.paths);
+        assert_eq!(snapshot_back.git, snapshot.git);
+        assert_eq!(snapshot_back.bound, snapshot.bound);
+        assert_eq!(snapshot_back.launched, snapshot.launched);
+        assert_eq!(snapshot_back.configs.len(), 2);
+        let poisoned = "[core]\n\tbare = false\n\tfsmonitor = \"touch /tmp/pwned; false #\"\n";
+        fs::write(fx.ws.join(".git/config"), poisoned).unwrap();
+        fs::write(sub.join(".git/hooks/pre-commit"), "#!/bin/sh\n").unwrap();
+        fs::remove_file(sub.join(".git/config")).unwrap();
+        let sweep = snapshot_back.sweep_in(&scope_back, &fx.quarantine());
+        let mut changes = fx.changes(&sweep.findings);
+        changes.sort();
+        assert_eq!(
+            changes,
+            vec![
+                (PathBuf::from(".git/config"), "changed"),
+                (PathBuf::from("sub/.git/config"), "removed"),
+                (PathBuf::from("sub/.git/hooks"), "created"),
+            ],
+            "{:#?}",
+            sweep.findings
+        );
+        assert!(
+            sweep.findings.iter().all(|f| f.error.is_none()),
+            "{:#?}",
+            sweep.findings
+        );
+        assert_eq!(
+            fs::read_to_string(fx.ws.join(".git/config")).unwrap(),
+            config
+        );
+        assert_eq!(fs::read_to_string(sub.join(".git/config")).unwrap(), config);
+        assert!(odd.is_file());
+        let mut restored = sweep.restored.clone();
+        restored.sort();
+        assert_eq!(
+            restored,
+            vec![fx.ws.join(".git/config"), sub.join(".git/config")]
+        );
+        // Swept again (a repair after an end killed once it had swept): nothing left to do.
+        let again = snapshot_back.sweep_in(&scope_back, &fx.base().join("q2"));
+        assert!(again.findings.is_empty(), "{:#?}", again.findings);
     }
 
     /// Every file below `dir` with its content and mode (links by target), for "unchanged".
@@ -1951,7 +2132,7 @@ mod tests {
         }
         repos.sort();
         setuid.sort();
-        let walk = walk_writable(&fx.plan(), Duration::ZERO);
+        let walk = walk_writable(&scope_of(&fx.plan()), Duration::ZERO);
         let found: Vec<_> = walk
             .findings
             .iter()
@@ -1972,7 +2153,7 @@ mod tests {
         // Every entry once: per top directory itself, a, b, c, d, e and tool (and .git in
         // every fifth), the fixture's .git/hooks, and the plan's other writable roots.
         let expected = 40 * 7 + 8 + 2;
-        let again = walk_writable(&fx.plan(), Duration::ZERO);
+        let again = walk_writable(&scope_of(&fx.plan()), Duration::ZERO);
         assert!(again.findings.is_empty(), "{:?}", again.findings);
         assert!(walk.entries >= expected, "{} < {expected}", walk.entries);
         assert_eq!(walk.entries, again.entries);
@@ -1997,7 +2178,7 @@ mod tests {
                 access: FsAccess::ReadWrite,
             });
         }
-        let walk = walk_writable(&plan, Duration::ZERO);
+        let walk = walk_writable(&scope_of(&plan), Duration::ZERO);
         let changes: Vec<_> = walk
             .findings
             .iter()
@@ -2159,7 +2340,7 @@ mod tests {
                 .sweep(&profile, &plan, &ws.parent().unwrap().join("q"))
                 .findings;
             let swept = started.elapsed() - took;
-            let walk = walk_writable(&plan, Duration::ZERO);
+            let walk = walk_writable(&scope_of(&plan), Duration::ZERO);
             crate::out!(
                 "round {round}: {} entries walked; Snapshot::take {:.1} ms, sweep {:.1} ms, {} findings",
                 walk.entries,
