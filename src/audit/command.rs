@@ -232,7 +232,7 @@ fn open(path: &Path) -> Result<File, i32> {
 /// long as it writes. The probe takes a shared lock and drops it at once; a writer starting in
 /// that instant is refused as if another were writing (it says so), which is why this is only
 /// asked when a run lacks its end.
-fn writer_holds(file: &File) -> bool {
+pub(crate) fn writer_holds(file: &File) -> bool {
     match file.try_lock_shared() {
         Ok(()) => {
             let _ = file.unlock();

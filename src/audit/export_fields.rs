@@ -681,11 +681,7 @@ pub fn shipped(line: &[u8], level: Redaction, extra: &[String]) -> Option<String
         return Some(format!("\"{REDACTED}\""));
     };
     let table = table();
-    let kind = record
-        .get("kind")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string();
+    let kind = record_kind(&record);
     let mut pass = Pass {
         table,
         kind: &kind,
@@ -724,6 +720,14 @@ pub fn shipped(line: &[u8], level: Redaction, extra: &[String]) -> Option<String
 /// Shortest withheld value whose appearance in a shipped string withholds that string too
 /// (shorter ones, such as `ls`, would withhold half the record by accident).
 const MIN_QUOTED: usize = 6;
+
+fn record_kind(record: &Map<String, Value>) -> String {
+    record
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string()
+}
 
 fn source_is_sandbox(record: &Map<String, Value>) -> bool {
     record.get("source").and_then(Value::as_str) == Some("sandbox")
@@ -878,11 +882,7 @@ pub fn undeclared(line: &[u8]) -> Vec<(String, String)> {
         return vec![("?".into(), "(not an object)".into())];
     };
     let table = table();
-    let kind = record
-        .get("kind")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string();
+    let kind = record_kind(&record);
     let mut out = Vec::new();
     if source_is_sandbox(&record) && !known_kind(&kind) {
         out.push((kind.clone(), "(kind)".into()));

@@ -18,7 +18,7 @@
 //! otherwise, so that every path reads back exactly).
 
 use serde::{Deserialize, Serialize};
-use std::fs::{self, File, OpenOptions, TryLockError};
+use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -101,14 +101,7 @@ pub fn lock_held(run_dir: &Path) -> bool {
     else {
         return false;
     };
-    match file.try_lock_shared() {
-        Ok(()) => {
-            let _ = file.unlock();
-            false
-        }
-        Err(TryLockError::WouldBlock) => true,
-        Err(TryLockError::Error(_)) => false,
-    }
+    crate::audit::command::writer_holds(&file)
 }
 
 /// The marker's bytes (at most [`MAX_BYTES`]), `None` when there is none. Never through a

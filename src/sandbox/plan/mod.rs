@@ -542,20 +542,28 @@ fn check_model_route(
     } else {
         return Ok(());
     };
-    let workspace = workspace
-        .canonicalize()
-        .unwrap_or_else(|_| workspace.to_path_buf());
-    match profile
-        .files
-        .iter()
-        .find(|f| f.path.starts_with(&workspace))
-    {
+    match file_in_workspace(profile, workspace) {
         Some(file) => Err(PlanError::ModelRouteFromWorkspace {
             path: file.path.clone(),
             what,
         }),
         None => Ok(()),
     }
+}
+
+/// The first file of the profile's chain that lies inside the workspace (what the agent could
+/// have written), if any.
+fn file_in_workspace<'p>(
+    profile: &'p Profile,
+    workspace: &Path,
+) -> Option<&'p crate::profile::ProfileSource> {
+    let workspace = workspace
+        .canonicalize()
+        .unwrap_or_else(|_| workspace.to_path_buf());
+    profile
+        .files
+        .iter()
+        .find(|f| f.path.starts_with(&workspace))
 }
 
 /// The budgets of what the agent can make the supervisor do (its records, its evidence walks)
@@ -572,14 +580,7 @@ fn check_budgets(profile: &Profile, workspace: &Path) -> Result<(), PlanError> {
     if raised.is_empty() {
         return Ok(());
     }
-    let workspace = workspace
-        .canonicalize()
-        .unwrap_or_else(|_| workspace.to_path_buf());
-    match profile
-        .files
-        .iter()
-        .find(|f| f.path.starts_with(&workspace))
-    {
+    match file_in_workspace(profile, workspace) {
         Some(file) => Err(PlanError::BudgetRaisedFromWorkspace {
             path: file.path.clone(),
             keys: raised.join(", "),
@@ -594,14 +595,7 @@ fn check_login_paths(profile: &Profile, workspace: &Path) -> Result<(), PlanErro
     if profile.network.login_paths.is_empty() {
         return Ok(());
     }
-    let workspace = workspace
-        .canonicalize()
-        .unwrap_or_else(|_| workspace.to_path_buf());
-    match profile
-        .files
-        .iter()
-        .find(|f| f.path.starts_with(&workspace))
-    {
+    match file_in_workspace(profile, workspace) {
         Some(file) => Err(PlanError::LoginPathsFromWorkspace {
             path: file.path.clone(),
             set_at: profile
