@@ -138,11 +138,11 @@ const ROOT_ROOMS: &[Room] = &[
     Room {
         path: "audit",
         owns: "the hash-chained log: records, the writer (`sink`), the receiver of records from inside, `verify`, `show`, the runs' directories and the marker of work a run owes (`owed`), the OTLP export",
-        may_import: &["regular_file"],
+        may_import: &["regular_file", "http"],
     },
     Room {
         path: "http",
-        owns: "GROUND: HTTP/1.1 framing and the counted tunnel (`io`), the search of an answer for the credential its request carried (`scan`), the accept loop (`server`), TLS client configurations (`tls`)",
+        owns: "GROUND: the one chunked coding (`chunked`), HTTP/1.1 framing and the counted tunnel (`io`), the search of an answer for the credential its request carried (`scan`), the accept loop (`server`), TLS client configurations (`tls`)",
         may_import: &[],
     },
     Room {

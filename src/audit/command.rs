@@ -11,7 +11,7 @@
 use crate::audit::chain::{self, ChainReport, Status};
 use crate::audit::{export, export_verify, owed, show};
 use serde_json::Value;
-use std::fs::{File, TryLockError};
+use std::fs::File;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
@@ -228,21 +228,6 @@ fn open(path: &Path) -> Result<File, i32> {
     })
 }
 
-/// Whether another process holds the log's lock: the sink keeps an exclusive `flock` for as
-/// long as it writes. The probe takes a shared lock and drops it at once; a writer starting in
-/// that instant is refused as if another were writing (it says so), which is why this is only
-/// asked when a run lacks its end.
-pub(crate) fn writer_holds(file: &File) -> bool {
-    match file.try_lock_shared() {
-        Ok(()) => {
-            let _ = file.unlock();
-            false
-        }
-        Err(TryLockError::WouldBlock) => true,
-        Err(TryLockError::Error(_)) => false,
-    }
-}
-
 /// The report once the file is known to be a log: `Err` with the exit code otherwise (after
 /// saying why).
 fn checked(path: &Path, file: &File, mut report: ChainReport) -> Result<ChainReport, i32> {
@@ -250,7 +235,7 @@ fn checked(path: &Path, file: &File, mut report: ChainReport) -> Result<ChainRep
         crate::say!("stepproof audit: {}: {why}", path.display());
         return Err(EXIT_ERROR);
     }
-    if report.status == Status::Incomplete && writer_holds(file) {
+    if report.status == Status::Incomplete && crate::audit::owed::writer_holds(file) {
         report.writer_is_live();
     }
     Ok(report)

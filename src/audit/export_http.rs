@@ -262,7 +262,8 @@ fn read_response(stream: &mut dyn Stream, deadline: Instant) -> io::Result<Respo
         body.extend_from_slice(&chunk[..n]);
     }
     if chunked {
-        body = dechunk(&body);
+        // A malformed chunked answer is read as no body (its status still counts).
+        body = crate::http::chunked::dechunk(&body, body.len()).unwrap_or_default();
     } else if let Some(n) = length {
         body.truncate(n);
     }
@@ -280,41 +281,11 @@ fn read_some(stream: &mut dyn Stream, buf: &mut [u8]) -> io::Result<usize> {
     }
 }
 
-fn dechunk(mut data: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    while let Some(end) = data.windows(2).position(|w| w == b"\r\n") {
-        let size = std::str::from_utf8(&data[..end])
-            .ok()
-            .and_then(|s| usize::from_str_radix(s.split(';').next().unwrap_or("").trim(), 16).ok());
-        let Some(size) = size.filter(|&s| s > 0) else {
-            break;
-        };
-        let start = end + 2;
-        let Some(chunk) = data.get(start..start + size) else {
-            break;
-        };
-        out.extend_from_slice(chunk);
-        data = data.get(start + size + 2..).unwrap_or_default();
-    }
-    out
-}
-
 /// How long a single request may take: the configured timeout, cut to what is left.
 pub fn request_deadline(config: &ExportConfig, until: Option<Instant>) -> Instant {
     let own = Instant::now() + config.request_timeout.max(Duration::from_millis(1));
     match until {
         Some(until) => own.min(until),
         None => own,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn chunked_bodies_are_joined() {
-        assert_eq!(dechunk(b"3\r\nabc\r\n2;x=y\r\nde\r\n0\r\n\r\n"), b"abcde");
-        assert_eq!(dechunk(b"zz\r\n"), b"");
     }
 }

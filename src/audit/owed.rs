@@ -18,7 +18,7 @@
 //! otherwise, so that every path reads back exactly).
 
 use serde::{Deserialize, Serialize};
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File, OpenOptions, TryLockError};
 use std::io::{self, Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -101,7 +101,7 @@ pub fn lock_held(run_dir: &Path) -> bool {
     else {
         return false;
     };
-    crate::audit::command::writer_holds(&file)
+    writer_holds(&file)
 }
 
 /// The marker's bytes (at most [`MAX_BYTES`]), `None` when there is none. Never through a
@@ -397,6 +397,21 @@ pub mod bytes {
                 .map(|(k, v)| (PathBuf::from(k.0), v))
                 .collect())
         }
+    }
+}
+
+/// Whether another process holds the log's lock: the sink keeps an exclusive `flock` for as
+/// long as it writes. The probe takes a shared lock and drops it at once; a writer starting in
+/// that instant is refused as if another were writing (it says so), which is why this is only
+/// asked when a run lacks its end.
+pub(crate) fn writer_holds(file: &File) -> bool {
+    match file.try_lock_shared() {
+        Ok(()) => {
+            let _ = file.unlock();
+            false
+        }
+        Err(TryLockError::WouldBlock) => true,
+        Err(TryLockError::Error(_)) => false,
     }
 }
 

@@ -14,7 +14,7 @@ const MAX_HEADERS: usize = 100;
 /// Copy buffer: big enough that loopback copies are not dominated by system calls.
 pub const COPY_BUFFER: usize = 64 * 1024;
 /// Longest chunk-size or trailer line accepted in a chunked body.
-const MAX_CHUNK_LINE: usize = 4096;
+const MAX_CHUNK_LINE: usize = crate::http::chunked::MAX_LINE;
 
 /// A reader with a buffer: what was read past a message head stays here for the body or the
 /// next request, rather than being lost.
@@ -487,35 +487,25 @@ fn relay_chunked<R: Read, W: Write>(
     out: &mut W,
     scan: &mut EchoScan,
 ) -> io::Result<u64> {
-    let bad =
-        |what: &str| io::Error::new(io::ErrorKind::InvalidData, format!("chunked body: {what}"));
+    use crate::http::chunked;
+    let bad = |e: chunked::ChunkError| {
+        io::Error::new(io::ErrorKind::InvalidData, format!("chunked body: {e}"))
+    };
     let mut total = 0u64;
     loop {
         let line = read_line(input)?;
-        let size_text = line
-            .split(|b| *b == b';' || *b == b'\r' || *b == b'\n')
-            .next()
-            .unwrap_or_default();
-        let size_text = std::str::from_utf8(size_text)
-            .map_err(|_| bad("bad chunk size"))?
-            .trim_matches(|c| c == ' ' || c == '\t');
-        if size_text.is_empty()
-            || size_text.len() > 15
-            || !size_text.bytes().all(|b| b.is_ascii_hexdigit())
-        {
-            return Err(bad("bad chunk size"));
-        }
-        let size = u64::from_str_radix(size_text, 16).map_err(|_| bad("bad chunk size"))?;
+        let size = chunked::size_line(&line).map_err(bad)?;
         out.write_all(&line)?;
         total += line.len() as u64;
         if size == 0 {
-            // Trailer section: header lines until an empty one.
+            // Trailer section: fields until an empty line.
             loop {
                 let line = read_line(input)?;
+                let end = chunked::trailer_line(&line).map_err(bad)?;
                 scan.feed(&line);
                 out.write_all(&line)?;
                 total += line.len() as u64;
-                if line == b"\r\n" || line == b"\n" {
+                if end {
                     out.flush()?;
                     return Ok(total);
                 }
@@ -523,9 +513,7 @@ fn relay_chunked<R: Read, W: Write>(
         }
         total += relay_exact(input, out, size, scan)?;
         let end = read_line(input)?;
-        if end != b"\r\n" && end != b"\n" {
-            return Err(bad("missing CRLF after chunk data"));
-        }
+        chunked::data_end(&end).map_err(bad)?;
         out.write_all(&end)?;
         out.flush()?;
         total += end.len() as u64;
@@ -733,6 +721,25 @@ mod tests {
         let mut scan = EchoScan::new(EchoNeedles::of_secret(SECRET, None));
         let result = relay_response(method, &mut input, &mut out, &mut 0, &mut None, &mut scan);
         (out, scan, result)
+    }
+
+    #[test]
+    fn the_relay_reads_chunked_framing_by_the_one_codec() {
+        // What the old relay let through and the codec refuses: a bare LF, a control character
+        // in an extension, an obs-fold trailer, an empty size line; the well-formed control.
+        for body in [
+            "3\nabc\n0\n\n",
+            "3;a\u{1}b\r\nabc\r\n0\r\n\r\n",
+            "3\r\nabc\r\n0\r\nX: 1\r\n folded\r\n\r\n",
+            "\r\nabc\r\n0\r\n\r\n",
+        ] {
+            let response = format!("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n{body}");
+            let (_, _, result) = relayed("GET", response.as_bytes());
+            assert!(result.is_err(), "{body:?}: {result:?}");
+        }
+        let good = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3 ;x=y\r\nabc\r\n0\r\nX: 1\r\n\r\n";
+        let (out, _, result) = relayed("GET", good.as_bytes());
+        assert_eq!((result, out.as_slice()), (Ok(true), good.as_bytes()));
     }
 
     #[test]

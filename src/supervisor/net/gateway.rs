@@ -646,7 +646,8 @@ impl GatewayHandler {
                 ));
             }
             let body = if framing == Framing::Chunked {
-                crate::supervisor::net::login::dechunk(&raw)?
+                crate::http::chunked::dechunk(&raw, raw.len())
+                    .map_err(|e| format!("the settings answer: chunked body: {e}"))?
             } else {
                 raw
             };

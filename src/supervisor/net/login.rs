@@ -1453,7 +1453,7 @@ fn parse_response(raw: &[u8]) -> Result<HttpsResponse, String> {
             .map(|(_, v)| String::from_utf8_lossy(v).trim().to_ascii_lowercase())
     };
     let body = if header("transfer-encoding").is_some_and(|te| te.ends_with("chunked")) {
-        dechunk(body)?
+        crate::http::chunked::dechunk(body, body.len()).map_err(|e| format!("chunked body: {e}"))?
     } else {
         match header("content-length").map(|l| l.parse::<usize>()) {
             Some(Ok(n)) if n <= body.len() => body[..n].to_vec(),
@@ -1466,28 +1466,6 @@ fn parse_response(raw: &[u8]) -> Result<HttpsResponse, String> {
         headers,
         body,
     })
-}
-
-pub(crate) fn dechunk(mut body: &[u8]) -> Result<Vec<u8>, String> {
-    let mut out = Vec::new();
-    loop {
-        let line_end = body
-            .windows(2)
-            .position(|w| w == b"\r\n")
-            .ok_or("a chunk size line without its end")?;
-        let size_text = String::from_utf8_lossy(&body[..line_end]);
-        let size_text = size_text.split(';').next().unwrap_or_default().trim();
-        let size = usize::from_str_radix(size_text, 16).map_err(|_| "a bad chunk size")?;
-        body = &body[line_end + 2..];
-        if size == 0 {
-            return Ok(out);
-        }
-        if body.len() < size + 2 {
-            return Err("a chunk cut short".into());
-        }
-        out.extend_from_slice(&body[..size]);
-        body = &body[size + 2..];
-    }
 }
 
 #[cfg(test)]
