@@ -520,6 +520,71 @@ fn relay_chunked<R: Read, W: Write>(
     }
 }
 
+/// One request of a stream as the forwarders read it: its head, its framing and how many body
+/// bytes were read.
+#[derive(Debug)]
+pub struct ReadRequest {
+    pub head: RequestHead,
+    pub framing: Framing,
+    pub body_bytes: u64,
+}
+
+/// A byte string read as a client's connection (no timeouts: it is all there).
+struct Replayed(std::cell::RefCell<io::Cursor<Vec<u8>>>);
+
+impl Read for &Replayed {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.0.borrow_mut().read(buf)
+    }
+}
+
+impl TimedRead for Replayed {
+    fn timed_read_timeout(&self, _: Option<Duration>) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The forwarders' reading of a client's byte stream, request after request (at most
+/// `max_requests`): each head ([`read_request_head`]), its framing ([`body_framing`], no body
+/// when none is declared) and its body ([`relay_body`], the chunked coding included), until the
+/// stream ends or a step refuses it (the `Err`, after which a forwarder closes the
+/// connection). For the fuzz target of the request parsing (`tests/fuzz`) and the replay of its
+/// corpus in the suite; the proxy and the gateway read their sockets with the same functions.
+pub fn read_requests(data: &[u8], max_requests: usize) -> Vec<Result<ReadRequest, String>> {
+    let stream = Replayed(std::cell::RefCell::new(io::Cursor::new(data.to_vec())));
+    let mut input = Input::new(&stream);
+    let mut out = Vec::new();
+    while out.len() < max_requests {
+        let head = match read_request_head(&mut input, None, Duration::from_secs(1)) {
+            Ok(head) => head,
+            Err(HeadError::Closed) => break,
+            Err(e) => {
+                out.push(Err(e.to_string()));
+                break;
+            }
+        };
+        let framing = match body_framing(&head.headers, Framing::None) {
+            Ok(framing) => framing,
+            Err(e) => {
+                out.push(Err(e));
+                break;
+            }
+        };
+        match relay_body(&mut input, &mut io::sink(), framing) {
+            Ok(body_bytes) => out.push(Ok(ReadRequest {
+                head,
+                framing,
+                body_bytes,
+            })),
+            Err(e) => {
+                out.push(Err(e.to_string()));
+                break;
+            }
+        }
+    }
+    out
+}
+
 /// Bytes moved by a tunnel, and the first error that ended it abnormally.
 #[derive(Debug, Default)]
 pub struct TunnelStats {
