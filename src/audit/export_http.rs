@@ -48,32 +48,19 @@ pub fn tls_config(config: &ExportConfig) -> Result<Option<Arc<rustls::ClientConf
     if !config.endpoint.tls {
         return Ok(None);
     }
-    let mut roots = rustls::RootCertStore::empty();
-    match &config.certificate {
+    let roots = match &config.certificate {
         Some(path) => {
-            use rustls::pki_types::pem::PemObject;
-            let certs = rustls::pki_types::CertificateDer::pem_file_iter(path)
-                .map_err(|e| format!("reading the certificate {}: {e}", path.display()))?;
-            for cert in certs {
-                let cert =
-                    cert.map_err(|e| format!("reading the certificate {}: {e}", path.display()))?;
-                roots
-                    .add(cert)
-                    .map_err(|e| format!("the certificate {}: {e}", path.display()))?;
-            }
-            if roots.is_empty() {
+            let mut roots = rustls::RootCertStore::empty();
+            if crate::http::tls::add_pem_file(&mut roots, path)? == 0 {
                 return Err(format!("no certificate in {}", path.display()));
             }
+            roots
         }
-        None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let tls = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS set-up: {e}"))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Ok(Some(Arc::new(tls)))
+        None => crate::http::tls::webpki_roots(),
+    };
+    crate::http::tls::client_config(roots)
+        .map(Some)
+        .map_err(|e| format!("TLS set-up: {e}"))
 }
 
 trait Stream: Read + Write {}

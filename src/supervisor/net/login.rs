@@ -1273,26 +1273,11 @@ pub fn settle_client_configs() {
 }
 
 fn new_client_config(extra: &[PathBuf]) -> Result<Arc<rustls::ClientConfig>, String> {
-    use rustls::pki_types::pem::PemObject;
-    let mut roots =
-        rustls::RootCertStore::from_iter(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    let mut roots = crate::http::tls::webpki_roots();
     for path in extra {
-        let certs = rustls::pki_types::CertificateDer::pem_file_iter(path)
-            .map_err(|e| format!("reading the CA file {}: {e}", path.display()))?;
-        for cert in certs {
-            let cert = cert.map_err(|e| format!("reading the CA file {}: {e}", path.display()))?;
-            roots
-                .add(cert)
-                .map_err(|e| format!("the CA file {}: {e}", path.display()))?;
-        }
+        crate::http::tls::add_pem_file(&mut roots, path)?;
     }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Ok(Arc::new(config))
+    crate::http::tls::client_config(roots).map_err(|e| e.to_string())
 }
 
 /// POSTs `body` as JSON to an https endpoint; returns the status and the body.
