@@ -89,6 +89,7 @@ const ROOT_ROOMS: &[Room] = &[
             "profile",
             "runbook",
             "audit",
+            "http",
             "sys",
             "regular_file",
         ],
@@ -142,7 +143,7 @@ const ROOT_ROOMS: &[Room] = &[
     },
     Room {
         path: "http",
-        owns: "GROUND: the one chunked coding (`chunked`), HTTP/1.1 framing and the counted tunnel (`io`), the search of an answer for the credential its request carried (`scan`), the accept loop (`server`), TLS client configurations (`tls`)",
+        owns: "GROUND: the one chunked coding (`chunked`), HTTP/1.1 framing and the counted tunnel (`io`), the one blocking client (`client`), URLs split (`url`), the search of an answer for the credential its request carried (`scan`), the accept loop (`server`), TLS client configurations (`tls`)",
         may_import: &[],
     },
     Room {

@@ -365,8 +365,17 @@ struct Reader {
     head_request: bool,
     max: usize,
     buf: Vec<u8>,
-    /// Once the head is read: status, headers, the head's length and the body's framing.
-    head: Option<(u16, Vec<(String, Vec<u8>)>, usize, Framing)>,
+    /// Once the head is read.
+    head: Option<Head>,
+}
+
+/// The head of an answer, read.
+struct Head {
+    status: u16,
+    headers: Vec<(String, Vec<u8>)>,
+    /// Its length in bytes: the body starts there.
+    len: usize,
+    framing: Framing,
 }
 
 impl Reader {
@@ -398,12 +407,12 @@ impl Reader {
                 None => return Ok(None),
             }
         }
-        let Some((status, headers, head_len, framing)) = &self.head else {
+        let Some(head) = &self.head else {
             return Ok(None);
         };
-        let body = &self.buf[*head_len..];
-        let body = match framing {
-            Framing::Length(n) if body.len() >= *n => body[..*n].to_vec(),
+        let body = &self.buf[head.len..];
+        let body = match head.framing {
+            Framing::Length(n) if body.len() >= n => body[..n].to_vec(),
             Framing::Length(_) if closed => {
                 return Err("the body is shorter than its Content-Length".into());
             }
@@ -417,17 +426,14 @@ impl Reader {
             Framing::UntilClose => return Ok(None),
         };
         Ok(Some(Response {
-            status: *status,
-            headers: headers.clone(),
+            status: head.status,
+            headers: head.headers.clone(),
             body,
         }))
     }
 
     /// The head, once whole (interim 1xx answers skipped).
-    #[allow(clippy::type_complexity)]
-    fn parse_head(
-        &mut self,
-    ) -> Result<Option<(u16, Vec<(String, Vec<u8>)>, usize, Framing)>, String> {
+    fn parse_head(&mut self) -> Result<Option<Head>, String> {
         loop {
             let mut headers = [httparse::EMPTY_HEADER; 64];
             let mut response = httparse::Response::new(&mut headers);
@@ -458,7 +464,12 @@ impl Reader {
                     self.max
                 ));
             }
-            return Ok(Some((status, headers, head_len, framing)));
+            return Ok(Some(Head {
+                status,
+                headers,
+                len: head_len,
+                framing,
+            }));
         }
     }
 }
@@ -490,8 +501,7 @@ fn framing(
             .iter()
             .flat_map(|v| v.split(','))
             .map(str::trim)
-            .filter(|c| !c.is_empty())
-            .next_back();
+            .rfind(|c| !c.is_empty());
         return Ok(if last == Some("chunked") {
             Framing::Chunked
         } else {

@@ -9,11 +9,12 @@
 //! refresh and every refusal to refresh is handed to a recorder ([`RefreshRecord`], the audit
 //! log's `login-refresh`).
 
+use crate::http::client::{self, Request};
 use crate::http::scan::EchoNeedles;
+use crate::http::url::Url;
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -1116,86 +1117,6 @@ fn take_dir_lock(dir: &Path, deadline: std::time::Instant) -> Result<(), LoginEr
     }
 }
 
-/// An `http(s)://host[:port][/prefix]` URL, split.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Url {
-    pub tls: bool,
-    pub host: String,
-    pub port: u16,
-    /// The path, without a trailing `/` (empty for the root).
-    pub path: String,
-}
-
-impl Url {
-    pub fn parse(text: &str) -> Result<Url, String> {
-        let bad = |why: &str| format!("URL {text:?}: {why}");
-        let (tls, rest) = if let Some(rest) = strip_prefix_ci(text, "https://") {
-            (true, rest)
-        } else if let Some(rest) = strip_prefix_ci(text, "http://") {
-            (false, rest)
-        } else {
-            return Err(bad("not http:// or https://"));
-        };
-        let (authority, path) = match rest.find(['/', '?', '#']) {
-            Some(i) => (&rest[..i], &rest[i..]),
-            None => (rest, ""),
-        };
-        if authority.contains('@') {
-            return Err(bad("user information is not supported"));
-        }
-        let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
-            let (host, after) = v6.split_once(']').ok_or_else(|| bad("unclosed ["))?;
-            (host.to_owned(), after.strip_prefix(':'))
-        } else {
-            match authority.rsplit_once(':') {
-                Some((host, port)) => (host.to_owned(), Some(port)),
-                None => (authority.to_owned(), None),
-            }
-        };
-        let port = match port {
-            Some(p) => p.parse::<u16>().map_err(|_| bad("bad port"))?,
-            None if tls => 443,
-            None => 80,
-        };
-        if host.is_empty()
-            || !host
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"-._:".contains(&b))
-        {
-            return Err(bad("bad host"));
-        }
-        if path.contains(['?', '#']) || path.bytes().any(|b| !b.is_ascii_graphic()) {
-            return Err(bad("a query, fragment or unusual character in the path"));
-        }
-        Ok(Url {
-            tls,
-            host: host.to_ascii_lowercase(),
-            port,
-            path: path.trim_end_matches('/').to_owned(),
-        })
-    }
-
-    /// `host` or `host:port` as a `Host` header says it.
-    pub fn host_header(&self) -> String {
-        let host = if self.host.contains(':') {
-            format!("[{}]", self.host)
-        } else {
-            self.host.clone()
-        };
-        if self.port == if self.tls { 443 } else { 80 } {
-            host
-        } else {
-            format!("{host}:{}", self.port)
-        }
-    }
-}
-
-fn strip_prefix_ci<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
-    text.get(..prefix.len())
-        .filter(|p| p.eq_ignore_ascii_case(prefix))
-        .map(|_| &text[prefix.len()..])
-}
-
 /// A TLS client configuration trusting the public web roots (webpki-roots) plus the PEM
 /// certificates in `extra` (a corporate CA, `NODE_EXTRA_CA_CERTS`, a test CA).
 /// One launch asks for the same trust up to three times (the gateway's upstream, the login's
@@ -1299,9 +1220,9 @@ fn post_json(
     })
 }
 
-/// One request to an https URL (`Connection: close`, `Accept: application/json`, `extra`
-/// headers, `body` when not empty); returns the status and the body (at most
-/// `RESPONSE_MAX_BYTES`, within `HTTP_TIMEOUT` per read).
+/// One request to an https URL through [`crate::http::client`] (`Accept: application/json`,
+/// `extra` headers, `body`); returns the status and the body (at most `RESPONSE_MAX_BYTES`,
+/// the whole exchange within `HTTP_TIMEOUT`). Errors name the host.
 pub fn https_request(
     url_text: &str,
     tls_config: &Arc<rustls::ClientConfig>,
@@ -1309,186 +1230,27 @@ pub fn https_request(
     extra: &[(&str, &str)],
     payload: &[u8],
 ) -> Result<(u16, Vec<u8>), String> {
-    https_exchange(url_text, tls_config, method, extra, payload, HTTP_TIMEOUT)
-        .map(|r| (r.status, r.body))
-}
-
-/// An https response: status, headers (names lower-case) and body.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HttpsResponse {
-    pub status: u16,
-    pub headers: Vec<(String, Vec<u8>)>,
-    pub body: Vec<u8>,
-}
-
-impl HttpsResponse {
-    /// The first header of this (lower-case) name.
-    pub fn header(&self, name: &str) -> Option<&[u8]> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_slice())
-    }
-}
-
-/// [`https_request`] with the response's headers, and `timeout` for the connection and for
-/// each read and write.
-pub fn https_exchange(
-    url_text: &str,
-    tls_config: &Arc<rustls::ClientConfig>,
-    method: &str,
-    extra: &[(&str, &str)],
-    payload: &[u8],
-    timeout: Duration,
-) -> Result<HttpsResponse, String> {
     let url = Url::parse(url_text)?;
     if !url.tls {
         return Err(format!("{url_text}: must be https"));
     }
-    if extra
-        .iter()
-        .any(|(n, v)| n.bytes().chain(v.bytes()).any(|b| b.is_ascii_control()))
-    {
-        return Err(format!("{url_text}: a header holds control characters"));
-    }
-    let addrs: Vec<SocketAddr> = (url.host.as_str(), url.port)
-        .to_socket_addrs()
-        .map_err(|e| format!("cannot resolve {}: {e}", url.host))?
+    let headers: Vec<(&str, &str)> = [("Accept", "application/json")]
+        .into_iter()
+        .chain(extra.iter().copied())
         .collect();
-    let mut last = format!("{} has no addresses", url.host);
-    let mut tcp = None;
-    for addr in addrs {
-        match TcpStream::connect_timeout(&addr, timeout) {
-            Ok(stream) => {
-                tcp = Some(stream);
-                break;
-            }
-            Err(e) => last = format!("cannot connect to {} ({addr}): {e}", url.host),
-        }
-    }
-    let tcp = tcp.ok_or(last)?;
-    tcp.set_read_timeout(Some(timeout))
-        .and_then(|()| tcp.set_write_timeout(Some(timeout)))
-        .map_err(|e| e.to_string())?;
-    let name = rustls::pki_types::ServerName::try_from(url.host.clone())
-        .map_err(|e| format!("{}: {e}", url.host))?;
-    let conn = rustls::ClientConnection::new(tls_config.clone(), name)
-        .map_err(|e| format!("TLS with {}: {e}", url.host))?;
-    let mut tls = rustls::StreamOwned::new(conn, tcp);
-    let path = if url.path.is_empty() { "/" } else { &url.path };
-    let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {}\r\nAccept: application/json\r\nUser-Agent: stepproof/{}\r\nConnection: close\r\n",
-        url.host_header(),
-        env!("CARGO_PKG_VERSION"),
-    );
-    for (name, value) in extra {
-        head.push_str(&format!("{name}: {value}\r\n"));
-    }
-    if !payload.is_empty() || method == "POST" {
-        head.push_str(&format!("Content-Length: {}\r\n", payload.len()));
-    }
-    head.push_str("\r\n");
-    tls.write_all(head.as_bytes())
-        .and_then(|()| tls.write_all(payload))
-        .and_then(|()| tls.flush())
-        .map_err(|e| format!("sending to {}: {e}", url.host))?;
-    let mut raw = Vec::new();
-    let mut buf = [0u8; 16 * 1024];
-    loop {
-        match tls.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => {
-                raw.extend_from_slice(&buf[..n]);
-                if raw.len() > RESPONSE_MAX_BYTES {
-                    return Err(format!(
-                        "{} answered more than {RESPONSE_MAX_BYTES} bytes",
-                        url.host
-                    ));
-                }
-            }
-            // A server that closes without close_notify: what arrived is the answer.
-            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => break,
-            Err(e) => return Err(format!("reading from {}: {e}", url.host)),
-        }
-    }
-    parse_response(&raw).map_err(|why| format!("{}: {why}", url.host))
-}
-
-/// The status, headers and body of a complete HTTP/1.1 response (Content-Length, chunked or
-/// until close).
-fn parse_response(raw: &[u8]) -> Result<HttpsResponse, String> {
-    let mut headers = [httparse::EMPTY_HEADER; 64];
-    let mut response = httparse::Response::new(&mut headers);
-    let head_len = match response.parse(raw) {
-        Ok(httparse::Status::Complete(n)) => n,
-        Ok(httparse::Status::Partial) => return Err("the response ended in its head".into()),
-        Err(e) => return Err(format!("bad response: {e}")),
-    };
-    let status = response.code.unwrap_or(0);
-    let headers: Vec<(String, Vec<u8>)> = response
-        .headers
-        .iter()
-        .map(|h| (h.name.to_ascii_lowercase(), h.value.to_vec()))
-        .collect();
-    let body = &raw[head_len..];
-    let header = |name: &str| {
-        headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| String::from_utf8_lossy(v).trim().to_ascii_lowercase())
-    };
-    let body = if header("transfer-encoding").is_some_and(|te| te.ends_with("chunked")) {
-        crate::http::chunked::dechunk(body, body.len()).map_err(|e| format!("chunked body: {e}"))?
-    } else {
-        match header("content-length").map(|l| l.parse::<usize>()) {
-            Some(Ok(n)) if n <= body.len() => body[..n].to_vec(),
-            Some(_) => return Err("the body is shorter than its Content-Length".into()),
-            None => body.to_vec(),
-        }
-    };
-    Ok(HttpsResponse {
-        status,
-        headers,
-        body,
+    let deadline = std::time::Instant::now() + HTTP_TIMEOUT;
+    let response = client::request(&Request {
+        headers: &headers,
+        body: payload,
+        ..Request::to(&url, method, tls_config, deadline, RESPONSE_MAX_BYTES)
     })
+    .map_err(|e| e.message)?;
+    Ok((response.status, response.body))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn urls_split_into_their_parts() {
-        assert_eq!(
-            Url::parse("https://api.anthropic.com").unwrap(),
-            Url {
-                tls: true,
-                host: "api.anthropic.com".into(),
-                port: 443,
-                path: String::new()
-            }
-        );
-        let corp = Url::parse("http://GW.corp:8080/anthropic/").unwrap();
-        assert_eq!(
-            (corp.tls, corp.host.as_str(), corp.port, corp.path.as_str()),
-            (false, "gw.corp", 8080, "/anthropic")
-        );
-        assert_eq!(corp.host_header(), "gw.corp:8080");
-        let v6 = Url::parse("https://[::1]:9443").unwrap();
-        assert_eq!((v6.host.as_str(), v6.port), ("::1", 9443));
-        assert_eq!(v6.host_header(), "[::1]:9443");
-        for bad in [
-            "ftp://x",
-            "https://user:pw@host",
-            "https://host:99999",
-            "https://",
-            "https://ho st",
-            "https://host/a?b",
-            "api.anthropic.com",
-        ] {
-            assert!(Url::parse(bad).is_err(), "{bad}");
-        }
-    }
 
     #[test]
     fn only_this_runs_placeholder_is_admitted() {
@@ -1517,32 +1279,6 @@ mod tests {
         let header = format!("bearer  {token}");
         assert!(bearer.admits(none, [header.as_bytes()]).is_ok());
         assert!(bearer.admits(none, [b"Bearer tok".as_slice()]).is_err());
-    }
-
-    #[test]
-    fn responses_are_read_with_any_framing() {
-        let parse_response = |raw: &[u8]| parse_response(raw).map(|r| (r.status, r.body));
-        let signed = super::parse_response(b"HTTP/1.1 200 OK\r\nX-Sig: sha256=ab\r\n\r\n").unwrap();
-        assert_eq!(signed.header("x-sig"), Some(b"sha256=ab".as_slice()));
-        assert_eq!(
-            parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}extra").unwrap(),
-            (200, b"{}".to_vec())
-        );
-        assert_eq!(
-            parse_response(
-                b"HTTP/1.1 400 Bad\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2;x=y\r\nde\r\n0\r\n\r\n"
-            )
-            .unwrap(),
-            (400, b"abcde".to_vec())
-        );
-        assert_eq!(
-            parse_response(b"HTTP/1.1 200 OK\r\n\r\nuntil-close").unwrap(),
-            (200, b"until-close".to_vec())
-        );
-        assert!(parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nab").is_err());
-        assert!(
-            parse_response(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n").is_err()
-        );
     }
 
     #[test]

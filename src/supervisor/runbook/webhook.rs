@@ -13,10 +13,11 @@
 //! has.
 
 use crate::audit::sink::AuditSink;
+use crate::http::client::{self, Request, Response};
+use crate::http::url::Url;
 use crate::profile::Profile;
 use crate::profile::approvals::{WebhookOrigin, WebhookSetting};
 use crate::profile::credentials::SourceSpec;
-use crate::supervisor::net::login::{HttpsResponse, Url, https_exchange};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeSet, HashSet};
@@ -35,8 +36,10 @@ pub const ANSWER_TYPE: &str = "stepproof.approval.answer";
 pub const KEY_MIN_BYTES: usize = 32;
 /// How often the status URL is asked.
 const POLL_INTERVAL: Duration = Duration::from_secs(1);
-/// The longest one request may take (connection, each read and write).
+/// The longest one request may take (the whole exchange).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// The largest answer read (head and body).
+const RESPONSE_MAX_BYTES: usize = 256 * 1024;
 /// An answer may say it was given this long before the request was issued (the receiver's clock
 /// may be behind); earlier than that, it is stale.
 const CLOCK_SKEW_SECONDS: u64 = 300;
@@ -48,6 +51,8 @@ const TEXT_MAX_CHARS: usize = 1000;
 /// The run's approval webhook: URL, key and trust, ready to ask.
 pub struct Webhook {
     url: String,
+    /// `url`, split.
+    target: Url,
     key: ring::hmac::Key,
     tls: Arc<rustls::ClientConfig>,
     /// Where it came from, in words (the start record says it).
@@ -86,6 +91,34 @@ impl Webhook {
     /// The URL requests are POSTed to (`/<nonce>` after it is the status URL).
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// One exchange with the webhook's host (`path` on it), over within `timeout`; errors name
+    /// the host.
+    fn exchange(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+        timeout: Duration,
+    ) -> Result<Response, String> {
+        let headers: Vec<(&str, &str)> = [("Accept", "application/json")]
+            .into_iter()
+            .chain(headers.iter().copied())
+            .collect();
+        client::request(&Request {
+            method,
+            tls: Some(self.tls.clone()),
+            host: &self.target.host,
+            port: self.target.port,
+            path,
+            headers: &headers,
+            body,
+            deadline: Instant::now() + timeout,
+            max_response: RESPONSE_MAX_BYTES,
+        })
+        .map_err(|e| e.message)
     }
 }
 
@@ -189,6 +222,7 @@ pub fn prepare(
     let tls = crate::supervisor::net::login::client_config(&extra)?;
     Ok(Some(Webhook {
         url: url_text.trim_end_matches('/').to_string(),
+        target: url,
         key: ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret.expose().as_bytes()),
         tls,
         origin: match origin {
@@ -410,7 +444,7 @@ impl<'a, R: Fn(&str, Value)> Asking<'a, R> {
             return;
         };
         let signature = sign(&self.webhook.key, &self.body);
-        let status_url = self.status_url(&issued.nonce);
+        let status_path = format!("{}/{}", self.webhook.target.path, issued.nonce);
         let mut posted = false;
         loop {
             if stop.load(Ordering::SeqCst) {
@@ -422,10 +456,9 @@ impl<'a, R: Fn(&str, Value)> Asking<'a, R> {
             }
             let timeout = left.min(REQUEST_TIMEOUT);
             if !posted {
-                match https_exchange(
-                    &self.webhook.url,
-                    &self.webhook.tls,
+                match self.webhook.exchange(
                     "POST",
+                    self.webhook.target.request_path(),
                     &[
                         ("Content-Type", "application/json"),
                         (SIGNATURE_HEADER, &signature),
@@ -448,7 +481,10 @@ impl<'a, R: Fn(&str, Value)> Asking<'a, R> {
                     Err(why) => self.say_error(&issued, &why),
                 }
             } else {
-                match https_exchange(&status_url, &self.webhook.tls, "GET", &[], b"", timeout) {
+                match self
+                    .webhook
+                    .exchange("GET", &status_path, &[], b"", timeout)
+                {
                     Ok(r) if r.status == 200 => match self.judge(&issued, &r) {
                         Ok(verdict) => {
                             self.webhook
@@ -503,7 +539,7 @@ impl<'a, R: Fn(&str, Value)> Asking<'a, R> {
 
     /// A 200 from the status URL: the verdict, or why it is refused (with what it claimed, for
     /// the record).
-    fn judge(&self, issued: &Issued, r: &HttpsResponse) -> Result<Verdict, (String, Value)> {
+    fn judge(&self, issued: &Issued, r: &Response) -> Result<Verdict, (String, Value)> {
         let used = self
             .webhook
             .used
