@@ -8,7 +8,7 @@
 //! write a line of its own is refused before anything is sent); resolves the host; connects
 //! with the time left (trying each address); over TLS, completes the handshake before sending
 //! anything (a certificate that is not trusted now will not be a second later); sends the head
-//! (`Host`, `User-Agent: stepproof/<version>`, `Connection: close`, `Content-Length` when there
+//! (`Host`, `User-Agent: stepproof/<version>` unless the caller names its own, `Connection: close`, `Content-Length` when there
 //! is a body or the method expects one, then the caller's headers) and the body; reads until
 //! the body is complete or the server closes, never more than `max_response` bytes; parses the
 //! head with `httparse` and decodes the body by `Content-Length`, with the one chunked coding
@@ -54,8 +54,8 @@ pub struct Request<'a> {
     pub port: u16,
     /// The request target in origin form (`/v1/logs`, with a query if any).
     pub path: &'a str,
-    /// Headers besides the client's own (`Host`, `User-Agent`, `Connection`,
-    /// `Content-Length`), which they may not name.
+    /// Headers besides the client's own (`Host`, `Connection`, `Content-Length`,
+    /// `Transfer-Encoding`), which they may not name; a `User-Agent` here replaces the client's.
     pub headers: &'a [(&'a str, &'a str)],
     pub body: &'a [u8],
     /// When the whole exchange (resolution, connection, handshake, request and answer) ends.
@@ -308,7 +308,7 @@ fn request_head(req: &Request<'_>) -> Result<Vec<u8>, ClientError> {
         let lower = name.to_ascii_lowercase();
         if matches!(
             lower.as_str(),
-            "host" | "content-length" | "transfer-encoding" | "connection" | "user-agent"
+            "host" | "content-length" | "transfer-encoding" | "connection"
         ) {
             return refused(format!(
                 "{}: the header {name} is the client's own",
@@ -317,12 +317,24 @@ fn request_head(req: &Request<'_>) -> Result<Vec<u8>, ClientError> {
         }
     }
     let mut head = format!(
-        "{} {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: stepproof/{}\r\nConnection: close\r\n",
+        "{} {} HTTP/1.1\r\nHost: {}\r\n",
         req.method,
         req.path,
         host_header(req.host, req.port, req.tls.is_some()),
-        env!("CARGO_PKG_VERSION"),
     );
+    // A caller's own User-Agent (an export's configured headers) replaces ours.
+    if !req
+        .headers
+        .iter()
+        .any(|(n, _)| n.eq_ignore_ascii_case("user-agent"))
+    {
+        head.push_str(concat!(
+            "User-Agent: stepproof/",
+            env!("CARGO_PKG_VERSION"),
+            "\r\n"
+        ));
+    }
+    head.push_str("Connection: close\r\n");
     if !req.body.is_empty() || matches!(req.method, "POST" | "PUT" | "PATCH") {
         head.push_str(&format!("Content-Length: {}\r\n", req.body.len()));
     }
@@ -669,6 +681,27 @@ mod tests {
             format!(
                 "POST /v1/logs?x=1 HTTP/1.1\r\nHost: localhost:{port}\r\nUser-Agent: stepproof/{}\r\nConnection: close\r\nContent-Length: 5\r\nContent-Type: application/json\r\nX-Tab: a\tb\r\n\r\nhello",
                 env!("CARGO_PKG_VERSION")
+            )
+        );
+    }
+
+    #[test]
+    fn a_get_has_no_content_length_and_a_callers_user_agent_replaces_ours() {
+        let (port, requests) = server(answer(&[b"HTTP/1.1 204 No Content\r\n\r\n"]), None);
+        let url = Url::parse(&format!("http://127.0.0.1:{port}/status/")).unwrap();
+        let tls = crate::http::tls::client_config(rustls::RootCertStore::empty()).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let r = request(&Request {
+            headers: &[("user-agent", "collector-probe/1")],
+            ..Request::to(&url, "GET", &tls, deadline, 4096)
+        })
+        .unwrap();
+        assert_eq!((r.status, r.body.len()), (204, 0));
+        let sent = String::from_utf8(requests.recv().unwrap()).unwrap();
+        assert_eq!(
+            sent,
+            format!(
+                "GET /status HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\nuser-agent: collector-probe/1\r\n\r\n"
             )
         );
     }
