@@ -740,7 +740,7 @@ fn carry_out(
         }
         if !findings.is_empty() {
             crate::say!(
-                "stepproof-run: TAMPERING: the run left what the host would act on (persistence paths, links, setuid/setgid bits, its own profile):"
+                "stepproof-run: TAMPERING: the run left what the host would act on (persistence paths, links, setuid/setgid bits, its own profile, what the host's git shows):"
             );
             for f in &findings {
                 let detail = f

@@ -3,7 +3,10 @@
 //! before the run and compares after it: anything created or changed is moved to a quarantine
 //! directory outside the workspace and reported, and the run says so in its exit code. The
 //! same pass walks everything the sandbox could write and strips the setuid/setgid bits the
-//! run set (seccomp refuses them first; this is what remains if that line ever fails).
+//! run set (seccomp refuses them first; this is what remains if that line ever fails). Last, what
+//! would make the host's git show something other than what is there (replace refs, grafts,
+//! shallow, `info/attributes`, `info/exclude`, sparse-checkout patterns, index flags and caches)
+//! is judged against its launch record (`git_view`).
 //!
 //! Nothing here follows a link the agent may have planted: every path is resolved beneath the
 //! workspace (or a writable root) from a directory descriptor with `sys::beneath`, a link where

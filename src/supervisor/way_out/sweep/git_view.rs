@@ -85,6 +85,9 @@ const MAX_REPLACE_REFS: usize = 100_000;
 const REPLACE_DEPTH: usize = 8;
 /// A finding names at most this many entries (the count is in its detail).
 const NAMED_ENTRIES: usize = 100;
+/// At most this many flagged entries of one index are recorded at launch (16 bytes each in the
+/// marker); an index with more is recorded as unread (its flags are then not judged).
+const MAX_FLAGGED: usize = 1_000_000;
 /// A git config is small; more than this is not read for its object format.
 const CONFIG_READ_LIMIT: u64 = 1 << 20;
 const GITFILE_READ_LIMIT: u64 = 4096;
@@ -570,6 +573,10 @@ fn walk_refs(dir: BorrowedFd<'_>, rel: &Path, depth: usize, out: &mut BTreeMap<P
 /// The lines of `packed-refs` that name a replace ref, as (index of the line, the ref's name
 /// below `refs/replace/`, its object id, the key it is recorded by).
 fn packed_replace_lines(bytes: &[u8]) -> Vec<(usize, Vec<u8>, String, String)> {
+    // Most have none: one search over the file says so.
+    if memchr::memmem::find(bytes, b" refs/replace/").is_none() {
+        return Vec::new();
+    }
     bytes
         .split(|&b| b == b'\n')
         .enumerate()
@@ -662,14 +669,6 @@ impl Flagged {
             .iter()
             .any(|x| &x.signature == b"link")
     }
-
-    /// Whether a split index has flagged entries that replace shared ones (their names are
-    /// the shared index's, not theirs: empty).
-    fn names_split_entries(&self) -> bool {
-        self.split()
-            && (self.assume_valid.iter().any(|(n, _)| n.is_empty())
-                || self.skip_worktree.iter().any(|(n, _, _)| n.is_empty()))
-    }
 }
 
 /// The flagged entries of the shared index a split index names (`sharedindex.<id>` beside
@@ -756,14 +755,13 @@ fn read_bounded(gd: BorrowedFd<'_>, name: &str, limit: u64) -> Bounded {
     Ok(Some((bytes, st)))
 }
 
-/// The index of `gd` as it is now: parsed with the object format of the repository's config, or
-/// the other one when that does not read (the checksum decides at the end; at launch it is not
-/// computed).
-fn parse_index(bytes: &[u8], hash_len: usize, verify: bool) -> Result<(Flagged, usize), String> {
+/// An index as it is at the end: parsed with the object format of the repository's config, or
+/// the other one when that does not read, and only with the one whose checksum holds.
+fn parse_index(bytes: &[u8], hash_len: usize) -> Result<(Flagged, usize), String> {
     let mut first_error = None;
     for len in [hash_len, if hash_len == 20 { 32 } else { 20 }] {
         match flagged(bytes, len) {
-            Ok(f) if !verify || checksum_holds(bytes, len) => return Ok((f, len)),
+            Ok(f) if checksum_holds(bytes, len) => return Ok((f, len)),
             Ok(_) => {
                 first_error.get_or_insert_with(|| "its checksum does not hold".to_string());
             }
@@ -773,6 +771,73 @@ fn parse_index(bytes: &[u8], hash_len: usize, verify: bool) -> Result<(Flagged, 
         }
     }
     Err(first_error.unwrap_or_default())
+}
+
+/// The launch's record of an index: its flagged entries as digests (computed as the entries are
+/// read: a sparse checkout flags most of them), its caches as hashes.
+fn launch_index(gd: BorrowedFd<'_>, bytes: &[u8], st: &Stat, hash_len: usize) -> IndexView {
+    let stat = Some(StatId::of(st));
+    let read = |len: usize| {
+        let (mut av, mut sw, mut unnamed) = (Vec::new(), Vec::new(), false);
+        let layout = git_index::for_each_entry(bytes, len, |e| {
+            let skip = e
+                .extended
+                .is_some_and(|(_, bits)| bits & SKIP_WORKTREE != 0);
+            let assume = e.flags & ASSUME_VALID != 0;
+            if (skip || assume) && e.name.is_empty() {
+                unnamed = true;
+            }
+            if assume {
+                av.push(Digests::of(e.name));
+            }
+            if skip {
+                sw.push(Digests::of(e.name));
+            }
+        })?;
+        Ok::<_, String>((av, sw, unnamed, layout))
+    };
+    let other = if hash_len == 20 { 32 } else { 20 };
+    let (mut av, mut sw, unnamed, layout, len) = match read(hash_len) {
+        Ok((av, sw, unnamed, layout)) => (av, sw, unnamed, layout, hash_len),
+        Err(first) => match read(other) {
+            Ok((av, sw, unnamed, layout)) => (av, sw, unnamed, layout, other),
+            Err(_) => return IndexView::Unread { stat, why: first },
+        },
+    };
+    if av.len() + sw.len() > MAX_FLAGGED {
+        return IndexView::Unread {
+            stat,
+            why: format!(
+                "{} flagged entries, more than the {MAX_FLAGGED} a run records",
+                av.len() + sw.len()
+            ),
+        };
+    }
+    let caches = caches(bytes, &layout);
+    let found = Flagged {
+        assume_valid: Vec::new(),
+        skip_worktree: Vec::new(),
+        layout,
+    };
+    match shared_flagged(gd, bytes, &found, len) {
+        Ok(_) if unnamed => IndexView::Unread {
+            stat,
+            why: "a split index whose entries carry flags".into(),
+        },
+        Ok(shared) => {
+            if let Some(shared) = shared {
+                av.extend(shared.assume_valid.iter().map(|(n, _)| Digests::of(n)));
+                sw.extend(shared.skip_worktree.iter().map(|(n, _, _)| Digests::of(n)));
+            }
+            IndexView::Read {
+                stat: StatId::of(st),
+                assume_valid: Digests::from_unsorted(av),
+                skip_worktree: Digests::from_unsorted(sw),
+                caches,
+            }
+        }
+        Err(why) => IndexView::Unread { stat, why },
+    }
 }
 
 impl GitViews {
@@ -879,40 +944,7 @@ fn launch_dir(root: BorrowedFd<'_>, gd: BorrowedFd<'_>, rel: &Path, kind: Kind) 
     };
     let index = match read_bounded(gd, "index", INDEX_READ_LIMIT) {
         Ok(None) => IndexView::Absent,
-        Ok(Some((bytes, st))) => {
-            let stat = Some(StatId::of(&st));
-            match parse_index(&bytes, hash_len(root, rel, kind), false) {
-                Ok((f, len)) => match shared_flagged(gd, &bytes, &f, len) {
-                    Ok(shared) if !f.names_split_entries() => {
-                        let all = [Some(&f), shared.as_ref()];
-                        IndexView::Read {
-                            stat: StatId::of(&st),
-                            assume_valid: Digests::from_unsorted(
-                                all.iter()
-                                    .flatten()
-                                    .flat_map(|f| f.assume_valid.iter())
-                                    .map(|(n, _)| Digests::of(n))
-                                    .collect(),
-                            ),
-                            skip_worktree: Digests::from_unsorted(
-                                all.iter()
-                                    .flatten()
-                                    .flat_map(|f| f.skip_worktree.iter())
-                                    .map(|(n, _, _)| Digests::of(n))
-                                    .collect(),
-                            ),
-                            caches: caches(&bytes, &f.layout),
-                        }
-                    }
-                    Ok(_) => IndexView::Unread {
-                        stat,
-                        why: "a split index whose entries carry flags".into(),
-                    },
-                    Err(why) => IndexView::Unread { stat, why },
-                },
-                Err(why) => IndexView::Unread { stat, why },
-            }
-        }
+        Ok(Some((bytes, st))) => launch_index(gd, &bytes, &st, hash_len(root, rel, kind)),
         Err((st, why)) => IndexView::Unread {
             stat: st.as_ref().map(StatId::of),
             why,
@@ -1322,18 +1354,18 @@ impl At<'_, '_> {
                 return;
             }
         };
-        let (found, hash_len) =
-            match parse_index(&bytes, hash_len(self.root, self.rel, self.kind), true) {
-                Ok(parsed) => parsed,
-                Err(why) => {
-                    // What git refuses to read shows nothing: no lie, but said.
-                    self.judged.notes.push(format!(
-                        "{}: not an index git reads ({why}): left as it is",
-                        self.abs(name).display()
-                    ));
-                    return;
-                }
-            };
+        let (found, hash_len) = match parse_index(&bytes, hash_len(self.root, self.rel, self.kind))
+        {
+            Ok(parsed) => parsed,
+            Err(why) => {
+                // What git refuses to read shows nothing: no lie, but said.
+                self.judged.notes.push(format!(
+                    "{}: not an index git reads ({why}): left as it is",
+                    self.abs(name).display()
+                ));
+                return;
+            }
+        };
         let empty = Digests::default();
         let no_caches = BTreeMap::new();
         let (launch_av, launch_sw, launch_caches, launch_sparse) = match launch {
@@ -1987,6 +2019,53 @@ mod tests {
     }
 
     #[test]
+    fn a_submodule_and_a_linked_worktree_are_judged_in_their_own_git_directories() {
+        let fx = Fixture::new();
+        let lib = fx.base().join("libsrc");
+        fs::create_dir_all(&lib).unwrap();
+        git(&lib, &["init", "-q"]);
+        fs::write(lib.join("l"), "l\n").unwrap();
+        git(&lib, &["add", "l"]);
+        git(&lib, &["commit", "-q", "-m", "l1"]);
+        fs::write(lib.join("l"), "l2\n").unwrap();
+        git(&lib, &["commit", "-q", "-am", "l2"]);
+        repo(&fx, &[]);
+        git(
+            &fx.ws,
+            &["submodule", "add", "-q", lib.to_str().unwrap(), "lib"],
+        );
+        git(&fx.ws, &["commit", "-q", "-m", "lib"]);
+        git(&fx.ws, &["worktree", "add", "-q", "wt"]);
+        let (sub, wt) = (fx.ws.join("lib"), fx.ws.join("wt"));
+        let sweep = swept(&fx, || {
+            git(&sub, &["replace", "HEAD", "HEAD~1"]);
+            fs::write(sub.join("l"), "changed\n").unwrap();
+            git(&sub, &["update-index", "--assume-unchanged", "l"]);
+            fs::write(wt.join("a"), "changed\n").unwrap();
+            git(&wt, &["update-index", "--skip-worktree", "a"]);
+            assert_eq!(git(&sub, &["diff"]), "", "the lie works");
+            assert_eq!(git(&wt, &["status", "--porcelain"]), "", "the lie works");
+        });
+        let head = git(&sub, &["rev-parse", "HEAD"]).trim().to_string();
+        assert_eq!(
+            changes(&fx, &sweep),
+            [
+                (".git/modules/lib/index".into(), "index-flags"),
+                (
+                    format!(".git/modules/lib/refs/replace/{head}"),
+                    "replace-ref"
+                ),
+                (".git/worktrees/wt/index".into(), "index-flags"),
+            ],
+            "{:?}",
+            sweep.findings
+        );
+        assert_eq!(git(&sub, &["log", "--format=%s"]), "l2\nl1\n");
+        assert!(git(&sub, &["diff"]).contains("+changed"));
+        assert_eq!(git(&wt, &["status", "--porcelain"]), " M a\n");
+    }
+
+    #[test]
     fn a_link_at_info_is_moved_and_the_launch_files_put_back() {
         let fx = Fixture::new();
         repo(&fx, &[]);
@@ -2077,5 +2156,106 @@ mod tests {
         assert_eq!(changes(&fx, &sweep), [(".git/index".into(), "index-flags")]);
         assert_eq!(sweep.findings[0].entries, ["assume-valid a"]);
         assert!(git(&fx.ws, &["ls-files", "-v"]).contains("S b\n"));
+    }
+}
+
+/// The launch's added cost on a checkout of 50,000 tracked files (500 directories of 100), as
+/// it is and with every entry flagged skip-worktree (the worst case for the digests), and the
+/// judgment at the end with the index unchanged and rewritten by git:
+/// `cargo test --release --lib git_view_cost -- --ignored --nocapture`
+/// (`STEPPROOF_BENCH_DIR` chooses the file system; /tmp by default).
+#[cfg(test)]
+mod bench {
+    use super::super::Quarantine;
+    use super::*;
+    use std::process::Command;
+    use std::time::Instant;
+
+    fn git(dir: &Path, args: &[&str], stdin: Option<&[u8]>) {
+        let mut child = Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+            .args(args)
+            .current_dir(dir)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut input = child.stdin.take().unwrap();
+        if let Some(bytes) = stdin {
+            input.write_all(bytes).unwrap();
+        }
+        drop(input);
+        assert!(child.wait().unwrap().success(), "git {args:?}");
+    }
+
+    fn ms(took: std::time::Duration) -> String {
+        format!("{:.2} ms", took.as_secs_f64() * 1e3)
+    }
+
+    #[test]
+    #[ignore]
+    fn git_view_cost_on_50k_files() {
+        let base =
+            std::env::var_os("STEPPROOF_BENCH_DIR").map_or_else(std::env::temp_dir, PathBuf::from);
+        let dir = tempfile::tempdir_in(base).unwrap();
+        let ws = dir.path().join("ws");
+        let mut names = Vec::new();
+        for d in 0..500 {
+            let sub = ws.join(format!("d{d:03}"));
+            fs::create_dir_all(&sub).unwrap();
+            for f in 0..100 {
+                fs::write(sub.join(format!("file-{f:03}.txt")), format!("{d} {f}\n")).unwrap();
+                names.push(format!("d{d:03}/file-{f:03}.txt\n"));
+            }
+        }
+        git(&ws, &["init", "-q"], None);
+        git(&ws, &["add", "."], None);
+        git(&ws, &["commit", "-q", "-m", "all"], None);
+        let root = beneath::open_root(&ws, DIR_LOOKUP).unwrap();
+        let repos = [PathBuf::new()];
+        for variant in ["plain", "all skip-worktree"] {
+            if variant != "plain" {
+                git(
+                    &ws,
+                    &["update-index", "--skip-worktree", "--stdin"],
+                    Some(names.concat().as_bytes()),
+                );
+            }
+            let size = fs::metadata(ws.join(".git/index")).unwrap().len();
+            let mut takes = Vec::new();
+            let mut marker = 0;
+            for _ in 0..7 {
+                let started = Instant::now();
+                let views = GitViews::take(root.as_fd(), &ws, &repos);
+                takes.push(started.elapsed());
+                marker = serde_json::to_vec(&views).unwrap().len();
+            }
+            takes.sort();
+            let views = GitViews::take(root.as_fd(), &ws, &repos);
+            let q = dir.path().join(format!("q-{}", variant.len()));
+            let started = Instant::now();
+            let judged = views.judge(root.as_fd(), &ws, &repos, &mut Quarantine::new(&q));
+            let unchanged = started.elapsed();
+            assert!(judged.findings.is_empty());
+            let new = format!("new-{}.txt", variant.len());
+            fs::write(ws.join(&new), "new\n").unwrap();
+            git(&ws, &["add", &new], None);
+            let started = Instant::now();
+            let judged = views.judge(root.as_fd(), &ws, &repos, &mut Quarantine::new(&q));
+            let changed = started.elapsed();
+            assert!(judged.findings.is_empty(), "{:?}", judged.findings);
+            crate::out!(
+                "{variant}: index {:.1} MiB; GitViews::take median {} (min {}, max {}); its part of the marker {} bytes; judged at the end: index unchanged {}, index rewritten by git {}",
+                size as f64 / f64::from(1u32 << 20),
+                ms(takes[3]),
+                ms(takes[0]),
+                ms(takes[6]),
+                marker,
+                ms(unchanged),
+                ms(changed)
+            );
+        }
     }
 }
