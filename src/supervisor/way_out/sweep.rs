@@ -1105,7 +1105,14 @@ impl Snapshot {
                 .collect();
             repos.push(PathBuf::new());
             repos.extend(self.git.keys().cloned());
-            let judged = views.judge(root.as_fd(), workspace, &repos, &mut quarantine);
+            let judged = views.judge(
+                root.as_fd(),
+                workspace,
+                &repos,
+                self.launched,
+                &git_view::HostConfig::of(&scope.home),
+                &mut quarantine,
+            );
             findings.extend(judged.findings);
             restored.extend(judged.restored);
             sweep_notes = judged.notes;

@@ -33,6 +33,16 @@
 //!   a sparse checkout at launch and whose `info/sparse-checkout` is unchanged, a new
 //!   skip-worktree entry whose file is absent from the checkout is git's own (a checkout of
 //!   files outside the sparse patterns) and is kept;
+//! * an index entry needs no flag to be trusted: git takes a file as unchanged when the entry's
+//!   stat data match it, and an index can pair the stat data of a file the run changed with the
+//!   object id of its old content. An entry whose stat data match a file written during the run
+//!   (with the ctime trusted, git's default, only entries whose own ctime is after the launch
+//!   are looked at; when the host's or the repository's config names `core.trustctime`,
+//!   `core.checkStat` or an include, every entry) has the file hashed as a blob (at most
+//!   [`HASH_BUDGET`] bytes per sweep; beyond, taken unchecked); when the id is not the entry's,
+//!   its size is set to 0, as git itself does for a racily clean entry, and the host's git
+//!   reads the file. A note, not a finding: a filter (Git LFS) or an end-of-line conversion
+//!   makes the same mismatch in ordinary work;
 //! * a link where git reads one of these (`info`, `refs`, `refs/replace`, a view file,
 //!   `packed-refs`, `index`) is moved as a link, never followed.
 //!
@@ -44,12 +54,13 @@
 //!
 //! Every action is a finding of the sweep (`replace-ref`, `git-view`, `index-flags`): the run
 //! says it (exit 123), and the `sweep` record (or a repair's `run-end-recovered`) names it. An
-//! index that cannot be judged or rewritten safely — larger than [`INDEX_READ_LIMIT`] (at
-//! launch or at the end), a split index, a sparse index whose directory entries gained the
-//! flag, one git itself would refuse — is never guessed at: it is left as it is and reported
-//! as a finding with an error (NOT handled; a repair keeps its marker), naming what to do.
-//! Removing it instead would not be the truth either: without an index `git diff` shows
-//! nothing and `git status` shows every file deleted and untracked.
+//! index that cannot be judged or rewritten safely — larger than [`INDEX_READ_LIMIT`] or with
+//! more than [`MAX_FLAGGED`] flagged entries at launch, larger at the end, a split index, a
+//! sparse index whose directory entries gained the flag — is never guessed at: it is left as it
+//! is and reported as a finding with an error (NOT handled; a repair keeps its marker), naming
+//! what to do. Removing it instead would not be the truth either: without an index `git diff`
+//! shows nothing and `git status` shows every file deleted and untracked. An index git itself
+//! refuses (its checksum does not hold) shows nothing at all: it is left, with a note.
 
 use super::{Finding, Quarantine, read_regular};
 use crate::audit::owed::bytes;
@@ -68,6 +79,7 @@ use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Component, Path, PathBuf};
+use std::time::Duration;
 
 /// A file of the view (grafts, shallow, attributes, exclude, sparse-checkout) is read this far;
 /// beyond it, its size and ctime stand for the rest.
@@ -88,6 +100,9 @@ const NAMED_ENTRIES: usize = 100;
 /// At most this many flagged entries of one index are recorded at launch (16 bytes each in the
 /// marker); an index with more is recorded as unread (its flags are then not judged).
 const MAX_FLAGGED: usize = 1_000_000;
+/// At most this many bytes of files are hashed to check index entries, per sweep; entries
+/// beyond it are smudged unchecked (git then reads the files itself).
+const HASH_BUDGET: u64 = 256 << 20;
 /// A git config is small; more than this is not read for its object format.
 const CONFIG_READ_LIMIT: u64 = 1 << 20;
 const GITFILE_READ_LIMIT: u64 = 4096;
@@ -306,6 +321,42 @@ pub(super) struct GitViews {
     dirs: BTreeMap<PathBuf, GitDir>,
 }
 
+/// What of the host's git configuration decides how far the sweep looks into an index.
+#[derive(Debug, Default)]
+pub(super) struct HostConfig {
+    /// The system's or the user's git config names `core.trustctime` or `core.checkStat`:
+    /// the host's git may then trust an entry whose ctime is not the file's.
+    pub ctime_not_trusted: bool,
+}
+
+impl HostConfig {
+    /// Read from `/etc/gitconfig` and the user's (`home`) `.gitconfig` and
+    /// `.config/git/config`, as far as they are readable (a file that cannot be read counts as
+    /// naming them: the sweep then looks at every entry).
+    pub(super) fn of(home: &Path) -> HostConfig {
+        let names = |text: &str| {
+            let text = text.to_ascii_lowercase();
+            text.contains("trustctime") || text.contains("checkstat") || text.contains("include")
+        };
+        let ctime_not_trusted = [
+            PathBuf::from("/etc/gitconfig"),
+            home.join(".gitconfig"),
+            home.join(".config/git/config"),
+        ]
+        .iter()
+        .any(|path| match fs::File::open(path) {
+            Ok(file) => {
+                let mut text = String::new();
+                file.take(CONFIG_READ_LIMIT)
+                    .read_to_string(&mut text)
+                    .map_or(true, |_| names(&text))
+            }
+            Err(e) => e.kind() != io::ErrorKind::NotFound,
+        });
+        HostConfig { ctime_not_trusted }
+    }
+}
+
 /// What the judgment did, for the sweep to report.
 #[derive(Debug, Default)]
 pub(super) struct Judged {
@@ -399,7 +450,18 @@ fn meaningful_lines(bytes: &[u8]) -> BTreeSet<&[u8]> {
 /// the one its gitfile names inside the workspace, with the submodules' git directories below
 /// their `modules/` and the linked worktrees' below `worktrees/`. Never through a link.
 fn git_dirs(root: BorrowedFd<'_>, workspace: &Path, repos: &[PathBuf]) -> BTreeMap<PathBuf, Kind> {
+    git_dirs_and_checkouts(root, workspace, repos).0
+}
+
+/// [`git_dirs`], and the checkout of each git directory a repository's `.git` names (the
+/// directory holding that `.git`).
+fn git_dirs_and_checkouts(
+    root: BorrowedFd<'_>,
+    workspace: &Path,
+    repos: &[PathBuf],
+) -> (BTreeMap<PathBuf, Kind>, BTreeMap<PathBuf, PathBuf>) {
     let mut found = BTreeMap::new();
+    let mut checkouts = BTreeMap::new();
     for repo in repos {
         let Ok(dir) = open_dir(
             root,
@@ -449,9 +511,12 @@ fn git_dirs(root: BorrowedFd<'_>, workspace: &Path, repos: &[PathBuf]) -> BTreeM
         } else {
             Kind::Repository
         };
+        checkouts
+            .entry(git_dir.clone())
+            .or_insert_with(|| repo.clone());
         add_git_dir(root, git_dir, kind, &mut found);
     }
-    found
+    (found, checkouts)
 }
 
 /// `git_dir` and, for a repository's, the git directories below its `modules/` and
@@ -860,6 +925,8 @@ impl GitViews {
         root: BorrowedFd<'_>,
         workspace: &Path,
         repos: &[PathBuf],
+        launched: Duration,
+        host_config: &HostConfig,
         quarantine: &mut Quarantine,
     ) -> Judged {
         let mut judged = Judged::default();
@@ -873,7 +940,9 @@ impl GitViews {
         );
         all.sort();
         all.dedup();
-        for (rel, kind) in git_dirs(root, workspace, &all) {
+        let (dirs, checkouts) = git_dirs_and_checkouts(root, workspace, &all);
+        let mut hash_budget = HASH_BUDGET;
+        for (rel, kind) in dirs {
             let Ok(gd) = open_dir(root, &rel) else {
                 continue;
             };
@@ -883,6 +952,10 @@ impl GitViews {
                 rel: &rel,
                 gd: gd.as_fd(),
                 kind,
+                checkout: checkouts.get(&rel).map(PathBuf::as_path),
+                launched,
+                host_config,
+                hash_budget: &mut hash_budget,
                 launch: self.dirs.get(&rel),
                 quarantine,
                 judged: &mut judged,
@@ -970,6 +1043,13 @@ struct At<'a, 'q> {
     rel: &'a Path,
     gd: BorrowedFd<'a>,
     kind: Kind,
+    /// Its checkout (relative to the workspace), when a `.git` there names it.
+    checkout: Option<&'a Path>,
+    /// The launch, less the margin, since the epoch.
+    launched: Duration,
+    host_config: &'a HostConfig,
+    /// What is left of the bytes the sweep may hash to check index entries.
+    hash_budget: &'q mut u64,
     /// As it was at launch; `None` for one that appeared during the run.
     launch: Option<&'a GitDir>,
     quarantine: &'q mut Quarantine,
@@ -1489,11 +1569,36 @@ impl At<'_, '_> {
             );
             return;
         }
-        if clear.is_empty() && drop.is_empty() {
+        let stale = match (self.launch, self.checkout) {
+            (Some(_), Some(checkout)) => self.stale_entries(&bytes, hash_len, checkout),
+            _ => Vec::new(),
+        };
+        if clear.is_empty() && drop.is_empty() && stale.is_empty() {
             return;
         }
-        let new = rewritten(&bytes, &found.layout, &clear, &drop, hash_len);
+        let smudge: Vec<usize> = stale.iter().map(|(at, _, _)| *at).collect();
+        let new = rewritten(&bytes, &found.layout, &clear, &smudge, &drop, hash_len);
         let finding_due = !clear.is_empty() || !new_caches.is_empty();
+        if !stale.is_empty() {
+            let unchecked = stale.iter().filter(|(_, _, hashed)| !hashed).count();
+            let names: Vec<String> = stale
+                .iter()
+                .take(10)
+                .map(|(_, n, _)| String::from_utf8_lossy(n).into_owned())
+                .collect();
+            self.judged.notes.push(format!(
+                "{}: {} entries ({}{}) vouched with their stat data for files the run wrote, but name other content than the files hold{}: their sizes are set to 0, as git does for a racily clean entry, so that the host's git reads the files (a filter such as Git LFS or an end-of-line conversion makes the same; a crafted index hides a change this way)",
+                self.abs(name).display(),
+                stale.len(),
+                names.join(", "),
+                if stale.len() > names.len() { ", …" } else { "" },
+                if unchecked > 0 {
+                    format!(" ({unchecked} not hashed: beyond the {} MiB the sweep hashes)", HASH_BUDGET >> 20)
+                } else {
+                    String::new()
+                },
+            ));
+        }
         let mut finding = Finding::new(self.abs(name), "index-flags");
         if finding_due {
             match self.quarantine.write_in(&self.rel.join(name), &bytes) {
@@ -1510,6 +1615,15 @@ impl At<'_, '_> {
             }
         }
         let done = rewrite(self.gd, name, &new, &st);
+        if !finding_due && changed_caches.is_empty() {
+            if let Err(e) = done {
+                self.judged.notes.push(format!(
+                    "{}: setting the sizes of those entries to 0: {e}",
+                    self.abs(name).display()
+                ));
+            }
+            return;
+        }
         if !finding_due {
             self.judged.notes.push(match done {
                 Ok(()) => format!(
@@ -1566,6 +1680,115 @@ impl At<'_, '_> {
         self.judged.findings.push(finding);
     }
 
+    /// Entries of the index whose stat data match a file the run wrote (its ctime is after the
+    /// launch: the host's git would trust the entry without reading the file) but whose object
+    /// id is not the file's content: (where the entry's size is, its name, whether it was
+    /// hashed — beyond the budget, such entries are taken unchecked).
+    fn stale_entries(
+        &mut self,
+        index: &[u8],
+        hash_len: usize,
+        checkout: &Path,
+    ) -> Vec<(usize, Vec<u8>, bool)> {
+        let u32_at = |at: usize| {
+            u32::from_be_bytes([index[at], index[at + 1], index[at + 2], index[at + 3]])
+        };
+        let mut stale = Vec::new();
+        let mut dir: Option<(PathBuf, OwnedFd)> = None;
+        let (root, launched) = (self.root, self.launched);
+        // With the ctime trusted (git's default), an entry only vouches for a file the run
+        // wrote when its own ctime is the file's: after the launch. The others are not looked
+        // at (no system call for them).
+        let every_entry = self.host_config.ctime_not_trusted || self.repo_names_ctime();
+        let budget = &mut *self.hash_budget;
+        let walked = git_index::for_each_entry(index, hash_len, |e| {
+            let kind = e.mode & libc::S_IFMT;
+            if e.name.is_empty() || (kind != libc::S_IFREG && kind != libc::S_IFLNK) {
+                return;
+            }
+            let start = e.flags_at - 40 - hash_len;
+            let ctime = (i64::from(u32_at(start)), i64::from(u32_at(start + 4)));
+            if !every_entry && !super::after(ctime, launched.saturating_sub(Duration::from_secs(1)))
+            {
+                return;
+            }
+            let path = checkout.join(OsStr::from_bytes(e.name));
+            let (Some(parent), Some(last)) = (path.parent(), path.file_name()) else {
+                return;
+            };
+            if dir.as_ref().is_none_or(|(p, _)| p != parent) {
+                let at = if parent.as_os_str().is_empty() {
+                    named(".")
+                } else {
+                    parent
+                };
+                dir = open_dir(root, at).ok().map(|fd| (parent.to_path_buf(), fd));
+            }
+            let Some((_, fd)) = &dir else {
+                return;
+            };
+            let Ok(st) = beneath::stat_at(fd.as_fd(), last) else {
+                return;
+            };
+            let same_kind = if kind == libc::S_IFLNK {
+                st.is_symlink()
+            } else {
+                st.is_file()
+            };
+            // What git compares first (the rest it compares only when asked to): the mtime's
+            // seconds and the size, both as 32 bits.
+            if !same_kind
+                || !super::after(st.ctime, launched)
+                || u32_at(start + 8) != st.mtime.0 as u32
+                || u32_at(start + 36) != st.size as u32
+            {
+                return;
+            }
+            let oid = &index[start + 40..start + 40 + hash_len];
+            if *budget < st.size {
+                *budget = 0;
+                stale.push((start + 36, e.name.to_vec(), false));
+                return;
+            }
+            *budget -= st.size;
+            match blob_id(fd.as_fd(), last, &st, hash_len) {
+                Ok(id) if id == oid => {}
+                Ok(_) => stale.push((start + 36, e.name.to_vec(), true)),
+                // Unreadable: git cannot vouch for it either, and says so.
+                Err(_) => {}
+            }
+        });
+        if walked.is_err() {
+            return Vec::new();
+        }
+        stale
+    }
+
+    /// Whether the repository's own config (or, for a linked worktree, its repository's) names
+    /// `core.trustctime` or `core.checkStat` (or includes another file).
+    fn repo_names_ctime(&self) -> bool {
+        let common = match self.kind {
+            Kind::Worktree => self.rel.parent().and_then(Path::parent).unwrap_or(self.rel),
+            Kind::Repository => self.rel,
+        };
+        let worktree_config = self.rel.join("config.worktree");
+        [common.join("config"), worktree_config]
+            .iter()
+            .any(|config| {
+                let (Some(parent), Some(name)) = (config.parent(), config.file_name()) else {
+                    return false;
+                };
+                open_dir(self.root, parent)
+                    .and_then(|fd| read_regular(fd.as_fd(), name, CONFIG_READ_LIMIT))
+                    .is_ok_and(|bytes| {
+                        let text = String::from_utf8_lossy(&bytes).to_ascii_lowercase();
+                        text.contains("trustctime")
+                            || text.contains("checkstat")
+                            || text.contains("include")
+                    })
+            })
+    }
+
     /// An index this sweep does not judge or rewrite: left as it is, reported as not handled.
     fn unjudged(&mut self, why: &str, entries: Vec<String>) {
         let path = self.abs("index");
@@ -1587,6 +1810,56 @@ impl At<'_, '_> {
         finding.entries = entries.into_iter().take(NAMED_ENTRIES).collect();
         self.judged.findings.push(finding);
     }
+}
+
+/// The object id git gives `name`'s content as a blob (a link's: its target), with no filter or
+/// conversion: SHA-1, or SHA-256 for ids of 32 bytes.
+fn blob_id(dir: BorrowedFd<'_>, name: &OsStr, st: &Stat, hash_len: usize) -> io::Result<Vec<u8>> {
+    enum Hasher {
+        Sha1(ring::digest::Context),
+        Sha256(Sha256),
+    }
+    let mut hasher = if hash_len == 32 {
+        Hasher::Sha256(Sha256::new())
+    } else {
+        Hasher::Sha1(ring::digest::Context::new(
+            &ring::digest::SHA1_FOR_LEGACY_USE_ONLY,
+        ))
+    };
+    let mut update = |bytes: &[u8]| match &mut hasher {
+        Hasher::Sha1(c) => c.update(bytes),
+        Hasher::Sha256(c) => c.update(bytes),
+    };
+    if st.is_symlink() {
+        let target = beneath::read_link_at(dir, name)?;
+        update(format!("blob {}\0", target.len()).as_bytes());
+        update(target.as_bytes());
+    } else {
+        let fd = beneath::open_beneath(dir, Path::new(name), FILE_READING, 0)?;
+        let now = beneath::stat_fd(fd.as_fd())?;
+        if !now.is_file() {
+            return Err(io::Error::other("not a regular file"));
+        }
+        update(format!("blob {}\0", now.size).as_bytes());
+        let mut file = fs::File::from(fd).take(now.size);
+        let mut buf = vec![0u8; 64 << 10];
+        let mut read = 0u64;
+        loop {
+            let n = file.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            read += n as u64;
+            update(&buf[..n]);
+        }
+        if read != now.size {
+            return Err(io::Error::other("the file changed while it was read"));
+        }
+    }
+    Ok(match hasher {
+        Hasher::Sha1(c) => c.finish().as_ref().to_vec(),
+        Hasher::Sha256(c) => c.finalize().to_vec(),
+    })
 }
 
 /// A node in words.
@@ -1624,13 +1897,15 @@ fn in_checkout(root: BorrowedFd<'_>, repo: &Path, name: &[u8]) -> bool {
     }
 }
 
-/// The index with `clear` (flag offsets and bits) cleared and the extensions `drop` left out
+/// The index with `clear` (flag offsets and bits) cleared, the sizes at `smudge` set to 0, and
+/// the extensions `drop` left out
 /// (with the end-of-index-entries and index-entry-offset-table extensions, whose hash and
 /// offsets would no longer hold: both are only a speed-up), and its checksum recomputed.
 fn rewritten(
     index: &[u8],
     layout: &Layout,
     clear: &[(usize, u16)],
+    smudge: &[usize],
     drop: &[[u8; 4]],
     hash_len: usize,
 ) -> Vec<u8> {
@@ -1638,6 +1913,10 @@ fn rewritten(
     for &(at, bits) in clear {
         let now = u16::from_be_bytes([out[at], out[at + 1]]) & !bits;
         out[at..at + 2].copy_from_slice(&now.to_be_bytes());
+    }
+    // A size of 0 is what git itself writes for a racily clean entry: it reads the file.
+    for &at in smudge {
+        out[at..at + 4].copy_from_slice(&[0; 4]);
     }
     let dropping = layout
         .extensions
@@ -1977,6 +2256,47 @@ mod tests {
         }
     }
 
+    /// An index whose entry keeps the stat data of the changed file but the object id of its
+    /// old content: no flag, and the host's git trusts it without reading the file.
+    #[test]
+    fn stat_data_that_vouch_for_other_content_are_smudged() {
+        let fx = Fixture::new();
+        repo(&fx, &[]);
+        let old = git(&fx.ws, &["rev-parse", "HEAD:a"]).trim().to_string();
+        let sweep = swept(&fx, || {
+            fs::write(fx.ws.join("a"), "a changed\n").unwrap();
+            fs::write(fx.ws.join("b"), "b changed\n").unwrap();
+            // Older than the index: not racily clean, so git trusts the stat data.
+            let past = std::time::SystemTime::now() - Duration::from_secs(10);
+            for f in ["a", "b"] {
+                let file = fs::File::options().write(true).open(fx.ws.join(f)).unwrap();
+                file.set_modified(past).unwrap();
+            }
+            git(&fx.ws, &["add", "a", "b"]);
+            let new = git(&fx.ws, &["rev-parse", ":a"]).trim().to_string();
+            let path = fx.ws.join(".git/index");
+            let mut index = fs::read(&path).unwrap();
+            let (new, old) = (hex::decode(&new).unwrap(), hex::decode(&old).unwrap());
+            let at = memchr::memmem::find(&index, &new).unwrap();
+            index[at..at + 20].copy_from_slice(&old);
+            let body = index.len() - 20;
+            let sum = checksum(&index[..body], 20);
+            index[body..].copy_from_slice(&sum);
+            fs::write(&path, &index).unwrap();
+            let status = git(&fx.ws, &["status", "--porcelain"]);
+            assert_eq!(status, "M  b\n", "the lie works");
+        });
+        assert!(sweep.findings.is_empty(), "{:?}", sweep.findings);
+        assert!(
+            sweep.notes.len() == 1 && sweep.notes[0].contains("1 entries (a)"),
+            "{:?}",
+            sweep.notes
+        );
+        let status = git(&fx.ws, &["status", "--porcelain"]);
+        assert_eq!(status, " M a\nM  b\n");
+        assert!(git(&fx.ws, &["diff"]).contains("+a changed"));
+    }
+
     #[test]
     fn a_repository_that_appeared_during_the_run_is_judged_by_content() {
         let fx = Fixture::new();
@@ -2233,28 +2553,59 @@ mod bench {
                 marker = serde_json::to_vec(&views).unwrap().len();
             }
             takes.sort();
+            let launched = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap();
             let views = GitViews::take(root.as_fd(), &ws, &repos);
             let q = dir.path().join(format!("q-{}", variant.len()));
             let started = Instant::now();
-            let judged = views.judge(root.as_fd(), &ws, &repos, &mut Quarantine::new(&q));
+            let judged = views.judge(
+                root.as_fd(),
+                &ws,
+                &repos,
+                launched,
+                &HostConfig::default(),
+                &mut Quarantine::new(&q),
+            );
             let unchanged = started.elapsed();
             assert!(judged.findings.is_empty());
             let new = format!("new-{}.txt", variant.len());
             fs::write(ws.join(&new), "new\n").unwrap();
             git(&ws, &["add", &new], None);
             let started = Instant::now();
-            let judged = views.judge(root.as_fd(), &ws, &repos, &mut Quarantine::new(&q));
+            let judged = views.judge(
+                root.as_fd(),
+                &ws,
+                &repos,
+                launched,
+                &HostConfig::default(),
+                &mut Quarantine::new(&q),
+            );
             let changed = started.elapsed();
             assert!(judged.findings.is_empty(), "{:?}", judged.findings);
+            // Every tracked file written during the run (a checkout that touched them all):
+            // each entry's file is hashed.
+            let started = Instant::now();
+            let judged = views.judge(
+                root.as_fd(),
+                &ws,
+                &repos,
+                Duration::ZERO,
+                &HostConfig::default(),
+                &mut Quarantine::new(&q),
+            );
+            let all_written = started.elapsed();
+            assert!(judged.findings.is_empty(), "{:?}", judged.findings);
             crate::out!(
-                "{variant}: index {:.1} MiB; GitViews::take median {} (min {}, max {}); its part of the marker {} bytes; judged at the end: index unchanged {}, index rewritten by git {}",
+                "{variant}: index {:.1} MiB; GitViews::take median {} (min {}, max {}); its part of the marker {} bytes; judged at the end: index unchanged {}, index rewritten by git {}, and every file written during the run {}",
                 size as f64 / f64::from(1u32 << 20),
                 ms(takes[3]),
                 ms(takes[0]),
                 ms(takes[6]),
                 marker,
                 ms(unchanged),
-                ms(changed)
+                ms(changed),
+                ms(all_written)
             );
         }
     }
