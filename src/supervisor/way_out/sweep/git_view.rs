@@ -1219,10 +1219,14 @@ impl At<'_, '_> {
                     None if matches!(before, Node::Absent) => {
                         detail.push_str(": moved (there was none at launch)");
                     }
-                    None => detail.push_str(&format!(
+                    None if matches!(before, Node::File { .. }) => detail.push_str(&format!(
                         ": moved; the launch version ({}) was larger than the {} KiB a run keeps and is not put back",
                         describe(&before),
                         VIEW_KEEP_LIMIT >> 10
+                    )),
+                    None => detail.push_str(&format!(
+                        ": moved; what was there at launch ({}) is not put back",
+                        describe(&before)
                     )),
                 }
             }
