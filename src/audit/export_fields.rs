@@ -256,6 +256,7 @@ pub const FIELDS: &[(&str, &str, Ship)] = &[
     ("run-end", "outcome.exit_code", S),
     ("run-end", "outcome.findings[].change", S),
     ("run-end", "outcome.findings[].detail", W),
+    ("run-end", "outcome.findings[].entries", W),
     ("run-end", "outcome.findings[].error", W),
     ("run-end", "outcome.findings[].path", W),
     ("run-end", "outcome.findings[].quarantined_to", W),
@@ -270,6 +271,7 @@ pub const FIELDS: &[(&str, &str, Ship)] = &[
     // run-end-recovered
     ("run-end-recovered", "findings[].change", S),
     ("run-end-recovered", "findings[].detail", W),
+    ("run-end-recovered", "findings[].entries", W),
     ("run-end-recovered", "findings[].error", W),
     ("run-end-recovered", "findings[].path", W),
     ("run-end-recovered", "findings[].quarantined_to", W),
@@ -552,14 +554,17 @@ pub const FIELDS: &[(&str, &str, Ship)] = &[
     // sweep
     ("sweep", "findings[].change", S),
     ("sweep", "findings[].detail", W),
+    ("sweep", "findings[].entries", W),
     ("sweep", "findings[].error", W),
     ("sweep", "findings[].path", W),
     ("sweep", "findings[].quarantined_to", W),
     ("sweep", "host_edits", W),
+    ("sweep", "notes", W),
     ("sweep", "proposed_changes", C),
     ("sweep", "record_too_long.bytes", S),
     ("sweep", "record_too_long.max_bytes", S),
     ("sweep", "record_too_long.sha256", S),
+    ("sweep", "restored", W),
     // torn-record-removed
     ("torn-record-removed", "torn_record.at_offset", S),
     ("torn-record-removed", "torn_record.bytes", S),

@@ -208,8 +208,8 @@ pub fn summarize(source: &str, kind: &str, record: &Map<String, Value>) -> Strin
             };
             format!(
                 "ENDED BY RECOVERY: the supervisor (pid {}) died before the run's end; {} (pid {}) \
-                 finished it: the sweep ({}) found {} ({} repository configs put back as they \
-                 were at launch)",
+                 finished it: the sweep ({}) found {} ({} files put back as they were at \
+                 launch: repository configs, what decides git's view)",
                 s(record, "pid"),
                 s(record, "via"),
                 s(record, "recovered_by"),

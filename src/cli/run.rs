@@ -566,10 +566,13 @@ fn carry_out(
     ) && !args.selftest
     {
         tracing::debug!("sweep starts");
-        let sweep = snapshot.sweep_in(&scope, &facts.run_dir.join("quarantine"));
+        let mut sweep = snapshot.sweep_in(&scope, &facts.run_dir.join("quarantine"));
         tracing::debug!("sweep done");
         let mut findings = moved_during_run;
-        findings.extend(sweep.findings);
+        findings.extend(std::mem::take(&mut sweep.findings));
+        for note in &sweep.notes {
+            crate::say!("stepproof-run: sweep: {note}");
+        }
         if !sweep.host_edits.is_empty() {
             crate::say!(
                 "stepproof-run: kept changes made on the host during the run (read-only to the run): {}",
@@ -613,19 +616,21 @@ fn carry_out(
             );
         }
         // A kill from here on leaves a repair only the record to write.
-        if let Some(owed) = &owed
-            && let Err(e) = owed.swept(&recover::Swept::of(
+        if let Some(owed) = &owed {
+            let mut swept = recover::Swept::of(
                 "run",
                 &findings,
                 &sweep.host_edits,
                 &sweep.restored,
                 proposed.as_deref(),
-            ))
-        {
-            crate::say!("stepproof-run: keeping what the sweep found beside the marker: {e}");
+            );
+            swept.notes.clone_from(&sweep.notes);
+            if let Err(e) = owed.swept(&swept) {
+                crate::say!("stepproof-run: keeping what the sweep found beside the marker: {e}");
+            }
         }
         tracing::debug!("sweep kept");
-        Some((sweep.host_edits, findings, proposed))
+        Some((sweep, findings, proposed))
     } else {
         None
     };
@@ -714,24 +719,28 @@ fn carry_out(
                 .insert("memory_changed".into(), memory.into());
         }
     }
-    if let Some((host_edits, findings, proposed)) = way_out {
+    if let Some((sweep, findings, proposed)) = way_out {
         if let Some(audit) = &audit {
+            let paths = |list: &[std::path::PathBuf]| {
+                list.iter()
+                    .map(|p| crate::audit::text::path(p).into_owned())
+                    .collect::<Vec<_>>()
+            };
             audit.record(
                 "supervisor",
                 "sweep",
                 &serde_json::json!({
                     "findings": findings,
-                    "host_edits": host_edits
-                        .iter()
-                        .map(|p| crate::audit::text::path(p))
-                        .collect::<Vec<_>>(),
+                    "host_edits": paths(&sweep.host_edits),
+                    "restored": paths(&sweep.restored),
+                    "notes": sweep.notes,
                     "proposed_changes": proposed.as_deref().map(crate::audit::text::path),
                 }),
             );
         }
         if !findings.is_empty() {
             crate::say!(
-                "stepproof-run: TAMPERING: the run left what the host would act on (persistence paths, links, setuid/setgid bits, its own profile):"
+                "stepproof-run: TAMPERING: the run left what the host would act on (persistence paths, links, setuid/setgid bits, its own profile, what the host's git shows):"
             );
             for f in &findings {
                 let detail = f

@@ -276,6 +276,28 @@ pub fn rename_noreplace(
     check(ret as libc::c_long).map(drop)
 }
 
+/// `renameat(from_dir, from, to_dir, to)`: moves the entry itself over whatever `to` names (the
+/// last step of an atomic rewrite: a new file renamed over the old one).
+pub fn rename_over(
+    from_dir: BorrowedFd<'_>,
+    from: &OsStr,
+    to_dir: BorrowedFd<'_>,
+    to: &OsStr,
+) -> io::Result<()> {
+    let from = single(from)?;
+    let to = single(to)?;
+    // SAFETY: both names are NUL-terminated and outlive the call; the descriptors are open.
+    let ret = unsafe {
+        libc::renameat(
+            from_dir.as_raw_fd(),
+            from.as_ptr(),
+            to_dir.as_raw_fd(),
+            to.as_ptr(),
+        )
+    };
+    check(ret as libc::c_long).map(drop)
+}
+
 /// `unlinkat(dir, name)` (`AT_REMOVEDIR` for an empty directory).
 pub fn unlink_at(dir: BorrowedFd<'_>, name: &OsStr, is_dir: bool) -> io::Result<()> {
     let name = single(name)?;

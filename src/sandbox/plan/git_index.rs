@@ -1,16 +1,69 @@
-//! Which paths a repository tracks, read from its index file (`.git/index`, formats 2 to 4)
-//! without running git: the launch must not run the host's git in a checkout an earlier run
-//! could have configured. Used to tell a tracked `.env` (hiding it would look like a deletion to
-//! git inside) from one that only lives in the checkout.
+//! Git's index file (`.git/index`, formats 2 to 4), read without running git: the launch must
+//! not run the host's git in a checkout an earlier run could have configured. Used to tell a
+//! tracked `.env` (hiding it would look like a deletion to git inside) from one that only lives
+//! in the checkout, and by the sweep to find the entries whose flags make git stop looking at a
+//! file (`assume-valid`, `skip-worktree`) and the extensions that make it trust a cache (see
+//! `supervisor::way_out::sweep`).
 
 use std::collections::BTreeSet;
 use std::path::Path;
 
 /// An index larger than this is not read (the launch path stays bounded).
-const INDEX_READ_LIMIT: u64 = 256 << 20;
+pub const INDEX_READ_LIMIT: u64 = 256 << 20;
 
-/// The paths (relative to the repository, as bytes) in an index file.
-pub fn tracked_paths(index: &[u8], hash_len: usize) -> Result<BTreeSet<Vec<u8>>, String> {
+/// In an entry's 16-bit flags: git trusts the entry's file as unchanged without looking at it
+/// (`git update-index --assume-unchanged`, `core.ignoreStat`).
+pub const ASSUME_VALID: u16 = 0x8000;
+/// In an entry's 16-bit flags: 16 more bits of flags follow (index version 3 and later).
+pub const EXTENDED: u16 = 0x4000;
+/// In an entry's 16-bit flags: the length of its name (all ones: as long as it is, up to its NUL).
+const NAME_MASK: u16 = 0x0fff;
+/// In an entry's extended flags: git neither reads nor writes the entry's file (sparse
+/// checkouts, `git update-index --skip-worktree`).
+pub const SKIP_WORKTREE: u16 = 0x4000;
+
+/// One entry of an index, as [`for_each_entry`] shows it.
+#[derive(Debug)]
+pub struct Entry<'a> {
+    /// Its path, relative to the repository (bytes).
+    pub name: &'a [u8],
+    /// Its mode (`0o040000` for a directory of a sparse index).
+    pub mode: u32,
+    /// Where its 16-bit flags are in the index, and what they are.
+    pub flags_at: usize,
+    pub flags: u16,
+    /// Where its extended flags are, and what they are (version 3 and later, when
+    /// [`EXTENDED`] is set).
+    pub extended: Option<(usize, u16)>,
+}
+
+/// One extension after the entries: its signature (`TREE`, `UNTR`, `FSMN`, `link`, …) and where
+/// it is, its 8-byte header included.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Extension {
+    pub signature: [u8; 4],
+    pub start: usize,
+    pub end: usize,
+}
+
+/// How an index is laid out: its version, where its entries end and its extensions are, and
+/// where its trailing checksum starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    pub version: u32,
+    pub entries: usize,
+    pub entries_end: usize,
+    pub extensions: Vec<Extension>,
+    pub checksum_at: usize,
+}
+
+/// Every entry of an index (object ids of `hash_len` bytes), in order, to `visit`; then the
+/// extensions. An index that is not what git writes is an error (nothing is guessed).
+pub fn for_each_entry(
+    index: &[u8],
+    hash_len: usize,
+    mut visit: impl FnMut(&Entry<'_>),
+) -> Result<Layout, String> {
     let u32_at = |at: usize| -> Result<u32, String> {
         index
             .get(at..at + 4)
@@ -26,9 +79,8 @@ pub fn tracked_paths(index: &[u8], hash_len: usize) -> Result<BTreeSet<Vec<u8>>,
     }
     let count = u32_at(8)? as usize;
     let mut at = 12;
-    let mut paths = BTreeSet::new();
     let mut previous: Vec<u8> = Vec::new();
-    // Stat data (40 bytes), the object id, then 16 bits of flags.
+    // Stat data (40 bytes: the mode at 24), the object id, then 16 bits of flags.
     let fixed = 40 + hash_len + 2;
     for _ in 0..count {
         let start = at;
@@ -37,44 +89,105 @@ pub fn tracked_paths(index: &[u8], hash_len: usize) -> Result<BTreeSet<Vec<u8>>,
             .get(flags_at..flags_at + 2)
             .map(|b| u16::from_be_bytes([b[0], b[1]]))
             .ok_or("the index ends early")?;
+        let mode = u32_at(start + 24)?;
         at = start + fixed;
-        if flags & 0x4000 != 0 {
+        let mut extended = None;
+        if flags & EXTENDED != 0 {
             if version < 3 {
                 return Err("an extended entry in a version 2 index".into());
             }
+            let bits = index
+                .get(at..at + 2)
+                .map(|b| u16::from_be_bytes([b[0], b[1]]))
+                .ok_or("the index ends early")?;
+            extended = Some((at, bits));
             at += 2;
         }
-        let name = if version == 4 {
+        // The name's length is in the flags (git reads that many bytes), or, when it does not
+        // fit in 12 bits, up to its NUL.
+        let flagged_len = usize::from(flags & NAME_MASK);
+        if version == 4 {
             // The name is the previous one minus N bytes at its end, plus a NUL-terminated suffix.
             let (strip, used) = offset_varint(index.get(at..).ok_or("the index ends early")?)?;
             at += used;
-            let rest = index.get(at..).ok_or("the index ends early")?;
-            let end = rest
-                .iter()
-                .position(|&c| c == 0)
-                .ok_or("a name is not terminated")?;
             let keep = previous
                 .len()
                 .checked_sub(strip)
                 .ok_or("a name strips more than the previous one has")?;
-            let mut name = previous[..keep].to_vec();
-            name.extend_from_slice(&rest[..end]);
-            at += end + 1;
-            name
+            let rest = index.get(at..).ok_or("the index ends early")?;
+            let suffix = if flagged_len == usize::from(NAME_MASK) {
+                memchr::memchr(0, rest).ok_or("a name is not terminated")?
+            } else {
+                flagged_len
+                    .checked_sub(keep)
+                    .ok_or("a name is shorter than the part it keeps")?
+            };
+            let suffix_bytes = rest.get(..suffix).ok_or("the index ends early")?;
+            previous.truncate(keep);
+            previous.extend_from_slice(suffix_bytes);
+            at += suffix + 1;
+            visit(&Entry {
+                name: &previous,
+                mode,
+                flags_at,
+                flags,
+                extended,
+            });
         } else {
             let rest = index.get(at..).ok_or("the index ends early")?;
-            let end = rest
-                .iter()
-                .position(|&c| c == 0)
-                .ok_or("a name is not terminated")?;
-            let name = rest[..end].to_vec();
+            let end = if flagged_len == usize::from(NAME_MASK) {
+                memchr::memchr(0, rest).ok_or("a name is not terminated")?
+            } else {
+                flagged_len
+            };
+            visit(&Entry {
+                name: rest.get(..end).ok_or("the index ends early")?,
+                mode,
+                flags_at,
+                flags,
+                extended,
+            });
             // Padded with 1 to 8 NULs to a multiple of 8 bytes from the entry's start.
             at = start + ((at - start + end + 8) & !7);
-            name
-        };
-        previous.clone_from(&name);
-        paths.insert(name);
+        }
     }
+    let entries_end = at;
+    let checksum_at = index
+        .len()
+        .checked_sub(hash_len)
+        .filter(|&c| c >= entries_end)
+        .ok_or("the index ends early")?;
+    let mut extensions = Vec::new();
+    // As git reads them: while an extension's header fits (fewer bytes left are ignored).
+    while at + 8 <= checksum_at {
+        let signature: [u8; 4] = index[at..at + 4].try_into().expect("4 bytes");
+        let size = u32_at(at + 4)? as usize;
+        let end = (at + 8)
+            .checked_add(size)
+            .filter(|&end| end <= checksum_at)
+            .ok_or("an extension is longer than the index")?;
+        extensions.push(Extension {
+            signature,
+            start: at,
+            end,
+        });
+        at = end;
+    }
+    Ok(Layout {
+        version,
+        entries: count,
+        entries_end,
+        extensions,
+        checksum_at,
+    })
+}
+
+/// The paths (relative to the repository, as bytes) in an index file.
+pub fn tracked_paths(index: &[u8], hash_len: usize) -> Result<BTreeSet<Vec<u8>>, String> {
+    let mut paths = BTreeSet::new();
+    for_each_entry(index, hash_len, |entry| {
+        paths.insert(entry.name.to_vec());
+    })?;
     Ok(paths)
 }
 
@@ -135,6 +248,7 @@ mod tests {
             .current_dir(dir)
             .env("GIT_CONFIG_NOSYSTEM", "1")
             .env("HOME", dir)
+            .stdout(std::process::Stdio::null())
             .status()
             .expect("git runs");
         assert!(status.success(), "git {args:?}");
@@ -185,6 +299,57 @@ mod tests {
             }
             let got: Vec<&[u8]> = tracked.iter().map(Vec::as_slice).collect();
             assert_eq!(got, expected, "index version {version}");
+        }
+    }
+
+    /// The flags git sets (`--assume-unchanged`, `--skip-worktree`) and the extensions it
+    /// writes (the untracked cache), found in every format it writes.
+    #[test]
+    fn finds_the_flags_and_extensions_git_writes() {
+        for version in ["2", "3", "4"] {
+            let repo = tempfile::tempdir().unwrap();
+            let r = repo.path();
+            git(r, &["init", "-q"]);
+            git(r, &["config", "index.version", version]);
+            for f in ["a", "b", "c", "dir/d"] {
+                std::fs::create_dir_all(r.join(f).parent().unwrap()).unwrap();
+                std::fs::write(r.join(f), "x").unwrap();
+            }
+            git(r, &["add", "."]);
+            git(r, &["update-index", "--assume-unchanged", "a"]);
+            git(r, &["update-index", "--skip-worktree", "dir/d"]);
+            git(r, &["update-index", "--untracked-cache"]);
+            git(r, &["status", "--short"]);
+            let bytes = std::fs::read(r.join(".git/index")).unwrap();
+            let mut seen = Vec::new();
+            let layout = for_each_entry(&bytes, 20, |e| {
+                let skip = e.extended.is_some_and(|(_, x)| x & SKIP_WORKTREE != 0);
+                seen.push((
+                    String::from_utf8_lossy(e.name).into_owned(),
+                    e.flags & ASSUME_VALID != 0,
+                    skip,
+                ));
+                assert_eq!(&bytes[e.flags_at..e.flags_at + 2], &e.flags.to_be_bytes());
+            })
+            .unwrap();
+            let expected: Vec<(String, bool, bool)> = [
+                ("a", true, false),
+                ("b", false, false),
+                ("c", false, false),
+                ("dir/d", false, true),
+            ]
+            .iter()
+            .map(|&(n, a, s)| (n.to_string(), a, s))
+            .collect();
+            assert_eq!(seen, expected, "index version {version}");
+            // A skip-worktree entry makes git write version 3 at least.
+            assert_eq!(layout.version, version.parse::<u32>().unwrap().max(3));
+            assert_eq!(layout.checksum_at, bytes.len() - 20);
+            assert!(
+                layout.extensions.iter().any(|x| &x.signature == b"UNTR"),
+                "{layout:?}"
+            );
+            assert_eq!(layout.extensions.last().unwrap().end, layout.checksum_at);
         }
     }
 

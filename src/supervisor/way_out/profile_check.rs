@@ -62,6 +62,7 @@ fn changed_files(
                 path: f.path.clone(),
                 change,
                 quarantined_to: None,
+                entries: Vec::new(),
                 error,
                 detail: Some(if runbook {
                     "the runbook this run followed (read-only inside)".into()

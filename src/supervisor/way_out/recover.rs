@@ -79,7 +79,8 @@ pub struct Swept {
     /// Each finding as the `sweep` record writes it.
     pub findings: Vec<Value>,
     pub host_edits: Vec<String>,
-    /// The repository configs put back as they were at launch.
+    /// The files put back as they were at launch (repository configs, what decides what the
+    /// host's git shows).
     pub restored: Vec<String>,
     pub proposed_changes: Option<String>,
     /// What the repair noted (a workspace that is gone, a patch that could not be written).
@@ -418,7 +419,7 @@ fn sweep(run_dir: &Path, marker: &Marker) -> Swept {
         quarantine = run_dir.join(format!("quarantine-recovered-{}", now_ms()));
     }
     let result = marker.snapshot.sweep_in(&marker.scope, &quarantine);
-    let mut notes = Vec::new();
+    let mut notes = result.notes.clone();
     let proposed =
         crate::supervisor::way_out::proposed::write_patch(workspace, &result.findings, run_dir)
             .unwrap_or_else(|e| {

@@ -3,7 +3,10 @@
 //! before the run and compares after it: anything created or changed is moved to a quarantine
 //! directory outside the workspace and reported, and the run says so in its exit code. The
 //! same pass walks everything the sandbox could write and strips the setuid/setgid bits the
-//! run set (seccomp refuses them first; this is what remains if that line ever fails).
+//! run set (seccomp refuses them first; this is what remains if that line ever fails). Last, what
+//! would make the host's git show something other than what is there (replace refs, grafts,
+//! shallow, `info/attributes`, `info/exclude`, sparse-checkout patterns, index flags and caches)
+//! is judged against its launch record (`git_view`).
 //!
 //! Nothing here follows a link the agent may have planted: every path is resolved beneath the
 //! workspace (or a writable root) from a directory descriptor with `sys::beneath`, a link where
@@ -26,6 +29,8 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+mod git_view;
 
 /// Exit code of a run whose sweep found tampering (whatever the command's own code was).
 pub const EXIT_TAMPERING: i32 = 123;
@@ -83,6 +88,11 @@ pub struct Snapshot {
     /// The launch, less the margin, since the epoch: a setuid bit on an entry changed after
     /// this is the run's.
     launched: Duration,
+    /// What decides what the host's git shows (replace refs, grafts, shallow, attributes,
+    /// exclude, sparse-checkout, index flags) in every git directory found at launch; `None` in
+    /// a marker written before it was recorded (then it is not judged).
+    #[serde(default)]
+    views: Option<git_view::GitViews>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -93,7 +103,8 @@ pub struct Finding {
     /// persistence path or one of its ancestors should be: the link was moved, never its
     /// target); `setuid`, `setgid` (bits the run set, stripped); `file-capability` (an
     /// executable with file capabilities, reported and left); `unchecked` (something the sweep
-    /// could not look at).
+    /// could not look at); `replace-ref`, `git-view`, `index-flags` (what would make the host's
+    /// git show something other than what is there: see `git_view`).
     pub change: &'static str,
     /// Where it was moved (created and changed paths, links).
     #[serde(serialize_with = "crate::audit::text::serialize_opt")]
@@ -102,6 +113,10 @@ pub struct Finding {
     /// What was found and done, in words (a link's target, the mode before and after).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
+    /// What inside the file was acted on (at most 100): the replace refs taken out, the index
+    /// entries whose flags were cleared (`assume-valid PATH`, `skip-worktree PATH`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub entries: Vec<String>,
 }
 
 impl Finding {
@@ -112,6 +127,7 @@ impl Finding {
             quarantined_to: None,
             error: None,
             detail: None,
+            entries: Vec::new(),
         }
     }
 }
@@ -143,8 +159,10 @@ fn ancestry(root: BorrowedFd<'_>, rel: &Path) -> Option<Vec<(u64, u64)>> {
 pub struct Sweep {
     pub findings: Vec<Finding>,
     pub host_edits: Vec<PathBuf>,
-    /// The repository configs put back as they were at launch.
+    /// The repository configs (and the files of git's view) put back as they were at launch.
     pub restored: Vec<PathBuf>,
+    /// What the sweep did that is not a finding, in words (see `git_view`).
+    pub notes: Vec<String>,
 }
 
 /// What the sweep needs of the profile and the plan, taken at launch with the [`Snapshot`] and
@@ -886,12 +904,21 @@ impl Snapshot {
                 .collect(),
             Err(_) => BTreeMap::new(),
         };
+        let views = root.as_ref().ok().map(|root| {
+            let repos: Vec<PathBuf> = plan
+                .repositories
+                .iter()
+                .filter_map(|p| relative_beneath(&plan.workspace, p))
+                .collect();
+            git_view::GitViews::take(root.as_fd(), &plan.workspace, &repos)
+        });
         Snapshot {
             paths,
             git,
             configs,
             bound,
             launched,
+            views,
         }
     }
 
@@ -1113,10 +1140,34 @@ impl Snapshot {
             quarantine.take_for(root.as_fd(), &rel, &mut finding);
             findings.push(finding);
         }
+        // Last: the configs are back as they were, the redirecting `.git`s moved.
+        let mut sweep_notes = Vec::new();
+        if let Some(views) = &self.views {
+            let mut repos: Vec<PathBuf> = walk
+                .repos
+                .iter()
+                .filter_map(|p| relative_beneath(workspace, p))
+                .collect();
+            repos.push(PathBuf::new());
+            repos.extend(self.git.keys().cloned());
+            let judged = views.judge(
+                root.as_fd(),
+                workspace,
+                &repos,
+                self.launched,
+                &git_view::HostConfig::of(&scope.home),
+                &mut quarantine,
+            );
+            findings.extend(judged.findings);
+            restored.extend(judged.restored);
+            sweep_notes = judged.notes;
+            tracing::debug!("sweep: git views judged");
+        }
         Sweep {
             findings,
             host_edits,
             restored,
+            notes: sweep_notes,
         }
     }
 
@@ -1259,6 +1310,22 @@ impl Quarantine {
                 false
             }
         }
+    }
+
+    /// Writes `bytes` as a new file at `rel` in the quarantine (what the sweep took out of a
+    /// file it rewrote, or the file as it was).
+    fn write_in(&mut self, rel: &Path, bytes: &[u8]) -> io::Result<PathBuf> {
+        let name = rel
+            .file_name()
+            .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let quarantine = self.root()?;
+        let dir = make_dirs_beneath(quarantine, rel.parent().unwrap_or(Path::new("")))?;
+        let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL;
+        let fd = beneath::open_beneath(dir.as_fd(), Path::new(name), flags, 0o600)?;
+        let mut out = fs::File::from(fd);
+        io::Write::write_all(&mut out, bytes)?;
+        out.sync_all()?;
+        Ok(self.path.join(rel))
     }
 
     pub(crate) fn take_in(&mut self, root: BorrowedFd<'_>, rel: &Path) -> io::Result<PathBuf> {
@@ -1780,14 +1847,14 @@ mod tests {
     }
 
     /// A workspace `ws` and a home around it, and the plan for them.
-    struct Fixture {
+    pub(super) struct Fixture {
         dir: tempfile::TempDir,
-        ws: PathBuf,
-        profile: Profile,
+        pub(super) ws: PathBuf,
+        pub(super) profile: Profile,
     }
 
     impl Fixture {
-        fn new() -> Fixture {
+        pub(super) fn new() -> Fixture {
             let dir = tempfile::tempdir().unwrap();
             let ws = dir.path().canonicalize().unwrap().join("ws");
             fs::create_dir_all(ws.join(".git/hooks")).unwrap();
@@ -1798,11 +1865,11 @@ mod tests {
             }
         }
 
-        fn base(&self) -> PathBuf {
+        pub(super) fn base(&self) -> PathBuf {
             self.dir.path().canonicalize().unwrap()
         }
 
-        fn plan(&self) -> SandboxPlan {
+        pub(super) fn plan(&self) -> SandboxPlan {
             let home = self.base();
             let facts = crate::sandbox::plan::HostFacts {
                 uid: 1234,
@@ -1830,12 +1897,12 @@ mod tests {
             plan
         }
 
-        fn quarantine(&self) -> PathBuf {
+        pub(super) fn quarantine(&self) -> PathBuf {
             self.base().join("quarantine")
         }
 
         /// Snapshot, `during` (the run), sweep.
-        fn run(&self, during: impl FnOnce()) -> Vec<Finding> {
+        pub(super) fn run(&self, during: impl FnOnce()) -> Vec<Finding> {
             let plan = self.plan();
             let snapshot = Snapshot::take(&plan);
             during();
@@ -1845,7 +1912,7 @@ mod tests {
                 .findings
         }
 
-        fn changes(&self, findings: &[Finding]) -> Vec<(PathBuf, &'static str)> {
+        pub(super) fn changes(&self, findings: &[Finding]) -> Vec<(PathBuf, &'static str)> {
             findings
                 .iter()
                 .map(|f| {
