@@ -26,10 +26,10 @@
 //! * index entries that carry assume-valid or skip-worktree and did not at launch have the flag
 //!   cleared in place: the index is rewritten atomically with its trailing checksum recomputed
 //!   (SHA-1, or SHA-256 for a SHA-256 repository), and the index as it was is kept in the
-//!   quarantine. `UNTR` and `FSMN` present after the run but not at launch are dropped from it
-//!   (git writes them again where the host's config asks for them); the same extensions present
-//!   at launch but changed (git updates them in ordinary work, and the sweep cannot tell that
-//!   from a crafted one) are dropped too, with a note, not a finding. In a repository that was
+//!   quarantine. `UNTR` and `FSMN` that came or changed during the run are dropped from it,
+//!   with a note, not a finding: git writes and updates them in ordinary work where the host's
+//!   config asks (`core.untrackedCache`, `core.fsmonitor`), the sweep cannot tell that from a
+//!   crafted one, and git writes them again. In a repository that was
 //!   a sparse checkout at launch and whose `info/sparse-checkout` is unchanged, a new
 //!   skip-worktree entry whose file is absent from the checkout is git's own (a checkout of
 //!   files outside the sparse patterns) and is kept;
@@ -1582,7 +1582,12 @@ impl At<'_, '_> {
         }
         let smudge: Vec<usize> = stale.iter().map(|(at, _, _)| *at).collect();
         let new = rewritten(&bytes, &found.layout, &clear, &smudge, &drop, hash_len);
-        let finding_due = !clear.is_empty() || !new_caches.is_empty();
+        // Flags are a finding; the caches alone are a note: git adds them in ordinary work
+        // where the host's config asks (`core.untrackedCache`, `core.fsmonitor`), and dropped
+        // they are written again, so dropping them hides nothing and costs nothing.
+        let finding_due = !clear.is_empty();
+        let mut caches: Vec<String> = new_caches.clone();
+        caches.extend(changed_caches.iter().cloned());
         if !stale.is_empty() {
             let unchecked = stale.iter().filter(|(_, _, hashed)| !hashed).count();
             let names: Vec<String> = stale
@@ -1619,7 +1624,7 @@ impl At<'_, '_> {
             }
         }
         let done = rewrite(self.gd, name, &new, &st);
-        if !finding_due && changed_caches.is_empty() {
+        if !finding_due && caches.is_empty() {
             if let Err(e) = done {
                 self.judged.notes.push(format!(
                     "{}: setting the sizes of those entries to 0: {e}",
@@ -1631,14 +1636,14 @@ impl At<'_, '_> {
         if !finding_due {
             self.judged.notes.push(match done {
                 Ok(()) => format!(
-                    "{}: its {} changed during the run (git updates them in ordinary work; a crafted one would hide changes): dropped, git writes them again",
+                    "{}: its {} came or changed during the run (git writes them in ordinary work; a crafted one would hide changes): dropped, git writes them again",
                     self.abs(name).display(),
-                    changed_caches.join(" and ")
+                    caches.join(" and ")
                 ),
                 Err(e) => format!(
-                    "{}: dropping its changed {}: {e}",
+                    "{}: dropping its {}: {e}",
                     self.abs(name).display(),
-                    changed_caches.join(" and ")
+                    caches.join(" and ")
                 ),
             });
             return;
