@@ -9,8 +9,7 @@
 mod support;
 
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::process::Output;
+use std::path::PathBuf;
 use support::*;
 
 const GIT: &str =
@@ -35,26 +34,6 @@ fn real_repositories(w: &World) {
         .unwrap();
     assert!(out.status.success(), "{}", describe(&out));
     chown_tree(&w.workspace, w.owner);
-}
-
-/// The host's everyday git in `dirs` (those that exist), as the world's owner, with every
-/// ownership check off (the most trusting host): status, add, commit, checkout.
-fn host_git(w: &World, dirs: &[PathBuf]) -> Output {
-    let mut script = String::from("set +e\n");
-    for dir in dirs.iter().filter(|d| d.is_dir()) {
-        script.push_str(&format!(
-            "cd {d} && for c in status 'add -A' 'commit -q -m host' 'checkout -q -b host-branch'; do \
-             {GIT} -c safe.directory='*' $c >/dev/null 2>&1; done\n",
-            d = dir.display()
-        ));
-    }
-    let mut cmd = w.as_owner(Path::new("/bin/sh"));
-    cmd.args(["-c", &script])
-        .env_clear()
-        .env("HOME", &w.home)
-        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-        .envs(field_ledger());
-    cmd.output().unwrap()
 }
 
 both!(nothing_a_run_plants_runs_in_the_hosts_git, |w: &World| {

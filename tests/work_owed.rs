@@ -54,24 +54,6 @@ fn stepproof(w: &World, args: &[&str]) -> Output {
     cmd.output().unwrap()
 }
 
-/// The host's everyday git in `dirs`, as the world's owner: status, add, commit.
-fn host_git(w: &World, dirs: &[PathBuf]) -> Output {
-    let mut script = String::from("set +e\n");
-    for dir in dirs {
-        script.push_str(&format!(
-            "cd {d} && for c in status 'add -A' 'commit -q -m host'; do {GIT} $c >/dev/null 2>&1; done\n",
-            d = dir.display()
-        ));
-    }
-    let mut cmd = w.as_owner(Path::new("/bin/sh"));
-    cmd.args(["-c", &script])
-        .env_clear()
-        .env("HOME", &w.home)
-        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-        .envs(field_ledger());
-    cmd.output().unwrap()
-}
-
 fn runs_dir(w: &World) -> PathBuf {
     w.home.join(".local/state/stepproof/runs")
 }

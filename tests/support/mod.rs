@@ -465,3 +465,26 @@ pub fn field_ledger() -> Vec<(&'static str, String)> {
         .map(|v| vec![("STEPPROOF_FIELD_LEDGER", v)])
         .unwrap_or_default()
 }
+
+/// The host's everyday git in `dirs` (those that exist), as the world's owner, with every
+/// ownership check off (the most trusting host): status, add, commit, checkout. A test asserts
+/// on what it left (a payload's marker file), not on its output.
+pub fn host_git(w: &World, dirs: &[PathBuf]) -> std::process::Output {
+    const GIT: &str =
+        "git -c user.name=t -c user.email=t@t -c protocol.file.allow=always -c safe.directory=*";
+    let mut script = String::from("set +e\n");
+    for dir in dirs.iter().filter(|d| d.is_dir()) {
+        script.push_str(&format!(
+            "cd {d} && for c in status 'add -A' 'commit -q -m host' 'checkout -q -b host-branch'; do \
+             {GIT} -c safe.directory='*' $c >/dev/null 2>&1; done\n",
+            d = dir.display()
+        ));
+    }
+    let mut cmd = w.as_owner(Path::new("/bin/sh"));
+    cmd.args(["-c", &script])
+        .env_clear()
+        .env("HOME", &w.home)
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .envs(field_ledger());
+    cmd.output().unwrap()
+}
