@@ -299,65 +299,16 @@ fn put_back(root: BorrowedFd<'_>, rel: &Path, file: &LaunchFile) -> io::Result<(
         .file_name()
         .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
     let parent = beneath::open_beneath(root, rel.parent().unwrap_or(Path::new("")), DIR_LOOKUP, 0)?;
-    // Written whole beside it, then renamed into place: a supervisor killed part way leaves the
-    // name absent (a repair puts it back) or whole, never a file cut short.
-    let mut temp = name.to_os_string();
-    temp.push(PUT_BACK_SUFFIX);
-    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL;
-    let fd = match beneath::open_beneath(parent.as_fd(), Path::new(&temp), flags, file.mode & 0o777)
-    {
-        // One a killed put-back left: ours, never the agent's (the sandbox is gone).
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-            nix::unistd::unlinkat(
-                parent.as_fd(),
-                Path::new(&temp),
-                nix::unistd::UnlinkatFlags::NoRemoveDir,
-            )?;
-            beneath::open_beneath(parent.as_fd(), Path::new(&temp), flags, file.mode & 0o777)?
-        }
-        other => other?,
-    };
-    // Only root may give a file away; a caller's own file is already theirs.
-    if nix::unistd::geteuid().is_root() {
-        nix::unistd::fchown(
-            &fd,
-            Some(nix::unistd::Uid::from_raw(file.uid)),
-            Some(nix::unistd::Gid::from_raw(file.gid)),
-        )?;
-    }
-    let mut out = fs::File::from(fd);
-    io::Write::write_all(&mut out, file.text.as_bytes())?;
-    out.sync_all()?;
-    let renamed = nix::fcntl::renameat2(
+    // Whole or not at all: a supervisor killed part way leaves the name absent (a repair puts
+    // it back), never a file cut short.
+    git_view::write_whole(
         parent.as_fd(),
-        Path::new(&temp),
-        parent.as_fd(),
-        Path::new(name),
-        nix::fcntl::RenameFlags::RENAME_NOREPLACE,
-    );
-    match renamed {
-        // A file system without RENAME_NOREPLACE: the name was taken away above, and the
-        // sandbox that could have made it again is gone.
-        Err(nix::errno::Errno::EINVAL) => nix::fcntl::renameat(
-            parent.as_fd(),
-            Path::new(&temp),
-            parent.as_fd(),
-            Path::new(name),
-        )?,
-        other => other?,
-    }
-    // The rename made durable (the lookup descriptor above cannot be synced: a readable one).
-    let dir = beneath::open_beneath(
-        parent.as_fd(),
-        Path::new("."),
-        libc::O_RDONLY | libc::O_DIRECTORY,
-        0,
-    )?;
-    nix::unistd::fsync(&dir).map_err(io::Error::from)
+        name,
+        file.text.as_bytes(),
+        (file.mode & 0o777, file.uid, file.gid),
+        false,
+    )
 }
-
-/// The name a launch version is written under before it is renamed into place.
-const PUT_BACK_SUFFIX: &str = ".stepproof-put-back";
 
 /// What a repository's `.git` is. A gitfile's content is its redirect.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -1994,18 +1994,45 @@ fn make_dir(gd: BorrowedFd<'_>, name: &str, mode: u32, uid: u32, gid: u32) -> io
 /// Replaces `name` in `gd` with `bytes` atomically (a new file renamed over it), with the mode
 /// and owner `st` says it had.
 fn rewrite(gd: BorrowedFd<'_>, name: &str, bytes: &[u8], st: &Stat) -> io::Result<()> {
+    write_whole(gd, OsStr::new(name), bytes, (st.mode, st.uid, st.gid), true)
+}
+
+/// Writes `bytes` as `name` in `dir` whole: under a temporary name beside it (mode and, when
+/// the supervisor may, owner as given), synced, renamed into place — over what `name` holds
+/// when `over`, never over anything otherwise — and the directory synced. A supervisor killed
+/// part way leaves `name` as it was (absent, or the old file) or whole, never cut short. The
+/// sweep's launch versions put back and the index and lists rewritten here all go through it.
+pub(super) fn write_whole(
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    bytes: &[u8],
+    (mode, uid, gid): (u32, u32, u32),
+    over: bool,
+) -> io::Result<()> {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos());
-    let temp = format!("{name}.stepproof-{}-{nanos}", std::process::id());
-    write_new(gd, Path::new(&temp), bytes, st.mode, st.uid, st.gid)?;
-    let done = beneath::rename_over(gd, OsStr::new(&temp), gd, OsStr::new(name));
+    let mut temp = name.to_os_string();
+    temp.push(format!(".stepproof-{}-{nanos}", std::process::id()));
+    write_new(dir, Path::new(&temp), bytes, mode, uid, gid)?;
+    let done = if over {
+        beneath::rename_over(dir, &temp, dir, name)
+    } else {
+        match beneath::rename_noreplace(dir, &temp, dir, name) {
+            // A file system without RENAME_NOREPLACE: the caller took the name away, and the
+            // sandbox that could have made it again is gone.
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                beneath::rename_over(dir, &temp, dir, name)
+            }
+            other => other,
+        }
+    };
     if done.is_err() {
-        let _ = beneath::unlink_at(gd, OsStr::new(&temp), false);
+        let _ = beneath::unlink_at(dir, &temp, false);
     }
     done?;
-    let dir = beneath::open_beneath(gd, Path::new(""), DIR_LISTING, 0)?;
-    fs::File::from(dir).sync_all()
+    let listing = beneath::open_beneath(dir, Path::new(""), DIR_LISTING, 0)?;
+    fs::File::from(listing).sync_all()
 }
 
 #[cfg(test)]
