@@ -261,19 +261,7 @@ pub fn rename_noreplace(
     to_dir: BorrowedFd<'_>,
     to: &OsStr,
 ) -> io::Result<()> {
-    let from = single(from)?;
-    let to = single(to)?;
-    // SAFETY: both names are NUL-terminated and outlive the call; the descriptors are open.
-    let ret = unsafe {
-        libc::renameat2(
-            from_dir.as_raw_fd(),
-            from.as_ptr(),
-            to_dir.as_raw_fd(),
-            to.as_ptr(),
-            libc::RENAME_NOREPLACE,
-        )
-    };
-    check(ret as libc::c_long).map(drop)
+    rename(from_dir, from, to_dir, to, libc::RENAME_NOREPLACE)
 }
 
 /// `renameat(from_dir, from, to_dir, to)`: moves the entry itself over whatever `to` names (the
@@ -284,15 +272,27 @@ pub fn rename_over(
     to_dir: BorrowedFd<'_>,
     to: &OsStr,
 ) -> io::Result<()> {
+    rename(from_dir, from, to_dir, to, 0)
+}
+
+/// `renameat2` with `flags` (0: `renameat`).
+fn rename(
+    from_dir: BorrowedFd<'_>,
+    from: &OsStr,
+    to_dir: BorrowedFd<'_>,
+    to: &OsStr,
+    flags: libc::c_uint,
+) -> io::Result<()> {
     let from = single(from)?;
     let to = single(to)?;
     // SAFETY: both names are NUL-terminated and outlive the call; the descriptors are open.
     let ret = unsafe {
-        libc::renameat(
+        libc::renameat2(
             from_dir.as_raw_fd(),
             from.as_ptr(),
             to_dir.as_raw_fd(),
             to.as_ptr(),
+            flags,
         )
     };
     check(ret as libc::c_long).map(drop)
