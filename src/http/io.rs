@@ -223,6 +223,49 @@ pub fn read_response_head<R: Read>(input: &mut Input<R>) -> Result<ResponseHead,
     }
 }
 
+/// The status of the response head at the front of `input`, read as far as its end (at most
+/// [`MAX_HEAD`]) and left unconsumed, so that a relay after a look still sees all of it.
+/// `Ok(None)`: no complete, well-formed head came (the stream ended, or the head is malformed
+/// or too large); the relay that follows then says what is wrong.
+pub fn peek_response_code<R: Read>(input: &mut Input<R>) -> io::Result<Option<u16>> {
+    loop {
+        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut response = httparse::Response::new(&mut headers);
+        match response.parse(input.buffered()) {
+            Ok(httparse::Status::Complete(_)) => return Ok(response.code),
+            Ok(httparse::Status::Partial) => {}
+            Err(_) => return Ok(None),
+        }
+        if input.buffered().len() >= MAX_HEAD || input.fill_more()? == 0 {
+            return Ok(None);
+        }
+    }
+}
+
+/// The status code of an HTTP/1.x status line at the start of `raw` (the first bytes a tunnel
+/// saw come back, say).
+pub fn status_code(raw: &[u8]) -> Option<u16> {
+    let rest = raw
+        .strip_prefix(b"HTTP/1.1 ")
+        .or_else(|| raw.strip_prefix(b"HTTP/1.0 "))?;
+    let digits = rest.get(..3)?;
+    if !digits.iter().all(u8::is_ascii_digit)
+        || rest.get(3).is_some_and(|b| *b != b' ' && *b != b'\r')
+    {
+        return None;
+    }
+    std::str::from_utf8(digits).ok()?.parse().ok()
+}
+
+/// The reason phrase of a status line (`HTTP/1.1 404 Not Found` → `Not Found`), control
+/// characters taken out.
+pub fn reason_phrase(raw: &[u8]) -> String {
+    let line = raw.split(|b| *b == b'\n').next().unwrap_or_default();
+    let line = String::from_utf8_lossy(line);
+    let phrase = line.trim_end().splitn(3, ' ').nth(2).unwrap_or("").trim();
+    phrase.chars().filter(|c| !c.is_control()).collect()
+}
+
 /// Sockets whose read timeout can be set (TCP and unix streams).
 pub trait TimedRead {
     fn timed_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()>;
@@ -520,71 +563,6 @@ fn relay_chunked<R: Read, W: Write>(
     }
 }
 
-/// One request of a stream as the forwarders read it: its head, its framing and how many body
-/// bytes were read.
-#[derive(Debug)]
-pub struct ReadRequest {
-    pub head: RequestHead,
-    pub framing: Framing,
-    pub body_bytes: u64,
-}
-
-/// A byte string read as a client's connection (no timeouts: it is all there).
-struct Replayed(std::cell::RefCell<io::Cursor<Vec<u8>>>);
-
-impl Read for &Replayed {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.0.borrow_mut().read(buf)
-    }
-}
-
-impl TimedRead for Replayed {
-    fn timed_read_timeout(&self, _: Option<Duration>) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-/// The forwarders' reading of a client's byte stream, request after request (at most
-/// `max_requests`): each head ([`read_request_head`]), its framing ([`body_framing`], no body
-/// when none is declared) and its body ([`relay_body`], the chunked coding included), until the
-/// stream ends or a step refuses it (the `Err`, after which a forwarder closes the
-/// connection). For the fuzz target of the request parsing (`tests/fuzz`) and the replay of its
-/// corpus in the suite; the proxy and the gateway read their sockets with the same functions.
-pub fn read_requests(data: &[u8], max_requests: usize) -> Vec<Result<ReadRequest, String>> {
-    let stream = Replayed(std::cell::RefCell::new(io::Cursor::new(data.to_vec())));
-    let mut input = Input::new(&stream);
-    let mut out = Vec::new();
-    while out.len() < max_requests {
-        let head = match read_request_head(&mut input, None, Duration::from_secs(1)) {
-            Ok(head) => head,
-            Err(HeadError::Closed) => break,
-            Err(e) => {
-                out.push(Err(e.to_string()));
-                break;
-            }
-        };
-        let framing = match body_framing(&head.headers, Framing::None) {
-            Ok(framing) => framing,
-            Err(e) => {
-                out.push(Err(e));
-                break;
-            }
-        };
-        match relay_body(&mut input, &mut io::sink(), framing) {
-            Ok(body_bytes) => out.push(Ok(ReadRequest {
-                head,
-                framing,
-                body_bytes,
-            })),
-            Err(e) => {
-                out.push(Err(e.to_string()));
-                break;
-            }
-        }
-    }
-    out
-}
-
 /// Bytes moved by a tunnel, and the first error that ended it abnormally.
 #[derive(Debug, Default)]
 pub struct TunnelStats {
@@ -775,6 +753,39 @@ pub fn write_forwarded_headers(out: &mut Vec<u8>, headers: &[Header], dropped: &
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_status_line_gives_the_code_and_the_phrase() {
+        assert_eq!(status_code(b"HTTP/1.1 404 Not Found\r\n"), Some(404));
+        assert_eq!(status_code(b"HTTP/1.0 200\r\n"), Some(200));
+        for bad in [
+            &b"HTTP/2 200 OK"[..],
+            b"HTTP/1.1 20",
+            b"HTTP/1.1 2000 x",
+            b"\x16\x03\x01",
+            b"",
+        ] {
+            assert_eq!(status_code(bad), None, "{bad:?}");
+        }
+        assert_eq!(
+            reason_phrase(b"HTTP/1.1 404 Not Found\r\nX: y\r\n"),
+            "Not Found"
+        );
+        assert_eq!(reason_phrase(b"HTTP/1.1 200\r\n"), "");
+        assert_eq!(reason_phrase(b"HTTP/1.1 200 O\x07K\r\n"), "OK");
+    }
+
+    #[test]
+    fn a_peek_at_the_status_leaves_the_head_for_the_relay() {
+        let mut input =
+            Input::new(&b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 2\r\n\r\nno"[..]);
+        assert_eq!(peek_response_code(&mut input).unwrap(), Some(401));
+        assert!(input.buffered().starts_with(b"HTTP/1.1 401"));
+        let mut input = Input::new(&b"HTTP/1.1 40"[..]);
+        assert_eq!(peek_response_code(&mut input).unwrap(), None);
+        let mut input = Input::new(&b"HTTP/1.1 200 OK\r\nBad Header\r\n\r\n"[..]);
+        assert_eq!(peek_response_code(&mut input).unwrap(), None);
+    }
     use crate::http::scan::EchoNeedles;
 
     const SECRET: &str = "sk-REAL-split-across-chunks-77";

@@ -6,6 +6,7 @@
 
 pub mod chunked;
 pub mod client;
+pub mod forward;
 pub mod io;
 pub mod scan;
 pub mod server;

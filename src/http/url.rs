@@ -98,6 +98,22 @@ fn strip_prefix_ci<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
         .map(|_| &text[prefix.len()..])
 }
 
+/// The origin-form of a request target (`/v1/messages?beta=true`); absolute-form
+/// (`http://localhost/v1/…`) is taken for its path only, and only with a plain authority (no
+/// user part, nothing but its path after it). `None`: neither.
+pub fn origin_form(target: &str) -> Option<String> {
+    if target.starts_with('/') {
+        return Some(target.to_owned());
+    }
+    let rest = strip_prefix_ci(target, "http://")?;
+    let end = rest.find(['/', '?', '#', '\\', '@']).unwrap_or(rest.len());
+    match rest[end..].chars().next() {
+        None => Some("/".to_owned()),
+        Some('/') => Some(rest[end..].to_owned()),
+        Some(_) => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,10 +9,12 @@
 //! `credential_echoed`). A 401 makes the login refresh itself (by the rule of [`ModelLogin::after_401`]) and
 //! the request is sent once more.
 
-use crate::http::io::{self as http, Framing, HeadError, Header, Input};
+use crate::http::forward::{self, Answer, Next, Onward};
+use crate::http::io::{self as http, Framing, Header, Input};
 use crate::http::scan::EchoScan;
 use crate::http::server::MAX_CONNECTIONS;
 use crate::http::server::{Handler, Refused, Server, Sock, Sockets};
+use crate::http::url;
 use crate::http::url::Url;
 use crate::profile::LoginPath;
 use crate::supervisor::net::login::ModelLogin;
@@ -217,16 +219,10 @@ impl Write for Stream {
     }
 }
 
-/// The upstream side of one client connection, reused across its keep-alive requests.
-struct UpstreamConn {
-    input: Input<Stream>,
-    addr: SocketAddr,
-}
-
-/// A request body: read whole (so it can be sent again), or relayed as it arrives.
-enum Body {
-    Buffered(Vec<u8>),
-    Streamed(Framing),
+impl forward::Upstream for Stream {
+    fn sock(&self) -> &TcpStream {
+        Stream::sock(self)
+    }
 }
 
 impl Handler for GatewayHandler {
@@ -234,7 +230,7 @@ impl Handler for GatewayHandler {
 
     fn handle(&self, client: UnixStream, sockets: &Sockets) {
         let mut input = Input::new(&client);
-        let mut upstream: Option<UpstreamConn> = None;
+        let mut upstream: Option<Input<Stream>> = None;
         loop {
             let start = Instant::now();
             let mut record = ConnectionRecord {
@@ -325,27 +321,21 @@ impl GatewayHandler {
         &self,
         client: &UnixStream,
         input: &mut Input<&UnixStream>,
-        upstream: &mut Option<UpstreamConn>,
+        upstream: &mut Option<Input<Stream>>,
         sockets: &Sockets,
         record: &mut ConnectionRecord,
     ) -> Option<bool> {
-        let head = match http::read_request_head(input, Some(CLIENT_IDLE), HEAD_TIMEOUT) {
-            Ok(head) => head,
-            Err(HeadError::Closed) => return None,
-            Err(HeadError::Timeout) if input.buffered().is_empty() => return None,
-            Err(e) => {
-                record.error = Some(e.to_string());
-                let (code, phrase) = match e {
-                    HeadError::TooLarge => (431, "Request Header Fields Too Large"),
-                    HeadError::Timeout => (408, "Request Timeout"),
-                    _ => (400, "Bad Request"),
-                };
-                let _ = http::write_status(
-                    &mut &*client,
-                    code,
-                    phrase,
-                    &format!("StepProof gateway: {e}\n"),
-                );
+        let head = match forward::next_request(input, Some(CLIENT_IDLE), HEAD_TIMEOUT) {
+            Next::Request(head) => head,
+            Next::Ended => return None,
+            Next::Bad {
+                code,
+                phrase,
+                error,
+            } => {
+                let said = format!("StepProof gateway: {error}\n");
+                record.error = Some(error);
+                let _ = http::write_status(&mut &*client, code, phrase, &said);
                 return Some(false);
             }
         };
@@ -362,7 +352,7 @@ impl GatewayHandler {
             );
             Some(false)
         };
-        let path = match origin_path(&head.target) {
+        let path = match url::origin_form(&head.target) {
             Some(path) => path,
             None => {
                 let why = format!("bad request target `{}`", head.target.escape_debug());
@@ -388,7 +378,7 @@ impl GatewayHandler {
             let why = format!("refused: the request carries {why}; recorded");
             return refuse(record, 403, "Forbidden", why);
         }
-        let mut credential = match self.login.credential() {
+        let credential = match self.login.credential() {
             Ok(credential) => credential,
             Err(e) => return refuse(record, 503, "Service Unavailable", e.to_string()),
         };
@@ -399,26 +389,17 @@ impl GatewayHandler {
         // The record says the real login went out with this request (its name, never its value).
         record.credential = Some(crate::sandbox::plan::MODEL_LOGIN.to_string());
         let client_keep = http::wants_keep_alive(&head.headers, head.minor);
-        if expects_continue(&head.headers) {
-            // Answered here rather than relayed: the gateway sends the body only as it reads it,
-            // so waiting for the upstream's 100 would stall until the client's own timeout.
-            if (&*client)
-                .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
-                .is_err()
-            {
+        if forward::answer_continue(&head, &mut &*client).is_err() {
+            return Some(false);
+        }
+        // Read whole when it can be (a Messages request is JSON, well below the cap), so that a
+        // request refused with 401 can be sent again after a refresh.
+        let body = match forward::Body::take(input, framing, RETRY_BODY_MAX) {
+            Ok(body) => body,
+            Err(e) => {
+                record.error = Some(format!("reading the request body: {e}"));
                 return Some(false);
             }
-        }
-        let mut body = match framing {
-            Framing::Length(n) if n <= RETRY_BODY_MAX => {
-                let mut bytes = Vec::with_capacity(usize::try_from(n).unwrap_or(0));
-                if let Err(e) = http::relay_body(input, &mut bytes, framing) {
-                    record.error = Some(format!("reading the request body: {e}"));
-                    return Some(false);
-                }
-                Body::Buffered(bytes)
-            }
-            framing => Body::Streamed(framing),
         };
 
         if settings_request && let Some(merge) = &self.settings {
@@ -434,121 +415,40 @@ impl GatewayHandler {
             );
             return Some(keep && client_keep);
         }
-        let mut retried = false;
-        loop {
-            let forwarded = self.forwarded_head(&head.method, &path, &head.headers, &credential);
-            // Reuse the upstream connection only if it is still open and quiet.
-            if upstream.as_ref().is_some_and(|u| !is_reusable(u)) {
-                *upstream = None;
-            }
-            if upstream.is_none() {
-                match self.connect_upstream() {
-                    Ok(conn) => {
-                        if let Ok(clone) = conn.input.inner.sock().try_clone() {
-                            sockets.register(Sock::Tcp(clone));
-                        }
-                        *upstream = Some(conn);
-                    }
-                    Err(e) => return refuse(record, 502, "Bad Gateway", e),
-                }
-            }
-            let Some(conn) = upstream.as_mut() else {
-                return Some(false);
-            };
-            record.resolved = Some(conn.addr.to_string());
-            record.allowed = true;
-
-            let sent = (|| -> io::Result<u64> {
-                conn.input.inner.write_all(&forwarded)?;
-                let n = match &mut body {
-                    Body::Buffered(bytes) => {
-                        conn.input.inner.write_all(bytes)?;
-                        bytes.len() as u64
-                    }
-                    Body::Streamed(framing) => {
-                        http::relay_body(input, &mut conn.input.inner, *framing)?
-                    }
-                };
-                conn.input.inner.flush()?;
-                Ok(forwarded.len() as u64 + n)
-            })();
-            match sent {
-                Ok(n) => record.bytes_up += n,
-                Err(e) => {
-                    *upstream = None;
-                    let why = format!("sending the request upstream: {e}");
-                    return refuse(record, 502, "Bad Gateway", why);
-                }
-            }
-            // A 401 to a request that can be sent again: the login refreshes (or finds a token
-            // another refresher left) and the request goes once more.
-            if !retried && matches!(body, Body::Buffered(_)) {
-                match self.answer_to_unauthorized(conn, &head.method, &credential) {
-                    Ok(Retry::No) => {}
-                    Ok(Retry::With(fresh, upstream_keep)) => {
-                        if !upstream_keep {
-                            *upstream = None;
-                        }
-                        credential = fresh;
-                        retried = true;
-                        record.rule = "credential gateway (retried after a refresh)".into();
-                        continue;
-                    }
-                    Ok(Retry::Relay(raw, upstream_keep, why, echo)) => {
-                        if !upstream_keep {
-                            *upstream = None;
-                        }
-                        // The record says why the host's login was not refreshed for it.
-                        record.status = Some(401);
-                        record.rule =
-                            format!("credential gateway: 401 relayed, no refresh ({why})");
-                        record.bytes_down = raw.len() as u64;
-                        record.credential_echoed = echo.found();
-                        record.credential_echo_unchecked = echo.unchecked().map(str::to_owned);
-                        let written = (&*client).write_all(&raw).is_ok();
-                        return Some(written && client_keep && upstream_keep);
-                    }
-                    Err(e) => {
-                        *upstream = None;
-                        return refuse(record, 502, "Bad Gateway", e);
-                    }
-                }
-            }
-            break;
-        }
-        let Some(conn) = upstream.as_mut() else {
-            return Some(false);
-        };
-        // Relay the response: interim (1xx) heads, then the final head and its body, searched
-        // for the login that went out as they pass.
-        let mut down = 0u64;
+        let onward = self.forwarded_head(&head.method, &path, &head.headers, &credential);
         let mut echo = EchoScan::new(credential.echo_needles());
-        let result = relay_response(conn, client, &head.method, &mut down, &mut echo);
-        record.bytes_down += down;
+        let mut route = Route {
+            gateway: self,
+            record,
+            credential,
+            method: &head.method,
+            path: &path,
+            headers: &head.headers,
+        };
+        let done = forward::forward(
+            &mut route,
+            upstream,
+            sockets,
+            input,
+            client,
+            &head.method,
+            onward,
+            body,
+            client_keep,
+            &mut echo,
+            "StepProof gateway",
+        );
+        record.allowed = done.resolved.is_some();
+        if let Some(addr) = done.resolved {
+            record.resolved = Some(addr.to_string());
+        }
+        record.bytes_up += done.up;
+        record.bytes_down += done.down;
+        record.status = done.status;
+        record.error = done.error;
         record.credential_echoed = echo.found();
         record.credential_echo_unchecked = echo.unchecked().map(str::to_owned);
-        match result {
-            Ok(upstream_keep) => {
-                if !upstream_keep {
-                    *upstream = None;
-                }
-                // The upstream's head went to the client as it was: if it said close, so do we.
-                Some(client_keep && upstream_keep)
-            }
-            Err(e) => {
-                record.error = Some(e);
-                *upstream = None;
-                if down == 0 {
-                    let _ = http::write_status(
-                        &mut &*client,
-                        502,
-                        "Bad Gateway",
-                        "StepProof gateway: no response from the upstream\n",
-                    );
-                }
-                Some(false)
-            }
-        }
+        Some(done.keep)
     }
 
     /// `GET` [`server_settings::ENDPOINT`]: sent without [`server_settings::STRIP_REQUEST_HEADERS`],
@@ -561,7 +461,7 @@ impl GatewayHandler {
     fn serve_server_settings(
         &self,
         client: &UnixStream,
-        upstream: &mut Option<UpstreamConn>,
+        upstream: &mut Option<Input<Stream>>,
         sockets: &Sockets,
         record: &mut ConnectionRecord,
         merge: &ServerSettingsMerge,
@@ -582,13 +482,13 @@ impl GatewayHandler {
         // A fresh connection, closed after: this answer is read whole, never relayed.
         *upstream = None;
         let mut conn = match self.connect_upstream() {
-            Ok(conn) => conn,
+            Ok(conn) => Input::new(conn),
             Err(e) => return refuse(record, 502, "Bad Gateway", e),
         };
-        if let Ok(clone) = conn.input.inner.sock().try_clone() {
+        if let Ok(clone) = conn.inner.sock().try_clone() {
             sockets.register(Sock::Tcp(clone));
         }
-        record.resolved = Some(conn.addr.to_string());
+        record.resolved = conn.inner.sock().peer_addr().ok().map(|a| a.to_string());
         record.allowed = true;
         let stripped: Vec<Header> = head
             .headers
@@ -602,10 +502,9 @@ impl GatewayHandler {
             .collect();
         let forwarded = self.forwarded_head("GET", path, &stripped, credential);
         let sent = conn
-            .input
             .inner
             .write_all(&forwarded)
-            .and_then(|()| conn.input.inner.flush());
+            .and_then(|()| conn.inner.flush());
         if let Err(e) = sent {
             return refuse(
                 record,
@@ -617,7 +516,7 @@ impl GatewayHandler {
         record.bytes_up += forwarded.len() as u64;
         let answer = (|| -> Result<(http::ResponseHead, Vec<u8>), String> {
             let response = loop {
-                let response = http::read_response_head(&mut conn.input)
+                let response = http::read_response_head(&mut conn)
                     .map_err(|e| format!("reading the upstream response: {e}"))?;
                 if !(100..200).contains(&response.code) {
                     break response;
@@ -638,7 +537,7 @@ impl GatewayHandler {
                 out: &mut raw,
                 left: server_settings::BODY_MAX + 1,
             };
-            http::relay_body(&mut conn.input, &mut capped, framing)
+            http::relay_body(&mut conn, &mut capped, framing)
                 .map_err(|e| format!("reading the settings answer: {e}"))?;
             if raw.len() as u64 > server_settings::BODY_MAX {
                 return Err(format!(
@@ -670,7 +569,7 @@ impl GatewayHandler {
         };
         let (code, phrase, body, json) = match outcome {
             ServerSettings::Forward => {
-                let phrase = status_phrase(&response.raw);
+                let phrase = http::reason_phrase(&response.raw);
                 (response.code, phrase, body, false)
             }
             ServerSettings::Replace { body, removed } => {
@@ -732,69 +631,48 @@ impl GatewayHandler {
     /// has a better credential, dropped for a retry; anything else is left for the relay.
     fn answer_to_unauthorized(
         &self,
-        conn: &mut UpstreamConn,
+        conn: &mut Input<Stream>,
         method: &str,
         used: &Credential,
     ) -> Result<Retry, String> {
-        loop {
-            // Only the first head is looked at here; anything but a 401 (interim heads
-            // included) is left unread for the relay.
-            let data = conn.input.buffered();
-            if let Some(end) = find_head_end(data) {
-                let mut headers = [httparse::EMPTY_HEADER; 100];
-                let mut response = httparse::Response::new(&mut headers);
-                let code = match response.parse(&data[..end]) {
-                    Ok(httparse::Status::Complete(_)) => response.code.unwrap_or(0),
-                    _ => return Ok(Retry::No),
-                };
-                if code != 401 {
-                    return Ok(Retry::No);
-                }
-                let response = http::read_response_head(&mut conn.input)
-                    .map_err(|e| format!("reading the upstream response: {e}"))?;
-                // Searched for the login that went out, in case it is relayed (a body longer
-                // than the cap is searched whole although only its start would be relayed).
-                let mut echo = EchoScan::new(used.echo_needles());
-                echo.feed(&response.raw);
-                let framing = if method.eq_ignore_ascii_case("HEAD") {
-                    Framing::None
-                } else {
-                    http::body_framing(&response.headers, Framing::UntilClose)
-                        .map_err(|e| echo.redact(format!("upstream response: {e}")))?
-                };
-                if !matches!(framing, Framing::None | Framing::Length(0)) {
-                    echo.note_content_codings(http::header_values(
-                        &response.headers,
-                        "content-encoding",
-                    ));
-                }
-                let keep =
-                    framing != Framing::UntilClose && http::wants_keep_alive(&response.headers, 1);
-                let mut body = Vec::new();
-                let mut capped = CappedWriter {
-                    out: &mut body,
-                    left: REFUSAL_BODY_MAX,
-                };
-                http::relay_body_scanned(&mut conn.input, &mut capped, framing, &mut echo)
-                    .map_err(|e| format!("reading the upstream's 401: {e}"))?;
-                return match self.login.after_401(used) {
-                    Ok(Ok(fresh)) => Ok(Retry::With(fresh, keep)),
-                    Ok(Err(why)) => {
-                        let mut whole = response.raw;
-                        whole.extend_from_slice(&body);
-                        Ok(Retry::Relay(whole, keep, why, echo))
-                    }
-                    Err(e) => Err(e.to_string()),
-                };
+        // Only the first head is looked at here; anything but a 401 (interim heads included)
+        // is left unread for the relay.
+        let code = http::peek_response_code(conn)
+            .map_err(|e| format!("reading the upstream response: {e}"))?;
+        if code != Some(401) {
+            return Ok(Retry::No);
+        }
+        let response = http::read_response_head(conn)
+            .map_err(|e| format!("reading the upstream response: {e}"))?;
+        // Searched for the login that went out, in case it is relayed (a body longer
+        // than the cap is searched whole although only its start would be relayed).
+        let mut echo = EchoScan::new(used.echo_needles());
+        echo.feed(&response.raw);
+        let framing = if method.eq_ignore_ascii_case("HEAD") {
+            Framing::None
+        } else {
+            http::body_framing(&response.headers, Framing::UntilClose)
+                .map_err(|e| echo.redact(format!("upstream response: {e}")))?
+        };
+        if !matches!(framing, Framing::None | Framing::Length(0)) {
+            echo.note_content_codings(http::header_values(&response.headers, "content-encoding"));
+        }
+        let keep = framing != Framing::UntilClose && http::wants_keep_alive(&response.headers, 1);
+        let mut body = Vec::new();
+        let mut capped = CappedWriter {
+            out: &mut body,
+            left: REFUSAL_BODY_MAX,
+        };
+        http::relay_body_scanned(conn, &mut capped, framing, &mut echo)
+            .map_err(|e| format!("reading the upstream's 401: {e}"))?;
+        match self.login.after_401(used) {
+            Ok(Ok(fresh)) => Ok(Retry::With(fresh, keep)),
+            Ok(Err(why)) => {
+                let mut whole = response.raw;
+                whole.extend_from_slice(&body);
+                Ok(Retry::Relay(whole, keep, why, echo))
             }
-            if data.len() >= http::MAX_HEAD {
-                return Ok(Retry::No);
-            }
-            match conn.input.fill_more() {
-                Ok(0) => return Ok(Retry::No),
-                Ok(_) => {}
-                Err(e) => return Err(format!("reading the upstream response: {e}")),
-            }
+            Err(e) => Err(e.to_string()),
         }
     }
 
@@ -810,39 +688,24 @@ impl GatewayHandler {
         headers: &[Header],
         credential: &Credential,
     ) -> Vec<u8> {
-        const DROPPED: &[&str] = &[
-            "host",
-            "x-api-key",
-            "authorization",
-            "proxy-authorization",
-            "connection",
-            "proxy-connection",
-            "keep-alive",
-            "upgrade",
-            "te",
-            "expect",
-            // Replaced by `identity`: an encoded answer could not be searched for the login.
-            "accept-encoding",
-        ];
-        let mut out = Vec::with_capacity(2048);
-        out.extend_from_slice(
-            format!("{method} {}{path} HTTP/1.1\r\n", self.upstream.path_prefix).as_bytes(),
-        );
         let default_port = if self.upstream.tls.is_some() { 443 } else { 80 };
-        let host = if self.upstream.port == default_port {
-            self.upstream.host.clone()
-        } else {
-            format!("{}:{}", self.upstream.host, self.upstream.port)
-        };
-        out.extend_from_slice(format!("Host: {host}\r\n").as_bytes());
-        http::write_forwarded_headers(&mut out, headers, DROPPED);
-        out.extend_from_slice(&credential.header_line().unwrap_or_default());
-        out.extend_from_slice(b"Accept-Encoding: identity\r\n");
-        out.extend_from_slice(b"\r\n");
-        out
+        let mut added = credential.header_line().unwrap_or_default();
+        added.extend_from_slice(forward::IDENTITY);
+        Onward {
+            method,
+            target: &format!("{}{path}", self.upstream.path_prefix),
+            minor: 1,
+            host: &forward::host_header(&self.upstream.host, self.upstream.port, default_port),
+            headers,
+            // The client's credentials (the placeholder), and its Accept-Encoding (replaced by
+            // `identity`: an encoded answer could not be searched for the login).
+            dropped: &["x-api-key", "authorization", "accept-encoding"],
+            added: &added,
+        }
+        .head()
     }
 
-    fn connect_upstream(&self) -> Result<UpstreamConn, String> {
+    fn connect_upstream(&self) -> Result<Stream, String> {
         let up = &self.upstream;
         let addrs: Vec<SocketAddr> = match up.connect_addr {
             Some(addr) => vec![addr],
@@ -863,10 +726,7 @@ impl GatewayHandler {
             let _ = tcp.set_nodelay(true);
             let _ = tcp.set_read_timeout(Some(UPSTREAM_SILENCE));
             let Some(config) = &up.tls else {
-                return Ok(UpstreamConn {
-                    input: Input::new(Stream::Plain(tcp)),
-                    addr,
-                });
+                return Ok(Stream::Plain(tcp));
             };
             let name = ServerName::try_from(up.host.clone())
                 .map_err(|e| format!("upstream host `{}`: {e}", up.host))?;
@@ -880,10 +740,7 @@ impl GatewayHandler {
                     .complete_io(&mut stream.sock)
                     .map_err(|e| format!("TLS handshake with {} ({addr}): {e}", up.host))?;
             }
-            return Ok(UpstreamConn {
-                input: Input::new(Stream::Tls(Box::new(stream))),
-                addr,
-            });
+            return Ok(Stream::Tls(Box::new(stream)));
         }
         Err(last)
     }
@@ -898,25 +755,6 @@ enum Retry {
     /// A 401 and nothing better (and why): these bytes are the whole answer for the client,
     /// and what the search of them for the login found.
     Relay(Vec<u8>, bool, String, EchoScan),
-}
-
-/// Where a head ends (after its blank line), if it is all there.
-fn find_head_end(data: &[u8]) -> Option<usize> {
-    data.windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .map(|i| i + 4)
-        .or_else(|| data.windows(2).position(|w| w == b"\n\n").map(|i| i + 2))
-}
-
-/// The reason phrase of a status line (`HTTP/1.1 404 Not Found` → `Not Found`).
-fn status_phrase(raw: &[u8]) -> String {
-    let line = raw.split(|b| *b == b'\n').next().unwrap_or_default();
-    let line = String::from_utf8_lossy(line);
-    let phrase = line.trim_end().splitn(3, ' ').nth(2).unwrap_or("").trim();
-    phrase
-        .chars()
-        .filter(|c| !c.is_control())
-        .collect::<String>()
 }
 
 /// Keeps the first `left` bytes written and drops the rest.
@@ -939,53 +777,59 @@ impl Write for CappedWriter<'_> {
     }
 }
 
-/// Relays the response (see [`http::relay_response`]) through `echo`; `Ok(keep)`: whether the
-/// upstream connection may be used again.
-fn relay_response(
-    conn: &mut UpstreamConn,
-    client: &UnixStream,
-    method: &str,
-    down: &mut u64,
-    echo: &mut EchoScan,
-) -> Result<bool, String> {
-    http::relay_response(
-        method,
-        &mut conn.input,
-        &mut &*client,
-        down,
-        &mut None,
-        echo,
-    )
+/// The gateway's part in [`forward::forward`]: the upstream it was given, and a 401 to a
+/// request it can send again answered by a refresh of the login (by the rule of
+/// [`ModelLogin::after_401`]) and one more try.
+struct Route<'g, 'r> {
+    gateway: &'g GatewayHandler,
+    record: &'r mut ConnectionRecord,
+    credential: Credential,
+    method: &'r str,
+    path: &'r str,
+    headers: &'r [Header],
 }
 
-/// An idle upstream connection is reusable when nothing is waiting on it.
-fn is_reusable(conn: &UpstreamConn) -> bool {
-    http::is_idle(&conn.input, conn.input.inner.sock())
-}
+impl forward::Route for Route<'_, '_> {
+    type Conn = Stream;
 
-/// The origin-form path of a request to the gateway (`/v1/messages?beta=true`); absolute-form
-/// (`http://localhost/v1/…`) is taken for its path only, and only with a plain authority (no
-/// user part, nothing but its path after it): the path is then judged like any other
-/// ([`model_paths::plain_path`]), and it is what is forwarded.
-fn origin_path(target: &str) -> Option<String> {
-    if target.starts_with('/') {
-        return Some(target.to_owned());
+    fn connect(&mut self) -> Result<Stream, String> {
+        self.gateway.connect_upstream()
     }
-    let scheme = target.get(..7)?;
-    if !scheme.eq_ignore_ascii_case("http://") {
-        return None;
-    }
-    let rest = &target[7..];
-    let end = rest.find(['/', '?', '#', '\\', '@']).unwrap_or(rest.len());
-    match rest[end..].chars().next() {
-        None => Some("/".to_owned()),
-        Some('/') => Some(rest[end..].to_owned()),
-        Some(_) => None,
-    }
-}
 
-fn expects_continue(headers: &[Header]) -> bool {
-    http::has_token(headers, "expect", "100-continue")
+    fn first_answer(
+        &mut self,
+        conn: &mut Input<Stream>,
+        echo: &mut EchoScan,
+    ) -> Result<Answer, String> {
+        match self
+            .gateway
+            .answer_to_unauthorized(conn, self.method, &self.credential)?
+        {
+            Retry::No => Ok(Answer::Relay),
+            Retry::With(fresh, keep) => {
+                self.credential = fresh;
+                *echo = EchoScan::new(self.credential.echo_needles());
+                self.record.rule = "credential gateway (retried after a refresh)".into();
+                let head = self.gateway.forwarded_head(
+                    self.method,
+                    self.path,
+                    self.headers,
+                    &self.credential,
+                );
+                Ok(Answer::Again { head, keep })
+            }
+            Retry::Relay(bytes, keep, why, scan) => {
+                // The record says why the host's login was not refreshed for it.
+                self.record.rule = format!("credential gateway: 401 relayed, no refresh ({why})");
+                *echo = scan;
+                Ok(Answer::Taken {
+                    bytes,
+                    status: 401,
+                    keep,
+                })
+            }
+        }
+    }
 }
 
 pub use crate::supervisor::net::login::EXTRA_CA_ENV;
@@ -1407,7 +1251,7 @@ mod tests {
                 record.credential_echo_unchecked.as_deref(),
                 record.status
             ),
-            (Some("model-login"), true, None, None),
+            (Some("model-login"), true, None, Some(200)),
             "{record:?}"
         );
         // The control: the same login, an answer without it.

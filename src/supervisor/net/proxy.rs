@@ -25,6 +25,7 @@ use crate::profile::allow::{CompiledAllowList, Host, SpecialRange};
 use crate::profile::allow::{address, host};
 use crate::supervisor::net::credentials::Broker;
 
+use crate::http::forward::{Onward, host_header};
 use crate::http::io::{self, HeadError, Input, RequestHead};
 use crate::http::server::{Handler, MAX_CONNECTIONS, Refused, Server, Sock, Sockets};
 use serde::Serialize;
@@ -130,20 +131,6 @@ impl ConnectionRecord {
         self.query_sha256 =
             query.map(|q| format!("sha256:{}", hex::encode(Sha256::digest(q.as_bytes()))));
     }
-}
-
-/// The status code of an HTTP/1.x status line at the start of `head`.
-fn status_code(head: &[u8]) -> Option<u16> {
-    let rest = head
-        .strip_prefix(b"HTTP/1.1 ")
-        .or_else(|| head.strip_prefix(b"HTTP/1.0 "))?;
-    let digits = rest.get(..3)?;
-    if !digits.iter().all(u8::is_ascii_digit)
-        || rest.get(3).is_some_and(|b| *b != b' ' && *b != b'\r')
-    {
-        return None;
-    }
-    std::str::from_utf8(digits).ok()?.parse().ok()
 }
 
 /// A running proxy. `shutdown` stops it; dropping the handle leaves it running.
@@ -423,7 +410,7 @@ impl ProxyHandler {
         record.bytes_down = stats.down;
         record.error = stats.error;
         if target.path.is_some() {
-            record.status = status_code(&stats.first_down);
+            record.status = io::status_code(&stats.first_down);
         }
     }
 
@@ -602,31 +589,32 @@ fn parse_target(head: &RequestHead, record: &mut ConnectionRecord) -> Result<Tar
     })
 }
 
-/// The request as sent upstream: origin-form target, `Host` from the URL, proxy and hop-by-hop
-/// headers removed, and `Connection: close` (one request per connection keeps every request of
-/// the connection aimed at the host that was checked).
+/// The request as sent upstream ([`Onward`]): origin-form target, `Host` from the URL, proxy
+/// and hop-by-hop headers removed, and `Connection: close` (one request per connection keeps
+/// every request of the connection aimed at the host that was checked). `Expect` is passed on:
+/// after this head the connection is a tunnel, and the upstream answers it.
 fn forwarded_head(head: &RequestHead, target: &Target, path: &str) -> Vec<u8> {
-    const DROPPED: &[&str] = &[
-        "host",
-        "connection",
-        "proxy-connection",
-        "proxy-authorization",
-        "proxy-authenticate",
-        "keep-alive",
-        "upgrade",
-        "te",
-    ];
-    let mut out = Vec::with_capacity(1024);
-    out.extend_from_slice(format!("{} {path} HTTP/1.{}\r\n", head.method, head.minor).as_bytes());
-    let host = if target.port == 80 {
-        target.host.to_string()
-    } else {
-        format!("{}:{}", target.host, target.port)
-    };
-    out.extend_from_slice(format!("Host: {host}\r\n").as_bytes());
-    io::write_forwarded_headers(&mut out, &head.headers, DROPPED);
-    out.extend_from_slice(b"Connection: close\r\n\r\n");
-    out
+    let expect: Vec<io::Header> = io::header_values(&head.headers, "expect")
+        .map(|v| ("Expect".to_owned(), v.to_vec()))
+        .collect();
+    let mut added: Vec<u8> = Vec::new();
+    for (name, value) in &expect {
+        added.extend_from_slice(name.as_bytes());
+        added.extend_from_slice(b": ");
+        added.extend_from_slice(value);
+        added.extend_from_slice(b"\r\n");
+    }
+    added.extend_from_slice(b"Connection: close\r\n");
+    Onward {
+        method: &head.method,
+        target: path,
+        minor: head.minor,
+        host: &host_header(&target.host.to_string(), target.port, 80),
+        headers: &head.headers,
+        dropped: &[],
+        added: &added,
+    }
+    .head()
 }
 
 /// How long a refused client may keep sending before the proxy closes (so it reads the
@@ -653,26 +641,6 @@ fn refuse(client: &TcpStream, code: u16, phrase: &str, body: &str, drain: Durati
         match (&*client).read(&mut sink) {
             Ok(0) | Err(_) => break,
             Ok(n) => drained += n,
-        }
-    }
-}
-
-#[cfg(test)]
-mod status_tests {
-    use super::status_code;
-
-    #[test]
-    fn the_status_line_gives_the_code() {
-        assert_eq!(status_code(b"HTTP/1.1 404 Not Found\r\n"), Some(404));
-        assert_eq!(status_code(b"HTTP/1.0 200\r\n"), Some(200));
-        for bad in [
-            &b"HTTP/2 200 OK"[..],
-            b"HTTP/1.1 20",
-            b"HTTP/1.1 2000 x",
-            b"\x16\x03\x01",
-            b"",
-        ] {
-            assert_eq!(status_code(bad), None, "{bad:?}");
         }
     }
 }

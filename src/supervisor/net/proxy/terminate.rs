@@ -13,9 +13,10 @@
 //! (`credential_echoed`) or could not be searched (`credential_echo_unchecked`).
 
 use super::{ConnectionRecord, HEAD_TIMEOUT, ProxyHandler, Target};
-use crate::http::io::{self as http, Framing, HeadError, Input, TimedRead};
+use crate::http::forward::{self, Body, Next, Onward};
+use crate::http::io::{self as http, Framing, Input, TimedRead};
 use crate::http::scan::EchoScan;
-use crate::http::server::{Sock, Sockets};
+use crate::http::server::Sockets;
 use crate::profile::allow::host::parse_authority;
 use crate::supervisor::net::credentials::Broker;
 use rustls::pki_types::ServerName;
@@ -260,23 +261,17 @@ impl Exchange<'_, '_> {
         upstream: &mut Option<Input<UpstreamTls>>,
         record: &mut ConnectionRecord,
     ) -> Option<bool> {
-        let head = match http::read_request_head(input, Some(CLIENT_IDLE), HEAD_TIMEOUT) {
-            Ok(head) => head,
-            Err(HeadError::Closed) => return None,
-            Err(HeadError::Timeout) if input.buffered().is_empty() => return None,
-            Err(HeadError::Io(e)) if input.buffered().is_empty() => {
-                // A client that ends the TLS connection without close_notify, between requests.
-                tracing::debug!("terminated connection ended: {e}");
-                return None;
-            }
-            Err(e) => {
-                record.error = Some(e.to_string());
-                let (code, phrase) = match e {
-                    HeadError::TooLarge => (431, "Request Header Fields Too Large"),
-                    HeadError::Timeout => (408, "Request Timeout"),
-                    _ => (400, "Bad Request"),
-                };
-                return Some(self.refuse(record, code, phrase, &format!("StepProof: {e}")));
+        let head = match forward::next_request(input, Some(CLIENT_IDLE), HEAD_TIMEOUT) {
+            Next::Request(head) => head,
+            Next::Ended => return None,
+            Next::Bad {
+                code,
+                phrase,
+                error,
+            } => {
+                let said = format!("StepProof: {error}");
+                record.error = Some(error);
+                return Some(self.refuse(record, code, phrase, &said));
             }
         };
         let _ = self.side.sock.set_read_timeout(Some(UPSTREAM_SILENCE));
@@ -385,21 +380,21 @@ impl Exchange<'_, '_> {
             ));
         }
         let credential = self.broker.matching(host, port, &head.method, &head.target);
-        let mut dropped: Vec<String> = DROPPED.iter().map(|h| h.to_string()).collect();
+        let mut dropped: Vec<String> = Vec::new();
         // The answer to a request with the real credential is searched for it as it is relayed.
         let mut echo = EchoScan::default();
-        let credential_lines = match credential {
-            Some(credential) => match credential.to_add() {
-                Ok(added) => {
+        let mut added = Vec::new();
+        if let Some(credential) = credential {
+            match credential.to_add() {
+                Ok(credential_added) => {
                     dropped.push(credential.injection.header_name());
                     record.credential = Some(credential.name.clone());
                     record.rule = format!("credential {}", credential.name);
-                    echo = EchoScan::new(added.echo);
+                    echo = EchoScan::new(credential_added.echo);
                     // An encoded answer cannot be searched as it passes: ask for none.
                     dropped.push("accept-encoding".into());
-                    let mut lines = added.header_line;
-                    lines.extend_from_slice(IDENTITY);
-                    lines
+                    added = credential_added.header_line;
+                    added.extend_from_slice(forward::IDENTITY);
                 }
                 Err(e) => {
                     record.error = Some(e.clone());
@@ -410,112 +405,62 @@ impl Exchange<'_, '_> {
                         &format!("StepProof: {e}"),
                     ));
                 }
-            },
-            None => Vec::new(),
-        };
+            }
+        }
         let client_keep = http::wants_keep_alive(&head.headers, head.minor);
-        if http::has_token(&head.headers, "expect", "100-continue")
-            && (&*self.side)
-                .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
-                .is_err()
-        {
+        if forward::answer_continue(&head, &mut &*self.side).is_err() {
             return Some(false);
         }
-        let mut forwarded = Vec::with_capacity(2048);
-        forwarded
-            .extend_from_slice(format!("{} {} HTTP/1.1\r\n", head.method, head.target).as_bytes());
-        let host_header = if port == 443 {
-            host.to_string()
-        } else {
-            format!("{host}:{port}")
-        };
-        forwarded.extend_from_slice(format!("Host: {host_header}\r\n").as_bytes());
         let dropped: Vec<&str> = dropped.iter().map(String::as_str).collect();
-        http::write_forwarded_headers(&mut forwarded, &head.headers, &dropped);
-        forwarded.extend_from_slice(&credential_lines);
-        forwarded.extend_from_slice(b"\r\n");
-
-        if upstream.as_ref().is_some_and(|u| !is_reusable(u)) {
-            *upstream = None;
+        let onward = Onward {
+            method: &head.method,
+            target: &head.target,
+            minor: 1,
+            host: &forward::host_header(&host.to_string(), port, 443),
+            headers: &head.headers,
+            dropped: &dropped,
+            added: &added,
         }
-        if upstream.is_none() {
-            match self.connect_upstream(record) {
-                Ok(conn) => *upstream = Some(conn),
-                Err(e) => {
-                    record.error = Some(e.clone());
-                    return Some(self.refuse(
-                        record,
-                        502,
-                        "Bad Gateway",
-                        &format!("StepProof: {e}"),
-                    ));
-                }
-            }
-        }
-        let Some(conn) = upstream.as_mut() else {
-            return Some(false);
+        .head();
+        let mut route = Route {
+            exchange: self,
+            record,
         };
-        let sent = (|| -> io::Result<u64> {
-            conn.inner.write_all(&forwarded)?;
-            let body = http::relay_body(input, &mut conn.inner, framing)?;
-            conn.inner.flush()?;
-            Ok(forwarded.len() as u64 + body)
-        })();
-        match sent {
-            Ok(n) => record.bytes_up = n,
-            Err(e) => {
-                record.error = Some(format!("sending the request upstream: {e}"));
-                *upstream = None;
-                return Some(self.refuse(
-                    record,
-                    502,
-                    "Bad Gateway",
-                    "StepProof: sending the request upstream failed",
-                ));
-            }
+        let done = forward::forward(
+            &mut route,
+            upstream,
+            self.sockets,
+            input,
+            self.side,
+            &head.method,
+            onward,
+            Body::Streamed(framing),
+            client_keep,
+            &mut echo,
+            "StepProof",
+        );
+        record.bytes_up = done.up;
+        record.bytes_down = done.down;
+        record.status = done.status.or(record.status);
+        if let Some(addr) = done.resolved {
+            record.resolved = Some(addr.to_string());
         }
-        let mut down = 0u64;
-        let result = relay_response(&head.method, conn, self.side, &mut down, record, &mut echo);
-        record.bytes_down = down;
+        if done.error.is_some() {
+            record.error = done.error;
+        }
         record.credential_echoed = echo.found();
         record.credential_echo_unchecked = echo.unchecked().map(str::to_owned);
-        match result {
-            Ok(upstream_keep) => {
-                if !upstream_keep {
-                    *upstream = None;
-                }
-                Some(client_keep && upstream_keep)
-            }
-            Err(e) => {
-                record.error = Some(e);
-                *upstream = None;
-                if down == 0 {
-                    return Some(self.refuse(
-                        record,
-                        502,
-                        "Bad Gateway",
-                        "StepProof: no response from the upstream",
-                    ));
-                }
-                Some(false)
-            }
-        }
+        Some(done.keep)
     }
 
     /// The onward connection: to the address the allow-list checked, TLS verified for the
     /// CONNECT host with the rule's trust.
-    fn connect_upstream(
-        &self,
-        record: &mut ConnectionRecord,
-    ) -> Result<Input<UpstreamTls>, String> {
+    fn connect_upstream(&self, record: &mut ConnectionRecord) -> Result<UpstreamTls, String> {
         let target = self.target;
         let tcp = self
             .proxy
             .connect(target, record)
             .map_err(|refusal| refusal.body)?;
-        if let Ok(clone) = tcp.try_clone() {
-            self.sockets.register(Sock::Tcp(clone));
-        }
         let _ = tcp.set_nodelay(true);
         let _ = tcp.set_read_timeout(Some(UPSTREAM_SILENCE));
         let tls = self
@@ -537,41 +482,21 @@ impl Exchange<'_, '_> {
                 .complete_io(&mut stream.sock)
                 .map_err(|e| format!("TLS handshake with {}: {e}", target.host))?;
         }
-        Ok(Input::new(stream))
+        Ok(stream)
     }
 }
 
-/// Headers the proxy never forwards: hop-by-hop, its own, and `Host` (written from the target).
-const DROPPED: &[&str] = &[
-    "host",
-    "connection",
-    "proxy-connection",
-    "proxy-authorization",
-    "keep-alive",
-    "upgrade",
-    "te",
-    "expect",
-];
-
-/// What replaces the client's `Accept-Encoding` on a request with a credential: an encoded
-/// answer could not be searched for the credential as it passes (a service may encode anyway;
-/// the record then says the search could not be made).
-const IDENTITY: &[u8] = b"Accept-Encoding: identity\r\n";
-
-/// Relays the response (see [`http::relay_response`]), its status into the record, its bytes
-/// through `echo`.
-fn relay_response(
-    method: &str,
-    conn: &mut Input<UpstreamTls>,
-    client: &ClientSide<'_>,
-    down: &mut u64,
-    record: &mut ConnectionRecord,
-    echo: &mut EchoScan,
-) -> Result<bool, String> {
-    http::relay_response(method, conn, &mut &*client, down, &mut record.status, echo)
+/// The terminating proxy's part in [`forward::forward`]: the onward connection goes to the
+/// address the allow-list checked, TLS verified with the rule's trust.
+struct Route<'e, 'a, 'c> {
+    exchange: &'e Exchange<'a, 'c>,
+    record: &'e mut ConnectionRecord,
 }
 
-/// An idle upstream connection is reusable when nothing is waiting on it.
-fn is_reusable(conn: &Input<UpstreamTls>) -> bool {
-    http::is_idle(conn, &conn.inner.sock)
+impl forward::Route for Route<'_, '_, '_> {
+    type Conn = UpstreamTls;
+
+    fn connect(&mut self) -> Result<UpstreamTls, String> {
+        self.exchange.connect_upstream(self.record)
+    }
 }
