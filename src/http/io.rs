@@ -362,6 +362,9 @@ pub fn wants_keep_alive(headers: &[Header], minor: u8) -> bool {
     minor >= 1 || has_token(headers, "connection", "keep-alive")
 }
 
+/// The proxy's answer to a CONNECT it lets through.
+pub const CONNECT_ESTABLISHED: &[u8] = b"HTTP/1.1 200 Connection established\r\n\r\n";
+
 /// A whole plain-text response that closes the connection.
 pub fn write_status(out: &mut impl Write, code: u16, phrase: &str, body: &str) -> io::Result<()> {
     let response = format!(

@@ -98,20 +98,52 @@ fn strip_prefix_ci<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
         .map(|_| &text[prefix.len()..])
 }
 
-/// The origin-form of a request target (`/v1/messages?beta=true`); absolute-form
-/// (`http://localhost/v1/…`) is taken for its path only, and only with a plain authority (no
-/// user part, nothing but its path after it). `None`: neither.
+/// Why a request target is not a usable absolute-form.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotAbsolute {
+    /// No `scheme://`.
+    NoScheme,
+    /// A user part (`http://user@host/`): a credential riding in a URL, or a host spelt to
+    /// mislead (`http://good.example@evil.example/`).
+    UserInfo,
+}
+
+/// An absolute-form request target (`http://host:port/path?query#fragment`), split: its scheme
+/// as written, its authority, and the origin-form the request is sent on with (`/` for none,
+/// `/?query` for a bare query, the fragment dropped). The one reading of absolute-form, for the
+/// proxy's plain HTTP and the gateway.
+pub fn absolute_form(target: &str) -> Result<(&str, &str, String), NotAbsolute> {
+    let (scheme, rest) = target.split_once("://").ok_or(NotAbsolute::NoScheme)?;
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(end);
+    if authority.contains('@') {
+        return Err(NotAbsolute::UserInfo);
+    }
+    let path = path.split('#').next().unwrap_or_default();
+    let path = match path {
+        "" => "/".to_owned(),
+        p if p.starts_with('?') => format!("/{p}"),
+        p => p.to_owned(),
+    };
+    Ok((scheme, authority, path))
+}
+
+/// The origin-form of a request target (`/v1/messages?beta=true`): as it is, or taken from an
+/// `http://` absolute-form whose authority is a plain host and port and is followed by its
+/// path or nothing (`http://host?/v1/x` is a query that reads like a path: refused). `None`:
+/// neither.
 pub fn origin_form(target: &str) -> Option<String> {
     if target.starts_with('/') {
         return Some(target.to_owned());
     }
-    let rest = strip_prefix_ci(target, "http://")?;
-    let end = rest.find(['/', '?', '#', '\\', '@']).unwrap_or(rest.len());
-    match rest[end..].chars().next() {
-        None => Some("/".to_owned()),
-        Some('/') => Some(rest[end..].to_owned()),
-        Some(_) => None,
-    }
+    let (scheme, authority, path) = absolute_form(target).ok()?;
+    let after = &target[scheme.len() + 3 + authority.len()..];
+    let plain = !authority.is_empty()
+        && (after.is_empty() || after.starts_with('/'))
+        && authority
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-.:[]".contains(&b));
+    (scheme.eq_ignore_ascii_case("http") && plain).then_some(path)
 }
 
 #[cfg(test)]
@@ -157,6 +189,43 @@ mod tests {
             "api.anthropic.com",
         ] {
             assert!(Url::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn absolute_form_is_read_one_way() {
+        use super::{NotAbsolute, absolute_form, origin_form};
+        assert_eq!(
+            absolute_form("http://h:8/p?q#f"),
+            Ok(("http", "h:8", "/p?q".to_owned()))
+        );
+        assert_eq!(
+            absolute_form("http://h?q"),
+            Ok(("http", "h", "/?q".to_owned()))
+        );
+        assert_eq!(
+            absolute_form("http://h#f"),
+            Ok(("http", "h", "/".to_owned()))
+        );
+        assert_eq!(absolute_form("/p"), Err(NotAbsolute::NoScheme));
+        assert_eq!(absolute_form("http://u@h/"), Err(NotAbsolute::UserInfo));
+        assert_eq!(origin_form("/v1/messages"), Some("/v1/messages".to_owned()));
+        assert_eq!(
+            origin_form("HTTP://localhost/v1/x?y"),
+            Some("/v1/x?y".to_owned())
+        );
+        assert_eq!(origin_form("http://[::1]:8/v1"), Some("/v1".to_owned()));
+        for refused in [
+            "https://localhost/v1",
+            "http://a\\b/v1",
+            "http://u@localhost/v1",
+            "http:///v1",
+            "http://localhost?/v1/messages",
+            "http://localhost#/v1/messages",
+            "*",
+            "localhost/v1",
+        ] {
+            assert_eq!(origin_form(refused), None, "{refused}");
         }
     }
 }

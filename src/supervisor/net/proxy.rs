@@ -28,6 +28,7 @@ use crate::supervisor::net::credentials::Broker;
 use crate::http::forward::{Onward, host_header};
 use crate::http::io::{self, HeadError, Input, RequestHead};
 use crate::http::server::{Handler, MAX_CONNECTIONS, Refused, Server, Sock, Sockets};
+use crate::http::url::{self, NotAbsolute};
 use serde::Serialize;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -392,8 +393,7 @@ impl ProxyHandler {
         let _ = upstream.set_nodelay(true);
         let first_up = match &target.path {
             None => {
-                if let Err(e) = (&*client).write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
-                {
+                if let Err(e) = (&*client).write_all(io::CONNECT_ESTABLISHED) {
                     record.error = Some(format!("answering CONNECT: {e}"));
                     return;
                 }
@@ -546,14 +546,19 @@ fn parse_target(head: &RequestHead, record: &mut ConnectionRecord) -> Result<Tar
             )),
         };
     }
-    let scheme_end = head.target.find("://");
-    let (scheme, rest) = match scheme_end {
-        Some(i) => (&head.target[..i], &head.target[i + 3..]),
-        None => {
+    let (scheme, authority, path) = match url::absolute_form(&head.target) {
+        Ok(split) => split,
+        Err(NotAbsolute::NoScheme) => {
             return Err(bad(
                 record,
                 "this is a proxy: send `CONNECT host:port` or an absolute-form `http://` request"
                     .into(),
+            ));
+        }
+        Err(NotAbsolute::UserInfo) => {
+            return Err(bad(
+                record,
+                "user information in the URL is not allowed".into(),
             ));
         }
     };
@@ -566,22 +571,8 @@ fn parse_target(head: &RequestHead, record: &mut ConnectionRecord) -> Result<Tar
             ),
         ));
     }
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let (authority, path) = rest.split_at(end);
-    if authority.contains('@') {
-        return Err(bad(
-            record,
-            "user information in the URL is not allowed".into(),
-        ));
-    }
     let (host, port) = host::parse_authority(authority, Some(80))
         .map_err(|e| bad(record, format!("bad host `{}`: {e}", quoted(authority))))?;
-    let path = path.split('#').next().unwrap_or_default();
-    let path = match path {
-        "" => "/".to_owned(),
-        p if p.starts_with('?') => format!("/{p}"),
-        p => p.to_owned(),
-    };
     Ok(Target {
         host,
         port,
@@ -623,13 +614,8 @@ const DRAIN: Duration = Duration::from_millis(500);
 
 /// Writes a short plain-text error response, half-closes, and drains briefly.
 fn refuse(client: &TcpStream, code: u16, phrase: &str, body: &str, drain: Duration) {
-    let body = format!("{body}\n");
-    let response = format!(
-        "HTTP/1.1 {code} {phrase}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
     let _ = client.set_write_timeout(Some(Duration::from_secs(5)));
-    if (&*client).write_all(response.as_bytes()).is_err() {
+    if io::write_status(&mut &*client, code, phrase, &format!("{body}\n")).is_err() {
         return;
     }
     let _ = client.shutdown(Shutdown::Write);

@@ -142,7 +142,7 @@ pub(super) fn serve(
         }
     };
     let _ = client.set_nodelay(true);
-    if let Err(e) = (&*client).write_all(b"HTTP/1.1 200 Connection established\r\n\r\n") {
+    if let Err(e) = (&*client).write_all(http::CONNECT_ESTABLISHED) {
         record.error = Some(format!("answering CONNECT: {e}"));
         return;
     }
