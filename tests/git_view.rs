@@ -480,3 +480,102 @@ both!(a_killed_run_leaves_its_lies_to_the_repair, |w: &World| {
         "{recovered}"
     );
 });
+
+/// An index of `count` entries (`f0000000`, …), each flagged skip-worktree, version 3, with its
+/// SHA-1 checksum: what `git update-index --skip-worktree` would leave for that many files,
+/// written without making one of them.
+fn flagged_index(count: u32) -> Vec<u8> {
+    let mut out = Vec::with_capacity(count as usize * 80 + 32);
+    out.extend_from_slice(b"DIRC");
+    out.extend_from_slice(&3u32.to_be_bytes());
+    out.extend_from_slice(&count.to_be_bytes());
+    let blob = [0xe6u8; 20];
+    for i in 0..count {
+        let name = format!("f{i:07}");
+        let start = out.len();
+        out.extend_from_slice(&[0u8; 24]); // ctime, mtime, dev, ino
+        out.extend_from_slice(&0o100644u32.to_be_bytes());
+        out.extend_from_slice(&[0u8; 12]); // uid, gid, size
+        out.extend_from_slice(&blob);
+        out.extend_from_slice(&(0x4000u16 | name.len() as u16).to_be_bytes()); // extended
+        out.extend_from_slice(&0x4000u16.to_be_bytes()); // skip-worktree
+        out.extend_from_slice(name.as_bytes());
+        let len = out.len() - start;
+        out.resize(start + (len + 8) / 8 * 8, 0);
+    }
+    let digest = ring::digest::digest(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY, &out);
+    out.extend_from_slice(digest.as_ref());
+    out
+}
+
+// The cheapest huge inputs a run can leave where the end reads git's index: a sparse 4 GiB
+// index (no block of it written) and an index of 1,000,001 flagged entries (76 MB, written in
+// a moment). Neither decides what the end does: each gets its named outcome — the sparse one is
+// never read (an index larger than the limit is reported, not judged), the flagged one has
+// every flag the run added cleared and 100 of them named — and the time each end took is
+// printed (a measurement, not asserted: speed is judged in benchmarks; the release build ends
+// the flagged one in under a second, the debug build the suite runs in about 15 s).
+both!(huge_indexes_get_a_named_outcome, |w: &World| {
+    real_repositories(w);
+    let crafted = flagged_index(1_000_001);
+    let launch_index = fs::read(w.workspace.join(".git/index")).unwrap();
+
+    let started = Instant::now();
+    let out = w.sh("truncate -s 4G .git/index && echo SPARSE");
+    let took = started.elapsed();
+    let text = describe(&out);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("SPARSE"),
+        "{text}"
+    );
+    assert_eq!(out.status.code(), Some(123), "{text}");
+    let finding = sweep_record(&out)["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| {
+            f["path"]
+                .as_str()
+                .is_some_and(|p| p.ends_with(".git/index"))
+        })
+        .cloned()
+        .unwrap_or_else(|| panic!("no finding for the index: {text}"));
+    let said = finding.to_string();
+    assert!(said.contains("more than the 268435456 read"), "{said}");
+    let on_disk = fs::metadata(w.workspace.join(".git/index")).unwrap();
+    assert_eq!(on_disk.len(), 4 << 30, "left as it is, not guessed at");
+    eprintln!("a sparse 4 GiB index: the run and its end took {took:?}");
+    fs::write(w.workspace.join(".git/index"), &launch_index).unwrap();
+    chown_tree(&w.workspace, w.owner);
+    assert_eq!(w.sh("true").status.code(), Some(0));
+
+    let started = Instant::now();
+    fs::write(w.workspace.join("flagged-index"), &crafted).unwrap();
+    chown_tree(&w.workspace, w.owner);
+    let out = w.sh("mv flagged-index .git/index && echo FLAGGED");
+    let took = started.elapsed();
+    let text = describe(&out);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("FLAGGED"),
+        "{text}"
+    );
+    assert_eq!(out.status.code(), Some(123), "{text}");
+    let findings = sweep_record(&out)["findings"].to_string();
+    assert!(
+        findings.contains("index-flags") && findings.contains("f0000099"),
+        "{findings}"
+    );
+    assert!(
+        !findings.contains("f0000100\""),
+        "at most 100 named: {findings}"
+    );
+    // Every flag the run added is cleared: the entries are git's to look at again.
+    let after = fs::read(w.workspace.join(".git/index")).unwrap();
+    assert_eq!(after.len(), crafted.len());
+    let flagged = after
+        .windows(10)
+        .filter(|w| w[0..2] == [0x40, 0x08] && w[2..4] == [0x40, 0x00] && w[4] == b'f')
+        .count();
+    assert_eq!(flagged, 0, "skip-worktree flags left");
+    eprintln!("1,000,001 flagged entries: the run and its end took {took:?}");
+});
