@@ -315,6 +315,21 @@ fn evidence_text(r: &Value) -> String {
                 .as_u64()
                 .unwrap_or_else(|| r["changed"].as_array().map_or(0, |a| a.len() as u64))
         ),
+        "files_unchanged" => format!(
+            "files_unchanged {}{} ({} changed) · {held}",
+            r["paths"]
+                .as_array()
+                .map(|a| a.iter().map(text).collect::<Vec<_>>().join(", "))
+                .unwrap_or_default(),
+            r["deny_rules"]
+                .as_array()
+                .map(|a| format!(
+                    " (deny rules {})",
+                    a.iter().map(text).collect::<Vec<_>>().join(", ")
+                ))
+                .unwrap_or_default(),
+            r["changed_count"].as_u64().unwrap_or(0)
+        ),
         "approval" => format!(
             "approval by {}: {} · {held}",
             text(&r["approvers"]),

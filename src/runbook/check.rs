@@ -436,7 +436,7 @@ impl Checker<'_> {
             self.error(
                 &step_path(index),
                 format!(
-                    "step `{id}` has no evidence: every step is proven by something the agent cannot write (add `[[steps.evidence]]` with one of command, files_exist, files_changed, approval, verifier)"
+                    "step `{id}` has no evidence: every step is proven by something the agent cannot write (add `[[steps.evidence]]` with one of command, files_exist, files_changed, files_unchanged, approval, verifier)"
                 ),
             );
             return;
@@ -449,7 +449,7 @@ impl Checker<'_> {
                 [] => self.error(
                     &path,
                     format!(
-                        "step `{id}`: an evidence item names no kind: set one of command, files_exist, files_changed, approval, verifier"
+                        "step `{id}`: an evidence item names no kind: set one of command, files_exist, files_changed, files_unchanged, approval, verifier"
                     ),
                 ),
                 [_] => self.evidence_item(&path, id, step, item, verifiers),
@@ -462,6 +462,38 @@ impl Checker<'_> {
                         ),
                     );
                 }
+            }
+        }
+        // A change the step asks for where it protects the same paths can never be made.
+        let protected = step.protected_paths();
+        for (at, item) in step.evidence.iter().enumerate() {
+            for (n, glob) in item
+                .files_changed
+                .iter()
+                .flat_map(|f| f.paths.iter().enumerate())
+            {
+                let glob = glob.trim_start_matches("./");
+                let Some(by) = protected.iter().find(|p| p.glob == glob) else {
+                    continue;
+                };
+                let mut path = step_path(index);
+                path.extend([
+                    Seg::Key("evidence"),
+                    Seg::Index(at),
+                    Seg::Key("files_changed"),
+                    Seg::Key("paths"),
+                    Seg::Index(n),
+                ]);
+                let what = match &by.by {
+                    super::ProtectedBy::DenyRule(rule) => format!("deny rule `{rule}`"),
+                    super::ProtectedBy::Item(item) => format!("files_unchanged (item {item})"),
+                };
+                self.error(
+                    &path,
+                    format!(
+                        "step `{id}`: files_changed {glob:?} can never hold: the step protects the same paths ({what}), so nothing there may change"
+                    ),
+                );
             }
         }
         let only_verifiers = step.evidence.iter().all(|e| e.verifier.is_some());
@@ -502,17 +534,24 @@ impl Checker<'_> {
                 format!("step `{id}`: the evidence command's `run` names no program"),
             );
         }
-        for (key, files) in [
-            ("files_exist", &item.files_exist),
-            ("files_changed", &item.files_changed),
+        for (key, paths) in [
+            ("files_exist", item.files_exist.as_ref().map(|f| &f.paths)),
+            (
+                "files_changed",
+                item.files_changed.as_ref().map(|f| &f.paths),
+            ),
+            (
+                "files_unchanged",
+                item.files_unchanged.as_ref().map(|f| &f.paths),
+            ),
         ] {
-            let Some(files) = files else { continue };
+            let Some(paths) = paths else { continue };
             let mut p = at(key);
             p.push(Seg::Key("paths"));
-            if files.paths.is_empty() {
+            if paths.is_empty() {
                 self.error(&p, format!("step `{id}`: `{key}` names no path"));
             }
-            for (n, glob) in files.paths.iter().enumerate() {
+            for (n, glob) in paths.iter().enumerate() {
                 let bad = glob.trim().is_empty()
                     || glob.starts_with('/')
                     || glob.starts_with('~')
@@ -1365,6 +1404,22 @@ mod tests {
             (
                 "{ files_exist = { paths = [\"../x\"] } }",
                 "8:40: error: step `a`: files_exist path \"../x\"",
+            ),
+            (
+                "{ files_unchanged = { paths = [\"tests/**\", \"~/x\"] } }",
+                "8:56: error: step `a`: files_unchanged path \"~/x\" must be a glob relative to the workspace",
+            ),
+            (
+                "{ files_unchanged = { paths = [] } }",
+                "8:35: error: step `a`: `files_unchanged` names no path",
+            ),
+            (
+                "{ files_unchanged = { paths = [\"t\"], include_ignored = 1 } }",
+                "8:68: error: invalid type: integer `1`, expected a boolean",
+            ),
+            (
+                "{ files_changed = { paths = [\"t/**\"] } }, { files_unchanged = { paths = [\"t/**\"] } }",
+                "8:42: error: step `a`: files_changed \"t/**\" can never hold: the step protects the same paths (files_unchanged (item 1))",
             ),
             (
                 "{ approval = { approvers = \" \", deadline = \"1h\" } }",

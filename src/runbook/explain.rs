@@ -2,11 +2,13 @@
 //!
 //! The hash is `sha256:` of the canonical JSON of the runbook: its fields in declaration order,
 //! every default written out (`on_fail`, attempts, an evidence command's exit code, timeout and
-//! network), durations in one spelling, `depends_on` sorted (a set). Key order, whitespace,
+//! network; `include_ignored`, added later, is left out at its default so that earlier hashes
+//! stay), durations in one spelling, `depends_on` sorted (a set). Key order, whitespace,
 //! comments and quoting in the file change nothing; any change of meaning changes it.
 
 use super::{
-    CommandEvidence, DEFAULT_COMMAND_TIMEOUT_SECONDS, Duration, Evidence, Runbook, Step, StepRules,
+    CommandEvidence, DEFAULT_COMMAND_TIMEOUT_SECONDS, Duration, Evidence, ProtectedBy, Runbook,
+    Step, StepRules,
 };
 use crate::profile::Profile;
 use serde_json::{Value, json};
@@ -26,6 +28,16 @@ impl Runbook {
                     command.exit_code = Some(command.exit_code.unwrap_or(0));
                     command.timeout = Some(command.timeout());
                     command.network = Some(command.network.unwrap_or(false));
+                }
+                // Added after runbooks were hashed: its default is left out rather than
+                // written, so that their hashes stay.
+                for change in [&mut item.files_changed, &mut item.files_unchanged]
+                    .into_iter()
+                    .flatten()
+                {
+                    if change.include_ignored == Some(false) {
+                        change.include_ignored = None;
+                    }
                 }
             }
         }
@@ -158,6 +170,18 @@ fn step_text(number: usize, step: &Step) -> Vec<String> {
         lines.push("   denies, on top of the profile:".into());
         lines.extend(rules_text(&step.deny));
     }
+    lines.push(invariants_text(step));
+    let unprotected = step.unprotected_denials();
+    if !unprotected.is_empty() {
+        lines.push(format!(
+            "     (not checked at completion, outside the workspace or a name anywhere: {})",
+            unprotected
+                .iter()
+                .map(|p| format!("`{p}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
     lines.push("   evidence (every item must hold):".into());
     lines.extend(
         step.evidence
@@ -174,6 +198,30 @@ fn step_text(number: usize, step: &Step) -> Vec<String> {
         super::OnFail::Abandon => "   on fail: the run is abandoned".into(),
     });
     lines
+}
+
+/// The step's invariants in one line: what must be as it was when the step opened, whatever
+/// changed it, and where each comes from.
+fn invariants_text(step: &Step) -> String {
+    let protected = step.protected_paths();
+    if protected.is_empty() {
+        return "   invariants: none (no deny file-write rule in the workspace, no files_unchanged)"
+            .into();
+    }
+    let shown: Vec<String> = protected
+        .iter()
+        .map(|p| {
+            let by = match &p.by {
+                ProtectedBy::DenyRule(rule) => format!("deny rule {rule}"),
+                ProtectedBy::Item(_) => "files_unchanged".to_string(),
+            };
+            format!("`{}` ({by})", p.glob)
+        })
+        .collect();
+    format!(
+        "   invariants (checked at completion, whatever changed them — content, mode, type, links, entries added or removed; ignored files excepted): {}",
+        shown.join(", ")
+    )
 }
 
 fn rules_text(rules: &StepRules) -> Vec<String> {
@@ -252,8 +300,24 @@ fn evidence_text(item: &Evidence) -> String {
     }
     if let Some(f) = &item.files_changed {
         return format!(
-            "files changed since the step opened: {}",
-            f.paths.join(", ")
+            "files changed since the step opened: {}{}",
+            f.paths.join(", "),
+            if f.include_ignored() {
+                " (ignored files count too)"
+            } else {
+                " (as git would see it: ignored files do not count)"
+            }
+        );
+    }
+    if let Some(f) = &item.files_unchanged {
+        return format!(
+            "files unchanged since the step opened: {}{}",
+            f.paths.join(", "),
+            if f.include_ignored() {
+                " (ignored files count too)"
+            } else {
+                ""
+            }
         );
     }
     if let Some(a) = &item.approval {
@@ -365,5 +429,66 @@ evidence = [{ files_exist = { paths = ["y"] } }]
         ] {
             assert_ne!(with(change), a, "{change}");
         }
+    }
+
+    /// Each step's invariants in one line: the deny file-write rules' workspace paths and the
+    /// files_unchanged globs; a read rule is none, and what is not walked is said.
+    #[test]
+    fn explain_shows_each_steps_invariants() {
+        let text = r#"id = "rb"
+title = "T"
+owner = "o"
+[[steps]]
+id = "fix"
+title = "t"
+instructions = "i"
+[[steps.deny.files]]
+id = "keep-tests"
+reason = "r"
+access = "write"
+paths = ["tests/**", "~/notes/**"]
+[[steps.deny.files]]
+id = "no-peeking"
+reason = "r"
+access = "read"
+paths = ["secret/**"]
+[[steps.evidence]]
+files_unchanged = { paths = ["Makefile"] }
+[[steps]]
+id = "free"
+title = "t"
+instructions = "i"
+evidence = [{ files_changed = { paths = ["src/**"], include_ignored = true } }]
+"#;
+        let runbook = parse(text).unwrap();
+        let profile = crate::profile::Profile::builtin_default().unwrap();
+        let shown = super::explain_text(&runbook, &[0, 1], &profile);
+        assert!(
+            shown.contains("   invariants (checked at completion, whatever changed them — content, mode, type, links, entries added or removed; ignored files excepted): `tests/**` (deny rule keep-tests), `Makefile` (files_unchanged)\n"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("(not checked at completion, outside the workspace or a name anywhere: `~/notes/**`)"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains(
+                "   invariants: none (no deny file-write rule in the workspace, no files_unchanged)"
+            ),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("files changed since the step opened: src/** (ignored files count too)"),
+            "{shown}"
+        );
+        // `include_ignored = false` is the default: the same hash as leaving it out.
+        let without = text.replace(", include_ignored = true", "");
+        assert_eq!(
+            parse(&without).unwrap().hash(),
+            parse(&text.replace("include_ignored = true", "include_ignored = false"))
+                .unwrap()
+                .hash()
+        );
+        assert_ne!(parse(&without).unwrap().hash(), runbook.hash());
     }
 }

@@ -348,9 +348,15 @@ pub struct Evidence {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub files_exist: Option<FilesEvidence>,
     /// Files that must have changed since the step opened (globs; at least one file each),
-    /// judged from the supervisor's own hashes.
+    /// judged from the supervisor's own hashes; files the repository ignores (as its ignore
+    /// rules were when the step opened) do not count.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub files_changed: Option<FilesEvidence>,
+    pub files_changed: Option<ChangeEvidence>,
+    /// Paths that must be as they were when the step opened (globs): content, mode, type, no
+    /// entry added or removed, no link added or retargeted — whatever changed them. A step
+    /// invariant, like the paths its `deny` file-write rules name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files_unchanged: Option<ChangeEvidence>,
     /// A person approves, out of band (`stepproof approve RUN STEP`), before the deadline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval: Option<ApprovalEvidence>,
@@ -360,10 +366,11 @@ pub struct Evidence {
 }
 
 /// The evidence kinds, by their key.
-pub const EVIDENCE_KINDS: [&str; 5] = [
+pub const EVIDENCE_KINDS: [&str; 6] = [
     "command",
     "files_exist",
     "files_changed",
+    "files_unchanged",
     "approval",
     "verifier",
 ];
@@ -375,6 +382,7 @@ impl Evidence {
             self.command.is_some(),
             self.files_exist.is_some(),
             self.files_changed.is_some(),
+            self.files_unchanged.is_some(),
             self.approval.is_some(),
             self.verifier.is_some(),
         ]
@@ -408,6 +416,100 @@ pub struct CommandEvidence {
 pub struct FilesEvidence {
     /// Globs relative to the workspace (`*` within a component, `**` any number of them).
     pub paths: Vec<String>,
+}
+
+/// `files_changed = { paths = ["src/**"] }`, `files_unchanged = { paths = ["tests/**"] }`:
+/// changes, as git would see them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChangeEvidence {
+    /// Globs relative to the workspace (`*` within a component, `**` any number of them).
+    pub paths: Vec<String>,
+    /// Whether files the repository ignores count too (unset: they do not — build output and
+    /// caches, `__pycache__/`, are not a change).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub include_ignored: Option<bool>,
+}
+
+impl ChangeEvidence {
+    pub fn include_ignored(&self) -> bool {
+        self.include_ignored.unwrap_or(false)
+    }
+}
+
+/// A path a step protects: a workspace glob that must be as it was when the step opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Protected {
+    /// The glob, relative to the workspace.
+    pub glob: String,
+    /// Whether ignored files under it count (`files_unchanged` with `include_ignored`).
+    pub include_ignored: bool,
+    /// What protects it: a deny rule's id, or the evidence item's number.
+    pub by: ProtectedBy,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProtectedBy {
+    DenyRule(String),
+    Item(usize),
+}
+
+impl Step {
+    /// The step's invariants: every workspace path its `deny` file-write rules name, and every
+    /// `files_unchanged` glob. A deny rule's path outside the workspace (`/…`, `~/…`) or
+    /// named by `@env-files` is not among them ([`Step::unprotected_denials`]).
+    pub fn protected_paths(&self) -> Vec<Protected> {
+        let mut out = Vec::new();
+        for rule in self.deny.files.iter().filter(|r| r.access == Access::Write) {
+            for path in &rule.paths {
+                if let Some(glob) = workspace_glob(path) {
+                    out.push(Protected {
+                        glob,
+                        include_ignored: false,
+                        by: ProtectedBy::DenyRule(rule.id.clone()),
+                    });
+                }
+            }
+        }
+        for (n, item) in self.evidence.iter().enumerate() {
+            for path in item.files_unchanged.iter().flat_map(|f| &f.paths) {
+                out.push(Protected {
+                    glob: path.trim_start_matches("./").to_string(),
+                    include_ignored: item
+                        .files_unchanged
+                        .as_ref()
+                        .is_some_and(|f| f.include_ignored()),
+                    by: ProtectedBy::Item(n),
+                });
+            }
+        }
+        out
+    }
+
+    /// The paths of `deny` file-write rules that are not invariants: outside the workspace
+    /// (the sandbox decides what is writable there) or `@env-files` (a name anywhere).
+    pub fn unprotected_denials(&self) -> Vec<String> {
+        self.deny
+            .files
+            .iter()
+            .filter(|r| r.access == Access::Write)
+            .flat_map(|r| &r.paths)
+            .filter(|p| workspace_glob(p).is_none())
+            .cloned()
+            .collect()
+    }
+}
+
+/// A file rule's path as a workspace glob, when it is one (relative, not `@env-files`, no `.`
+/// or `..` component).
+fn workspace_glob(path: &str) -> Option<String> {
+    let glob = path.trim_start_matches("./");
+    (!glob.is_empty()
+        && !glob.starts_with('/')
+        && !glob.starts_with('~')
+        && !glob.starts_with('@')
+        && !glob.split('/').any(|c| c == ".." || c == "."))
+    .then(|| glob.to_string())
 }
 
 /// `approval = { approvers = "the release manager", deadline = "4h" }`.

@@ -174,7 +174,12 @@ fn defs() -> Map<String, Value> {
             ),
             (
                 "files_changed",
-                json!({ "$ref": "#/$defs/files_evidence" }),
+                json!({ "$ref": "#/$defs/change_evidence", "description": "Files that must have changed since the step opened; ignored files do not count." }),
+                false,
+            ),
+            (
+                "files_unchanged",
+                json!({ "$ref": "#/$defs/change_evidence", "description": "Paths that must be as they were when the step opened (content, mode, type, links, no entry added or removed): a step invariant." }),
                 false,
             ),
             (
@@ -189,7 +194,7 @@ fn defs() -> Map<String, Value> {
             ),
         ],
     );
-    debug_assert_eq!(EVIDENCE_KINDS.len(), 5);
+    debug_assert_eq!(EVIDENCE_KINDS.len(), 6);
     evidence.insert("minProperties".into(), json!(1));
     evidence.insert("maxProperties".into(), json!(1));
     defs.insert("evidence".into(), Value::Object(evidence));
@@ -235,6 +240,24 @@ fn defs() -> Map<String, Value> {
                 json!({ "type": "array", "minItems": 1, "items": { "type": "string" } }),
                 true,
             )],
+        )),
+    );
+    defs.insert(
+        "change_evidence".into(),
+        Value::Object(object(
+            "Changes as git would see them, by globs relative to the workspace: files the repository ignores (its ignore rules as they were when the step opened; outside a repository, a default set of build output and caches) do not count.",
+            &[
+                (
+                    "paths",
+                    json!({ "type": "array", "minItems": 1, "items": { "type": "string" } }),
+                    true,
+                ),
+                (
+                    "include_ignored",
+                    json!({ "type": "boolean", "description": "Whether ignored files count too (default false)." }),
+                    false,
+                ),
+            ],
         )),
     );
     defs.insert(
@@ -439,6 +462,10 @@ mod tests {
             fields_of::<FilesEvidence>()
         );
         assert_eq!(
+            properties(&s, Some("change_evidence")),
+            fields_of::<ChangeEvidence>()
+        );
+        assert_eq!(
             properties(&s, Some("approval_evidence")),
             fields_of::<ApprovalEvidence>()
         );
@@ -502,6 +529,7 @@ mod tests {
         holds::<AgentRule>("agent_rule", &minimal);
         holds::<CommandEvidence>("command_evidence", &minimal);
         holds::<FilesEvidence>("files_evidence", &minimal);
+        holds::<ChangeEvidence>("change_evidence", &minimal);
         holds::<ApprovalEvidence>("approval_evidence", &minimal);
         holds::<VerifierEvidence>("verifier_evidence", &minimal);
     }

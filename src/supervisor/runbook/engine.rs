@@ -15,8 +15,10 @@
 
 use crate::audit::sink::AuditSink;
 use crate::runbook::client::{APPROVAL_SOCKET, Answer, ApprovalRequest, STEP_SOCKET, StepRequest};
-use crate::runbook::{Evidence, OnFail, Runbook, Step};
-use crate::supervisor::runbook::files::{self, Budget, Exceeded, Walk, glob_matches};
+use crate::runbook::{Evidence, OnFail, Protected, ProtectedBy, Runbook, Step};
+use crate::supervisor::runbook::files::{
+    self, Budget, Entry, Exceeded, IgnoreRules, Walk, glob_matches,
+};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap};
@@ -58,6 +60,12 @@ struct StepState {
     /// The baseline could not be taken within the supervisor's budget: `files_changed` cannot
     /// hold for this opening of the step.
     baseline_exceeded: Option<Exceeded>,
+    /// What the step's protected paths were when it opened (`Err`: the walk did not finish,
+    /// and the step cannot pass in this opening).
+    invariants: Result<BTreeMap<String, Entry>, Exceeded>,
+    /// The workspace's ignore rules as they were when the step opened (`Err`: they could not
+    /// be read, and nothing judged by them can hold).
+    ignore: Result<IgnoreRules, Exceeded>,
 }
 
 /// Baselines up to this many files go into the `runbook-step-opened` record (so that a
@@ -241,6 +249,8 @@ impl RunbookRun {
                 last_verdict: None,
                 restored_baseline: None,
                 baseline_exceeded: None,
+                invariants: Ok(BTreeMap::new()),
+                ignore: Err(Exceeded::Stopped),
             })
             .collect();
         let engine = Engine {
@@ -700,6 +710,38 @@ fn complete(
         .iter()
         .enumerate()
         .partition(|(_, item)| item.verifier.is_some());
+    // The step's invariants first: whatever changed its protected paths (a tool the step
+    // allows, a build script, a recipe the agent rewrote), the hook did not have to see it.
+    let protected = step.protected_paths();
+    let invariants =
+        (!protected.is_empty()).then(|| check_invariants(engine, approvals, index, &step));
+    let mut deny_rules: Vec<String> = Vec::new();
+    let mut deny_globs: Vec<String> = Vec::new();
+    for p in &protected {
+        if let ProtectedBy::DenyRule(rule) = &p.by {
+            if !deny_rules.contains(rule) {
+                deny_rules.push(rule.clone());
+            }
+            if !deny_globs.contains(&p.glob) {
+                deny_globs.push(p.glob.clone());
+            }
+        }
+    }
+    if !deny_rules.is_empty() {
+        let (held, mut record, why) =
+            invariant_item(invariants.as_ref(), &deny_globs, Some(&deny_rules), |p| {
+                matches!(p.by, ProtectedBy::DenyRule(_))
+            });
+        record["step"] = json!(step.id);
+        record["attempt"] = json!(attempt);
+        record["item"] = json!("deny-rules");
+        record["held"] = json!(held);
+        gathered.push(record.clone());
+        lock().record("runbook-evidence", record);
+        if !held {
+            failures.push(why);
+        }
+    }
     for (n, item) in other_items.into_iter().chain(verifier_items) {
         let (held, record, why) = match &item.verifier {
             Some(verifier) if failures.is_empty() => {
@@ -717,7 +759,16 @@ fn complete(
                 ),
             ),
             None => {
-                let checked = check_item(engine, approvals, run_id, index, &step, item);
+                let checked = check_item(
+                    engine,
+                    approvals,
+                    run_id,
+                    index,
+                    &step,
+                    n,
+                    item,
+                    invariants.as_ref(),
+                );
                 if checked.0 && checked.1["kind"] == "approval" {
                     // Who said yes, in the agent's answer (a denial says why among the failures).
                     let from = checked.1["from"].as_str().unwrap_or("a person");
@@ -833,6 +884,13 @@ fn complete(
             },
         });
     }
+    // What of the step's protected paths changed, named in the verdict's own record.
+    let invariants_changed: Vec<&Value> = gathered
+        .iter()
+        .filter(|r| r["kind"] == "files_unchanged" && r["held"] == false)
+        .flat_map(|r| r["changed"].as_array().into_iter().flatten())
+        .take(FILES_RECORDED_MAX)
+        .collect();
     e.record(
         "runbook-step-failed",
         json!({
@@ -841,6 +899,7 @@ fn complete(
             "attempts_left": left,
             "final": final_failure,
             "on_fail": step.on_fail().name(),
+            "invariants_changed": invariants_changed,
         }),
     );
     let _ = e.publish();
@@ -951,18 +1010,201 @@ fn check_verifier(
     (held, record, said.clone(), said)
 }
 
-/// One evidence item: whether it held, its record, and why not.
+/// The step's invariants at one completion, compared once for every item they decide.
+struct InvariantCheck {
+    /// Each protected path that changed since the step opened, and how; or why there is no
+    /// verdict.
+    changes: Result<BTreeMap<String, String>, Exceeded>,
+    /// The ignore rules as the step opened (`None`: they could not be read).
+    rules: Option<IgnoreRules>,
+    protected: Vec<Protected>,
+    /// Whether the agent's processes were frozen during the walk, and what was, in words.
+    frozen: (bool, String),
+    baseline_entries: Option<usize>,
+}
+
+/// Walks the step's protected paths again, with the agent's processes frozen (one state of the
+/// workspace), and compares them with what they were when the step opened.
+fn check_invariants(
+    engine: &Arc<Mutex<Engine>>,
+    approvals: &Approvals,
+    index: usize,
+    step: &Step,
+) -> InvariantCheck {
+    let (baseline, rules, context) = {
+        let e = engine.lock().unwrap_or_else(|e| e.into_inner());
+        (
+            e.steps[index].invariants.clone(),
+            e.steps[index].ignore.clone(),
+            e.context.clone(),
+        )
+    };
+    let baseline_entries = baseline.as_ref().ok().map(BTreeMap::len);
+    let frozen = freeze(&context.cgroup_dirs, true, context.no_freezer.as_deref());
+    let changes = (|| {
+        let baseline = baseline?;
+        let mut rules = rules.clone()?;
+        let root = files::open_workspace(&context.workspace).map_err(|e| Exceeded::Unreadable {
+            path: context.workspace.display().to_string(),
+            error: e.to_string(),
+        })?;
+        let root = std::os::fd::AsFd::as_fd(&root);
+        let mut walk = Walk::new(&context.budget, &approvals.closing, &approvals.spent);
+        let now = walk.inventory(root, &invariant_globs(step), Some(&mut rules))?;
+        files::compare(&mut walk, root, &baseline, &now)
+    })();
+    freeze(&context.cgroup_dirs, false, None);
+    InvariantCheck {
+        changes,
+        rules: rules.ok(),
+        protected: step.protected_paths(),
+        frozen,
+        baseline_entries,
+    }
+}
+
+/// Changed protected paths named in the agent's answer, per item (its record names up to
+/// [`FILES_RECORDED_MAX`], and counts them all).
+const INVARIANTS_SHOWN: usize = 20;
+
+/// An invariant item's verdict: the deny rules' protected paths (`deny_rules`) or a
+/// `files_unchanged` item's, as `select` picks them of the step's.
+fn invariant_item(
+    check: Option<&InvariantCheck>,
+    paths: &[String],
+    deny_rules: Option<&[String]>,
+    select: impl Fn(&Protected) -> bool,
+) -> (bool, Value, String) {
+    let kind = "files_unchanged";
+    let Some(check) = check else {
+        let missing = Exceeded::Stopped;
+        return exceeded_item(kind, paths, &missing);
+    };
+    let by = match deny_rules {
+        Some(rules) => format!(
+            "protected by deny rule{} {}",
+            if rules.len() == 1 { "" } else { "s" },
+            rules
+                .iter()
+                .map(|r| format!("`{r}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        None => "files_unchanged".to_string(),
+    };
+    let changes = match (&check.changes, &check.rules) {
+        (Ok(changes), Some(rules)) => (changes, rules),
+        (Err(exceeded), _) => {
+            let mut failed = exceeded_item(kind, paths, exceeded);
+            if let Some(rules) = deny_rules {
+                failed.1["deny_rules"] = json!(rules);
+            }
+            failed.2 = format!(
+                "files_unchanged ({by}: {}): not compared, so no verdict: {}",
+                paths.join(", "),
+                exceeded.sentence()
+            );
+            return failed;
+        }
+        (Ok(_), None) => return exceeded_item(kind, paths, &Exceeded::Stopped),
+    };
+    let (changes, rules) = changes;
+    let selected: Vec<&Protected> = check.protected.iter().filter(|p| select(p)).collect();
+    let hits: Vec<(&String, &String)> = changes
+        .iter()
+        .filter(|(path, _)| {
+            selected.iter().any(|p| {
+                glob_matches(&p.glob, path)
+                    && (p.include_ignored || !rules.path_ignored(path, false))
+            })
+        })
+        .collect();
+    let held = hits.is_empty();
+    let shown: Vec<String> = hits
+        .iter()
+        .take(INVARIANTS_SHOWN)
+        .map(|(path, change)| format!("{path} ({change})"))
+        .collect();
+    let more = hits.len().saturating_sub(INVARIANTS_SHOWN);
+    let mut record = json!({
+            "kind": kind,
+            "paths": paths,
+            "changed": hits.iter().take(FILES_RECORDED_MAX).map(|(path, change)| json!({ "path": path, "change": change })).collect::<Vec<_>>(),
+            "changed_count": hits.len(),
+            "baseline_entries": check.baseline_entries,
+            "ignore_rules_sha256": rules.digest(),
+            "frozen": check.frozen.0,
+            "agent_frozen": check.frozen.1,
+    });
+    if let Some(rules) = deny_rules {
+        record["deny_rules"] = json!(rules);
+    }
+    (
+        held,
+        record,
+        format!(
+            "files_unchanged ({by}: {}): {} path{} the step protects changed since it opened, whatever changed {}: {}{}; they must be as they were when the step opened",
+            paths.join(", "),
+            hits.len(),
+            if hits.len() == 1 { "" } else { "s" },
+            if hits.len() == 1 { "it" } else { "them" },
+            shown.join(", "),
+            if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            }
+        ),
+    )
+}
+
+/// Each baseline file a `files_changed` walk did not name, looked up beneath the workspace:
+/// gone, or no longer a regular file, is a change; a regular file there after all means the
+/// walk missed it, and there is no verdict.
+fn confirm_gone(
+    engine: &Arc<Mutex<Engine>>,
+    approvals: &Approvals,
+    gone: &[String],
+) -> Result<(), Exceeded> {
+    if gone.is_empty() {
+        return Ok(());
+    }
+    let (workspace, budget) = {
+        let e = engine.lock().unwrap_or_else(|e| e.into_inner());
+        (e.context.workspace.clone(), e.context.budget)
+    };
+    let root = files::open_workspace(&workspace).map_err(|e| Exceeded::Unreadable {
+        path: workspace.display().to_string(),
+        error: e.to_string(),
+    })?;
+    let mut walk = Walk::new(&budget, &approvals.closing, &approvals.spent);
+    for path in gone {
+        if walk
+            .lookup(std::os::fd::AsFd::as_fd(&root), path)?
+            .is_some_and(|stat| stat.is_file())
+        {
+            return Err(Exceeded::Unstable { path: path.clone() });
+        }
+    }
+    Ok(())
+}
+
+/// One evidence item (the `n`th of its step): whether it held, its record, and why not.
+#[allow(clippy::too_many_arguments)]
 fn check_item(
     engine: &Arc<Mutex<Engine>>,
     approvals: &Arc<Approvals>,
     run_id: &str,
     index: usize,
     step: &Step,
+    n: usize,
     item: &Evidence,
+    invariants: Option<&InvariantCheck>,
 ) -> (bool, Value, String) {
     let lock = || engine.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(files) = &item.files_exist {
-        let (walked, ledger) = match walk_item(engine, approvals, &files.paths) {
+        let globs = item_globs(&files.paths, true);
+        let (walked, ledger) = match walk_item(engine, approvals, &globs, None) {
             Ok(walked) => walked,
             Err(exceeded) => return exceeded_item("files_exist", &files.paths, &exceeded),
         };
@@ -991,12 +1233,27 @@ fn check_item(
         );
     }
     if let Some(files) = &item.files_changed {
-        let (baseline, baseline_exceeded) = {
+        let (baseline, baseline_exceeded, rules) = {
             let e = lock();
             (
                 e.steps[index].baseline.clone(),
                 e.steps[index].baseline_exceeded.clone(),
+                e.steps[index].ignore.clone(),
             )
+        };
+        let include_ignored = files.include_ignored();
+        let rules = match rules {
+            Ok(rules) => rules,
+            Err(exceeded) if !include_ignored => {
+                let mut failed = exceeded_item("files_changed", &files.paths, &exceeded);
+                failed.2 = format!(
+                    "files_changed: the workspace's ignore rules could not be read when the step opened: {}",
+                    exceeded.sentence()
+                );
+                return failed;
+            }
+            // Not needed: every file counts.
+            Err(_) => IgnoreRules::none(),
         };
         if let Some(exceeded) = baseline_exceeded {
             let mut failed = exceeded_item("files_changed", &files.paths, &exceeded);
@@ -1006,31 +1263,46 @@ fn check_item(
             );
             return failed;
         }
-        let (walked, ledger) = match walk_item(engine, approvals, &files.paths) {
+        let globs = item_globs(&files.paths, include_ignored);
+        let (walked, ledger) = match walk_item(engine, approvals, &globs, Some(&rules)) {
             Ok(walked) => walked,
             Err(exceeded) => return exceeded_item("files_changed", &files.paths, &exceeded),
         };
+        // What counts, on both sides: what the glob names and (unless the item says) the rules
+        // as they were when the step opened do not ignore.
+        let counts = |glob: &str, path: &str| {
+            glob_matches(glob, path) && (include_ignored || !rules.path_ignored(path, false))
+        };
         let mut unchanged = Vec::new();
         let mut changed = Vec::new();
+        let mut gone = Vec::new();
         let mut current = BTreeMap::new();
         for (glob, now) in files.paths.iter().zip(walked) {
             current.extend(now.clone());
-            let glob_changed: Vec<String> = now
+            let mut glob_changed: Vec<String> = now
                 .iter()
                 .filter(|(p, h)| baseline.get(*p) != Some(*h))
                 .map(|(p, _)| p.clone())
-                .chain(
-                    baseline
-                        .keys()
-                        .filter(|p| glob_matches(glob, p) && !now.contains_key(*p))
-                        .cloned(),
-                )
                 .collect();
+            let missing: Vec<String> = baseline
+                .keys()
+                .filter(|p| counts(glob, p) && !now.contains_key(*p))
+                .cloned()
+                .collect();
+            glob_changed.extend(missing.iter().cloned());
+            gone.extend(missing);
             if glob_changed.is_empty() {
                 unchanged.push(glob.clone());
             }
             changed.extend(glob_changed);
         }
+        // A baseline file the walk did not name counts only when a lookup confirms it is no
+        // longer a regular file there: a walk that missed it never forges a change.
+        if let Err(exceeded) = confirm_gone(engine, approvals, &gone) {
+            return exceeded_item("files_changed", &files.paths, &exceeded);
+        }
+        changed.sort();
+        changed.dedup();
         let held = unchanged.is_empty();
         let attributed_to = attributions(&ledger, step.id.as_str(), &files.paths, &current);
         return (
@@ -1038,6 +1310,8 @@ fn check_item(
             json!({
                 "kind": "files_changed",
                 "paths": files.paths,
+                "include_ignored": include_ignored,
+                "ignore_rules_sha256": (!include_ignored).then(|| rules.digest()),
                 "changed": changed.iter().take(FILES_RECORDED_MAX).collect::<Vec<_>>(),
                 "changed_count": changed.len(),
                 "current_sha256": files_digest(&current),
@@ -1045,10 +1319,20 @@ fn check_item(
                 "attributed_to": attributed_to,
             }),
             format!(
-                "files_changed: nothing under {} changed since the step opened (by the supervisor's hashes)",
-                unchanged.join(", ")
+                "files_changed: nothing under {} changed since the step opened (by the supervisor's hashes{})",
+                unchanged.join(", "),
+                if include_ignored {
+                    ""
+                } else {
+                    "; files the repository ignores, as its rules were when the step opened, do not count"
+                }
             ),
         );
+    }
+    if let Some(files) = &item.files_unchanged {
+        return invariant_item(invariants, &files.paths, None, |p| {
+            p.by == ProtectedBy::Item(n)
+        });
     }
     if let Some(command) = &item.command {
         let (context, n) = {
@@ -1535,17 +1819,17 @@ impl Engine {
 
     /// Opens the steps [`Engine::ready`] named, with the baselines taken for them (a step with
     /// one from an earlier run keeps that); nothing opens once the run has an ending.
-    fn open_with(&mut self, baselines: Vec<(usize, Baseline)>) {
+    fn open_with(&mut self, baselines: Vec<(usize, Opening)>) {
         if self.ending.is_some() {
             return;
         }
-        for (i, taken) in baselines {
+        for (i, opening) in baselines {
             if self.steps[i].status != Status::Waiting {
                 continue;
             }
             let restored = self.steps[i].restored_baseline.take();
             let baseline_restored = restored.is_some();
-            let (baseline, exceeded) = match (restored, taken) {
+            let (baseline, exceeded) = match (restored, opening.files) {
                 (Some(restored), _) => (restored, None),
                 (None, Ok(taken)) => (taken, None),
                 (None, Err(exceeded)) => (BTreeMap::new(), Some(exceeded)),
@@ -1553,7 +1837,20 @@ impl Engine {
             self.steps[i].status = Status::Open;
             self.steps[i].baseline = baseline;
             self.steps[i].baseline_exceeded = exceeded.clone();
+            self.steps[i].invariants = opening.invariants;
+            self.steps[i].ignore = opening.ignore;
             let step = self.runbook.steps[i].clone();
+            let invariants = &self.steps[i].invariants;
+            let protected: Vec<String> =
+                invariant_globs(&step).into_iter().map(|(g, _)| g).collect();
+            let ignore = match &self.steps[i].ignore {
+                Ok(rules) => json!({
+                    "repository": rules.repository(),
+                    "rules_sha256": rules.digest(),
+                    "files": rules.sources().keys().collect::<Vec<_>>(),
+                }),
+                Err(e) => json!({ "not_taken": e.sentence() }),
+            };
             self.record(
                 "runbook-step-opened",
                 json!({
@@ -1567,6 +1864,12 @@ impl Engine {
                     "baseline_from_earlier_run": baseline_restored,
                     "baseline_budget": exceeded.as_ref().map(Exceeded::budget),
                     "baseline_not_taken": exceeded.as_ref().map(Exceeded::sentence),
+                    "invariants": protected,
+                    "invariant_entries": invariants.as_ref().ok().map(BTreeMap::len),
+                    "invariants_sha256": invariants.as_ref().ok().map(files::inventory_digest),
+                    "invariants_budget": invariants.as_ref().err().map(Exceeded::budget),
+                    "invariants_not_taken": invariants.as_ref().err().map(Exceeded::sentence),
+                    "ignore": ignore,
                 }),
             );
         }
@@ -1592,6 +1895,7 @@ impl Engine {
                 "instructions": step.instructions,
                 "acceptance": step.acceptance,
                 "allows": crate::runbook::policy::allows_text(step),
+                "protects": step.protected_paths().into_iter().map(|p| p.glob).collect::<Vec<_>>(),
                 "denied_words": crate::runbook::policy::denied_words(step),
                 "last_verdict": s.last_verdict,
             })).collect::<Vec<_>>(),
@@ -1624,6 +1928,17 @@ impl Engine {
                     "           allows: {}\n",
                     crate::runbook::policy::allows_text(step)
                 ));
+                let protected: Vec<String> = step
+                    .protected_paths()
+                    .into_iter()
+                    .map(|p| format!("`{}`", p.glob))
+                    .collect();
+                if !protected.is_empty() {
+                    out.push_str(&format!(
+                        "           protects (must be as it was when the step opened, whatever would change it): {}\n",
+                        protected.join(", ")
+                    ));
+                }
             }
         }
         out
@@ -1797,10 +2112,12 @@ fn attributions(
 }
 
 /// The regular files under `workspace` each glob names (links are not followed), with their
-/// sha256, within one walk's budget shared by the globs.
+/// sha256, within one walk's budget shared by the globs; with `rules`, what they ignore is not
+/// named (for a glob whose `bool` is true). The rules are frozen: nothing is read into them.
 fn walk_globs(
     workspace: &Path,
-    globs: &[String],
+    globs: &[(String, bool)],
+    rules: Option<&IgnoreRules>,
     budget: &Budget,
     stop: &AtomicBool,
     spent: &files::RunSpend,
@@ -1808,22 +2125,43 @@ fn walk_globs(
     let Ok(root) = files::open_workspace(workspace) else {
         return Ok(globs.iter().map(|_| BTreeMap::new()).collect());
     };
+    let mut rules = rules.cloned();
     let mut walk = Walk::new(budget, stop, spent);
     globs
         .iter()
-        .map(|glob| walk.glob(std::os::fd::AsFd::as_fd(&root), glob))
+        .map(|(glob, ignoring)| {
+            let rules = if *ignoring { rules.as_mut() } else { None };
+            walk.glob(std::os::fd::AsFd::as_fd(&root), glob, rules)
+        })
+        .collect()
+}
+
+/// Each glob of a files item, and whether ignored files are left out of it.
+fn item_globs(paths: &[String], include_ignored: bool) -> Vec<(String, bool)> {
+    paths
+        .iter()
+        .map(|p| (p.clone(), !include_ignored))
         .collect()
 }
 
 /// A step's baseline as taken when it opens, or the budget it ran out of.
 type Baseline = Result<BTreeMap<String, String>, Exceeded>;
 
+/// What a step's opening takes: the `files_changed` baseline, the invariants (its protected
+/// paths' entries) and the ignore rules both are judged with.
+struct Opening {
+    files: Baseline,
+    invariants: Result<BTreeMap<String, Entry>, Exceeded>,
+    ignore: Result<IgnoreRules, Exceeded>,
+}
+
 /// A files item's walk at completion, outside the engine's lock: each glob's files, and where
 /// the evidence ledger is read.
 fn walk_item(
     engine: &Arc<Mutex<Engine>>,
     approvals: &Approvals,
-    globs: &[String],
+    globs: &[(String, bool)],
+    rules: Option<&IgnoreRules>,
 ) -> Result<(Vec<BTreeMap<String, String>>, Ledger), Exceeded> {
     let (workspace, budget, ledger) = {
         let e = engine.lock().unwrap_or_else(|e| e.into_inner());
@@ -1832,6 +2170,7 @@ fn walk_item(
     let walked = walk_globs(
         &workspace,
         globs,
+        rules,
         &budget,
         &approvals.closing,
         &approvals.spent,
@@ -1839,8 +2178,22 @@ fn walk_item(
     Ok((walked, ledger))
 }
 
-/// The baselines of the steps about to open (those without one from an earlier run): the
-/// files their `files_changed` globs name now. Taken outside the engine's lock.
+/// The globs a step's invariants are walked by, each once, with whether ignored files are
+/// left out.
+fn invariant_globs(step: &Step) -> Vec<(String, bool)> {
+    let mut globs: Vec<(String, bool)> = Vec::new();
+    for p in step.protected_paths() {
+        let glob = (p.glob, !p.include_ignored);
+        if !globs.contains(&glob) {
+            globs.push(glob);
+        }
+    }
+    globs
+}
+
+/// What the steps about to open take (see [`Opening`]); a step with a `files_changed`
+/// baseline from an earlier run keeps that one (its walk still reads the ignore rules it
+/// passes). Each within one walk's budget, outside the engine's lock.
 fn take_baselines(
     workspace: &Path,
     budget: &Budget,
@@ -1848,24 +2201,78 @@ fn take_baselines(
     ready: &[(usize, bool)],
     stop: &AtomicBool,
     spent: &files::RunSpend,
-) -> Vec<(usize, Baseline)> {
+) -> Vec<(usize, Opening)> {
     ready
         .iter()
         .map(|&(i, restored)| {
-            if restored {
-                return (i, Ok(BTreeMap::new()));
-            }
-            let globs: Vec<String> = runbook.steps[i]
-                .evidence
-                .iter()
-                .filter_map(|e| e.files_changed.as_ref())
-                .flat_map(|f| f.paths.iter().cloned())
-                .collect();
-            let taken = walk_globs(workspace, &globs, budget, stop, spent)
-                .map(|maps| maps.into_iter().flatten().collect());
-            (i, taken)
+            let step = &runbook.steps[i];
+            (
+                i,
+                take_opening(workspace, budget, step, restored, stop, spent),
+            )
         })
         .collect()
+}
+
+fn take_opening(
+    workspace: &Path,
+    budget: &Budget,
+    step: &Step,
+    restored: bool,
+    stop: &AtomicBool,
+    spent: &files::RunSpend,
+) -> Opening {
+    let failed = |e: Exceeded| Opening {
+        files: Err(e.clone()),
+        invariants: Err(e.clone()),
+        ignore: Err(e),
+    };
+    let root = match files::open_workspace(workspace) {
+        Ok(root) => root,
+        Err(e) => {
+            return failed(Exceeded::Unreadable {
+                path: workspace.display().to_string(),
+                error: e.to_string(),
+            });
+        }
+    };
+    let root = std::os::fd::AsFd::as_fd(&root);
+    let mut walk = Walk::new(budget, stop, spent);
+    let mut rules = match IgnoreRules::capture(&mut walk, root) {
+        Ok(rules) => rules,
+        Err(e) => return failed(e),
+    };
+    let changed: Vec<(String, bool)> = step
+        .evidence
+        .iter()
+        .filter_map(|e| e.files_changed.as_ref())
+        .flat_map(|f| item_globs(&f.paths, f.include_ignored()))
+        .collect();
+    let mut files = Ok(BTreeMap::new());
+    for (glob, ignoring) in &changed {
+        let taken = walk.glob(root, glob, ignoring.then_some(&mut rules));
+        match (taken, &mut files) {
+            (Ok(found), Ok(all)) => all.extend(found),
+            (Err(e), _) => {
+                files = Err(e);
+                break;
+            }
+            _ => {}
+        }
+    }
+    if restored && files.is_ok() {
+        files = Ok(BTreeMap::new());
+    }
+    // The invariants get a walk of their own (their own budget).
+    drop(walk);
+    let mut walk = Walk::new(budget, stop, spent);
+    let invariants = walk.inventory(root, &invariant_globs(step), Some(&mut rules));
+    rules.freeze();
+    Opening {
+        files,
+        invariants,
+        ignore: Ok(rules),
+    }
 }
 
 /// A stop flag that is never raised (before the sandbox starts, nothing can end the run).

@@ -16,6 +16,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsStr;
 use std::io::Read;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -95,8 +96,13 @@ pub enum Exceeded {
     Time { limit: Duration },
     /// The run's walks together have hashed or walked their budget ([`RUN_WALKS`] walks').
     Run { what: &'static str },
-    /// A file changed while it was hashed (it grew, shrank or was rewritten).
+    /// A file changed while it was hashed (it grew, shrank or was rewritten), or an entry
+    /// changed while the walk looked at it (gone between its listing and its lookup, there
+    /// when the walk did not list it).
     Unstable { path: String },
+    /// A directory or entry the walk had to look at could not be (permissions, an I/O error):
+    /// what is beneath it is unknown, so there is no verdict.
+    Unreadable { path: String, error: String },
     /// The run ended meanwhile.
     Stopped,
 }
@@ -112,6 +118,7 @@ impl Exceeded {
             Exceeded::Time { .. } => "time",
             Exceeded::Run { .. } => "run",
             Exceeded::Unstable { .. } => "unstable",
+            Exceeded::Unreadable { .. } => "unreadable",
             Exceeded::Stopped => "stopped",
         }
     }
@@ -152,9 +159,12 @@ impl Exceeded {
             ),
             Exceeded::Unstable { path } => {
                 format!(
-                    "{path} changed while the supervisor hashed it: ask again once it is written"
+                    "{path} changed while the supervisor hashed or walked it: ask again once it is written"
                 )
             }
+            Exceeded::Unreadable { path, error } => format!(
+                "the supervisor could not read {path} ({error}): what is beneath it is unknown, so there is no verdict"
+            ),
             Exceeded::Stopped => "the run ended while the files were being checked".to_string(),
         }
     }
@@ -171,6 +181,11 @@ pub struct Walk<'a> {
     /// Hashes by (device, inode, size, mtime): a hard-link farm costs one read.
     by_inode: HashMap<(u64, u64, u64, (i64, i64)), String>,
 }
+
+/// What a walk does with each entry it names: the walk, the entry's directory, its name, its
+/// workspace-relative path and its `lstat`.
+type Found<'f, 'a> = dyn FnMut(&mut Walk<'a>, BorrowedFd<'_>, &OsStr, &str, beneath::Stat) -> Result<(), Exceeded>
+    + 'f;
 
 /// Bytes read between two looks at the clock and the stop flag.
 const CHUNK: usize = 1 << 20;
@@ -304,29 +319,205 @@ impl<'a> Walk<'a> {
     }
 
     /// The regular files beneath `root` that `glob` names, with their sha256. Directories that
-    /// cannot hold a match are not entered.
+    /// cannot hold a match are not entered. With `rules`, what they ignore is neither entered
+    /// nor named. A directory that cannot be read is passed over: this names what exists, and
+    /// a file it misses can only make `files_exist` fail (a removal `files_changed` counts is
+    /// confirmed by [`lookup`] first).
     pub fn glob(
         &mut self,
         root: BorrowedFd<'_>,
         glob: &str,
+        rules: Option<&mut IgnoreRules>,
     ) -> Result<BTreeMap<String, String>, Exceeded> {
+        let mut found = BTreeMap::new();
+        self.visit(
+            root,
+            glob,
+            rules,
+            false,
+            &mut |walk, dir, name, rel, stat| {
+                if !stat.is_file() {
+                    return Ok(());
+                }
+                let Ok(fd) = open_entry(dir, name) else {
+                    return Ok(());
+                };
+                if let Some(hash) = walk.hash_open(fd, rel)? {
+                    found.insert(rel.to_string(), hash);
+                }
+                Ok(())
+            },
+        )?;
+        Ok(found)
+    }
+
+    /// Every entry beneath `root` that one of `globs` names — regular files, directories,
+    /// links (recorded as links, never followed), anything else — by `lstat`, regular files
+    /// with their sha256: what a step's invariants are compared by. Strict: an entry or
+    /// directory that cannot be read, or one that changes meanwhile, is the walk's end
+    /// ([`Exceeded::Unreadable`], [`Exceeded::Unstable`]), never an entry left out. Each glob
+    /// says whether `rules` apply to it (`true`: what they ignore is not walked).
+    pub fn inventory(
+        &mut self,
+        root: BorrowedFd<'_>,
+        globs: &[(String, bool)],
+        mut rules: Option<&mut IgnoreRules>,
+    ) -> Result<BTreeMap<String, Entry>, Exceeded> {
+        let mut found = BTreeMap::new();
+        for (glob, ignoring) in globs {
+            let rules = if *ignoring {
+                rules.as_deref_mut()
+            } else {
+                None
+            };
+            self.visit(
+                root,
+                glob,
+                rules,
+                true,
+                &mut |walk, dir, name, rel, stat| {
+                    let entry = walk.entry(dir, name, rel, stat)?;
+                    found.insert(rel.to_string(), entry);
+                    Ok(())
+                },
+            )?;
+        }
+        Ok(found)
+    }
+
+    /// What one entry is, for [`Walk::inventory`].
+    fn entry(
+        &mut self,
+        dir: BorrowedFd<'_>,
+        name: &OsStr,
+        rel: &str,
+        stat: beneath::Stat,
+    ) -> Result<Entry, Exceeded> {
+        let unstable = || Exceeded::Unstable {
+            path: rel.to_string(),
+        };
+        if stat.is_file() {
+            let fd = open_entry(dir, name).map_err(|e| vanished_or_unreadable(rel, &e))?;
+            let sha256 = self.hash_open(fd, rel)?.ok_or_else(unstable)?;
+            Ok(Entry::File {
+                mode: stat.mode & 0o7777,
+                size: stat.size,
+                sha256,
+            })
+        } else if stat.is_symlink() {
+            let target =
+                beneath::read_link_at(dir, name).map_err(|e| vanished_or_unreadable(rel, &e))?;
+            Ok(Entry::Link {
+                target: target.into_vec(),
+            })
+        } else if stat.is_dir() {
+            Ok(Entry::Dir {
+                mode: stat.mode & 0o7777,
+            })
+        } else {
+            Ok(Entry::Special { mode: stat.mode })
+        }
+    }
+
+    /// Calls `found` for every entry `glob` names beneath `root`. The walk starts at the glob's
+    /// literal prefix (`tests/unit` of `tests/unit/**/*.py`): what is beside it costs nothing;
+    /// a glob without a wildcard is one lookup. `strict`: an entry or directory that cannot be
+    /// looked at ends the walk (see [`Walk::inventory`]); otherwise it is passed over.
+    fn visit(
+        &mut self,
+        root: BorrowedFd<'_>,
+        glob: &str,
+        mut rules: Option<&mut IgnoreRules>,
+        strict: bool,
+        found: &mut Found<'_, 'a>,
+    ) -> Result<(), Exceeded> {
         // Split as the hook's `PathGlob` splits it (which [`glob_matches`] judges files by).
         let pattern: Vec<&str> = glob
             .trim_start_matches("./")
             .split('/')
             .filter(|c| !c.is_empty())
             .collect();
-        let mut found = BTreeMap::new();
-        let mut stack: Vec<(PathBuf, usize)> = vec![(PathBuf::new(), 0)];
+        if pattern.is_empty() {
+            return Ok(());
+        }
+        let literal = pattern
+            .iter()
+            .take_while(|c| !stepproof_hook::pattern::has_wildcard(c))
+            .count();
+        // The walk's start: the literal prefix (all but the last component of a glob with no
+        // wildcard, which is looked up), and the rules of every directory above it.
+        let start_len = literal.min(pattern.len() - 1);
+        if start_len > self.budget.depth {
+            return Err(Exceeded::Depth {
+                limit: self.budget.depth,
+                at: pattern[..start_len].join("/"),
+            });
+        }
+        if let Some(rules) = rules.as_deref_mut() {
+            for n in 0..=start_len {
+                if n > 0 && rules.path_ignored(&pattern[..n].join("/"), true) {
+                    return Ok(());
+                }
+                rules.look_in(self, root, &pattern[..n].join("/"))?;
+            }
+        }
+        let start = pattern[..start_len].join("/");
+        // The last component of a literal glob, or the start itself (`dir/**` names `dir`).
+        let single = if literal == pattern.len() {
+            Some(pattern.join("/"))
+        } else {
+            (!start.is_empty() && glob_matches(glob, &start)).then(|| start.clone())
+        };
+        if let Some(rel) = single {
+            let (parent, name) = rel.rsplit_once('/').unwrap_or(("", &rel));
+            self.check_time()?;
+            match beneath::open_beneath(root, Path::new(parent), DIR_LOOKUP, 0) {
+                Ok(dir) => match beneath::stat_at(dir.as_fd(), OsStr::new(name)) {
+                    Ok(stat) => {
+                        self.entries += 1;
+                        let ignored = rules
+                            .as_deref()
+                            .is_some_and(|r| r.path_ignored(&rel, stat.is_dir()));
+                        if !ignored {
+                            found(self, dir.as_fd(), OsStr::new(name), &rel, stat)?;
+                        }
+                    }
+                    Err(e) if strict && !is_absence(&e) => {
+                        return Err(unreadable(&rel, &e));
+                    }
+                    Err(_) => {}
+                },
+                Err(e) if strict && !is_absence(&e) => return Err(unreadable(parent, &e)),
+                Err(_) => {}
+            }
+            if literal == pattern.len() {
+                return Ok(());
+            }
+        }
+        let mut stack: Vec<(PathBuf, usize)> = vec![(PathBuf::from(&start), start_len)];
+        let mut first = true;
         while let Some((rel, depth)) = stack.pop() {
             self.check_time()?;
-            let Ok(dir) = beneath::open_beneath(root, &rel, DIR_LISTING, 0) else {
-                continue;
+            let shown = rel.to_string_lossy().into_owned();
+            let dir = match beneath::open_beneath(root, &rel, DIR_LISTING, 0) {
+                Ok(dir) => dir,
+                // The start need not exist (or be a directory: a link is not entered).
+                Err(e) if first && is_absence(&e) => return Ok(()),
+                Err(e) if strict => return Err(vanished_or_unreadable(&shown, &e)),
+                Err(_) => continue,
             };
+            first = false;
+            if let Some(rules) = rules.as_deref_mut() {
+                rules.look_in(self, root, &shown)?;
+            }
             let left = self.budget.entries.saturating_sub(self.entries);
-            let (entries, more) =
-                beneath::list_dir_up_to(dir.as_fd(), usize::try_from(left).unwrap_or(usize::MAX))
-                    .unwrap_or_default();
+            let listed =
+                beneath::list_dir_up_to(dir.as_fd(), usize::try_from(left).unwrap_or(usize::MAX));
+            let (entries, more) = match listed {
+                Ok(listed) => listed,
+                Err(e) if strict => return Err(unreadable(&shown, &e)),
+                Err(_) => continue,
+            };
             self.entries += entries.len() as u64;
             if more {
                 return Err(Exceeded::Entries {
@@ -335,12 +526,31 @@ impl<'a> Walk<'a> {
             }
             for (name, _) in entries {
                 let child = rel.join(&name);
-                let Some(text) = child.to_str() else { continue };
-                let parts: Vec<&str> = text.split('/').collect();
-                let Ok(stat) = beneath::stat_at(dir.as_fd(), &name) else {
+                let Some(text) = child.to_str() else {
+                    if strict {
+                        return Err(Exceeded::Unreadable {
+                            path: child.to_string_lossy().into_owned(),
+                            error: "the name is not UTF-8".into(),
+                        });
+                    }
                     continue;
                 };
+                let stat = match beneath::stat_at(dir.as_fd(), &name) {
+                    Ok(stat) => stat,
+                    Err(e) if strict => return Err(vanished_or_unreadable(text, &e)),
+                    Err(_) => continue,
+                };
+                if rules
+                    .as_deref()
+                    .is_some_and(|r| r.ignored(text, stat.is_dir()))
+                {
+                    continue;
+                }
+                if glob_matches(glob, text) {
+                    found(self, dir.as_fd(), &name, text, stat)?;
+                }
                 if stat.is_dir() {
+                    let parts: Vec<&str> = text.split('/').collect();
                     if !may_hold(&pattern, &parts) {
                         continue;
                     }
@@ -351,17 +561,59 @@ impl<'a> Walk<'a> {
                         });
                     }
                     stack.push((child, depth + 1));
-                } else if stat.is_file() && glob_matches(glob, text) {
-                    let Ok(fd) = open_entry(dir.as_fd(), &name) else {
-                        continue;
-                    };
-                    if let Some(hash) = self.hash_open(fd, text)? {
-                        found.insert(text.to_string(), hash);
-                    }
                 }
             }
         }
-        Ok(found)
+        Ok(())
+    }
+
+    /// What is at `rel` beneath `root` now, by one lookup that follows no link (`openat2`
+    /// beneath, `O_PATH | O_NOFOLLOW`): `None` when nothing is — the name is absent, a
+    /// component above it is not a directory, or a link is on the way (the path as git sees
+    /// it holds no such entry). Only this confirms that a baseline entry was removed: a walk
+    /// that missed it never does.
+    pub fn lookup(
+        &mut self,
+        root: BorrowedFd<'_>,
+        rel: &str,
+    ) -> Result<Option<beneath::Stat>, Exceeded> {
+        self.check_time()?;
+        self.entries += 1;
+        match beneath::open_beneath(root, Path::new(rel), libc::O_PATH, 0) {
+            Ok(fd) => beneath::stat_fd(fd.as_fd())
+                .map(Some)
+                .map_err(|e| unreadable(rel, &e)),
+            Err(e) if is_absence(&e) => Ok(None),
+            Err(e) => Err(unreadable(rel, &e)),
+        }
+    }
+}
+
+/// An error that says the path holds nothing a walk beneath could reach: absent, a
+/// component that is not a directory, a link on the way.
+fn is_absence(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ENOENT | libc::ENOTDIR | libc::ELOOP)
+    )
+}
+
+fn unreadable(path: &str, e: &std::io::Error) -> Exceeded {
+    Exceeded::Unreadable {
+        path: if path.is_empty() { "." } else { path }.to_string(),
+        error: e.to_string(),
+    }
+}
+
+/// An entry the walk listed that is gone (or replaced) when it looks at it is a change in
+/// progress; any other error is an entry it cannot read.
+fn vanished_or_unreadable(path: &str, e: &std::io::Error) -> Exceeded {
+    if is_absence(e) {
+        Exceeded::Unstable {
+            path: path.to_string(),
+        }
+    } else {
+        unreadable(path, e)
     }
 }
 
@@ -393,6 +645,348 @@ fn may_hold(pattern: &[&str], dir: &[&str]) -> bool {
     pattern.len() > dir.len()
 }
 
+/// What one path is, by `lstat`: a link is recorded as a link (its target as written, never
+/// followed), a regular file by its content's sha256. Modes are the permission bits
+/// (`0o7777`); a special file keeps its whole `st_mode`, so its type is in it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Entry {
+    File {
+        mode: u32,
+        size: u64,
+        sha256: String,
+    },
+    Link {
+        target: Vec<u8>,
+    },
+    Dir {
+        mode: u32,
+    },
+    Special {
+        mode: u32,
+    },
+}
+
+impl Entry {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Entry::File { .. } => "file",
+            Entry::Link { .. } => "link",
+            Entry::Dir { .. } => "directory",
+            Entry::Special { .. } => "special file",
+        }
+    }
+
+    /// How `self` differs from `before`, in words (`None`: it does not).
+    pub fn change_from(&self, before: &Entry) -> Option<String> {
+        if self == before {
+            return None;
+        }
+        Some(match (before, self) {
+            (Entry::File { mode: a, .. }, Entry::File { mode: b, .. })
+            | (Entry::Dir { mode: a }, Entry::Dir { mode: b })
+                if a != b =>
+            {
+                let content = matches!((before, self), (Entry::File { sha256: x, .. }, Entry::File { sha256: y, .. }) if x != y);
+                format!(
+                    "mode {a:o} → {b:o}{}",
+                    if content { ", and its content" } else { "" }
+                )
+            }
+            (Entry::File { .. }, Entry::File { .. }) => "content".to_string(),
+            (Entry::Link { target: a }, Entry::Link { target: b }) => format!(
+                "link retargeted: {} → {}",
+                String::from_utf8_lossy(a),
+                String::from_utf8_lossy(b)
+            ),
+            (Entry::Link { target }, _) => format!(
+                "was a link (to {}), now a {}",
+                String::from_utf8_lossy(target),
+                self.kind()
+            ),
+            (_, Entry::Link { target }) => format!(
+                "was a {}, now a link (to {})",
+                before.kind(),
+                String::from_utf8_lossy(target)
+            ),
+            _ => format!("was a {}, now a {}", before.kind(), self.kind()),
+        })
+    }
+
+    /// One line of the inventory's digest.
+    fn digest_line(&self, path: &str) -> String {
+        match self {
+            Entry::File { mode, size, sha256 } => format!("file {mode:o} {size} {sha256} {path}"),
+            Entry::Link { target } => format!("link {} {path}", hex::encode(target)),
+            Entry::Dir { mode } => format!("dir {mode:o} {path}"),
+            Entry::Special { mode } => format!("special {mode:o} {path}"),
+        }
+    }
+}
+
+/// `sha256:` of an inventory, one line an entry in path order: what a record binds when it
+/// does not list the entries.
+pub fn inventory_digest(entries: &BTreeMap<String, Entry>) -> String {
+    let mut hasher = Sha256::new();
+    for (path, entry) in entries {
+        hasher.update(entry.digest_line(path).as_bytes());
+        hasher.update(b"\n");
+    }
+    format!("sha256:{}", hex::encode(hasher.finalize()))
+}
+
+/// The changes from `before` to `now`, path by path, in words: new, removed, or how it
+/// changed. An entry of `before` that `now` lacks counts as removed only when a lookup beneath
+/// `root` confirms nothing is there ([`Walk::lookup`]); one that is there after all means the
+/// walk missed it, and there is no verdict.
+pub fn compare(
+    walk: &mut Walk<'_>,
+    root: BorrowedFd<'_>,
+    before: &BTreeMap<String, Entry>,
+    now: &BTreeMap<String, Entry>,
+) -> Result<BTreeMap<String, String>, Exceeded> {
+    let mut changes = BTreeMap::new();
+    for (path, entry) in now {
+        match before.get(path) {
+            None => {
+                changes.insert(path.clone(), format!("new {}", entry.kind()));
+            }
+            Some(old) => {
+                if let Some(change) = entry.change_from(old) {
+                    changes.insert(path.clone(), change);
+                }
+            }
+        }
+    }
+    for (path, old) in before {
+        if now.contains_key(path) {
+            continue;
+        }
+        if walk.lookup(root, path)?.is_some() {
+            return Err(Exceeded::Unstable { path: path.clone() });
+        }
+        changes.insert(path.clone(), format!("removed ({})", old.kind()));
+    }
+    Ok(changes)
+}
+
+/// The largest ignore file read (`.gitignore`, `.git/info/exclude`); a larger one ends the walk
+/// ([`Exceeded::FileBytes`]): what it would ignore is unknown.
+pub const IGNORE_FILE_MAX_BYTES: u64 = 1 << 20;
+
+/// What counts as ignored outside a repository (no `.git` at the workspace's top): the build
+/// output and caches of the common tool chains, in `.gitignore` syntax.
+pub const DEFAULT_IGNORED: &[&str] = &[
+    "__pycache__/",
+    "*.py[cod]",
+    ".pytest_cache/",
+    ".mypy_cache/",
+    ".ruff_cache/",
+    ".tox/",
+    ".venv/",
+    "node_modules/",
+    "target/",
+    "*.o",
+    ".gradle/",
+    ".DS_Store",
+];
+
+/// The ignore rules of a step: the workspace's `.gitignore` files and `.git/info/exclude` as
+/// they were when the step opened (git's precedence: a deeper `.gitignore` over a shallower
+/// one, every `.gitignore` over `info/exclude`), or [`DEFAULT_IGNORED`] outside a repository.
+/// Captured by the step's opening walks — each directory's `.gitignore` read (beneath, never
+/// through a link, like git) when a walk first enters it — and then frozen: a `.gitignore` the
+/// agent writes during the step changes nothing. `core.excludesFile` and
+/// `$XDG_CONFIG_HOME/git/ignore` are not read: they are the host's per-person configuration
+/// (and the sandbox's home is the agent's to write), so a verdict would depend on whose
+/// machine it ran on. `.git` itself is always ignored, as git never reports it.
+#[derive(Debug, Clone)]
+pub struct IgnoreRules {
+    repository: bool,
+    /// Each directory's `.gitignore` (`""`: the workspace's own), as read.
+    dirs: BTreeMap<String, ignore::gitignore::Gitignore>,
+    /// The directories whose `.gitignore` was looked for.
+    looked: std::collections::BTreeSet<String>,
+    exclude: ignore::gitignore::Gitignore,
+    /// Each rule file read, with the sha256 of what was read.
+    sources: BTreeMap<String, String>,
+    frozen: bool,
+}
+
+impl IgnoreRules {
+    /// The rules at the workspace's top: whether it is a repository (`.git` there, looked at
+    /// without following a link), its `.git/info/exclude` (when `.git` is a directory), or the
+    /// default set.
+    pub fn capture(walk: &mut Walk<'_>, root: BorrowedFd<'_>) -> Result<IgnoreRules, Exceeded> {
+        let git = walk.lookup(root, ".git")?;
+        let repository = git.is_some();
+        let mut rules = IgnoreRules {
+            repository,
+            dirs: BTreeMap::new(),
+            looked: Default::default(),
+            exclude: ignore::gitignore::Gitignore::empty(),
+            sources: BTreeMap::new(),
+            frozen: false,
+        };
+        if !repository {
+            rules.exclude = build(DEFAULT_IGNORED.iter().copied());
+        } else if git.is_some_and(|s| s.is_dir())
+            && let Some(text) = read_rules(walk, root, ".git/info/exclude")?
+        {
+            rules.exclude = build(text.lines());
+            rules
+                .sources
+                .insert(".git/info/exclude".into(), sha256_text(&text));
+        }
+        Ok(rules)
+    }
+
+    /// No rules at all (where every file counts).
+    pub fn none() -> IgnoreRules {
+        IgnoreRules {
+            repository: false,
+            dirs: BTreeMap::new(),
+            looked: Default::default(),
+            exclude: ignore::gitignore::Gitignore::empty(),
+            sources: BTreeMap::new(),
+            frozen: true,
+        }
+    }
+
+    /// No rule file is read from now on: the rules are as the step opened.
+    pub fn freeze(&mut self) {
+        self.frozen = true;
+    }
+
+    pub fn repository(&self) -> bool {
+        self.repository
+    }
+
+    /// The rule files read, each with its sha256.
+    pub fn sources(&self) -> &BTreeMap<String, String> {
+        &self.sources
+    }
+
+    /// `sha256:` of the rules: the mode and every rule file's path and hash.
+    pub fn digest(&self) -> String {
+        let mut hasher = Sha256::new();
+        hasher.update(if self.repository {
+            "repository\n"
+        } else {
+            "default set\n"
+        });
+        for (path, hash) in &self.sources {
+            hasher.update(format!("{hash}  {path}\n").as_bytes());
+        }
+        format!("sha256:{}", hex::encode(hasher.finalize()))
+    }
+
+    /// Reads `dir/.gitignore` (once; not once frozen) into the rules.
+    fn look_in(
+        &mut self,
+        walk: &mut Walk<'_>,
+        root: BorrowedFd<'_>,
+        dir: &str,
+    ) -> Result<(), Exceeded> {
+        if self.frozen || !self.looked.insert(dir.to_string()) {
+            return Ok(());
+        }
+        let path = if dir.is_empty() {
+            ".gitignore".to_string()
+        } else {
+            format!("{dir}/.gitignore")
+        };
+        if let Some(text) = read_rules(walk, root, &path)? {
+            self.dirs.insert(dir.to_string(), build(text.lines()));
+            self.sources.insert(path, sha256_text(&text));
+        }
+        Ok(())
+    }
+
+    /// Whether the rules ignore the entry `rel` itself (its directories above taken as not
+    /// ignored: a walk never enters an ignored one). The deepest `.gitignore` that says
+    /// something about it decides, then `info/exclude` (or the default set).
+    pub fn ignored(&self, rel: &str, is_dir: bool) -> bool {
+        let parts: Vec<&str> = rel.split('/').collect();
+        if parts.last() == Some(&".git") {
+            return true;
+        }
+        for depth in (0..parts.len()).rev() {
+            if let Some(rules) = self.dirs.get(&parts[..depth].join("/")) {
+                match rules.matched(parts[depth..].join("/"), is_dir) {
+                    ignore::Match::Ignore(_) => return true,
+                    ignore::Match::Whitelist(_) => return false,
+                    ignore::Match::None => {}
+                }
+            }
+        }
+        self.exclude.matched(rel, is_dir).is_ignore()
+    }
+
+    /// Whether `rel` or a directory above it is ignored (git never looks inside an ignored
+    /// directory, so nothing beneath one can be re-included).
+    pub fn path_ignored(&self, rel: &str, is_dir: bool) -> bool {
+        let parts: Vec<&str> = rel.split('/').filter(|p| !p.is_empty()).collect();
+        (1..=parts.len()).any(|n| self.ignored(&parts[..n].join("/"), n < parts.len() || is_dir))
+    }
+}
+
+/// A matcher of `.gitignore` lines, each taken as git takes it (a line that is not a valid
+/// pattern is passed over, as git does). Root `.`: paths are given relative to the file's
+/// directory.
+fn build<'l>(lines: impl Iterator<Item = &'l str>) -> ignore::gitignore::Gitignore {
+    let mut builder = ignore::gitignore::GitignoreBuilder::new(".");
+    for line in lines {
+        let _ = builder.add_line(None, line);
+    }
+    builder
+        .build()
+        .unwrap_or_else(|_| ignore::gitignore::Gitignore::empty())
+}
+
+fn sha256_text(text: &str) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(text.as_bytes())))
+}
+
+/// An ignore file's text: `None` when there is none (absent, a link — git does not follow
+/// one either —, not a regular file). Read within the walk's byte budget, at most
+/// [`IGNORE_FILE_MAX_BYTES`]; one that cannot be read ends the walk.
+fn read_rules(
+    walk: &mut Walk<'_>,
+    root: BorrowedFd<'_>,
+    rel: &str,
+) -> Result<Option<String>, Exceeded> {
+    walk.check_time()?;
+    let fd = match beneath::open_beneath(root, Path::new(rel), FILE_READING, 0) {
+        Ok(fd) => fd,
+        Err(e) if is_absence(&e) => return Ok(None),
+        Err(e) => return Err(unreadable(rel, &e)),
+    };
+    let stat = beneath::stat_fd(fd.as_fd()).map_err(|e| unreadable(rel, &e))?;
+    if !stat.is_file() {
+        return Ok(None);
+    }
+    if stat.size > IGNORE_FILE_MAX_BYTES {
+        return Err(Exceeded::FileBytes {
+            path: rel.to_string(),
+            size: stat.size,
+            allocated: stat.blocks.saturating_mul(512),
+            limit: IGNORE_FILE_MAX_BYTES,
+        });
+    }
+    if walk.bytes.saturating_add(stat.size) > walk.budget.walk_bytes {
+        return Err(Exceeded::WalkBytes {
+            limit: walk.budget.walk_bytes,
+        });
+    }
+    walk.bytes += stat.size;
+    let mut bytes = Vec::new();
+    std::fs::File::from(fd)
+        .take(IGNORE_FILE_MAX_BYTES)
+        .read_to_end(&mut bytes)
+        .map_err(|e| unreadable(rel, &e))?;
+    Ok(Some(String::from_utf8_lossy(&bytes).into_owned()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -413,7 +1007,7 @@ mod tests {
     fn glob(w: &Path, glob: &str, budget: &Budget) -> Result<BTreeMap<String, String>, Exceeded> {
         let stop = AtomicBool::new(false);
         let root = open_workspace(w).unwrap();
-        Walk::new(budget, &stop, &RunSpend::default()).glob(root.as_fd(), glob)
+        Walk::new(budget, &stop, &RunSpend::default()).glob(root.as_fd(), glob, None)
     }
 
     #[test]
@@ -537,7 +1131,11 @@ mod tests {
         let stop = AtomicBool::new(true);
         let root = open_workspace(dir.path()).unwrap();
         assert_eq!(
-            Walk::new(&Budget::DEFAULT, &stop, &RunSpend::default()).glob(root.as_fd(), "data/**"),
+            Walk::new(&Budget::DEFAULT, &stop, &RunSpend::default()).glob(
+                root.as_fd(),
+                "data/**",
+                None
+            ),
             Err(Exceeded::Stopped)
         );
     }
@@ -619,5 +1217,312 @@ mod tests {
             Ok(None)
         );
         assert_eq!(walk.hash_named(root.as_fd(), Path::new("data")), Ok(None));
+    }
+
+    /// The step's rules and its inventory of `globs`, taken as a step opens them.
+    fn open_step(
+        w: &Path,
+        globs: &[&str],
+        budget: &Budget,
+    ) -> (IgnoreRules, Result<BTreeMap<String, Entry>, Exceeded>) {
+        let stop = AtomicBool::new(false);
+        let spent = RunSpend::default();
+        let root = open_workspace(w).unwrap();
+        let mut walk = Walk::new(budget, &stop, &spent);
+        let mut rules = IgnoreRules::capture(&mut walk, root.as_fd()).unwrap();
+        let globs: Vec<(String, bool)> = globs.iter().map(|g| (g.to_string(), true)).collect();
+        let taken = walk.inventory(root.as_fd(), &globs, Some(&mut rules));
+        rules.freeze();
+        (rules, taken)
+    }
+
+    /// The inventory of `globs` now, under rules taken earlier, compared with `before`.
+    fn changes_since(
+        w: &Path,
+        globs: &[&str],
+        rules: &IgnoreRules,
+        before: &BTreeMap<String, Entry>,
+    ) -> Result<BTreeMap<String, String>, Exceeded> {
+        let stop = AtomicBool::new(false);
+        let spent = RunSpend::default();
+        let root = open_workspace(w).unwrap();
+        let mut walk = Walk::new(&Budget::DEFAULT, &stop, &spent);
+        let mut rules = rules.clone();
+        let globs: Vec<(String, bool)> = globs.iter().map(|g| (g.to_string(), true)).collect();
+        let now = walk.inventory(root.as_fd(), &globs, Some(&mut rules))?;
+        compare(&mut walk, root.as_fd(), before, &now)
+    }
+
+    #[test]
+    fn an_inventory_records_links_as_links_and_every_kind_of_entry() {
+        let dir = tree();
+        let (_, taken) = open_step(dir.path(), &["data/**"], &Budget::DEFAULT);
+        let taken = taken.unwrap();
+        let names: Vec<&str> = taken.keys().map(String::as_str).collect();
+        assert_eq!(
+            names,
+            [
+                "data",
+                "data/a.txt",
+                "data/link",
+                "data/sub",
+                "data/sub/b.txt"
+            ]
+        );
+        assert_eq!(
+            taken["data/link"],
+            Entry::Link {
+                target: b"/etc/passwd".to_vec()
+            }
+        );
+        assert!(matches!(taken["data"], Entry::Dir { .. }));
+        match &taken["data/a.txt"] {
+            Entry::File { size, sha256, .. } => {
+                assert_eq!(*size, 1);
+                assert_eq!(*sha256, hex::encode(Sha256::digest(b"a")));
+            }
+            other => panic!("{other:?}"),
+        }
+        // A literal glob is one lookup; a link named by it is a link, not its target.
+        let (_, taken) = open_step(dir.path(), &["data/link", "src/lib.rs"], &Budget::DEFAULT);
+        let taken = taken.unwrap();
+        assert_eq!(taken.len(), 2);
+        assert!(matches!(taken["data/link"], Entry::Link { .. }));
+    }
+
+    #[test]
+    fn every_change_under_a_protected_path_is_named() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tree();
+        let w = dir.path();
+        std::fs::write(w.join("data/mode"), "m").unwrap();
+        std::fs::write(w.join("data/gone"), "g").unwrap();
+        std::fs::write(w.join("data/becomes-link"), "l").unwrap();
+        let globs = ["data/**"];
+        let (rules, before) = open_step(w, &globs, &Budget::DEFAULT);
+        let before = before.unwrap();
+        assert_eq!(
+            changes_since(w, &globs, &rules, &before).unwrap(),
+            BTreeMap::new(),
+            "nothing changed"
+        );
+        std::fs::write(w.join("data/a.txt"), "A").unwrap();
+        std::fs::set_permissions(w.join("data/mode"), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+        std::fs::write(w.join("data/sub/new"), "").unwrap();
+        std::fs::remove_file(w.join("data/gone")).unwrap();
+        std::fs::remove_file(w.join("data/becomes-link")).unwrap();
+        symlink("a.txt", w.join("data/becomes-link")).unwrap();
+        std::fs::remove_file(w.join("data/link")).unwrap();
+        symlink("/etc/hostname", w.join("data/link")).unwrap();
+        let changes = changes_since(w, &globs, &rules, &before).unwrap();
+        let expected: BTreeMap<String, String> = [
+            ("data/a.txt", "content"),
+            ("data/becomes-link", "was a file, now a link (to a.txt)"),
+            ("data/gone", "removed (file)"),
+            ("data/link", "link retargeted: /etc/passwd → /etc/hostname"),
+            ("data/mode", "mode 644 → 755"),
+            ("data/sub/new", "new file"),
+        ]
+        .into_iter()
+        .map(|(p, c)| (p.to_string(), c.to_string()))
+        .collect();
+        // The umask may give files another mode than 644: compare that one by its shape.
+        let mut changes = changes;
+        let mode = changes.remove("data/mode").unwrap();
+        assert!(
+            mode.starts_with("mode ") && mode.ends_with(" → 755"),
+            "{mode}"
+        );
+        let mut expected = expected;
+        expected.remove("data/mode");
+        assert_eq!(changes, expected);
+        // A directory replaced by a link: the directory's type changed, and what was beneath
+        // it is confirmed gone (a link on the way is not followed).
+        std::fs::rename(w.join("data/sub"), w.join("moved")).unwrap();
+        symlink("../moved", w.join("data/sub")).unwrap();
+        let changes = changes_since(w, &globs, &rules, &before).unwrap();
+        assert_eq!(
+            changes["data/sub"],
+            "was a directory, now a link (to ../moved)"
+        );
+        assert_eq!(changes["data/sub/b.txt"], "removed (file)");
+    }
+
+    #[test]
+    fn a_removal_counts_only_when_a_lookup_confirms_it() {
+        let dir = tree();
+        let w = dir.path();
+        let stop = AtomicBool::new(false);
+        let spent = RunSpend::default();
+        let root = open_workspace(w).unwrap();
+        let mut walk = Walk::new(&Budget::DEFAULT, &stop, &spent);
+        let before: BTreeMap<String, Entry> = [
+            ("data/a.txt", Entry::Dir { mode: 0o755 }),
+            ("data/never", Entry::Dir { mode: 0o755 }),
+        ]
+        .into_iter()
+        .map(|(p, e)| (p.to_string(), e))
+        .collect();
+        // A walk that did not name data/a.txt (it is there): no verdict, never "removed".
+        assert_eq!(
+            compare(&mut walk, root.as_fd(), &before, &BTreeMap::new()),
+            Err(Exceeded::Unstable {
+                path: "data/a.txt".into()
+            })
+        );
+        let before: BTreeMap<String, Entry> = before.into_iter().skip(1).collect();
+        assert_eq!(
+            compare(&mut walk, root.as_fd(), &before, &BTreeMap::new()).unwrap()["data/never"],
+            "removed (directory)"
+        );
+        // Beneath a link, nothing is: `data/link/x` is absent, as git would see it.
+        assert_eq!(walk.lookup(root.as_fd(), "data/link/passwd"), Ok(None));
+        assert!(
+            walk.lookup(root.as_fd(), "data/link")
+                .unwrap()
+                .unwrap()
+                .is_symlink()
+        );
+    }
+
+    #[test]
+    fn an_inventory_that_does_not_finish_gives_no_verdict() {
+        let dir = tree();
+        let w = dir.path();
+        for n in 0..30 {
+            std::fs::write(w.join(format!("data/f{n}")), "").unwrap();
+        }
+        let small = Budget {
+            entries: 10,
+            ..Budget::DEFAULT
+        };
+        let (_, taken) = open_step(w, &["data/**"], &small);
+        assert_eq!(taken, Err(Exceeded::Entries { limit: 10 }));
+        // Entries beside the literal prefix cost nothing.
+        for n in 0..30 {
+            std::fs::write(w.join(format!("top{n}")), "").unwrap();
+        }
+        let (_, taken) = open_step(w, &["data/sub/**"], &small);
+        assert_eq!(taken.unwrap().len(), 2);
+        let shallow = Budget {
+            depth: 1,
+            ..Budget::DEFAULT
+        };
+        let (_, taken) = open_step(w, &["data/**"], &shallow);
+        assert!(
+            matches!(taken, Err(Exceeded::Depth { limit: 1, .. })),
+            "{taken:?}"
+        );
+        let stop = AtomicBool::new(true);
+        let root = open_workspace(w).unwrap();
+        assert_eq!(
+            Walk::new(&Budget::DEFAULT, &stop, &RunSpend::default()).inventory(
+                root.as_fd(),
+                &[("data/**".into(), false)],
+                None
+            ),
+            Err(Exceeded::Stopped)
+        );
+        // A directory the supervisor cannot read (it only can't when it is not root).
+        if !nix::unistd::getuid().is_root() {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(w.join("data/sub"), std::fs::Permissions::from_mode(0o000))
+                .unwrap();
+            let (_, taken) = open_step(w, &["data/**"], &Budget::DEFAULT);
+            std::fs::set_permissions(w.join("data/sub"), std::fs::Permissions::from_mode(0o755))
+                .unwrap();
+            assert!(
+                matches!(&taken, Err(Exceeded::Unreadable { path, .. }) if path == "data/sub"),
+                "{taken:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn ignore_rules_are_the_repositorys_as_the_step_opened() {
+        let dir = tree();
+        let w = dir.path();
+        std::fs::create_dir_all(w.join(".git/info")).unwrap();
+        std::fs::write(w.join(".git/info/exclude"), "*.tmp\n").unwrap();
+        std::fs::write(w.join(".gitignore"), "__pycache__/\n*.log\n!keep.log\n").unwrap();
+        std::fs::create_dir_all(w.join("src/gen")).unwrap();
+        std::fs::write(w.join("src/.gitignore"), "gen/\n!x.tmp\n").unwrap();
+        std::fs::create_dir_all(w.join("tests/__pycache__")).unwrap();
+        std::fs::write(w.join("tests/__pycache__/t.pyc"), "c").unwrap();
+        std::fs::write(w.join("tests/t.py"), "t").unwrap();
+        let (rules, taken) = open_step(w, &["tests/**", "src/**"], &Budget::DEFAULT);
+        let taken = taken.unwrap();
+        assert!(rules.repository());
+        assert!(taken.contains_key("tests/t.py"));
+        assert!(
+            !taken
+                .keys()
+                .any(|p| p.contains("__pycache__") || p.contains("gen")),
+            "{taken:?}"
+        );
+        // The agent rewrites the rules during the step: nothing changes what counts.
+        std::fs::write(w.join(".gitignore"), "src/*.rs\n*.py\n").unwrap();
+        std::fs::write(w.join("src/.gitignore"), "*\n").unwrap();
+        assert!(!rules.path_ignored("src/lib.rs", false));
+        assert!(!rules.path_ignored("tests/t.py", false));
+        assert!(rules.path_ignored("tests/__pycache__/t.pyc", false));
+        assert!(rules.path_ignored("a/b.log", false));
+        assert!(!rules.path_ignored("a/keep.log", false));
+        assert!(rules.path_ignored("a.tmp", false), "info/exclude");
+        assert!(
+            !rules.path_ignored("src/x.tmp", false),
+            "a deeper .gitignore decides"
+        );
+        assert!(
+            rules.path_ignored("src/gen/x.rs", false),
+            "beneath an ignored directory"
+        );
+        assert!(rules.path_ignored(".git/index", false));
+        // A .gitignore written during the step in a directory new since it opened: not read.
+        std::fs::create_dir_all(w.join("tests/new")).unwrap();
+        std::fs::write(w.join("tests/new/.gitignore"), "*\n").unwrap();
+        std::fs::write(w.join("tests/new/x.py"), "x").unwrap();
+        let changes = changes_since(w, &["tests/**", "src/**"], &rules, &taken).unwrap();
+        assert!(changes.contains_key("tests/new/x.py"), "{changes:?}");
+        assert!(changes.contains_key("tests/new/.gitignore"), "{changes:?}");
+        assert!(changes.contains_key("src/.gitignore"), "{changes:?}");
+        // Written under the ignored __pycache__: no change.
+        std::fs::write(w.join("tests/__pycache__/t.pyc"), "forged").unwrap();
+        let changes = changes_since(w, &["tests/**", "src/**"], &rules, &taken).unwrap();
+        assert!(
+            !changes.keys().any(|p| p.contains("__pycache__")),
+            "{changes:?}"
+        );
+    }
+
+    #[test]
+    fn outside_a_repository_the_default_set_is_ignored() {
+        let dir = tree();
+        let w = dir.path();
+        std::fs::write(w.join(".gitignore"), "*.bak\n").unwrap();
+        let (rules, _) = open_step(w, &["src/**"], &Budget::DEFAULT);
+        assert!(!rules.repository());
+        for ignored in [
+            "src/__pycache__/x.pyc",
+            "x.pyc",
+            "node_modules/a/b.js",
+            "target/debug/app",
+            ".venv/bin/python",
+            ".pytest_cache/v",
+            "src/a.o",
+            "src/a.bak",
+        ] {
+            assert!(rules.path_ignored(ignored, false), "{ignored}");
+        }
+        for counted in ["src/lib.rs", "src/target.rs", "tests/test_a.py"] {
+            assert!(!rules.path_ignored(counted, false), "{counted}");
+        }
+        // A link named .gitignore is not read (git does not follow one either).
+        std::fs::remove_file(w.join(".gitignore")).unwrap();
+        std::fs::write(w.join("elsewhere"), "*.rs\n").unwrap();
+        symlink("elsewhere", w.join(".gitignore")).unwrap();
+        let (rules, _) = open_step(w, &["src/**"], &Budget::DEFAULT);
+        assert!(!rules.path_ignored("src/lib.rs", false));
     }
 }
