@@ -358,3 +358,116 @@ both!(the_start_record_says_where_the_scan_stopped, |w: &World| {
         "{start}"
     );
 });
+
+// The repositories' `.git` are the run's git layers (issue 38): while the run is on, the host's
+// git in the workspace and in the nested repository sees each repository as it was at launch —
+// its config without the key the run added, its log without the run's commit — and running it
+// runs nothing of the run's; the host's own commit meanwhile is kept. At the end, what is inert
+// is carried (the run's commit and branch, a removed file), a config with a key that runs code
+// is not (a finding, the run's config in the quarantine). Root and the test user.
+both!(
+    the_hosts_git_sees_the_launch_while_the_run_is_on,
+    |w: &World| {
+        real_repositories(w);
+        let marker = w.base.join("PWNED");
+        let _ = fs::remove_file(&marker);
+        let ws = w.workspace.clone();
+        let host = |dir: &PathBuf, args: &str| -> String {
+            let mut cmd = w.as_owner(std::path::Path::new("/bin/sh"));
+            cmd.args(["-c", &format!("cd {} && {GIT} {args}", dir.display())])
+                .env_clear()
+                .env("HOME", &w.home)
+                .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+                .envs(field_ledger());
+            let out = cmd.output().unwrap();
+            assert!(out.status.success(), "git {args}: {}", describe(&out));
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        let launch_config = fs::read_to_string(ws.join(".git/config")).unwrap();
+        let launch_head = host(&ws, "rev-parse HEAD");
+        let script = format!(
+            "{GIT} config core.fsmonitor 'echo fsmonitor >> {m}; false' && \
+         {GIT} -C sub config core.fsmonitor 'echo fsmonitor >> {m}; false' && \
+         {GIT} -C sub config user.name inside && \
+         {GIT} checkout -q -b feature && echo run > run.txt && {GIT} add run.txt && \
+         {GIT} -c core.fsmonitor=false commit -q -m run && rm -f .git/description && \
+         echo ready > ready && while [ ! -e go ]; do sleep 0.02; done; echo done",
+            m = marker.display()
+        );
+        let child = w
+            .command(&[], &["/bin/sh", "-c", &script])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !ws.join("ready").exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the run never got ready"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        // While the run is on: the launch's repository, and no payload from the host's git.
+        assert_eq!(
+            fs::read_to_string(ws.join(".git/config")).unwrap(),
+            launch_config
+        );
+        assert!(
+            !fs::read_to_string(ws.join("sub/.git/config"))
+                .unwrap()
+                .contains("fsmonitor")
+        );
+        assert_eq!(host(&ws, "rev-parse HEAD"), launch_head);
+        assert!(!host(&ws, "branch --list").contains("feature"));
+        host(&ws, "status --porcelain");
+        host(&ws.join("sub"), "status --porcelain");
+        host(&ws, "commit -q --allow-empty -m host-during-run");
+        assert!(
+            !marker.exists(),
+            "the host's git ran the run's payload during the run"
+        );
+        let host_head = host(&ws, "rev-parse HEAD");
+        fs::write(ws.join("go"), "").unwrap();
+        chown_tree(&ws.join("go"), w.owner);
+        let out = child.wait_with_output().unwrap();
+        let text = describe(&out);
+        assert_eq!(out.status.code(), Some(123), "{text}");
+        // After: the inert part carried, the key that runs code not.
+        assert_eq!(
+            fs::read_to_string(ws.join(".git/config")).unwrap(),
+            launch_config
+        );
+        let sub_config = fs::read_to_string(ws.join("sub/.git/config")).unwrap();
+        assert!(!sub_config.contains("fsmonitor"), "{sub_config}");
+        assert!(
+            host(&ws, "log --format=%s feature").starts_with("run\n"),
+            "{text}"
+        );
+        assert!(
+            !ws.join(".git/description").exists(),
+            "the removal was carried"
+        );
+        // The branch both moved (the run's checkout moved HEAD, the host committed on the launch's
+        // branch): the host's commit stays where the host put it.
+        let branch = launch_head.trim();
+        assert!(
+            host(&ws, "log --format=%H --all").contains(host_head.trim()),
+            "{text}"
+        );
+        let _ = branch;
+        host(&ws, "status --porcelain");
+        host(&ws.join("sub"), "status --porcelain");
+        assert!(
+            !marker.exists(),
+            "the host's git ran the run's payload after the run"
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("changed")
+                && stderr.contains(".git/config")
+                && stderr.contains("not carried"),
+            "{text}"
+        );
+    }
+);

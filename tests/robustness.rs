@@ -240,7 +240,9 @@ fn a_failed_launch_names_its_first_cause() {
         assert_eq!(out.status.code(), Some(125), "{}", describe(&out));
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(
-            stderr.contains("building the sandbox: creating mount point")
+            stderr.contains("building the sandbox: ")
+                && stderr.contains("Permission denied")
+                && stderr.contains("private/sub/.git")
                 && !stderr.contains("Broken pipe"),
             "{stderr}"
         );

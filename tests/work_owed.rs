@@ -11,8 +11,9 @@
 //! recovery (exit 5). Nothing is owed afterwards. A normal run leaves no marker. Root and the
 //! unprivileged test user.
 //!
-//! The host's git is run only after the repair: between the kill and the repair it would run
-//! the payload (the window SECURITY.md states).
+//! The host's git is run before the repair too: the repositories' `.git` are seen through
+//! layers kept in the run directory, so between the kill and the repair the host's git sees its
+//! configs as they were at launch and runs nothing of the run's.
 
 mod support;
 
@@ -105,7 +106,7 @@ fn run_and_kill_with(w: &World, options: &[&str], payload: &str, kill: &Kill) ->
          {GIT} -C plain config user.name x"
     );
     let script = match kill {
-        Kill::WhileRunning => format!("{write} && exec sleep 60"),
+        Kill::WhileRunning => format!("{write} && touch written && exec sleep 60"),
         Kill::After(_) => write,
     };
     let mut cmd = w.as_owner(Path::new("setsid"));
@@ -128,12 +129,8 @@ fn run_and_kill_with(w: &World, options: &[&str], payload: &str, kill: &Kill) ->
             // Drained on a thread, so that the supervisor never blocks on a full pipe.
             std::thread::spawn(move || for _ in BufReader::new(stderr).lines() {});
             let deadline = Instant::now() + Duration::from_secs(30);
-            let written = || {
-                let read = |p: &str| fs::read_to_string(w.workspace.join(p)).unwrap_or_default();
-                read(".git/config").contains("fsmonitor")
-                    && read("sub/.git/config").contains("fsmonitor")
-                    && read("plain/.git/config").contains("name = x")
-            };
+            // Said by the run itself: the host's configs never show what it wrote.
+            let written = || w.workspace.join("written").exists();
             while !written() {
                 assert!(Instant::now() < deadline, "the run never wrote its configs");
                 std::thread::sleep(Duration::from_millis(10));
@@ -257,6 +254,22 @@ both!(
                 );
             }
             let via_next_run = round % 2 == 1;
+            let _ = fs::remove_file(w.workspace.join("written"));
+            // Before any repair: the host's configs are their launch versions and its git, in
+            // every repository, runs nothing of the run's.
+            for (rel, text) in [".git/config", "sub/.git/config"].iter().zip(&launch) {
+                assert_eq!(
+                    &fs::read_to_string(w.workspace.join(rel)).unwrap(),
+                    text,
+                    "{kill:?}: {rel} before the repair"
+                );
+            }
+            let host = host_git(w, &dirs);
+            assert!(
+                !pwned.exists(),
+                "{kill:?}: before the repair, the host's git ran the run's payload: {}",
+                describe(&host)
+            );
             if let Some(run_dir) = owed.first() {
                 owed_phases += 1;
                 let log = run_dir.join("audit.jsonl");

@@ -292,6 +292,73 @@ fn scratch_overlay(dst: &Path, size_mib: u64, index: usize) -> Result<(), MountE
     })
 }
 
+/// A repository's `.git` seen through an overlay whose upper layer is the run's `layer`
+/// (`upper/` and `work/`, in the run directory, outside the sandbox): what the run writes in
+/// `.git` lands there, never in the host's `.git`, until the end judges it. The host's `.git`,
+/// as the view shows it, is the read-only lower layer; the object stores in `through` are bound
+/// back over the overlay writable (straight to the host's store).
+fn git_layer(
+    git: &Path,
+    layer: &Path,
+    through: &[PathBuf],
+    index: usize,
+    handed: &mut SupervisorPaths,
+) -> Result<(), MountError> {
+    let target = inside(git);
+    let kept: Vec<(PathBuf, PathBuf)> = through
+        .iter()
+        .enumerate()
+        .map(|(k, rel)| {
+            (
+                target.join(rel),
+                PathBuf::from(format!("/git-through-{index}-{k}")),
+            )
+        })
+        .collect();
+    for (dir, staged) in &kept {
+        bind(dir, staged, "keeping the object store")?;
+    }
+    let lower = PathBuf::from(format!("/git-lower-{index}"));
+    bind(&target, &lower, "binding the git layer's lower layer")?;
+    restrict(&lower, true, true)?;
+    let staged = PathBuf::from(format!("/git-layer-{index}"));
+    match handed.pop_front() {
+        // Invoked as root: a detached copy the supervisor cloned (the run directory is root's).
+        Some(tree) => {
+            ensure_mount_point(&staged, true)?;
+            sys::move_mount_to(&tree, &staged)
+                .map_err(err(format!("attaching {} at", layer.display()), &staged))?;
+        }
+        None => bind(&outside(layer), &staged, "binding the git layer")?,
+    }
+    let (upper, work) = (staged.join("upper"), staged.join("work"));
+    // userxattr: in a user namespace overlayfs keeps its whiteouts and opaque directories in
+    // `user.overlay.*` (the end reads them there to carry removals back).
+    let options = format!(
+        "lowerdir={},upperdir={},workdir={},userxattr",
+        lower.display(),
+        upper.display(),
+        work.display()
+    );
+    mount(
+        Some("overlay"),
+        &target,
+        Some("overlay"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some(options.as_str()),
+    )
+    .map_err(|e| MountError {
+        step: format!("mounting the git layer ({options}) at"),
+        path: target.clone(),
+        source: e.into(),
+        hint: " (a writable workspace's repositories are seen through an overlay whose upper layer is in the run directory: that needs overlayfs in a user namespace, Linux 6.6 or later, a run directory on a file system with user extended attributes — ext4, xfs, btrfs, tmpfs — and a workspace overlayfs can stack on; `stepproof doctor` tries it)",
+    })?;
+    for (dir, staged) in &kept {
+        bind(staged, dir, "writing through the object store")?;
+    }
+    Ok(())
+}
+
 fn apply(
     op: &MountOp,
     index: usize,
@@ -436,6 +503,11 @@ fn apply(
         }
         MountOp::SealReadOnly { dst } => restrict(&inside(dst), true, true),
         MountOp::ScratchOverlay { dst, size_mib } => scratch_overlay(dst, *size_mib, index),
+        MountOp::GitLayer {
+            git,
+            layer,
+            through,
+        } => git_layer(git, layer, through, index, handed),
         MountOp::Generated { dst, files } => generated(&inside(dst), files),
         MountOp::TrustFiles { dst } if trust.is_empty() => Err(MountError {
             step: "laying out the run's trust files (the launch made none)".into(),

@@ -20,6 +20,9 @@ use super::check;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Stat {
     pub mode: u32,
+    /// A character device 0/0: in an overlay's upper layer, the mark that the entry of that
+    /// name below was removed.
+    whiteout: bool,
     pub dev: u64,
     pub ino: u64,
     pub uid: u32,
@@ -36,6 +39,7 @@ impl Stat {
     fn from_raw(st: &libc::stat) -> Stat {
         Stat {
             mode: st.st_mode,
+            whiteout: st.st_mode & libc::S_IFMT == libc::S_IFCHR && st.st_rdev == 0,
             dev: st.st_dev,
             ino: st.st_ino,
             uid: st.st_uid,
@@ -62,6 +66,12 @@ impl Stat {
 
     pub fn is_symlink(&self) -> bool {
         self.kind() == libc::S_IFLNK
+    }
+
+    /// An overlay's whiteout: a character device 0/0 in its upper layer says the entry of that
+    /// name below was removed.
+    pub fn is_whiteout(&self) -> bool {
+        self.whiteout
     }
 }
 

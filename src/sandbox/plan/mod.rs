@@ -195,6 +195,18 @@ pub enum MountOp {
         dst: PathBuf,
         size_mib: u64,
     },
+    /// A repository's `.git` directory seen through an overlay: the host's `.git` read-only
+    /// beneath, the run's changes in `layer` (`upper/`, `work/`, in the run directory, outside
+    /// the sandbox), and the directories in `through` (object stores, relative to `git`) bound
+    /// back over it writable, so objects go straight to the host's store. The host's tools
+    /// never see what the run wrote in `.git` until the end judges it and carries back what is
+    /// inert (`supervisor::way_out::sweep::carry`); a supervisor that dies leaves it in the run
+    /// directory, for the repair.
+    GitLayer {
+        git: PathBuf,
+        layer: PathBuf,
+        through: Vec<PathBuf>,
+    },
     /// Everything at and below `dst` becomes read-only (after it was populated).
     SealReadOnly {
         dst: PathBuf,
@@ -1534,6 +1546,25 @@ impl std::fmt::Display for MountOp {
                 src.display()
             ),
             MountOp::SealReadOnly { dst } => write!(f, "ro   seal      {}", dst.display()),
+            MountOp::GitLayer {
+                git,
+                layer,
+                through,
+            } => write!(
+                f,
+                "rw   git layer {} (what the run writes there waits in {} for the end to judge it; written through: {})",
+                git.display(),
+                layer.display(),
+                if through.is_empty() {
+                    "nothing".to_string()
+                } else {
+                    through
+                        .iter()
+                        .map(|t| t.display().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                }
+            ),
             MountOp::ScratchOverlay { dst, size_mib } => write!(
                 f,
                 "rw   overlay   {} (writes go to a private tmpfs of {size_mib} MiB, thrown away after the run)",

@@ -30,6 +30,8 @@ pub(crate) struct MountView {
     /// Claude Code runs inside: a private home gets read-only stand-ins for the login shell's
     /// startup files (its Bash tool runs commands in a login shell).
     login_stand_ins: bool,
+    /// The workspace is shown writable (its repositories' `.git` then get a layer each).
+    workspace_writable: bool,
 }
 
 impl IsolationStrategy for MountView {
@@ -57,6 +59,7 @@ impl IsolationStrategy for MountView {
             agent_mounts: agent.map(|a| a.mounts.clone()).unwrap_or_default(),
             idmapped: scope.identity.mode == IdentityMode::RootRemapped,
             login_stand_ins: agent.is_some(),
+            workspace_writable: false,
         }
     }
 
@@ -180,7 +183,10 @@ impl IsolationStrategy for MountView {
         let path = scope.workspace;
         let mode = scope.profile.filesystem.workspace;
         match mode {
-            WorkspaceMode::Writable => self.show(path, Access::ReadWrite)?,
+            WorkspaceMode::Writable => {
+                self.show(path, Access::ReadWrite)?;
+                self.workspace_writable = true;
+            }
             WorkspaceMode::ReadOnly => self.show(path, Access::ReadOnly)?,
             WorkspaceMode::Overlay => {
                 self.show(path, Access::ReadOnly)?;
@@ -222,10 +228,36 @@ impl IsolationStrategy for MountView {
         }
         // Each repository's `.git`: a directory is pinned (a mount point cannot be renamed,
         // removed or replaced, so no gitfile or link can take its place while git inside works
-        // as usual); a gitfile is read-only (its content is the redirect).
+        // as usual); a gitfile is read-only (its content is the redirect). In a writable
+        // workspace a directory is a layer instead (a mount point too): what the run writes
+        // there waits outside the sandbox until the end judges it. The layers go right after
+        // the workspace, before anything is hidden or bound below it (an overlay's lower layer
+        // is one mount: a bind below it would not be seen through the overlay).
+        let mut layers = Vec::new();
         for repo in repositories {
             let git = repo.join(".git");
             match fs::symlink_metadata(&git) {
+                Ok(meta) if meta.is_dir() && self.workspace_writable => {
+                    if layers.len() < MAX_GIT_LAYERS {
+                        let layer = scope
+                            .facts
+                            .run_dir
+                            .join(GIT_LAYERS_DIR)
+                            .join(layers.len().to_string());
+                        let through = object_stores(&git);
+                        layers.push(MountOp::GitLayer {
+                            git,
+                            layer,
+                            through,
+                        });
+                    } else {
+                        notes.push(format!(
+                            "{}: more than {MAX_GIT_LAYERS} repositories; this one's .git is written in place (what the run writes there is seen by the host's git during the run, and judged at the end)",
+                            repo.display()
+                        ));
+                        self.mounts.push(MountOp::PinInPlace { path: git });
+                    }
+                }
                 Ok(meta) if meta.is_dir() => self.mounts.push(MountOp::PinInPlace { path: git }),
                 Ok(meta) if meta.is_file() => {
                     self.mounts.push(MountOp::ReadOnlyInPlace { path: git })
@@ -233,6 +265,18 @@ impl IsolationStrategy for MountView {
                 // A link is the sweep's to judge; it is never looked through.
                 _ => {}
             }
+        }
+        if !layers.is_empty() {
+            let at = self
+                .mounts
+                .iter()
+                .position(|op| {
+                    matches!(op, MountOp::Bind { dst, access: Access::ReadWrite, .. }
+                        | MountOp::IdmappedBind { dst, access: Access::ReadWrite, .. }
+                        if dst == scope.workspace)
+                })
+                .map_or(self.mounts.len(), |i| i + 1);
+            self.mounts.splice(at..at, layers);
         }
         // Persistence paths: read-only where they exist; all of them recorded for the sweep.
         for path in existing_protected(protected_paths, listings) {
@@ -273,6 +317,33 @@ fn git_dir_outside(workspace: &Path) -> Option<PathBuf> {
         .then_some(path)
 }
 
+/// Repositories whose `.git` gets a layer, at most; beyond, a `.git` is written in place.
+const MAX_GIT_LAYERS: usize = 64;
+
+/// Where the layers live in the run directory (`git-layers/<n>/{upper,work}`).
+pub const GIT_LAYERS_DIR: &str = "git-layers";
+
+/// The object stores of the git directory `git` (its own, and its submodules' under
+/// `modules/*/`, one level), relative to it: written through, not kept in the layer (objects are
+/// named by their content, and a fetch would otherwise be copied at the end).
+fn object_stores(git: &Path) -> Vec<PathBuf> {
+    let is_dir = |p: &Path| fs::symlink_metadata(p).is_ok_and(|m| m.is_dir());
+    let mut out = Vec::new();
+    if is_dir(&git.join("objects")) {
+        out.push(PathBuf::from("objects"));
+    }
+    if let Ok(modules) = fs::read_dir(git.join("modules")) {
+        for entry in modules.flatten().take(MAX_GIT_LAYERS) {
+            let rel = Path::new("modules").join(entry.file_name()).join("objects");
+            if is_dir(&git.join(&rel)) {
+                out.push(rel);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
 /// The Landlock rules that mirror the mount list: read-execute where the view is read-only,
 /// read-write where it is writable, device rights on the device nodes and terminals.
 fn landlock_rules(mounts: &[MountOp]) -> Result<Vec<LandlockRule>, PlanError> {
@@ -311,6 +382,8 @@ fn landlock_rules(mounts: &[MountOp]) -> Result<Vec<LandlockRule>, PlanError> {
             | MountOp::TrustFiles { dst } => (dst, FsAccess::ReadExecute),
             // Writable inside; what is written never reaches the host.
             MountOp::ScratchOverlay { dst, .. } => (dst, FsAccess::ReadWrite),
+            // Writable inside; what is written reaches the host only when the end carries it.
+            MountOp::GitLayer { git, .. } => (git, FsAccess::ReadWrite),
         };
         rules.push(landlock_rule(path.clone(), access)?);
     }

@@ -253,11 +253,16 @@ pub fn open_handed_paths(plan: &SandboxPlan) -> Result<SupervisorPaths, AgentSta
         return Ok(trees);
     }
     for op in &plan.mounts {
-        if let MountOp::FromSupervisor { src, .. } = op {
-            trees.push_back(
-                crate::sys::open_tree_clone(src).map_err(fail("cloning the mount of", src))?,
-            );
-        }
+        // In the order the init takes them: a path bound from the supervisor's side, and a git
+        // layer's directory in the run directory.
+        let src = match op {
+            MountOp::FromSupervisor { src, .. } => src,
+            MountOp::GitLayer { layer, .. } => layer,
+            _ => continue,
+        };
+        trees.push_back(
+            crate::sys::open_tree_clone(src).map_err(fail("cloning the mount of", src))?,
+        );
     }
     Ok(trees)
 }

@@ -692,6 +692,12 @@ fn launch(
             elsewhere: model_placeholders,
         })),
     };
+    // The repositories' git layers, in the run directory, before they are handed over.
+    crate::supervisor::way_out::sweep::prepare_layers(plan).map_err(|source| LaunchError::Os {
+        step: "making the run's git layers",
+        source,
+        hint: "",
+    })?;
     let handed = config_dir::open_handed_paths(plan)?;
     // No thread of the launch's preparation is left when the init is cloned.
     crate::supervisor::net::login::settle_client_configs();

@@ -30,7 +30,10 @@ use std::os::unix::fs::DirBuilderExt;
 use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+mod carry;
 mod git_view;
+
+pub use carry::{Layer, prepare_layers};
 
 /// Exit code of a run whose sweep found tampering (whatever the command's own code was).
 pub const EXIT_TAMPERING: i32 = 123;
@@ -93,6 +96,10 @@ pub struct Snapshot {
     /// a marker written before it was recorded (then it is not judged).
     #[serde(default)]
     views: Option<git_view::GitViews>,
+    /// The repositories' `.git` seen through a layer during the run: what the run wrote there
+    /// waits in the layer, carried back by the sweep (first, before anything is judged).
+    #[serde(default)]
+    layers: Vec<Layer>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -863,6 +870,17 @@ impl Snapshot {
                 .collect();
             git_view::GitViews::take(root.as_fd(), &plan.workspace, &repos)
         });
+        let layers = plan
+            .mounts
+            .iter()
+            .filter_map(|m| match m {
+                crate::sandbox::plan::MountOp::GitLayer { git, layer, .. } => Some(Layer {
+                    git: relative_beneath(&plan.workspace, git)?,
+                    dir: layer.clone(),
+                }),
+                _ => None,
+            })
+            .collect();
         Snapshot {
             paths,
             git,
@@ -870,6 +888,7 @@ impl Snapshot {
             bound,
             launched,
             views,
+            layers,
         }
     }
 
@@ -905,9 +924,38 @@ impl Snapshot {
     /// those of the repositories found, quarantining what was created or changed.
     pub fn sweep_in(&self, scope: &SweepScope, quarantine: &Path) -> Sweep {
         let workspace = &scope.workspace;
+        // First what the run wrote in the repositories' `.git`, kept in their layers until now:
+        // what is inert is carried, so that everything after judges the workspace as it is.
+        let mut carried = carry::Carried::default();
+        if !self.layers.is_empty() {
+            let mut quarantine = Quarantine::new(quarantine);
+            match beneath::open_root(workspace, DIR_LOOKUP) {
+                Ok(root) => {
+                    carried = carry::carry_layers(
+                        root.as_fd(),
+                        workspace,
+                        &self.layers,
+                        &self.configs,
+                        &scope.protected,
+                        self.launched,
+                        &mut quarantine,
+                    );
+                }
+                Err(e) => {
+                    let mut f = Finding::new(workspace.clone(), "unchecked");
+                    f.error = Some(format!(
+                        "opening the workspace {} to carry the run's git layers: {e}",
+                        workspace.display()
+                    ));
+                    carried.findings.push(f);
+                }
+            }
+            tracing::debug!("sweep: git layers carried");
+        }
         let walk = walk_writable(scope, self.launched);
         tracing::debug!("sweep: writable roots walked");
-        let mut findings = walk.findings;
+        let mut findings = carried.findings;
+        findings.extend(walk.findings);
         let mut notes = Vec::new();
         // The launch's repositories had their fixed names expanded then (the snapshot's
         // keys); only what depends on the tree now is expanded again for them.
@@ -1114,11 +1162,13 @@ impl Snapshot {
             sweep_notes = judged.notes;
             tracing::debug!("sweep: git views judged");
         }
+        let mut all_notes = carried.notes;
+        all_notes.extend(sweep_notes);
         Sweep {
             findings,
             host_edits,
             restored,
-            notes: sweep_notes,
+            notes: all_notes,
         }
     }
 
@@ -1277,6 +1327,34 @@ impl Quarantine {
         io::Write::write_all(&mut out, bytes)?;
         out.sync_all()?;
         Ok(self.path.join(rel))
+    }
+
+    /// Moves `name` in `dir` (outside the workspace: a run's git layer) to `rel` in the
+    /// quarantine.
+    fn take_from(&mut self, dir: BorrowedFd<'_>, name: &OsStr, rel: &Path) -> io::Result<PathBuf> {
+        let quarantine = self.root()?;
+        let to = make_dirs_beneath(quarantine, rel.parent().unwrap_or(Path::new("")))?;
+        let last = rel
+            .file_name()
+            .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+        match beneath::rename_noreplace(dir, name, to.as_fd(), last) {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
+                copy_tree_at(dir, name, to.as_fd())?;
+                remove_tree_at(dir, name)?;
+            }
+            Err(e) => return Err(e),
+        }
+        Ok(self.path.join(rel))
+    }
+
+    /// Moves the directory `path` (outside the workspace) to `rel` in the quarantine.
+    fn take_from_path(&mut self, path: &Path, rel: &Path) -> io::Result<PathBuf> {
+        let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+            return Err(io::Error::from(io::ErrorKind::InvalidInput));
+        };
+        let dir = beneath::open_root(parent, DIR_LOOKUP)?;
+        self.take_from(dir.as_fd(), name, rel)
     }
 
     pub(crate) fn take_in(&mut self, root: BorrowedFd<'_>, rel: &Path) -> io::Result<PathBuf> {
