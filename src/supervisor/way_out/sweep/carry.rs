@@ -409,12 +409,24 @@ impl Carry<'_> {
             }
             return;
         }
-        let change = if existed { "changed" } else { "created" };
-        let mut finding = Finding::new(self.shown(rel), change);
-        finding.detail = Some(
-            "a persistence path the run wrote in a git directory: not carried, the host never saw it"
-                .into(),
-        );
+        let mut finding = if st.is_symlink() {
+            let target = beneath::read_link_at(up, name).unwrap_or_default();
+            let mut finding = Finding::new(self.shown(rel), "symlink");
+            finding.detail = Some(format!(
+                "a symlink to {} at the persistence path {}: not carried (the host never saw it), moved as a link, its target never touched",
+                target.to_string_lossy(),
+                ws_rel.display()
+            ));
+            finding
+        } else {
+            let mut finding =
+                Finding::new(self.shown(rel), if existed { "changed" } else { "created" });
+            finding.detail = Some(
+                "a persistence path the run wrote in a git directory: not carried, the host never saw it"
+                    .into(),
+            );
+            finding
+        };
         self.quarantine_from(up, name, rel, &mut finding);
         self.out.findings.push(finding);
     }
