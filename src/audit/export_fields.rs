@@ -425,6 +425,7 @@ pub const FIELDS: &[(&str, &str, Ship)] = &[
     ("runbook-evidence", "chain[].outcome", S),
     ("runbook-evidence", "changed", W),
     ("runbook-evidence", "changed_count", S),
+    ("runbook-evidence", "changed_as_work[]", W),
     ("runbook-evidence", "ci", S),
     ("runbook-evidence", "current_sha256", S),
     ("runbook-evidence", "deny_rules[]", S),
@@ -460,6 +461,10 @@ pub const FIELDS: &[(&str, &str, Ship)] = &[
     ("runbook-evidence", "unchanged[]", C),
     ("runbook-evidence", "verdict", S),
     ("runbook-evidence", "workspace", C),
+    ("runbook-evidence", "read_only[]", W),
+    ("runbook-evidence", "hidden_count", S),
+    ("runbook-evidence", "build_state.discarded[]", C),
+    ("runbook-evidence", "build_state.trusted[]", C),
     // runbook-evidence-named
     ("runbook-evidence-named", "budget", S),
     ("runbook-evidence-named", "files[].path", W),
@@ -492,6 +497,7 @@ pub const FIELDS: &[(&str, &str, Ship)] = &[
     ("runbook-step-opened", "ignore.rules_sha256", S),
     ("runbook-step-opened", "invariant_entries", S),
     ("runbook-step-opened", "invariants[]", C),
+    ("runbook-step-opened", "definitions_frozen[]", W),
     ("runbook-step-opened", "invariants_budget", S),
     ("runbook-step-opened", "invariants_not_taken", C),
     ("runbook-step-opened", "invariants_sha256", S),
@@ -499,6 +505,10 @@ pub const FIELDS: &[(&str, &str, Ship)] = &[
     ("runbook-step-opened", "title", C),
     // runbook-step-passed
     ("runbook-step-passed", "attempt", S),
+    ("runbook-step-passed", "covered.build_state", C),
+    ("runbook-step-passed", "covered.definitions_frozen[]", W),
+    ("runbook-step-passed", "covered.protected[]", C),
+    ("runbook-step-passed", "covered.verifier_items", S),
     ("runbook-step-passed", "step", S),
     // runbook-verifier-attempt
     ("runbook-verifier-attempt", "attempt", S),

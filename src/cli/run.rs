@@ -1157,6 +1157,7 @@ fn prepare_runbook(
         crate::supervisor::runbook::engine::EvidenceContext {
             run_binary: exe,
             profile,
+            profile_name: plan.profile.clone(),
             workspace: plan.workspace.clone(),
             run_dir: facts.run_dir.clone(),
             ci: args.ci,

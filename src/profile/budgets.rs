@@ -26,6 +26,50 @@ pub(crate) struct RunbookFile {
     evidence_file_mib: Option<u64>,
     evidence_walk_mib: Option<u64>,
     evidence_seconds: Option<u64>,
+    evidence_view: Option<EvidenceView>,
+}
+
+/// `[runbook.evidence_view]`: how an evidence sandbox sees the workspace beyond the overlay
+/// every evidence run has. Written by the supervisor into the profile it derives for one
+/// evidence command (a profile file may set it too: it only takes away). Paths are relative to
+/// the workspace; one that does not exist, or has a link on its way, is passed over.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EvidenceView {
+    /// Bound read-only onto themselves: the step's invariant paths and the files that define
+    /// the command (a build script the evidence runs cannot rewrite them there).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub read_only: Vec<String>,
+    /// Covered by an empty, writable tmpfs: build state the proof does not trust (rebuilt).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub discarded: Vec<String>,
+    /// Covered by an empty, unreadable stand-in: ignored files under invariant paths.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hidden: Vec<String>,
+}
+
+impl EvidenceView {
+    /// Each list's paths must be relative to the workspace, without `.` or `..` components.
+    fn check(&self) -> Result<(), String> {
+        for (key, list) in [
+            ("read_only", &self.read_only),
+            ("discarded", &self.discarded),
+            ("hidden", &self.hidden),
+        ] {
+            for p in list {
+                if p.is_empty()
+                    || p.starts_with('/')
+                    || p.starts_with('~')
+                    || p.split('/').any(|c| c.is_empty() || c == "." || c == "..")
+                {
+                    return Err(format!(
+                        "runbook.evidence_view.{key}: {p:?} must be relative to the workspace (no `/` or `~` at the start, no empty, `.` or `..` components)"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The effective budgets; a key left unset is the default (and is left out of the policy hash).
@@ -41,6 +85,9 @@ pub struct RunbookBudgets {
     pub evidence_walk_mib: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub evidence_seconds: Option<u64>,
+    /// Set for an evidence run (see [`EvidenceView`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub evidence_view: Option<EvidenceView>,
 }
 
 /// The keys: name, value, default, largest allowed.
@@ -125,6 +172,7 @@ pub(crate) fn merge(base: Option<RunbookFile>, child: Option<RunbookFile>) -> Op
             evidence_file_mib: c.evidence_file_mib.or(b.evidence_file_mib),
             evidence_walk_mib: c.evidence_walk_mib.or(b.evidence_walk_mib),
             evidence_seconds: c.evidence_seconds.or(b.evidence_seconds),
+            evidence_view: c.evidence_view.or(b.evidence_view),
         }),
         (b, c) => c.or(b),
     }
@@ -139,7 +187,11 @@ pub(crate) fn resolve(file: Option<RunbookFile>) -> Result<RunbookBudgets, Strin
         evidence_file_mib: file.evidence_file_mib,
         evidence_walk_mib: file.evidence_walk_mib,
         evidence_seconds: file.evidence_seconds,
+        evidence_view: file.evidence_view,
     };
+    if let Some(view) = &budgets.evidence_view {
+        view.check()?;
+    }
     for (key, value, _, max) in budgets.keys() {
         if let Some(value) = value
             && !(1..=max).contains(&value)

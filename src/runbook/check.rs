@@ -534,6 +534,52 @@ impl Checker<'_> {
                 format!("step `{id}`: the evidence command's `run` names no program"),
             );
         }
+        if let Some(command) = &item.command {
+            let defs =
+                crate::runbook::definitions::of_command(&command.run, std::path::Path::new("/"));
+            for (n, trusted) in command.trust.iter().enumerate() {
+                let mut p = at("command");
+                p.push(Seg::Key("trust"));
+                p.push(Seg::Index(n));
+                let dir = trusted.trim_start_matches("./").trim_end_matches('/');
+                if defs.build_state.iter().any(|b| b == dir) {
+                    self.add(
+                        Severity::Warning,
+                        &p,
+                        format!(
+                            "step `{id}`: the proof of `{}` trusts {trusted:?} as the agent left it (build state the agent can forge: compiled tests, fingerprints, installed packages); a pass says so",
+                            crate::audit::text::command_line(&command.run)
+                        ),
+                    );
+                } else {
+                    self.error(
+                        &p,
+                        format!(
+                            "step `{id}`: trust {trusted:?} is no build state `{}` reuses (it knows: {})",
+                            crate::audit::text::command_line(&command.run),
+                            if defs.build_state.is_empty() {
+                                "none".to_string()
+                            } else {
+                                defs.build_state.join(", ")
+                            }
+                        ),
+                    );
+                }
+            }
+            if !defs.unknown.is_empty() {
+                let mut p = at("command");
+                p.push(Seg::Key("run"));
+                self.add(
+                    Severity::Warning,
+                    &p,
+                    format!(
+                        "step `{id}`: what defines `{}` is not all known before it runs ({}): only what is known is frozen",
+                        crate::audit::text::command_line(&command.run),
+                        defs.unknown.join("; ")
+                    ),
+                );
+            }
+        }
         for (key, paths) in [
             ("files_exist", item.files_exist.as_ref().map(|f| &f.paths)),
             (

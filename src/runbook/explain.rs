@@ -284,7 +284,8 @@ fn rules_text(rules: &StepRules) -> Vec<String> {
 fn evidence_text(item: &Evidence) -> String {
     if let Some(c) = &item.command {
         let exit = c.exit_code.unwrap_or(0);
-        return format!(
+        let defs = crate::runbook::definitions::of_command(&c.run, std::path::Path::new("/"));
+        let mut text = format!(
             "command `{}` exits {exit} within {} ({}), run by the supervisor in a fresh sandbox; its writes are thrown away",
             crate::audit::text::command_line(&c.run),
             c.timeout().render(),
@@ -294,6 +295,43 @@ fn evidence_text(item: &Evidence) -> String {
                 "no network"
             }
         );
+        if !defs.files.is_empty() {
+            text.push_str(&format!(
+                "; frozen for the step (what defines it, read-only in its sandbox): {}{}",
+                defs.files.join(", "),
+                if defs.makefiles.is_empty() {
+                    ""
+                } else {
+                    " and the makefiles' literal includes"
+                }
+            ));
+        }
+        let discarded: Vec<&String> = defs
+            .build_state
+            .iter()
+            .filter(|d| {
+                !c.trust
+                    .iter()
+                    .any(|t| t.trim_start_matches("./").trim_end_matches('/') == d.as_str())
+            })
+            .collect();
+        if !discarded.is_empty() {
+            text.push_str(&format!(
+                "; build state discarded (rebuilt): {}",
+                discarded
+                    .iter()
+                    .map(|d| d.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        if !c.trust.is_empty() {
+            text.push_str(&format!(
+                "; TRUSTED as the agent left it: {}",
+                c.trust.join(", ")
+            ));
+        }
+        return text;
     }
     if let Some(f) = &item.files_exist {
         return format!("files exist: {}", f.paths.join(", "));

@@ -7,6 +7,7 @@ pub mod chat;
 pub mod check;
 pub mod client;
 pub mod command;
+pub mod definitions;
 pub mod explain;
 pub mod policy;
 pub mod schema;
@@ -408,6 +409,11 @@ pub struct CommandEvidence {
     /// Whether it gets the profile's network (unset: no network at all).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub network: Option<bool>,
+    /// Build state in the workspace the proof trusts as the agent left it (`["target/"]`,
+    /// `["node_modules/"]`): seen by the command as it is. Unset, the build state the command
+    /// would reuse is discarded in its sandbox (an empty directory: rebuilt).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub trust: Vec<String>,
 }
 
 /// `files_exist = { paths = ["tests/regression_*.rs"] }`.

@@ -228,6 +228,11 @@ fn defs() -> Map<String, Value> {
                     json!({ "type": "boolean", "description": "Whether it gets the profile's network (default false)." }),
                     false,
                 ),
+                (
+                    "trust",
+                    json!({ "type": "array", "items": { "type": "string" }, "description": "Build state in the workspace the proof trusts as the agent left it (\"target/\", \"node_modules/\"); unset, it is discarded in the evidence sandbox (rebuilt)." }),
+                    false,
+                ),
             ],
         )),
     );

@@ -11,6 +11,7 @@ pub mod caches;
 pub mod credentials;
 pub mod degraded;
 pub mod env;
+pub mod evidence_view;
 pub mod git_index;
 pub mod hook_policy;
 pub mod landlock;
@@ -115,6 +116,9 @@ pub enum HideReason {
     EnvFile,
     OtherProject,
     UnixSocket,
+    /// Not an input an evidence command may read: an ignored file under a path the step
+    /// protects, a build cache's configuration (`[runbook.evidence_view]`).
+    EvidenceInput,
 }
 
 /// One step of building the sandbox's file system view, in order. `dst` is the path inside.
@@ -948,6 +952,14 @@ fn plan_with<S: IsolationStrategy>(
         }
         env.sort();
     }
+    // An evidence run: Python neither writes bytecode nor reads the workspace's.
+    if scope.profile.runbook.evidence_view.is_some() {
+        for (name, value) in crate::sandbox::plan::evidence_view::evidence_env() {
+            env.retain(|(n, _)| n != name);
+            env.push((name.to_owned(), value.to_owned()));
+        }
+        env.sort();
+    }
     // Where /tmp is the host's, TMPDIR names the per-run directory.
     if let Some(scratch) = &realized.scratch_dir {
         for (name, value) in env.iter_mut() {
@@ -1532,6 +1544,7 @@ impl std::fmt::Display for MountOp {
                     HideReason::EnvFile => "project .env file",
                     HideReason::OtherProject => "other project",
                     HideReason::UnixSocket => "unix socket",
+                    HideReason::EvidenceInput => "not an input of the evidence",
                 };
                 write!(f, "--   hidden    {} ({why})", dst.display())
             }

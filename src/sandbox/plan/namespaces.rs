@@ -286,6 +286,11 @@ impl IsolationStrategy for MountView {
         // The profile that confines the run, where the run could write it: read-only and pinned.
         let profile_files = profile_file_mounts(scope.profile, scope.workspace, &self.mounts);
         self.mounts.extend(profile_files);
+        // An evidence run: what defines it read-only, build state and cache settings gone.
+        if let Some(view) = &scope.profile.runbook.evidence_view {
+            self.mounts
+                .extend(crate::sandbox::plan::evidence_view::mounts(scope, view));
+        }
         self.mounts.push(MountOp::ReadOnlyRoot);
     }
 

@@ -14,6 +14,7 @@
 //! (`verifier`), after the other items.
 
 use crate::audit::sink::AuditSink;
+use crate::profile::budgets::EvidenceView;
 use crate::runbook::client::{APPROVAL_SOCKET, Answer, ApprovalRequest, STEP_SOCKET, StepRequest};
 use crate::runbook::{Evidence, OnFail, Protected, ProtectedBy, Runbook, Step};
 use crate::supervisor::runbook::files::{
@@ -66,6 +67,9 @@ struct StepState {
     /// The workspace's ignore rules as they were when the step opened (`Err`: they could not
     /// be read, and nothing judged by them can hold).
     ignore: Result<IgnoreRules, Exceeded>,
+    /// The globs of the files that define the step's evidence commands, as the step opened
+    /// (make's literal includes read then); recorded among the invariants.
+    definitions: Vec<String>,
 }
 
 /// Baselines up to this many files go into the `runbook-step-opened` record (so that a
@@ -92,6 +96,9 @@ pub struct EvidenceContext {
     pub run_binary: PathBuf,
     /// The profile the run uses: a file, or a built-in name.
     pub profile: String,
+    /// Its name, as the agent's environment has it (`STEPPROOF_PROFILE`): an evidence run is
+    /// named the same, so nothing in its environment says it is one.
+    pub profile_name: String,
     /// The workspace on the host.
     pub workspace: PathBuf,
     /// The run's directory on the host (evidence runs' audit logs and the derived profile).
@@ -251,6 +258,7 @@ impl RunbookRun {
                 baseline_exceeded: None,
                 invariants: Ok(BTreeMap::new()),
                 ignore: Err(Exceeded::Stopped),
+                definitions: Vec::new(),
             })
             .collect();
         let engine = Engine {
@@ -710,11 +718,31 @@ fn complete(
         .iter()
         .enumerate()
         .partition(|(_, item)| item.verifier.is_some());
-    // The step's invariants first: whatever changed its protected paths (a tool the step
-    // allows, a build script, a recipe the agent rewrote), the hook did not have to see it.
+    // Approvals after the supervisor's own evidence: a person is asked with the agent thawed.
+    let (approval_items, other_items): (Vec<_>, Vec<_>) = other_items
+        .into_iter()
+        .partition(|(_, item)| item.approval.is_some());
+    // With evidence commands, the agent stays frozen from the invariants' walk to the last
+    // command's end: the commands run on the state the invariants were judged on.
+    let (cgroup_dirs, no_freezer, has_definitions) = {
+        let e = lock();
+        (
+            e.context.cgroup_dirs.clone(),
+            e.context.no_freezer.clone(),
+            !e.steps[index].definitions.is_empty(),
+        )
+    };
+    let held = step
+        .evidence
+        .iter()
+        .any(|e| e.command.is_some())
+        .then(|| freeze(&cgroup_dirs, true, no_freezer.as_deref()));
+    // The step's invariants first: whatever changed its protected paths or what defines its
+    // evidence commands (a tool the step allows, a build script, a recipe the agent rewrote),
+    // the hook did not have to see it.
     let protected = step.protected_paths();
-    let invariants =
-        (!protected.is_empty()).then(|| check_invariants(engine, approvals, index, &step));
+    let invariants = (!protected.is_empty() || has_definitions)
+        .then(|| check_invariants(engine, approvals, index, &step, held.as_ref()));
     let mut deny_rules: Vec<String> = Vec::new();
     let mut deny_globs: Vec<String> = Vec::new();
     for p in &protected {
@@ -742,7 +770,33 @@ fn complete(
             failures.push(why);
         }
     }
-    for (n, item) in other_items.into_iter().chain(verifier_items) {
+    if let Some(check) = invariants.as_ref().filter(|c| !c.definitions.is_empty()) {
+        let (held, mut record, why) = definitions_item(check, &step);
+        record["step"] = json!(step.id);
+        record["attempt"] = json!(attempt);
+        record["item"] = json!("definitions");
+        record["held"] = json!(held);
+        gathered.push(record.clone());
+        lock().record("runbook-evidence", record);
+        if !held {
+            failures.push(why);
+        }
+    }
+    let mut thaw = held.is_some();
+    for (n, item) in other_items
+        .into_iter()
+        .chain(approval_items)
+        .chain(verifier_items)
+    {
+        if thaw
+            && item.command.is_none()
+            && item.files_exist.is_none()
+            && item.files_changed.is_none()
+            && item.files_unchanged.is_none()
+        {
+            freeze(&cgroup_dirs, false, None);
+            thaw = false;
+        }
         let (held, record, why) = match &item.verifier {
             Some(verifier) if failures.is_empty() => {
                 let (held, record, why, said) =
@@ -763,11 +817,10 @@ fn complete(
                     engine,
                     approvals,
                     run_id,
-                    index,
-                    &step,
-                    n,
+                    (index, &step, n),
                     item,
                     invariants.as_ref(),
+                    held.as_ref(),
                 );
                 if checked.0 && checked.1["kind"] == "approval" {
                     // Who said yes, in the agent's answer (a denial says why among the failures).
@@ -793,13 +846,17 @@ fn complete(
             failures.push(why);
         }
     }
+    if thaw {
+        freeze(&cgroup_dirs, false, None);
+    }
     let mut e = lock();
     if failures.is_empty() {
         e.steps[index].status = Status::Passed;
         e.steps[index].last_verdict = Some("passed".into());
+        let covered = covered(&step, &e.steps[index].definitions, &gathered);
         e.record(
             "runbook-step-passed",
-            json!({ "step": step.id, "attempt": attempt }),
+            json!({ "step": step.id, "attempt": attempt, "covered": covered }),
         );
         // The next steps' baselines are walked outside the lock (a status is answered
         // meanwhile), within their budget, and stop when the run ends.
@@ -885,12 +942,16 @@ fn complete(
         });
     }
     // What of the step's protected paths changed, named in the verdict's own record.
-    let invariants_changed: Vec<&Value> = gathered
+    let mut invariants_changed: Vec<&Value> = Vec::new();
+    for change in gathered
         .iter()
         .filter(|r| r["kind"] == "files_unchanged" && r["held"] == false)
         .flat_map(|r| r["changed"].as_array().into_iter().flatten())
-        .take(FILES_RECORDED_MAX)
-        .collect();
+    {
+        if invariants_changed.len() < FILES_RECORDED_MAX && !invariants_changed.contains(&change) {
+            invariants_changed.push(change);
+        }
+    }
     e.record(
         "runbook-step-failed",
         json!({
@@ -1021,6 +1082,13 @@ struct InvariantCheck {
     /// Whether the agent's processes were frozen during the walk, and what was, in words.
     frozen: (bool, String),
     baseline_entries: Option<usize>,
+    /// The definition globs of the step's evidence commands.
+    definitions: Vec<String>,
+    /// What the walk found (the protected paths and the definition files as they are now).
+    now: BTreeMap<String, Entry>,
+    /// Ignored entries under the protected paths (hidden from evidence commands), and
+    /// whether each is a directory; `Err` when that walk did not finish.
+    ignored: Result<Vec<(String, bool)>, Exceeded>,
 }
 
 /// Walks the step's protected paths again, with the agent's processes frozen (one state of the
@@ -1030,17 +1098,24 @@ fn check_invariants(
     approvals: &Approvals,
     index: usize,
     step: &Step,
+    held: Option<&(bool, String)>,
 ) -> InvariantCheck {
-    let (baseline, rules, context) = {
+    let (baseline, rules, context, definitions) = {
         let e = engine.lock().unwrap_or_else(|e| e.into_inner());
         (
             e.steps[index].invariants.clone(),
             e.steps[index].ignore.clone(),
             e.context.clone(),
+            e.steps[index].definitions.clone(),
         )
     };
     let baseline_entries = baseline.as_ref().ok().map(BTreeMap::len);
-    let frozen = freeze(&context.cgroup_dirs, true, context.no_freezer.as_deref());
+    let frozen = match held {
+        Some(held) => held.clone(),
+        None => freeze(&context.cgroup_dirs, true, context.no_freezer.as_deref()),
+    };
+    let mut now = BTreeMap::new();
+    let mut ignored = Ok(Vec::new());
     let changes = (|| {
         let baseline = baseline?;
         let mut rules = rules.clone()?;
@@ -1050,17 +1125,198 @@ fn check_invariants(
         })?;
         let root = std::os::fd::AsFd::as_fd(&root);
         let mut walk = Walk::new(&context.budget, &approvals.closing, &approvals.spent);
-        let now = walk.inventory(root, &invariant_globs(step), Some(&mut rules))?;
+        now = walk.inventory(root, &invariant_globs(step), Some(&mut rules))?;
+        // What evidence commands must not see: ignored files under the protected paths.
+        if step.evidence.iter().any(|e| e.command.is_some()) {
+            let mut hidden = Vec::new();
+            for start in protected_roots(step) {
+                match walk.ignored_under(root, &start, &rules) {
+                    Ok(found) => hidden.extend(found),
+                    Err(e) => {
+                        ignored = Err(e);
+                        break;
+                    }
+                }
+            }
+            if ignored.is_ok() {
+                ignored = Ok(hidden);
+            }
+        }
+        walk.not_entering(crate::runbook::definitions::NOT_ENTERED);
+        now.extend(walk.inventory(root, &definition_walk(&definitions), None)?);
         files::compare(&mut walk, root, &baseline, &now)
     })();
-    freeze(&context.cgroup_dirs, false, None);
+    if held.is_none() {
+        freeze(&context.cgroup_dirs, false, None);
+    }
     InvariantCheck {
         changes,
         rules: rules.ok(),
         protected: step.protected_paths(),
         frozen,
         baseline_entries,
+        definitions,
+        now,
+        ignored,
     }
+}
+
+/// The directories (or files) a step's protected globs start at: each glob's literal prefix.
+fn protected_roots(step: &Step) -> Vec<String> {
+    let mut roots: Vec<String> = Vec::new();
+    for p in step.protected_paths() {
+        let literal: Vec<&str> = p
+            .glob
+            .split('/')
+            .filter(|c| !c.is_empty())
+            .take_while(|c| !stepproof_hook::pattern::has_wildcard(c))
+            .collect();
+        let root = literal.join("/");
+        if !roots.contains(&root) {
+            roots.push(root);
+        }
+    }
+    roots
+}
+
+/// The definition globs of a step's command evidence: what each tool reads, and the literal
+/// includes of the makefiles that exist now (read beneath the workspace, each at most 1 MiB,
+/// up to 64 files), in the order found.
+fn definition_globs(
+    walk: &mut Walk<'_>,
+    root: std::os::fd::BorrowedFd<'_>,
+    step: &Step,
+    workspace: &Path,
+) -> Result<Vec<String>, Exceeded> {
+    const MAKEFILES_READ: usize = 64;
+    let mut globs: Vec<String> = Vec::new();
+    let mut makefiles: Vec<(String, String)> = Vec::new();
+    for command in step.evidence.iter().filter_map(|e| e.command.as_ref()) {
+        let defs = crate::runbook::definitions::of_command(&command.run, workspace);
+        globs.extend(defs.files);
+        for tool in defs.tools.iter().filter(|t| t.tool == "make") {
+            for file in defs
+                .makefiles
+                .iter()
+                .filter(|f| tool.dir.is_empty() || f.starts_with(&format!("{}/", tool.dir)))
+            {
+                makefiles.push((file.clone(), tool.dir.clone()));
+            }
+        }
+    }
+    let mut read = 0;
+    while let Some((file, dir)) = makefiles.pop() {
+        if read == MAKEFILES_READ {
+            break;
+        }
+        read += 1;
+        let Some(bytes) = walk.read_named(root, &file, 1 << 20)? else {
+            continue;
+        };
+        let (named, _) =
+            crate::runbook::definitions::make_includes(&String::from_utf8_lossy(&bytes), &dir);
+        for include in named {
+            if !globs.contains(&include) {
+                globs.push(include.clone());
+                makefiles.push((include, dir.clone()));
+            }
+        }
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    globs.retain(|g| seen.insert(g.clone()));
+    Ok(globs)
+}
+
+/// Definition globs as a walk takes them: every file counts, ignored or not.
+fn definition_walk(globs: &[String]) -> Vec<(String, bool)> {
+    globs.iter().map(|g| (g.clone(), false)).collect()
+}
+
+/// The globs that name a step's work: its `files_changed` paths and the workspace paths of its
+/// `allow` file-write rules. A definition file one of them names
+/// ([`crate::runbook::definitions::names_file`]) may change during the step.
+fn work_globs(step: &Step) -> Vec<String> {
+    let mut globs: Vec<String> = step
+        .evidence
+        .iter()
+        .filter_map(|e| e.files_changed.as_ref())
+        .flat_map(|f| f.paths.iter().cloned())
+        .collect();
+    globs.extend(
+        step.allow
+            .files
+            .iter()
+            .filter(|r| r.access == stepproof_hook::config::Access::Write)
+            .flat_map(|r| r.paths.iter())
+            .map(|p| p.trim_start_matches("./").to_string()),
+    );
+    globs
+}
+
+/// The definitions item: the files that define the step's evidence commands, as they were
+/// when the step opened, unless the step names them as its work.
+fn definitions_item(check: &InvariantCheck, step: &Step) -> (bool, Value, String) {
+    let kind = "files_unchanged";
+    let changes = match (&check.changes, &check.rules) {
+        (Ok(changes), Some(_)) => changes,
+        (Err(exceeded), _) => {
+            let mut failed = exceeded_item(kind, &check.definitions, exceeded);
+            failed.2 = format!(
+                "files_unchanged (what defines the evidence commands): not compared, so no verdict: {}",
+                exceeded.sentence()
+            );
+            return failed;
+        }
+        (Ok(_), None) => return exceeded_item(kind, &check.definitions, &Exceeded::Stopped),
+    };
+    let work = work_globs(step);
+    let named_as_work = |path: &str| {
+        work.iter()
+            .any(|g| crate::runbook::definitions::names_file(g, path))
+    };
+    let mut exempt = Vec::new();
+    let hits: Vec<(&String, &String)> = changes
+        .iter()
+        .filter(|(path, _)| check.definitions.iter().any(|g| glob_matches(g, path)))
+        .filter(|(path, _)| {
+            let work = named_as_work(path);
+            if work {
+                exempt.push((*path).clone());
+            }
+            !work
+        })
+        .collect();
+    let held = hits.is_empty();
+    let shown: Vec<String> = hits
+        .iter()
+        .take(INVARIANTS_SHOWN)
+        .map(|(path, change)| format!("{path} ({change})"))
+        .collect();
+    let record = json!({
+        "kind": kind,
+        "paths": check.definitions,
+        "changed": hits.iter().take(FILES_RECORDED_MAX).map(|(path, change)| json!({ "path": path, "change": change })).collect::<Vec<_>>(),
+        "changed_count": hits.len(),
+        "changed_as_work": exempt,
+        "baseline_entries": check.baseline_entries,
+        "frozen": check.frozen.0,
+        "agent_frozen": check.frozen.1,
+    });
+    (
+        held,
+        record,
+        format!(
+            "files_unchanged (what defines the evidence commands): {} file{} changed since the step opened, whatever changed {}: {}{}; they must be as they were when the step opened (a step that changes one names it in `files_changed` or a write `allow` rule)",
+            hits.len(),
+            if hits.len() == 1 { "" } else { "s" },
+            if hits.len() == 1 { "it" } else { "them" },
+            shown.join(", "),
+            match hits.len().saturating_sub(INVARIANTS_SHOWN) {
+                0 => String::new(),
+                more => format!(" and {more} more"),
+            }
+        ),
+    )
 }
 
 /// Changed protected paths named in the agent's answer, per item (its record names up to
@@ -1189,17 +1445,16 @@ fn confirm_gone(
     Ok(())
 }
 
-/// One evidence item (the `n`th of its step): whether it held, its record, and why not.
-#[allow(clippy::too_many_arguments)]
+/// One evidence item (the `n`th of its step at `index`): whether it held, its record, and why
+/// not. `held`: the agent is frozen already (commands run without thawing it).
 fn check_item(
     engine: &Arc<Mutex<Engine>>,
     approvals: &Arc<Approvals>,
     run_id: &str,
-    index: usize,
-    step: &Step,
-    n: usize,
+    (index, step, n): (usize, &Step, usize),
     item: &Evidence,
     invariants: Option<&InvariantCheck>,
+    held: Option<&(bool, String)>,
 ) -> (bool, Value, String) {
     let lock = || engine.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(files) = &item.files_exist {
@@ -1340,7 +1595,15 @@ fn check_item(
             e.evidence_runs += 1;
             (e.context.clone(), e.evidence_runs)
         };
-        let ran = run_command_evidence(&context, step, command, n, &approvals.closing);
+        let view = evidence_view(step, command, invariants, &context.workspace);
+        let ran = run_command_evidence(
+            &context,
+            step,
+            command,
+            (n, &view),
+            &approvals.closing,
+            held,
+        );
         let held = ran.exit_code == Some(command.exit_code.unwrap_or(0));
         // The evidence sandbox's own closing line (its log is in the chain record) is not the
         // command's output.
@@ -1377,6 +1640,9 @@ fn check_item(
                 "output_bytes": ran.output.len(),
                 "network": command.network.unwrap_or(false),
                 "workspace": "overlay, upper layer thrown away",
+                "read_only": view.read_only,
+                "hidden_count": view.hidden.len(),
+                "build_state": build_state_words(&view, command),
                 "frozen": ran.frozen.0,
                 "agent_frozen": ran.frozen.1,
                 "audit_log": crate::audit::text::path(&ran.audit_log),
@@ -1839,6 +2105,7 @@ impl Engine {
             self.steps[i].baseline_exceeded = exceeded.clone();
             self.steps[i].invariants = opening.invariants;
             self.steps[i].ignore = opening.ignore;
+            self.steps[i].definitions = opening.definitions;
             let step = self.runbook.steps[i].clone();
             let invariants = &self.steps[i].invariants;
             let protected: Vec<String> =
@@ -1865,6 +2132,7 @@ impl Engine {
                     "baseline_budget": exceeded.as_ref().map(Exceeded::budget),
                     "baseline_not_taken": exceeded.as_ref().map(Exceeded::sentence),
                     "invariants": protected,
+                    "definitions_frozen": self.steps[i].definitions,
                     "invariant_entries": invariants.as_ref().ok().map(BTreeMap::len),
                     "invariants_sha256": invariants.as_ref().ok().map(files::inventory_digest),
                     "invariants_budget": invariants.as_ref().err().map(Exceeded::budget),
@@ -2153,6 +2421,7 @@ struct Opening {
     files: Baseline,
     invariants: Result<BTreeMap<String, Entry>, Exceeded>,
     ignore: Result<IgnoreRules, Exceeded>,
+    definitions: Vec<String>,
 }
 
 /// A files item's walk at completion, outside the engine's lock: each glob's files, and where
@@ -2226,6 +2495,7 @@ fn take_opening(
         files: Err(e.clone()),
         invariants: Err(e.clone()),
         ignore: Err(e),
+        definitions: Vec::new(),
     };
     let root = match files::open_workspace(workspace) {
         Ok(root) => root,
@@ -2266,12 +2536,29 @@ fn take_opening(
     // The invariants get a walk of their own (their own budget).
     drop(walk);
     let mut walk = Walk::new(budget, stop, spent);
-    let invariants = walk.inventory(root, &invariant_globs(step), Some(&mut rules));
+    let mut invariants = walk.inventory(root, &invariant_globs(step), Some(&mut rules));
+    // What defines the evidence commands: whatever the ignore rules say (a GNUmakefile hidden
+    // in .git/info/exclude is still read by make), outside `.git` and build state.
+    let definitions = match definition_globs(&mut walk, root, step, workspace) {
+        Ok(globs) => globs,
+        Err(e) => {
+            invariants = Err(e);
+            Vec::new()
+        }
+    };
+    if let Ok(found) = &mut invariants {
+        walk.not_entering(crate::runbook::definitions::NOT_ENTERED);
+        match walk.inventory(root, &definition_walk(&definitions), None) {
+            Ok(more) => found.extend(more),
+            Err(e) => invariants = Err(e),
+        }
+    }
     rules.freeze();
     Opening {
         files,
         invariants,
         ignore: Ok(rules),
+        definitions,
     }
 }
 
@@ -2332,8 +2619,9 @@ fn run_command_evidence(
     context: &EvidenceContext,
     step: &Step,
     command: &crate::runbook::CommandEvidence,
-    n: u32,
+    (n, view): (u32, &EvidenceView),
     stop: &AtomicBool,
+    held: Option<&(bool, String)>,
 ) -> CommandRun {
     let started = Instant::now();
     let audit_log = context
@@ -2344,11 +2632,37 @@ fn run_command_evidence(
     // `waitpid(-1)`), so the exit code is read from the file, not from `wait`.
     let status_file = context.run_dir.join(format!("evidence-{n}.status.json"));
     let extends = toml::Value::String(context.profile.clone()).to_string();
-    let mut derived = format!(
-        "name = \"runbook-evidence\"\nextends = {extends}\n[filesystem]\nworkspace = \"overlay\"\n"
-    );
+    // Named as the run's own profile: nothing in the evidence's environment says what it is.
+    let name = toml::Value::String(context.profile_name.clone()).to_string();
+    let mut derived =
+        format!("name = {name}\nextends = {extends}\n[filesystem]\nworkspace = \"overlay\"\n");
     if !command.network.unwrap_or(false) {
         derived.push_str("[network]\nmode = \"none\"\n");
+    }
+    #[derive(serde::Serialize)]
+    struct Section<'a> {
+        runbook: Runbook<'a>,
+    }
+    #[derive(serde::Serialize)]
+    struct Runbook<'a> {
+        evidence_view: &'a EvidenceView,
+    }
+    match toml::to_string(&Section {
+        runbook: Runbook {
+            evidence_view: view,
+        },
+    }) {
+        Ok(text) => derived.push_str(&text),
+        Err(e) => {
+            return CommandRun {
+                exit_code: None,
+                output: Vec::new(),
+                duration: started.elapsed(),
+                error: Some(format!("writing the evidence view: {e}")),
+                frozen: (false, String::new()),
+                audit_log,
+            };
+        }
     }
     let fail = |error: String| CommandRun {
         exit_code: None,
@@ -2361,7 +2675,15 @@ fn run_command_evidence(
     if let Err(e) = std::fs::write(&profile_path, derived) {
         return fail(format!("writing {}: {e}", profile_path.display()));
     }
-    let frozen = freeze(&context.cgroup_dirs, true, context.no_freezer.as_deref());
+    let frozen = match held {
+        Some(held) => held.clone(),
+        None => freeze(&context.cgroup_dirs, true, context.no_freezer.as_deref()),
+    };
+    let thaw = || {
+        if held.is_none() {
+            freeze(&context.cgroup_dirs, false, None);
+        }
+    };
     let timeout = command.timeout();
     let child = crate::supervisor::runbook::verifier::nested_run(
         &context.run_binary,
@@ -2429,7 +2751,7 @@ fn run_command_evidence(
             output.extend(collect(err_rx));
             if interrupted.is_some() {
                 let _ = std::fs::remove_file(&status_file);
-                freeze(&context.cgroup_dirs, false, None);
+                thaw();
                 let _ = std::fs::remove_file(&profile_path);
                 return CommandRun {
                     frozen,
@@ -2463,9 +2785,99 @@ fn run_command_evidence(
             }
         }
     };
-    freeze(&context.cgroup_dirs, false, None);
+    thaw();
     let _ = std::fs::remove_file(&profile_path);
     CommandRun { frozen, ..result }
+}
+
+/// How one evidence command's sandbox sees the workspace: the step's protected paths and the
+/// files that define the command read-only (those that exist now), ignored files under the
+/// protected paths hidden, and the build state the command would reuse discarded unless the
+/// item trusts it by name.
+fn evidence_view(
+    step: &Step,
+    command: &crate::runbook::CommandEvidence,
+    invariants: Option<&InvariantCheck>,
+    workspace: &Path,
+) -> EvidenceView {
+    let mut view = EvidenceView::default();
+    if let Some(check) = invariants {
+        for root in protected_roots(step) {
+            if !root.is_empty() && check.now.contains_key(&root) {
+                view.read_only.push(root);
+            }
+        }
+        for (path, entry) in &check.now {
+            let definition = check.definitions.iter().any(|g| glob_matches(g, path));
+            let under_root = view
+                .read_only
+                .iter()
+                .any(|r| path.starts_with(&format!("{r}/")));
+            if definition && !under_root && matches!(entry, Entry::File { .. } | Entry::Dir { .. })
+            {
+                view.read_only.push(path.clone());
+            }
+        }
+        if let Ok(ignored) = &check.ignored {
+            view.hidden = ignored.iter().map(|(p, _)| p.clone()).collect();
+        }
+    }
+    let defs = crate::runbook::definitions::of_command(&command.run, workspace);
+    view.discarded = defs
+        .build_state
+        .into_iter()
+        .filter(|dir| !trusted(command, dir))
+        .collect();
+    view
+}
+
+/// Whether a command item trusts a build-state directory by name (`trust = ["target/"]`).
+fn trusted(command: &crate::runbook::CommandEvidence, dir: &str) -> bool {
+    command
+        .trust
+        .iter()
+        .any(|t| t.trim_start_matches("./").trim_end_matches('/') == dir)
+}
+
+/// What a command item's proof did with build state, in words: `discarded` or `trusted: …`.
+fn build_state_words(view: &EvidenceView, command: &crate::runbook::CommandEvidence) -> Value {
+    json!({
+        "discarded": view.discarded,
+        "trusted": command.trust,
+    })
+}
+
+/// What a passed step's proof covered and what it trusted: the definition files frozen, and
+/// per command the build state discarded or trusted by name; items judged by a verifier only.
+fn covered(step: &Step, definitions: &[String], gathered: &[Value]) -> Value {
+    let trusted: Vec<&String> = step
+        .evidence
+        .iter()
+        .filter_map(|e| e.command.as_ref())
+        .flat_map(|c| c.trust.iter())
+        .collect();
+    let commands = step.evidence.iter().filter(|e| e.command.is_some()).count();
+    let build_state = if commands == 0 {
+        Value::Null
+    } else if trusted.is_empty() {
+        json!("discarded")
+    } else {
+        json!(format!(
+            "trusted: {}",
+            trusted
+                .iter()
+                .map(|t| t.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+    };
+    let verifiers = gathered.iter().filter(|r| r["kind"] == "verifier").count();
+    json!({
+        "definitions_frozen": definitions,
+        "build_state": build_state,
+        "protected": step.protected_paths().into_iter().map(|p| p.glob).collect::<Vec<_>>(),
+        "verifier_items": verifiers,
+    })
 }
 
 /// Freezes (or thaws) the run's cgroups — v2 `cgroup.freeze`, v1 `freezer.state` — and waits

@@ -180,6 +180,8 @@ pub struct Walk<'a> {
     bytes: u64,
     /// Hashes by (device, inode, size, mtime): a hard-link farm costs one read.
     by_inode: HashMap<(u64, u64, u64, (i64, i64)), String>,
+    /// Directory names this walk neither enters nor names (see [`Walk::not_entering`]).
+    not_entered: &'static [&'static str],
 }
 
 /// What a walk does with each entry it names: the walk, the entry's directory, its name, its
@@ -208,7 +210,103 @@ impl<'a> Walk<'a> {
             entries: 0,
             bytes: 0,
             by_inode: HashMap::new(),
+            not_entered: &[],
         }
+    }
+
+    /// From now on, directories with one of these names are neither entered nor named by a
+    /// glob's walk (the definition files of evidence commands: `.git` and build state, which
+    /// the evidence sandbox empties, are not where they are read).
+    pub fn not_entering(&mut self, names: &'static [&'static str]) {
+        self.not_entered = names;
+    }
+
+    /// The first `max` bytes of the regular file `rel` beneath `root` (no link followed), or
+    /// `None` when there is no such file; within the walk's budget.
+    pub fn read_named(
+        &mut self,
+        root: BorrowedFd<'_>,
+        rel: &str,
+        max: u64,
+    ) -> Result<Option<Vec<u8>>, Exceeded> {
+        self.check_time()?;
+        self.entries += 1;
+        let fd = match beneath::open_beneath(root, Path::new(rel), FILE_READING, 0) {
+            Ok(fd) => fd,
+            Err(e) if is_absence(&e) => return Ok(None),
+            Err(e) => return Err(unreadable(rel, &e)),
+        };
+        match beneath::stat_fd(fd.as_fd()) {
+            Ok(stat) if stat.is_file() => {}
+            Ok(_) => return Ok(None),
+            Err(e) => return Err(unreadable(rel, &e)),
+        }
+        let take = max.min(self.budget.walk_bytes.saturating_sub(self.bytes));
+        let mut bytes = Vec::new();
+        std::fs::File::from(fd)
+            .take(take)
+            .read_to_end(&mut bytes)
+            .map_err(|e| unreadable(rel, &e))?;
+        self.bytes += bytes.len() as u64;
+        Ok(Some(bytes))
+    }
+
+    /// What `rules` ignore beneath `start` (a workspace-relative directory): the topmost
+    /// ignored entries (an ignored directory is named, not entered), and whether each is a
+    /// directory. Links are named when ignored, never followed. Strict, like
+    /// [`Walk::inventory`]: what cannot be read ends the walk.
+    pub fn ignored_under(
+        &mut self,
+        root: BorrowedFd<'_>,
+        start: &str,
+        rules: &IgnoreRules,
+    ) -> Result<Vec<(String, bool)>, Exceeded> {
+        let mut found = Vec::new();
+        let mut stack: Vec<(PathBuf, usize)> = vec![(PathBuf::from(start), 0)];
+        let mut first = true;
+        while let Some((rel, depth)) = stack.pop() {
+            self.check_time()?;
+            let shown = rel.to_string_lossy().into_owned();
+            let dir = match beneath::open_beneath(root, &rel, DIR_LISTING, 0) {
+                Ok(dir) => dir,
+                Err(e) if first && is_absence(&e) => return Ok(found),
+                Err(e) => return Err(vanished_or_unreadable(&shown, &e)),
+            };
+            first = false;
+            let left = self.budget.entries.saturating_sub(self.entries);
+            let (entries, more) =
+                beneath::list_dir_up_to(dir.as_fd(), usize::try_from(left).unwrap_or(usize::MAX))
+                    .map_err(|e| unreadable(&shown, &e))?;
+            self.entries += entries.len() as u64;
+            if more {
+                return Err(Exceeded::Entries {
+                    limit: self.budget.entries,
+                });
+            }
+            for (name, _) in entries {
+                let child = rel.join(&name);
+                let Some(text) = child.to_str() else {
+                    return Err(Exceeded::Unreadable {
+                        path: child.to_string_lossy().into_owned(),
+                        error: "the name is not UTF-8".into(),
+                    });
+                };
+                let stat = beneath::stat_at(dir.as_fd(), &name)
+                    .map_err(|e| vanished_or_unreadable(text, &e))?;
+                if rules.path_ignored(text, stat.is_dir()) {
+                    found.push((text.to_string(), stat.is_dir()));
+                } else if stat.is_dir() {
+                    if depth + 1 > self.budget.depth {
+                        return Err(Exceeded::Depth {
+                            limit: self.budget.depth,
+                            at: text.to_string(),
+                        });
+                    }
+                    stack.push((child, depth + 1));
+                }
+            }
+        }
+        Ok(found)
     }
 
     fn check_time(&self) -> Result<(), Exceeded> {
@@ -544,6 +642,9 @@ impl<'a> Walk<'a> {
                     .as_deref()
                     .is_some_and(|r| r.ignored(text, stat.is_dir()))
                 {
+                    continue;
+                }
+                if stat.is_dir() && self.not_entered.iter().any(|n| name == OsStr::new(n)) {
                     continue;
                 }
                 if glob_matches(glob, text) {
