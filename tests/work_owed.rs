@@ -101,9 +101,11 @@ fn run_and_kill(w: &World, payload: &str, kill: &Kill) -> bool {
 
 /// [`run_and_kill`] with `stepproof-run` options.
 fn run_and_kill_with(w: &World, options: &[&str], payload: &str, kill: &Kill) -> bool {
+    // A key that runs code in two repositories' configs, and a protected name that redirects
+    // git (`commondir`, last: git inside would follow it), beside an ordinary change.
     let write = format!(
         "{GIT} config core.fsmonitor '{payload}' && {GIT} -C sub config core.fsmonitor '{payload}' && \
-         {GIT} -C plain config user.name x"
+         {GIT} -C plain config user.name x && printf '../elsewhere\\n' > sub/.git/commondir"
     );
     let script = match kill {
         Kill::WhileRunning => format!("{write} && touch written && exec sleep 60"),
@@ -264,6 +266,10 @@ both!(
                     "{kill:?}: {rel} before the repair"
                 );
             }
+            assert!(
+                !w.workspace.join("sub/.git/commondir").exists(),
+                "{kill:?}: the run's commondir reached the host before the repair"
+            );
             let host = host_git(w, &dirs);
             assert!(
                 !pwned.exists(),
@@ -379,6 +385,10 @@ both!(
                     .unwrap()
                     .contains("name = x"),
                 "{kill:?}: the ordinary change was not kept"
+            );
+            assert!(
+                !w.workspace.join("sub/.git/commondir").exists(),
+                "{kill:?}: the run's commondir was carried"
             );
             let host = host_git(w, &dirs);
             assert!(
