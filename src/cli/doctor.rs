@@ -246,6 +246,7 @@ pub fn run_checks() -> Vec<Check> {
         });
     }
     let overlay = overlay_in_user_namespace();
+    let overlay_works = overlay.as_ref().map(drop).map_err(|e| e.to_string());
     checks.push(Check {
         feature: "workspace overlay (filesystem.workspace = \"overlay\", strict)",
         available: overlay.is_ok(),
@@ -254,6 +255,30 @@ pub fn run_checks() -> Vec<Check> {
             Ok(()) => "overlayfs with a tmpfs upper layer works in a user namespace".into(),
             Err(e) => format!(
                 "overlayfs with a tmpfs upper layer does not work in a user namespace here ({e}); needs Linux 6.6 or later: a profile with workspace = \"overlay\" stops with exit 125, use \"read-only\""
+            ),
+        },
+    });
+    // Git layers: the current directory as the workspace would be, the state's run directories.
+    let layers = std::env::current_dir()
+        .map_err(|e| format!("the current directory: {e}"))
+        .and_then(|cwd| {
+            let home = crate::cli::host::caller_home(nix::unistd::getuid().as_raw());
+            crate::sandbox::plan::namespaces::layer_file_systems(
+                &cwd,
+                &crate::audit::owed::runs_dir(&home),
+            )
+        })
+        .and_then(|()| {
+            overlay_works.map_err(|e| format!("overlayfs in a user namespace: {e}"))
+        });
+    checks.push(Check {
+        feature: "git layers (a writable workspace's repositories seen through an overlay)",
+        available: layers.is_ok(),
+        required_by_default: false,
+        detail: match layers {
+            Ok(()) => "the workspace and the run directories are on file systems that hold git layers, and overlayfs works in a user namespace: the host's git never reads what a run writes in .git".into(),
+            Err(why) => format!(
+                "{why}: runs here write the repositories' .git in place (the host's git sees what a run writes there until its end, or until `stepproof repair` after a kill)"
             ),
         },
     });

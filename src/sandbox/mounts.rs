@@ -269,8 +269,23 @@ fn scratch_overlay(dst: &Path, size_mib: u64, index: usize) -> Result<(), MountE
         .mode();
     fs::set_permissions(&upper, fs::Permissions::from_mode(mode & 0o7777))
         .map_err(err("chmod", &upper))?;
-    // userxattr: overlayfs in a user namespace keeps its whiteouts and opaque directories in
-    // `user.overlay.*` (the trusted namespace needs the host's CAP_SYS_ADMIN).
+    overlay(
+        &target,
+        [&lower, &upper, &work],
+        "the workspace's overlay",
+        " (filesystem.workspace = \"overlay\" needs overlayfs in a user namespace with a tmpfs upper layer, Linux 6.6 or later, over a workspace overlayfs can stack on: not one already two overlays deep; `stepproof doctor` tries it; use \"read-only\" here)",
+    )
+}
+
+/// Mounts an overlay at `target` from its lower, upper and work directories. `userxattr`: in a
+/// user namespace overlayfs keeps its whiteouts and opaque directories in `user.overlay.*` (the
+/// trusted namespace needs the host's CAP_SYS_ADMIN; the end of a git layer reads them there).
+fn overlay(
+    target: &Path,
+    [lower, upper, work]: [&Path; 3],
+    what: &str,
+    hint: &'static str,
+) -> Result<(), MountError> {
     let options = format!(
         "lowerdir={},upperdir={},workdir={},userxattr",
         lower.display(),
@@ -279,16 +294,16 @@ fn scratch_overlay(dst: &Path, size_mib: u64, index: usize) -> Result<(), MountE
     );
     mount(
         Some("overlay"),
-        &target,
+        target,
         Some("overlay"),
         MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
         Some(options.as_str()),
     )
     .map_err(|e| MountError {
-        step: format!("mounting the workspace's overlay ({options}) at"),
-        path: target.clone(),
+        step: format!("mounting {what} ({options}) at"),
+        path: target.to_path_buf(),
         source: e.into(),
-        hint: " (filesystem.workspace = \"overlay\" needs overlayfs in a user namespace with a tmpfs upper layer, Linux 6.6 or later, over a workspace overlayfs can stack on: not one already two overlays deep; `stepproof doctor` tries it; use \"read-only\" here)",
+        hint,
     })
 }
 
@@ -332,27 +347,12 @@ fn git_layer(
         None => bind(&outside(layer), &staged, "binding the git layer")?,
     }
     let (upper, work) = (staged.join("upper"), staged.join("work"));
-    // userxattr: in a user namespace overlayfs keeps its whiteouts and opaque directories in
-    // `user.overlay.*` (the end reads them there to carry removals back).
-    let options = format!(
-        "lowerdir={},upperdir={},workdir={},userxattr",
-        lower.display(),
-        upper.display(),
-        work.display()
-    );
-    mount(
-        Some("overlay"),
+    overlay(
         &target,
-        Some("overlay"),
-        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
-        Some(options.as_str()),
-    )
-    .map_err(|e| MountError {
-        step: format!("mounting the git layer ({options}) at"),
-        path: target.clone(),
-        source: e.into(),
-        hint: " (a writable workspace's repositories are seen through an overlay whose upper layer is in the run directory: that needs overlayfs in a user namespace, Linux 6.6 or later, a run directory on a file system with user extended attributes — ext4, xfs, btrfs, tmpfs — and a workspace overlayfs can stack on; `stepproof doctor` tries it)",
-    })?;
+        [&lower, &upper, &work],
+        "the git layer",
+        " (a writable workspace's repositories are seen through an overlay whose upper layer is in the run directory: that needs overlayfs in a user namespace, Linux 6.6 or later, a run directory on a file system with user extended attributes — ext4, xfs, btrfs, tmpfs — and a workspace overlayfs can stack on; `stepproof doctor` tries it)",
+    )?;
     for (dir, staged) in &kept {
         bind(staged, dir, "writing through the object store")?;
     }

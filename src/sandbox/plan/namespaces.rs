@@ -234,10 +234,22 @@ impl IsolationStrategy for MountView {
         // the workspace, before anything is hidden or bound below it (an overlay's lower layer
         // is one mount: a bind below it would not be seen through the overlay).
         let mut layers = Vec::new();
+        let layers_fit = if self.workspace_writable {
+            layer_file_systems(scope.workspace, &scope.facts.run_dir)
+        } else {
+            Ok(())
+        };
+        if let Err(why) = &layers_fit
+            && !repositories.is_empty()
+        {
+            notes.push(format!(
+                "WARNING: {why}: the repositories' .git are written in place, not through git layers (the host's git sees what the run writes there until the end judges it; a killed run leaves it until `stepproof repair`)"
+            ));
+        }
         for repo in repositories {
             let git = repo.join(".git");
             match fs::symlink_metadata(&git) {
-                Ok(meta) if meta.is_dir() && self.workspace_writable => {
+                Ok(meta) if meta.is_dir() && self.workspace_writable && layers_fit.is_ok() => {
                     if layers.len() < MAX_GIT_LAYERS {
                         let layer = scope
                             .facts
@@ -324,6 +336,44 @@ fn git_dir_outside(workspace: &Path) -> Option<PathBuf> {
 
 /// Repositories whose `.git` gets a layer, at most; beyond, a `.git` is written in place.
 const MAX_GIT_LAYERS: usize = 64;
+
+/// File systems known to hold an overlay's layers in a user namespace (`userxattr`): ext4,
+/// xfs, btrfs, tmpfs, f2fs, zfs. Anything else (an overlayfs root in a container, NFS, FUSE,
+/// 9p) is not tried: a mount that fails would stop every launch.
+const LAYER_FILE_SYSTEMS: &[(i64, &str)] = &[
+    (0xEF53, "ext4"),
+    (0x5846_5342, "xfs"),
+    (0x9123_683E, "btrfs"),
+    (0x0102_1994, "tmpfs"),
+    (0xF2F5_2010, "f2fs"),
+    (0x2FC1_2FC1, "zfs"),
+];
+
+/// Whether the workspace (the layers' lower side) and the run directory (their upper side) are
+/// on file systems that hold git layers; `Err` names the one that does not.
+pub fn layer_file_systems(workspace: &Path, run_dir: &Path) -> Result<(), String> {
+    for (what, path) in [("the workspace", workspace), ("the run directory", run_dir)] {
+        // The run directory is made at launch: its nearest existing ancestor tells.
+        let existing = path.ancestors().find(|p| p.exists()).unwrap_or(path);
+        // `__fsword_t` is i64 here, i32 on 32-bit targets.
+        #[allow(clippy::unnecessary_cast)]
+        let kind = nix::sys::statfs::statfs(existing)
+            .map(|st| st.filesystem_type().0 as i64)
+            .map_err(|e| format!("{what} {}: statfs: {e}", existing.display()))?;
+        if !LAYER_FILE_SYSTEMS.iter().any(|(magic, _)| *magic == kind) {
+            return Err(format!(
+                "{what} {} is on a file system git layers are not used on (type {kind:#x}; they are on {})",
+                existing.display(),
+                LAYER_FILE_SYSTEMS
+                    .iter()
+                    .map(|(_, name)| *name)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+    }
+    Ok(())
+}
 
 /// Where the layers live in the run directory (`git-layers/<n>/{upper,work}`).
 pub const GIT_LAYERS_DIR: &str = "git-layers";
@@ -503,4 +553,26 @@ fn sandbox_account_files(
         files.push((PathBuf::from(name), contents));
     }
     files
+}
+
+#[cfg(test)]
+mod layer_tests {
+    use super::layer_file_systems;
+    use std::path::Path;
+
+    #[test]
+    fn git_layers_are_used_only_on_file_systems_that_hold_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let run_dir = dir.path().join("state/runs/1-2");
+        // This machine's temporary directory is on ext4 or tmpfs; the run directory does not
+        // exist yet (its nearest ancestor tells).
+        assert_eq!(layer_file_systems(dir.path(), &run_dir), Ok(()));
+        let refused = layer_file_systems(Path::new("/proc/self"), &run_dir).unwrap_err();
+        assert!(
+            refused.contains("the workspace /proc/self") && refused.contains("type 0x9fa0"),
+            "{refused}"
+        );
+        let refused = layer_file_systems(dir.path(), Path::new("/sys/kernel")).unwrap_err();
+        assert!(refused.contains("the run directory /sys/kernel"), "{refused}");
+    }
 }
