@@ -937,7 +937,10 @@ impl Snapshot {
                         &self.layers,
                         &self.configs,
                         &scope.protected,
-                        self.launched,
+                        // The launch itself, not less the margin: a host commit just before
+                        // the launch (`git commit && stepproof-run …`) is not a change the
+                        // host made during the run.
+                        self.launched + LAUNCH_MARGIN,
                         &mut quarantine,
                     );
                 }
