@@ -210,7 +210,8 @@ both!(what_defines_the_evidence_is_frozen, |w: &World| {
         .iter()
         .find(|r| r["kind"] == "runbook-step-passed" && r["step"] == "fix")
         .unwrap();
-    assert_eq!(passed["covered"]["build_state"], "discarded", "{passed}");
+    // make reuses no build state: nothing was discarded, nothing trusted.
+    assert_eq!(passed["covered"]["build_state"], "none reused", "{passed}");
     assert!(
         passed["covered"]["definitions_frozen"]
             .as_array()

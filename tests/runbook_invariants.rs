@@ -1,7 +1,8 @@
 //! A step's protected paths are a supervisor invariant, and changes that count are changes git
 //! would see: `stepproof-run --runbook` with a shell script as the agent, which changes the
 //! workspace by routes the hook never sees (a Makefile recipe it rewrote, plain shell) and asks
-//! `stepproof step complete` after each. As root and as the test user.
+//! `stepproof step complete` after each. As root and as the test user. And a million names at
+//! the workspace root neither forge nor hide a change in `src/` (the walks start at `src/`).
 
 mod support;
 
@@ -248,3 +249,133 @@ both!(protected_paths_hold_whatever_changes_them, |w: &World| {
         .count();
     assert_eq!(passed, 1);
 });
+
+const MILLION_RUNBOOK: &str = r#"
+id = "million"
+title = "A change in src/, beside a million names"
+owner = "tests"
+
+[[steps]]
+id = "change"
+title = "Change src/"
+instructions = "Change something under src/"
+[[steps.evidence]]
+files_changed = { paths = ["src/**"] }
+"#;
+
+const MILLION_AGENT: &str = r#"S=/run/stepproof/stepproof
+$S step complete; echo "unchanged=$?"
+echo 'fn b() {}' >> src/a.rs
+$S step complete; echo "changed=$?"
+"#;
+
+/// Names at the workspace root: five times the old walk's silent cap (200,000 entries).
+const MILLION: usize = 1_000_000;
+
+/// A tmpfs mounted over the workspace for the test (1,000,000 names cost ~5 s to make there,
+/// and nothing to remove), unmounted when dropped.
+struct Tmpfs(std::path::PathBuf);
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+both!(
+    a_million_entries_neither_forge_nor_hide_a_change,
+    |w: &World| {
+        let ws = &w.workspace;
+        let mounted = std::process::Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                "mode=0755,size=1g",
+                "stepproof-million",
+            ])
+            .arg(ws)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !mounted {
+            support::skip_or_fail("mounting a tmpfs over the workspace (needs root)");
+            return;
+        }
+        let _tmpfs = Tmpfs(ws.clone());
+        fs::write(ws.join("runbook.toml"), MILLION_RUNBOOK).unwrap();
+        fs::write(ws.join("agent.sh"), MILLION_AGENT).unwrap();
+        fs::create_dir_all(ws.join("src")).unwrap();
+        fs::write(ws.join("src/a.rs"), "fn a() {}\n").unwrap();
+        fs::write(ws.join("empty"), "").unwrap();
+        support::chown_tree(ws, w.owner);
+        // One inode (owned by the run's user already), a million names for it.
+        let made = std::time::Instant::now();
+        for n in 0..MILLION {
+            fs::hard_link(ws.join("empty"), ws.join(format!("e{n}"))).unwrap();
+        }
+        eprintln!(
+            "million: {:?} made {MILLION} names in {:.1?}",
+            w.who,
+            made.elapsed()
+        );
+        let started = std::time::Instant::now();
+        let out = w
+            .command(
+                &["--runbook", "runbook.toml", "--timeout", "300s"],
+                &["/bin/sh", "agent.sh"],
+            )
+            .output()
+            .expect("start stepproof-run");
+        let took = started.elapsed();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let all = describe(&out);
+        // (a) src/ unchanged: the item fails — a million names elsewhere forge nothing.
+        assert!(
+            text.contains("unchanged=1")
+                && text.contains("files_changed: nothing under src/** changed"),
+            "{all}"
+        );
+        // (b) a real change in src/ passes — a million names elsewhere hide nothing.
+        assert!(text.contains("changed=0"), "{all}");
+        assert_eq!(out.status.code(), Some(0), "{all}");
+        let log = support::audit_log_named(&String::from_utf8_lossy(&out.stderr));
+        let records = support::records_in(&log);
+        let changed: Vec<&serde_json::Value> = records
+            .iter()
+            .filter(|r| r["kind"] == "runbook-evidence" && r["body_kind"] == "files_changed")
+            .collect();
+        assert_eq!(changed.len(), 2, "{changed:#?}");
+        assert_eq!(changed[0]["held"], false, "{}", changed[0]);
+        assert_eq!(changed[1]["held"], true, "{}", changed[1]);
+        assert!(
+            changed[1]["changed"].to_string().contains("src/a.rs")
+                && !changed[1]["changed"].to_string().contains("\"e"),
+            "{}",
+            changed[1]
+        );
+        // The figures: the step's opening walk, each completion (the supervisor's own clock,
+        // request to verdict), and the whole run with its sweep.
+        let at = |kind: &str, attempt: u64| {
+            records
+                .iter()
+                .find(|r| r["kind"] == kind && r["attempt"] == attempt)
+                .and_then(|r| r["ts_ms"].as_u64())
+                .unwrap_or_else(|| panic!("no {kind} attempt {attempt}"))
+        };
+        let opened = records
+            .iter()
+            .find(|r| r["kind"] == "runbook-step-opened")
+            .unwrap();
+        eprintln!(
+            "million: {:?} step open {} ms; completion, src/ unchanged {} ms, changed {} ms; whole run {:.1?}",
+            w.who,
+            opened["opening_ms"],
+            at("runbook-step-failed", 1) - at("runbook-complete-requested", 1),
+            at("runbook-step-passed", 2) - at("runbook-complete-requested", 2),
+            took
+        );
+    }
+);

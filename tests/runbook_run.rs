@@ -275,7 +275,7 @@ both!(a_runbook_runs_step_by_step, |w: &World| {
         "| step | verdict | attempts | evidence (last attempt) | duration |",
         "| `write` | passed | 2 | files_exist code.txt · held<br>command `sh -c",
         "exit 0 (wanted 0) in ",
-        "| `gate` | passed | 1 | approval by the tester: pre-approved (--approve) · held | ",
+        "| `gate` | passed | 1 | approval by the tester: pre-approved (--approve) · held<br>**passed, covering its evidence items only** | ",
     ] {
         assert!(md.contains(row), "{row:?} not in:\n{md}");
     }
@@ -857,3 +857,175 @@ both!(abandon_by_request_stops_the_run, |w: &World| {
         "abandoned by request from inside: not today"
     );
 });
+
+const VOID_RUNBOOK: &str = r#"
+id = "void"
+title = "A pass is final only with the run"
+owner = "tests"
+
+[[steps]]
+id = "write"
+title = "Fix the code"
+instructions = "Make code.txt say fixed"
+[[steps.deny.files]]
+id = "keep-notes"
+reason = "notes are not this step's work"
+access = "write"
+paths = ["notes/**"]
+[[steps.evidence]]
+command = { run = ["grep", "-q", "fixed", "code.txt"] }
+"#;
+
+/// The step passes, then (the first time) the agent plants what the host would act on: the
+/// sweep finds it (exit 123), and the pass is void — in the chain, `audit show`, the summary
+/// and for the next run, which opens the step again and proves it.
+const VOID_AGENT: &str = r#"S=/run/stepproof/stepproof
+$S step status
+echo fixed > code.txt
+$S step complete; echo "complete=$?"
+if [ ! -e second-run ]; then echo 'export EVIL=1' > .envrc; echo "planted=$?"; fi
+"#;
+
+both!(
+    a_pass_is_void_when_the_runs_sweep_finds_tampering,
+    |w: &World| {
+        fs::write(w.workspace.join("runbook.toml"), VOID_RUNBOOK).unwrap();
+        fs::write(w.workspace.join("code.txt"), "broken\n").unwrap();
+        fs::create_dir_all(w.workspace.join("notes")).unwrap();
+        fs::write(w.workspace.join("notes/a.md"), "old\n").unwrap();
+        fs::write(w.workspace.join("agent.sh"), VOID_AGENT).unwrap();
+        support::chown_tree(&w.workspace, w.owner);
+        let out_dir = w.base.join("out");
+        fs::create_dir_all(&out_dir).unwrap();
+        fs::set_permissions(
+            &out_dir,
+            std::os::unix::fs::PermissionsExt::from_mode(0o777),
+        )
+        .unwrap();
+        let summary = out_dir.join("summary.md");
+        let out = run(w, &["--summary", summary.to_str().unwrap()]);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let all = describe(&out);
+        // The step passed, the runbook completed; then the sweep found the planted file.
+        assert!(
+            text.contains("complete=0") && text.contains("the runbook is complete"),
+            "{all}"
+        );
+        assert!(text.contains("planted=0"), "{all}");
+        assert_eq!(out.status.code(), Some(123), "{all}");
+        assert!(
+        stderr.contains("TAMPERING")
+            && stderr.contains("runbook: VOID because of the tampering above: the runbook's completion, the passes of write"),
+        "{all}"
+    );
+        // The chain: the pass, the completion, the sweep naming .envrc, then the void records,
+        // then the run's end.
+        let log = support::audit_log_named(&stderr);
+        verify(&log);
+        let records = records(&log);
+        let at = |kind: &str| {
+            records
+                .iter()
+                .position(|r| r["kind"] == kind && r["source"] == "supervisor")
+                .unwrap_or_else(|| panic!("no {kind} in {records:#?}"))
+        };
+        let (passed, complete, sweep, void, runbook_void, end) = (
+            at("runbook-step-passed"),
+            at("runbook-complete"),
+            at("sweep"),
+            at("runbook-step-void"),
+            at("runbook-void"),
+            at("run-end"),
+        );
+        assert!(
+            passed < complete
+                && complete < sweep
+                && sweep < void
+                && void < runbook_void
+                && runbook_void < end,
+            "{records:#?}"
+        );
+        assert!(
+            records[sweep]["findings"].to_string().contains(".envrc"),
+            "{}",
+            records[sweep]
+        );
+        assert_eq!(records[void]["step"], "write", "{}", records[void]);
+        assert!(
+            records[void]["findings"].to_string().contains(".envrc"),
+            "{}",
+            records[void]
+        );
+        assert_eq!(records[runbook_void]["completion_void"], true);
+        assert_eq!(records[runbook_void]["steps"], serde_json::json!(["write"]));
+        // What the pass covered is in its record.
+        assert_eq!(
+            records[passed]["covered"]["protected"],
+            serde_json::json!(["notes/**"]),
+            "{}",
+            records[passed]
+        );
+        // `audit show`: the pass with what it covered, then void; the steps table says VOID.
+        let shown = std::process::Command::new(STEPPROOF)
+            .args(["audit", "show"])
+            .arg(&log)
+            .output()
+            .unwrap();
+        assert!(shown.status.success(), "{}", describe(&shown));
+        let shown = String::from_utf8_lossy(&shown.stdout).into_owned();
+        for line in [
+            "step write · attempt 1 · passed, covering protected notes/** unchanged",
+            "runbook-step-void step write · attempt 1 · pass VOID: the run's sweep found tampering (1 finding; exit 123)",
+            "VOID, the runbook's completion with it: the run's sweep found tampering",
+            ", ended: VOID (was complete):",
+            "step write            VOID     attempts 1",
+            "      proof: passed, covering protected notes/** unchanged",
+        ] {
+            assert!(shown.contains(line), "{line:?} not in:\n{shown}");
+        }
+        // The summary says so too.
+        let md = fs::read_to_string(&summary).unwrap();
+        for row in [
+            "ended: **VOID (was complete)**",
+            "**VOID**: the run's sweep found tampering",
+            "| `write` | VOID | 1 |",
+            "**passed, covering protected notes/** unchanged",
+        ] {
+            assert!(md.contains(row), "{row:?} not in:\n{md}");
+        }
+
+        // The next run continues it: the void step is open again, not passed, and is proven anew.
+        fs::write(w.workspace.join("second-run"), "").unwrap();
+        support::chown_tree(&w.workspace, w.owner);
+        let out = run(w, &[]);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let all = describe(&out);
+        assert!(stderr.contains("continuing run"), "{all}");
+        assert!(text.contains("OPEN     write"), "{all}");
+        assert!(text.contains("complete=0"), "{all}");
+        assert_eq!(out.status.code(), Some(0), "{all}");
+        let log = support::audit_log_named(&stderr);
+        verify(&log);
+        let records = records_of_last_run(&log);
+        let continued = records
+            .iter()
+            .find(|r| r["kind"] == "runbook-continued")
+            .unwrap();
+        assert_eq!(continued["state"][0]["status"], "open", "{continued}");
+        assert_eq!(continued["state"][0]["last_verdict"], "void", "{continued}");
+        assert!(records.iter().any(|r| r["kind"] == "runbook-complete"));
+        assert!(!records.iter().any(|r| r["kind"] == "runbook-void"));
+    }
+);
+
+/// The records of the last run in a log (from its last `run-start`).
+fn records_of_last_run(log: &Path) -> Vec<serde_json::Value> {
+    let all = records(log);
+    let start = all
+        .iter()
+        .rposition(|r| r["kind"] == "run-start")
+        .unwrap_or(0);
+    all[start..].to_vec()
+}

@@ -501,15 +501,22 @@ pub const FIELDS: &[(&str, &str, Ship)] = &[
     ("runbook-step-opened", "invariants_budget", S),
     ("runbook-step-opened", "invariants_not_taken", C),
     ("runbook-step-opened", "invariants_sha256", S),
+    ("runbook-step-opened", "opening_ms", S),
     ("runbook-step-opened", "step", S),
     ("runbook-step-opened", "title", C),
     // runbook-step-passed
     ("runbook-step-passed", "attempt", S),
     ("runbook-step-passed", "covered.build_state", C),
     ("runbook-step-passed", "covered.definitions_frozen[]", W),
+    ("runbook-step-passed", "covered.judged_by_verifier_only[]", C),
     ("runbook-step-passed", "covered.protected[]", C),
     ("runbook-step-passed", "covered.verifier_items", S),
     ("runbook-step-passed", "step", S),
+    // runbook-step-void
+    ("runbook-step-void", "attempt", S),
+    ("runbook-step-void", "findings[]", W),
+    ("runbook-step-void", "step", S),
+    ("runbook-step-void", "why", C),
     // runbook-verifier-attempt
     ("runbook-verifier-attempt", "attempt", S),
     ("runbook-verifier-attempt", "audit_log", C),
@@ -534,6 +541,11 @@ pub const FIELDS: &[(&str, &str, Ship)] = &[
     ("runbook-verifier-started", "step", S),
     ("runbook-verifier-started", "tier", S),
     ("runbook-verifier-started", "timeout", S),
+    // runbook-void
+    ("runbook-void", "completion_void", S),
+    ("runbook-void", "runbook", S),
+    ("runbook-void", "steps[]", S),
+    ("runbook-void", "why", C),
     // service-credentials
     ("service-credentials", "notes", W),
     ("service-credentials", "read_only[]", S),

@@ -28,6 +28,10 @@ pub struct StepRow {
     verdict_ms: Option<u64>,
     /// From its opening to its verdict, in this run.
     pub duration_ms: Option<u64>,
+    /// A pass: what its proof covered and what it trusted, in words ("passed, covering …").
+    pub proof: Option<String>,
+    /// A void pass: why (the run's sweep found tampering).
+    pub void: Option<String>,
     #[serde(skip)]
     evidence_attempt: u64,
 }
@@ -40,8 +44,11 @@ pub struct StepTable {
     /// The earlier run this one continued, and its log head.
     pub continues: Option<String>,
     pub steps: Vec<StepRow>,
-    /// How the runbook ended: complete, evidence-failed, abandoned (none: no end recorded).
+    /// How the runbook ended: complete, evidence-failed, abandoned, void (none: no end
+    /// recorded).
     pub ending: Option<String>,
+    /// Why the runbook's passes (and completion) are void.
+    pub void: Option<String>,
 }
 
 /// A value as short text, terminal controls escaped (records are untrusted text).
@@ -114,6 +121,19 @@ impl StepTable {
                 self.ending = Some(text(&record["ending"]));
                 return;
             }
+            // After the sweep: the run's passes are void, and its completion with them.
+            "runbook-void" => {
+                let was = self.ending.take();
+                self.ending = Some(match was.as_deref() {
+                    Some("complete") if record["completion_void"] == true => {
+                        "VOID (was complete)".to_string()
+                    }
+                    Some(e) => format!("{e}, passes VOID"),
+                    None => "passes VOID".to_string(),
+                });
+                self.void = Some(text(&record["why"]));
+                return;
+            }
             // The steps still open when the supervisor recorded the runbook abandoned.
             "runbook-abandoned" => {
                 for id in record["open"].as_array().into_iter().flatten() {
@@ -171,10 +191,15 @@ impl StepTable {
                 } else {
                     "open".into()
                 };
+                row.proof = passed.then(|| format!("passed, {}", covered_text(&record["covered"])));
                 if passed || record["final"] == true {
                     row.verdict_ms = ts;
                     row.duration_ms = row.opened_ms.zip(ts).map(|(a, b)| b.saturating_sub(a));
                 }
+            }
+            "runbook-step-void" => {
+                row.status = "VOID".into();
+                row.void = Some(text(&record["why"]));
             }
             _ => {}
         }
@@ -199,6 +224,9 @@ impl StepTable {
         if let Some(c) = &self.continues {
             let _ = writeln!(out, "  continues {c}");
         }
+        if let Some(why) = &self.void {
+            let _ = writeln!(out, "  VOID: {why}");
+        }
         for r in &self.steps {
             let _ = writeln!(
                 out,
@@ -220,6 +248,12 @@ impl StepTable {
             }
             for a in &r.approvals {
                 let _ = writeln!(out, "      approval: {a}");
+            }
+            if let Some(proof) = &r.proof {
+                let _ = writeln!(out, "      proof: {proof}");
+            }
+            if let Some(why) = &r.void {
+                let _ = writeln!(out, "      VOID: {why}");
             }
         }
         out
@@ -245,12 +279,18 @@ impl StepTable {
                 .map(|c| format!(" · continues {}", cell(c)))
                 .unwrap_or_default()
         );
+        if let Some(why) = &self.void {
+            let _ = write!(md, "**VOID**: {}\n\n", cell(why));
+        }
         md.push_str(
             "| step | verdict | attempts | evidence (last attempt) | duration |\n| --- | --- | --- | --- | --- |\n",
         );
         for r in &self.steps {
             let mut evidence: Vec<String> = r.evidence.iter().map(|e| cell(e)).collect();
             evidence.extend(r.approvals.iter().map(|a| cell(a)));
+            // What the pass covered, and whether it still counts.
+            evidence.extend(r.proof.iter().map(|p| format!("**{}**", cell(p))));
+            evidence.extend(r.void.iter().map(|v| format!("**VOID**: {}", cell(v))));
             let _ = writeln!(
                 md,
                 "| `{}` | {} | {} | {} | {} |",
@@ -267,6 +307,67 @@ impl StepTable {
         }
         md
     }
+}
+
+/// A `runbook-step-passed` record's `covered`, in words: "covering protected tests/**;
+/// definitions frozen: Makefile, GNUmakefile; build state discarded: target; judged only by a
+/// verifier: …", or "trusting target/" where the runbook trusted build state by name. A record
+/// without it (written before passes said what they covered) says so.
+pub fn covered_text(covered: &Value) -> String {
+    let Some(c) = covered.as_object() else {
+        return "coverage not recorded".into();
+    };
+    let list = |key: &str, most: usize| -> Option<String> {
+        let items: Vec<String> = c.get(key)?.as_array()?.iter().map(text).collect();
+        if items.is_empty() {
+            return None;
+        }
+        let mut shown = items
+            .iter()
+            .take(most)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ");
+        if items.len() > most {
+            let _ = write!(shown, " (+{})", items.len() - most);
+        }
+        Some(shown)
+    };
+    let mut covering = Vec::new();
+    if let Some(p) = list("protected", 8) {
+        covering.push(format!("protected {p} unchanged"));
+    }
+    if let Some(d) = list("definitions_frozen", 6) {
+        covering.push(format!("definitions frozen: {d}"));
+    }
+    let mut trusting = Vec::new();
+    match c.get("build_state").and_then(Value::as_str) {
+        Some(b) if b.starts_with("trusted: ") => {
+            trusting.extend(b["trusted: ".len()..].split(", ").map(|t| {
+                format!(
+                    "{}/",
+                    crate::audit::text::printable(t.trim_end_matches('/'))
+                )
+            }))
+        }
+        Some("discarded") => covering.push("build state discarded".into()),
+        Some(b) if b.starts_with("discarded: ") => {
+            covering.push(format!("build state {}", crate::audit::text::printable(b)))
+        }
+        _ => {}
+    }
+    let mut out = if covering.is_empty() {
+        "covering its evidence items only".to_string()
+    } else {
+        format!("covering {}", covering.join("; "))
+    };
+    if !trusting.is_empty() {
+        let _ = write!(out, "; trusting {}", trusting.join(", "));
+    }
+    if let Some(v) = list("judged_by_verifier_only", 4) {
+        let _ = write!(out, "; judged only by a verifier: {v}");
+    }
+    out
 }
 
 fn duration(ms: u64) -> String {
@@ -402,8 +503,49 @@ mod tests {
         );
         let md = t.markdown(|s| s.replace('|', "\\|"));
         assert!(
-            md.contains("| `a` | passed | 2 | command `make test` exit 0 (wanted 0) in 1.5 s · held | 3.0 s |"),
+            md.contains("| `a` | passed | 2 | command `make test` exit 0 (wanted 0) in 1.5 s · held<br>**passed, coverage not recorded** | 3.0 s |"),
             "{md}"
         );
+    }
+    #[test]
+    fn a_pass_says_what_it_covered_and_a_sweep_voids_it() {
+        let mut t = StepTable::default();
+        for r in [
+            json!({"source":"supervisor","kind":"run-start","runbook":{"id":"rb","hash":"sha256:ab"}}),
+            json!({"source":"supervisor","kind":"runbook-step-opened","ts_ms":1000,"step":"fix","title":"Fix"}),
+            json!({"source":"supervisor","kind":"runbook-step-passed","ts_ms":2000,"step":"fix","attempt":1,
+                   "covered":{"protected":["tests/**"],"definitions_frozen":["Makefile","GNUmakefile"],
+                              "build_state":"trusted: target","verifier_items":1,
+                              "judged_by_verifier_only":["no test special-cased"]}}),
+            json!({"source":"supervisor","kind":"runbook-step-opened","ts_ms":2000,"step":"docs","title":"Docs"}),
+            json!({"source":"supervisor","kind":"runbook-step-passed","ts_ms":3000,"step":"docs","attempt":1,
+                   "covered":{"protected":[],"definitions_frozen":[],"build_state":null,"verifier_items":0}}),
+            json!({"source":"supervisor","kind":"runbook-complete","runbook":"rb"}),
+            json!({"source":"supervisor","kind":"sweep","findings":[{"change":"created","path":"/w/.envrc"}]}),
+            json!({"source":"supervisor","kind":"runbook-step-void","step":"fix","attempt":1,"why":"the run's sweep found tampering (1 finding; exit 123)"}),
+            json!({"source":"supervisor","kind":"runbook-step-void","step":"docs","attempt":1,"why":"the run's sweep found tampering (1 finding; exit 123)"}),
+            json!({"source":"supervisor","kind":"runbook-void","runbook":"rb","completion_void":true,"steps":["fix","docs"],"why":"the run's sweep found tampering (1 finding; exit 123)"}),
+        ] {
+            t.add(&r);
+        }
+        let text = t.text();
+        for line in [
+            "runbook rb (sha256:ab), ended: VOID (was complete):",
+            "  VOID: the run's sweep found tampering (1 finding; exit 123)",
+            "step fix              VOID     attempts 1",
+            "      proof: passed, covering protected tests/** unchanged; definitions frozen: Makefile, GNUmakefile; trusting target/; judged only by a verifier: no test special-cased",
+            "      proof: passed, covering its evidence items only",
+            "      VOID: the run's sweep found tampering (1 finding; exit 123)",
+        ] {
+            assert!(text.contains(line), "{line:?} not in:\n{text}");
+        }
+        let md = t.markdown(|s| s.replace('|', "\\|"));
+        for row in [
+            "ended: **VOID (was complete)**",
+            "**VOID**: the run's sweep found tampering (1 finding; exit 123)",
+            "| `fix` | VOID | 1 | **passed, covering protected tests/** unchanged; definitions frozen: Makefile, GNUmakefile; trusting target/; judged only by a verifier: no test special-cased**<br>**VOID**: the run's sweep",
+        ] {
+            assert!(md.contains(row), "{row:?} not in:\n{md}");
+        }
     }
 }

@@ -379,7 +379,22 @@ fn runbook_summary(kind: &str, record: &Map<String, Value>) -> String {
                 String::new()
             }
         )),
-        "runbook-step-passed" => parts.push("passed".into()),
+        "runbook-step-passed" => parts.push(format!(
+            "passed, {}",
+            crate::audit::runbook_steps::covered_text(
+                record.get("covered").unwrap_or(&Value::Null)
+            )
+        )),
+        "runbook-step-void" => parts.push(format!("pass VOID: {}", s("why"))),
+        "runbook-void" => parts.push(format!(
+            "VOID{}: {}",
+            if record.get("completion_void") == Some(&Value::Bool(true)) {
+                ", the runbook's completion with it"
+            } else {
+                ""
+            },
+            s("why")
+        )),
         "runbook-approval" => {
             parts.push(if record.get("approved") == Some(&Value::Bool(true)) {
                 "approved".into()

@@ -769,6 +769,31 @@ fn carry_out(
                     patch.display()
                 );
             }
+            // A pass is final only with the run: what this run's steps proved was proven in a
+            // workspace the run then tampered with.
+            if let Some(run) = &runbook_run {
+                let found: Vec<String> = findings
+                    .iter()
+                    .map(|f| format!("{} {}", f.change, crate::audit::text::path(&f.path)))
+                    .collect();
+                let (void, completion_void) = run.void(&found, EXIT_TAMPERING);
+                if completion_void || !void.is_empty() {
+                    crate::say!(
+                        "stepproof-run: runbook: VOID because of the tampering above: {}{} (a later run of the same runbook and workspace proves {} again)",
+                        if completion_void {
+                            "the runbook's completion, "
+                        } else {
+                            ""
+                        },
+                        if void.is_empty() {
+                            "no step passed in this run".to_string()
+                        } else {
+                            format!("the passes of {}", void.join(", "))
+                        },
+                        if void.len() == 1 { "it" } else { "them" }
+                    );
+                }
+            }
             result.outcome = Outcome::Tampering {
                 exit_code: EXIT_TAMPERING,
                 command: Box::new(result.outcome),

@@ -158,6 +158,7 @@ pub fn check(text: &str, profile: &Profile) -> Report {
     let mut checker = Checker {
         text,
         found: Vec::new(),
+        strict: runbook.strict(),
     };
     checker.runbook_fields(&runbook);
     checker.verifiers(&runbook);
@@ -184,6 +185,8 @@ pub fn check(text: &str, profile: &Profile) -> Report {
 struct Checker<'a> {
     text: &'a str,
     found: Vec<Problem>,
+    /// `strict = true`: what a proof would have to trust is an error, not a warning.
+    strict: bool,
 }
 
 fn step_path(index: usize) -> Vec<Seg<'static>> {
@@ -535,6 +538,7 @@ impl Checker<'_> {
             );
         }
         if let Some(command) = &item.command {
+            let strict = self.strict;
             let defs =
                 crate::runbook::definitions::of_command(&command.run, std::path::Path::new("/"));
             for (n, trusted) in command.trust.iter().enumerate() {
@@ -542,7 +546,15 @@ impl Checker<'_> {
                 p.push(Seg::Key("trust"));
                 p.push(Seg::Index(n));
                 let dir = trusted.trim_start_matches("./").trim_end_matches('/');
-                if defs.build_state.iter().any(|b| b == dir) {
+                if defs.build_state.iter().any(|b| b == dir) && strict {
+                    self.error(
+                        &p,
+                        format!(
+                            "step `{id}`: the runbook is strict: the proof of `{}` may not trust {trusted:?} as the agent left it (build state the agent can forge); drop `trust` (the evidence sandbox then rebuilds it) or `strict`",
+                            crate::audit::text::command_line(&command.run)
+                        ),
+                    );
+                } else if defs.build_state.iter().any(|b| b == dir) {
                     self.add(
                         Severity::Warning,
                         &p,
@@ -570,10 +582,15 @@ impl Checker<'_> {
                 let mut p = at("command");
                 p.push(Seg::Key("run"));
                 self.add(
-                    Severity::Warning,
+                    if strict {
+                        Severity::Error
+                    } else {
+                        Severity::Warning
+                    },
                     &p,
                     format!(
-                        "step `{id}`: what defines `{}` is not all known before it runs ({}): only what is known is frozen",
+                        "step `{id}`: {}what defines `{}` is not all known before it runs ({}): only what is known is frozen",
+                        if strict { "the runbook is strict: " } else { "" },
                         crate::audit::text::command_line(&command.run),
                         defs.unknown.join("; ")
                     ),
@@ -1191,6 +1208,42 @@ mod tests {
         format!(
             "[[steps]]\nid = \"{id}\"\ntitle = \"t\"\ninstructions = \"i\"\n{extra}[[steps.evidence]]\ncommand = {{ run = [\"true\"] }}\n"
         )
+    }
+
+    #[test]
+    fn a_strict_runbook_refuses_trust_where_another_warns() {
+        let trusting = "[[steps]]\nid = \"a\"\ntitle = \"t\"\ninstructions = \"i\"\n[[steps.evidence]]\ncommand = { run = [\"cargo\", \"test\"], trust = [\"target/\"] }\n";
+        let lax = problems(&format!("{HEAD}{trusting}"));
+        assert_eq!(
+            lax,
+            vec![
+                "r.toml:9:47: warning: step `a`: the proof of `cargo test` trusts \"target/\" as the agent left it (build state the agent can forge: compiled tests, fingerprints, installed packages); a pass says so"
+            ]
+        );
+        let strict = problems(&format!("{HEAD}strict = true\n{trusting}"));
+        assert_eq!(
+            strict,
+            vec![
+                "r.toml:10:47: error: step `a`: the runbook is strict: the proof of `cargo test` may not trust \"target/\" as the agent left it (build state the agent can forge); drop `trust` (the evidence sandbox then rebuilds it) or `strict`"
+            ]
+        );
+        // Without trust, a strict runbook is valid; `strict = false` is the default, and
+        // neither changes the hash of a runbook that does not say it.
+        let plain = format!("{HEAD}{}", step("a", ""));
+        assert_eq!(
+            problems(&format!("{HEAD}strict = true\n{}", step("a", ""))),
+            Vec::<String>::new()
+        );
+        let profile = Profile::builtin_default().unwrap();
+        let hash = |text: &str| check(text, &profile).runbook.unwrap().hash();
+        assert_eq!(
+            hash(&plain),
+            hash(&format!("{HEAD}strict = false\n{}", step("a", "")))
+        );
+        assert_ne!(
+            hash(&plain),
+            hash(&format!("{HEAD}strict = true\n{}", step("a", "")))
+        );
     }
 
     #[test]

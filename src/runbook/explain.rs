@@ -2,8 +2,8 @@
 //!
 //! The hash is `sha256:` of the canonical JSON of the runbook: its fields in declaration order,
 //! every default written out (`on_fail`, attempts, an evidence command's exit code, timeout and
-//! network; `include_ignored`, added later, is left out at its default so that earlier hashes
-//! stay), durations in one spelling, `depends_on` sorted (a set). Key order, whitespace,
+//! network; `include_ignored` and `strict`, added later, are left out at their defaults so
+//! that earlier hashes stay), durations in one spelling, `depends_on` sorted (a set). Key order, whitespace,
 //! comments and quoting in the file change nothing; any change of meaning changes it.
 
 use super::{
@@ -40,6 +40,10 @@ impl Runbook {
                     }
                 }
             }
+        }
+        // Added later too: left out at its default.
+        if canonical.strict == Some(false) {
+            canonical.strict = None;
         }
         if let Some(verifiers) = &mut canonical.verifiers {
             verifiers.timeout = Some(verifiers.timeout());
@@ -91,6 +95,12 @@ pub fn explain_text(runbook: &Runbook, order: &[usize], profile: &Profile) -> St
         profile.name,
         profile.policy_hash()
     ));
+    if runbook.strict() {
+        line(
+            "  strict:  a proof rests on nothing the agent left as it left it (no `trust`; every command's defining files known)"
+                .into(),
+        );
+    }
     if !runbook.description.trim().is_empty() {
         line(String::new());
         for text in runbook.description.trim().lines() {

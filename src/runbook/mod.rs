@@ -49,6 +49,18 @@ pub struct Runbook {
     /// The models that judge `verifier` evidence, per tier, and their bounds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verifiers: Option<Verifiers>,
+    /// `strict = true`: a proof may rest on nothing the agent left as it left it — `check`
+    /// refuses (errors) what it otherwise only warns of: build state an evidence command
+    /// trusts by name (`trust`), and a command whose defining files are not all known before
+    /// it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub strict: Option<bool>,
+}
+
+impl Runbook {
+    pub fn strict(&self) -> bool {
+        self.strict.unwrap_or(false)
+    }
 }
 
 /// How long a model verifier may take when `[verifiers]` does not say (the whole fallback

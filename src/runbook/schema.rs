@@ -39,6 +39,15 @@ pub fn schema() -> Value {
                 true,
             ),
             ("verifiers", json!({ "$ref": "#/$defs/verifiers" }), false),
+            (
+                "strict",
+                json!({
+                    "type": "boolean",
+                    "description": "A proof rests on nothing the agent left as it left it: `check` refuses an evidence command's `trust` and a command whose defining files are not all known before it runs (default false: it warns).",
+                    "default": false
+                }),
+                false,
+            ),
         ],
     );
     root.insert(

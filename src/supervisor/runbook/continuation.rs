@@ -8,7 +8,8 @@
 //!
 //! The earlier run is the newest run directory under the state dir whose log has a `run-start`
 //! with this runbook's id and this workspace. Not continued (a fresh start, said on stderr):
-//! no such run; its runbook had another hash (the file changed); it completed the runbook; it
+//! no such run; its runbook had another hash (the file changed); it completed the runbook (and
+//! its sweep voided nothing: a void completion is continued, its void steps open again); it
 //! was stopped by a step whose evidence did not hold (117) or that abandons (116). Refused
 //! (the launch stops): its chain is broken, or its log cannot be read, or another process is
 //! still writing it — unless `--runbook-fresh` asks for a fresh start.
@@ -68,6 +69,9 @@ struct Scan {
     completed: bool,
     stopped: Option<String>,
     ended_cleanly: bool,
+    /// Per step: passed in this run itself (not restored from the run it continued), what a
+    /// sweep's findings void.
+    passed_here: Vec<bool>,
 }
 
 /// Finds the earlier run among the run directories beside `own` (the current run's), and
@@ -191,6 +195,7 @@ fn scan(
                         .unwrap_or_default()
                         .to_string(),
                     steps: vec![RebuiltStep::default(); step_ids.len()],
+                    passed_here: vec![false; step_ids.len()],
                     ..Scan::default()
                 };
             }
@@ -213,7 +218,23 @@ fn apply(scan: &mut Scan, kind: &str, record: &Value, step_ids: &[String]) {
         .and_then(|a| u32::try_from(a).ok());
     match (kind, index) {
         ("run-end", _) => scan.ended_cleanly = true,
+        // A run killed before its end, swept by a repair (or the next launch) that found
+        // tampering: its passes are void as its own end would have made them.
+        ("run-end-recovered", _)
+            if record["findings"].as_array().is_some_and(|f| !f.is_empty()) =>
+        {
+            for (i, s) in scan.steps.iter_mut().enumerate() {
+                if scan.passed_here[i] && s.passed {
+                    s.passed = false;
+                    s.was_open = true;
+                    s.last_verdict = Some("void".into());
+                }
+            }
+            scan.completed = false;
+        }
         ("runbook-complete", _) => scan.completed = true,
+        // The run's sweep found tampering after the passes: the completion does not count.
+        ("runbook-void", _) => scan.completed = false,
         ("runbook-continued", _) => {
             for step in record["state"].as_array().into_iter().flatten() {
                 let Some(i) = step["step"]
@@ -248,11 +269,20 @@ fn apply(scan: &mut Scan, kind: &str, record: &Value, step_ids: &[String]) {
             s.attempts = s.attempts.max(attempt.unwrap_or(0));
         }
         ("runbook-step-passed", Some(i)) => {
+            scan.passed_here[i] = true;
             let s = &mut scan.steps[i];
             s.passed = true;
             s.was_open = false;
             s.attempts = s.attempts.max(attempt.unwrap_or(0));
             s.last_verdict = Some("passed".into());
+        }
+        // Void: not passed; it opens again with the baseline of its opening (the work it
+        // did still counts as a change, the proof is taken again).
+        ("runbook-step-void", Some(i)) => {
+            let s = &mut scan.steps[i];
+            s.passed = false;
+            s.was_open = true;
+            s.last_verdict = Some("void".into());
         }
         ("runbook-step-failed", Some(i)) => {
             let s = &mut scan.steps[i];
@@ -281,4 +311,86 @@ pub fn state_record(earlier: &Earlier, step_ids: &[String]) -> Value {
             }))
             .collect::<Vec<_>>()
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write as _;
+
+    /// What `scan` rebuilds from these supervisor records after a run-start of `rb` in `/w`.
+    fn rebuilt(records: &[Value]) -> Scan {
+        let mut file = tempfile::tempfile().unwrap();
+        let start = json!({"source":"supervisor","kind":"run-start","workspace":"/w","runbook":{"id":"rb","hash":"sha256:x"}});
+        for r in std::iter::once(&start).chain(records) {
+            writeln!(file, "{r}").unwrap();
+        }
+        use std::io::Seek as _;
+        file.rewind().unwrap();
+        scan(&file, "rb", "/w", &["a".into(), "b".into()]).unwrap()
+    }
+
+    fn passed(step: &str) -> Value {
+        json!({"source":"supervisor","kind":"runbook-step-passed","step":step,"attempt":1})
+    }
+
+    fn opened(step: &str) -> Value {
+        json!({"source":"supervisor","kind":"runbook-step-opened","step":step,"baseline":{"src/a.rs":"h"}})
+    }
+
+    #[test]
+    fn a_void_pass_is_not_passed_and_its_step_opens_again() {
+        let scan = rebuilt(&[
+            opened("a"),
+            passed("a"),
+            opened("b"),
+            passed("b"),
+            json!({"source":"supervisor","kind":"runbook-complete","runbook":"rb"}),
+            json!({"source":"supervisor","kind":"sweep","findings":[{"change":"created"}]}),
+            json!({"source":"supervisor","kind":"runbook-step-void","step":"a","attempt":1}),
+            json!({"source":"supervisor","kind":"runbook-step-void","step":"b","attempt":1}),
+            json!({"source":"supervisor","kind":"runbook-void","runbook":"rb","completion_void":true}),
+            json!({"source":"supervisor","kind":"run-end"}),
+        ]);
+        assert!(!scan.completed, "a void completion is continued");
+        for s in &scan.steps {
+            assert!(!s.passed && s.was_open, "{s:?}");
+            assert_eq!(s.last_verdict.as_deref(), Some("void"));
+            assert!(s.baseline.is_some(), "the baseline of its opening is kept");
+        }
+        // Without the void records, the same run completed.
+        let scan = rebuilt(&[
+            opened("a"),
+            passed("a"),
+            json!({"source":"supervisor","kind":"runbook-complete","runbook":"rb"}),
+        ]);
+        assert!(scan.completed && scan.steps[0].passed);
+        // A void record from inside decides nothing.
+        let scan = rebuilt(&[
+            opened("a"),
+            passed("a"),
+            json!({"source":"sandbox","kind":"runbook-step-void","step":"a","attempt":1}),
+        ]);
+        assert!(scan.steps[0].passed);
+    }
+
+    #[test]
+    fn a_killed_runs_passes_are_void_when_its_repair_found_tampering() {
+        let continued = json!({"source":"supervisor","kind":"runbook-continued","state":[{"step":"a","status":"passed","attempts":1}]});
+        let found = |findings: Value| {
+            rebuilt(&[
+                continued.clone(),
+                opened("b"),
+                passed("b"),
+                json!({"source":"supervisor","kind":"run-end-recovered","findings":findings}),
+            ])
+        };
+        let scan = found(json!([{"change":"created","path":"/w/.envrc"}]));
+        // The pass restored from the run it continued stands; its own is void.
+        assert!(scan.steps[0].passed, "{:?}", scan.steps[0]);
+        assert!(!scan.steps[1].passed && scan.steps[1].was_open);
+        assert_eq!(scan.steps[1].last_verdict.as_deref(), Some("void"));
+        let clean = found(json!([]));
+        assert!(clean.steps[1].passed);
+    }
 }

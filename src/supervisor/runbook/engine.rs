@@ -46,6 +46,9 @@ pub enum Status {
     Failed,
     /// Open when the agent asked to abandon the runbook.
     Abandoned,
+    /// Passed in a run whose sweep then found tampering: the pass does not count (a
+    /// continued run opens the step again).
+    Void,
 }
 
 #[derive(Debug, Clone)]
@@ -70,6 +73,8 @@ struct StepState {
     /// The globs of the files that define the step's evidence commands, as the step opened
     /// (make's literal includes read then); recorded among the invariants.
     definitions: Vec<String>,
+    /// Passed in this run (not restored from an earlier one): what this run's sweep voids.
+    passed_here: bool,
 }
 
 /// Baselines up to this many files go into the `runbook-step-opened` record (so that a
@@ -131,6 +136,8 @@ struct Engine {
     inside_workspace: PathBuf,
     context: EvidenceContext,
     ending: Option<Ending>,
+    /// `runbook-complete` was recorded (every step passed).
+    completed: bool,
     policies_written: usize,
     evidence_runs: u32,
     /// The earlier run this one continues.
@@ -259,6 +266,7 @@ impl RunbookRun {
                 invariants: Ok(BTreeMap::new()),
                 ignore: Err(Exceeded::Stopped),
                 definitions: Vec::new(),
+                passed_here: false,
             })
             .collect();
         let engine = Engine {
@@ -271,6 +279,7 @@ impl RunbookRun {
             inside_workspace: inside_workspace.to_path_buf(),
             context,
             ending: None,
+            completed: false,
             policies_written: 0,
             closed: false,
             evidence_runs: 0,
@@ -401,7 +410,7 @@ impl RunbookRun {
     /// The end of the run: an early ending, or the steps not passed (recorded as abandoned by
     /// the supervisor, whatever the agent said).
     pub fn finish(&self) -> Option<(Ending, Vec<String>)> {
-        let engine = self.lock();
+        let mut engine = self.lock();
         let open: Vec<String> = engine
             .runbook
             .steps
@@ -414,6 +423,7 @@ impl RunbookRun {
             Some(ending) => ending,
             None if open.is_empty() => {
                 engine.record_end("runbook-complete", json!({ "runbook": engine.runbook.id }));
+                engine.completed = true;
                 return None;
             }
             None => Ending::Abandoned {
@@ -461,6 +471,60 @@ impl RunbookRun {
             }),
         );
         Some((ending, open))
+    }
+
+    /// The run's sweep found tampering (`findings`, in words): a pass is final only with the
+    /// run, so every step passed in this run is void, and the runbook's completion with it —
+    /// on the record after the sweep's, in `state.json`, and for a continued run (which opens
+    /// the void steps again, with the baselines of their opening). Steps passed in an earlier
+    /// run this one continued keep their pass (that run's sweep had its say). Says the void
+    /// steps, and whether the completion was void. `exit_code`: the run's, for the record.
+    pub fn void(&self, findings: &[String], exit_code: i32) -> (Vec<String>, bool) {
+        let mut engine = self.lock();
+        let why = format!(
+            "the run's sweep found tampering ({} finding{}; exit {exit_code}): a pass is final only with the run",
+            findings.len(),
+            if findings.len() == 1 { "" } else { "s" },
+        );
+        let named: Vec<&String> = findings.iter().take(FILES_RECORDED_MAX).collect();
+        let mut void = Vec::new();
+        for i in 0..engine.steps.len() {
+            if !(engine.steps[i].passed_here && engine.steps[i].status == Status::Passed) {
+                continue;
+            }
+            engine.steps[i].status = Status::Void;
+            engine.steps[i].last_verdict = Some("void".into());
+            let (id, attempt) = (
+                engine.runbook.steps[i].id.to_string(),
+                engine.steps[i].attempts,
+            );
+            engine.record_end(
+                "runbook-step-void",
+                json!({ "step": id, "attempt": attempt, "why": why, "findings": named }),
+            );
+            void.push(id);
+        }
+        let completion_void = engine.completed;
+        if completion_void || !void.is_empty() {
+            engine.record_end(
+                "runbook-void",
+                json!({
+                    "runbook": engine.runbook.id,
+                    "completion_void": completion_void,
+                    "steps": void,
+                    "why": why,
+                }),
+            );
+            engine.completed = false;
+            // The servers have stopped: only the state file is rewritten, for whoever reads
+            // the run's directory afterwards.
+            if let Ok(state) = serde_json::to_vec_pretty(&engine.state_json())
+                && let Err(e) = write_atomic(&engine.dir, "state.json", &state)
+            {
+                crate::say!("stepproof-run: runbook: writing the void state: {e}");
+            }
+        }
+        (void, completion_void)
     }
 }
 
@@ -852,6 +916,7 @@ fn complete(
     let mut e = lock();
     if failures.is_empty() {
         e.steps[index].status = Status::Passed;
+        e.steps[index].passed_here = true;
         e.steps[index].last_verdict = Some("passed".into());
         let covered = covered(&step, &e.steps[index].definitions, &gathered);
         e.record(
@@ -2106,6 +2171,7 @@ impl Engine {
             self.steps[i].invariants = opening.invariants;
             self.steps[i].ignore = opening.ignore;
             self.steps[i].definitions = opening.definitions;
+            let took_ms = opening.took_ms;
             let step = self.runbook.steps[i].clone();
             let invariants = &self.steps[i].invariants;
             let protected: Vec<String> =
@@ -2138,6 +2204,7 @@ impl Engine {
                     "invariants_budget": invariants.as_ref().err().map(Exceeded::budget),
                     "invariants_not_taken": invariants.as_ref().err().map(Exceeded::sentence),
                     "ignore": ignore,
+                    "opening_ms": took_ms,
                 }),
             );
         }
@@ -2179,6 +2246,7 @@ impl Engine {
                 Status::Passed => "passed",
                 Status::Failed => "FAILED",
                 Status::Abandoned => "ABANDONED",
+                Status::Void => "VOID",
             };
             out.push_str(&format!(
                 "  {:8} {} — {} (attempts {}/{})\n",
@@ -2422,6 +2490,8 @@ struct Opening {
     invariants: Result<BTreeMap<String, Entry>, Exceeded>,
     ignore: Result<IgnoreRules, Exceeded>,
     definitions: Vec<String>,
+    /// What taking it cost (ignore rules, baseline, invariants, definitions), in ms.
+    took_ms: u64,
 }
 
 /// A files item's walk at completion, outside the engine's lock: each glob's files, and where
@@ -2475,10 +2545,10 @@ fn take_baselines(
         .iter()
         .map(|&(i, restored)| {
             let step = &runbook.steps[i];
-            (
-                i,
-                take_opening(workspace, budget, step, restored, stop, spent),
-            )
+            let started = Instant::now();
+            let mut opening = take_opening(workspace, budget, step, restored, stop, spent);
+            opening.took_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+            (i, opening)
         })
         .collect()
 }
@@ -2496,6 +2566,7 @@ fn take_opening(
         invariants: Err(e.clone()),
         ignore: Err(e),
         definitions: Vec::new(),
+        took_ms: 0,
     };
     let root = match files::open_workspace(workspace) {
         Ok(root) => root,
@@ -2559,6 +2630,7 @@ fn take_opening(
         invariants,
         ignore: Ok(rules),
         definitions,
+        took_ms: 0,
     }
 }
 
@@ -2847,8 +2919,9 @@ fn build_state_words(view: &EvidenceView, command: &crate::runbook::CommandEvide
     })
 }
 
-/// What a passed step's proof covered and what it trusted: the definition files frozen, and
-/// per command the build state discarded or trusted by name; items judged by a verifier only.
+/// What a passed step's proof covered and what it trusted: the paths it protects, the
+/// definition files frozen, per command the build state discarded (rebuilt) or trusted by
+/// name, and what only a model verifier judged (the step's acceptance criteria, named).
 fn covered(step: &Step, definitions: &[String], gathered: &[Value]) -> Value {
     let trusted: Vec<&String> = step
         .evidence
@@ -2856,12 +2929,26 @@ fn covered(step: &Step, definitions: &[String], gathered: &[Value]) -> Value {
         .filter_map(|e| e.command.as_ref())
         .flat_map(|c| c.trust.iter())
         .collect();
+    let mut discarded: Vec<&str> = Vec::new();
+    for dir in gathered
+        .iter()
+        .filter(|r| r["kind"] == "command")
+        .flat_map(|r| {
+            r["build_state"]["discarded"]
+                .as_array()
+                .into_iter()
+                .flatten()
+        })
+        .filter_map(Value::as_str)
+    {
+        if !discarded.contains(&dir) {
+            discarded.push(dir);
+        }
+    }
     let commands = step.evidence.iter().filter(|e| e.command.is_some()).count();
     let build_state = if commands == 0 {
         Value::Null
-    } else if trusted.is_empty() {
-        json!("discarded")
-    } else {
+    } else if !trusted.is_empty() {
         json!(format!(
             "trusted: {}",
             trusted
@@ -2870,13 +2957,30 @@ fn covered(step: &Step, definitions: &[String], gathered: &[Value]) -> Value {
                 .collect::<Vec<_>>()
                 .join(", ")
         ))
+    } else if !discarded.is_empty() {
+        json!(format!("discarded: {}", discarded.join(", ")))
+    } else {
+        json!("none reused")
     };
     let verifiers = gathered.iter().filter(|r| r["kind"] == "verifier").count();
+    // A verifier judges the acceptance criteria; nothing else of the proof does.
+    let judged_by_verifier_only: Vec<String> = if verifiers == 0 {
+        Vec::new()
+    } else if step.acceptance.is_empty() {
+        vec!["the step's instructions (no acceptance criteria written)".into()]
+    } else {
+        step.acceptance
+            .iter()
+            .take(16)
+            .map(|a| a.chars().take(200).collect())
+            .collect()
+    };
     json!({
         "definitions_frozen": definitions,
         "build_state": build_state,
         "protected": step.protected_paths().into_iter().map(|p| p.glob).collect::<Vec<_>>(),
         "verifier_items": verifiers,
+        "judged_by_verifier_only": judged_by_verifier_only,
     })
 }
 
