@@ -268,9 +268,7 @@ pub fn run_checks() -> Vec<Check> {
                 &crate::audit::owed::runs_dir(&home),
             )
         })
-        .and_then(|()| {
-            overlay_works.map_err(|e| format!("overlayfs in a user namespace: {e}"))
-        });
+        .and_then(|()| overlay_works.map_err(|e| format!("overlayfs in a user namespace: {e}")));
     checks.push(Check {
         feature: "git layers (a writable workspace's repositories seen through an overlay)",
         available: layers.is_ok(),

@@ -573,6 +573,9 @@ mod layer_tests {
             "{refused}"
         );
         let refused = layer_file_systems(dir.path(), Path::new("/sys/kernel")).unwrap_err();
-        assert!(refused.contains("the run directory /sys/kernel"), "{refused}");
+        assert!(
+            refused.contains("the run directory /sys/kernel"),
+            "{refused}"
+        );
     }
 }
