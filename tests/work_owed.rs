@@ -520,7 +520,13 @@ both!(a_repair_that_cannot_record_keeps_the_marker, |w: &World| {
         .iter()
         .filter_map(|f| f["change"].as_str())
         .collect();
-    assert_eq!(changes, ["changed", "changed"], "{}", recovered[0]);
+    // The two configs with the key, and the nested repository's `commondir`.
+    assert_eq!(
+        changes,
+        ["changed", "created", "changed"],
+        "{}",
+        recovered[0]
+    );
     // The first run is ended by recovery, the second by its own end.
     let verify = stepproof(w, &["audit", "verify", log_arg]);
     assert_eq!(verify.status.code(), Some(5), "{}", describe(&verify));
