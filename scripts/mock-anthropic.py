@@ -56,6 +56,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 LOCK = threading.Lock()
 CLIENT_ID = "9d1c250a-e61b-44d9-88ed-5944d1962f5e"
 SPENT = set()
+# Turns whose "error" was answered once already (then the turn itself is answered).
+ERRORED = set()
 
 
 def sse(event, data):
@@ -67,7 +69,7 @@ def turn_events(turn, model, index, thread=""):
     yield sse("message_start", {"type": "message_start", "message": {
         "id": msg_id, "type": "message", "role": "assistant", "model": model, "content": [],
         "stop_reason": None, "stop_sequence": None,
-        "usage": {"input_tokens": 10, "output_tokens": 1}}})
+        "usage": {"input_tokens": turn.get("input_tokens", 10), "output_tokens": 1}}})
     blocks = []
     if "text" in turn:
         blocks.append(("text", turn["text"]))
@@ -90,7 +92,7 @@ def turn_events(turn, model, index, thread=""):
         yield sse("content_block_stop", {"type": "content_block_stop", "index": i})
     stop = "tool_use" if any(k == "tool" for k, _ in blocks) else "end_turn"
     yield sse("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
-                                "usage": {"output_tokens": 5}})
+                                "usage": {"output_tokens": 5, "input_tokens": turn.get("input_tokens", 10)}})
     yield sse("message_stop", {"type": "message_stop"})
 
 
@@ -202,6 +204,19 @@ class Handler(BaseHTTPRequestHandler):
             script, thread = per_model.get("turns", []), f"m{body.get('model')}_"
             time.sleep(per_model.get("delay", 0))
         turn = script[index] if index < len(script) else {"text": "done"}
+        last = json.dumps(messages[-1].get("content")) if messages else ""
+        if "summary" in config and "Respond with TEXT ONLY" in last:
+            # Claude Code's compaction: its summary request is answered with the script's.
+            turn, thread = {"text": config["summary"]}, "summary_"
+        elif "error" in turn:
+            with LOCK:
+                first = (thread, index) not in ERRORED
+                ERRORED.add((thread, index))
+            if first:
+                err = turn["error"]
+                self.reply_json(err.get("status", 400), {"type": "error", "error": {
+                    "type": err.get("type", "invalid_request_error"), "message": err["message"]}})
+                return
         port = str(self.server.server_address[1])
         turn = json.loads(json.dumps(turn).replace("@PORT@", port))
         model = body.get("model", "claude-mock")

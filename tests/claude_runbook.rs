@@ -93,6 +93,61 @@ fn reported<'a>(run: &'a Run, kind: &str) -> Vec<&'a Value> {
         .collect()
 }
 
+// An automatic compaction inside a `claude -p` turn — forced as it happens in real use: the API
+// answers "prompt is too long", Claude Code compacts (its summary request is answered by the
+// mock) and goes on in the same turn — is followed, at the first tool call after it, by a
+// request that holds the open step again: no prompt comes in a single turn to carry it, so the
+// tool call's answer does (PreCompact marked the session). The request right after the
+// compaction holds the summary and not the step: what the re-orientation is for.
+both_claude!(
+    a_compaction_inside_a_turn_is_followed_by_the_open_step,
+    |w: &World| {
+        setup(w);
+        let mock = Mock::start(
+            w,
+            json!({
+                "summary": "SUMMARY-MARK: the user asked to follow the script; one echo ran.",
+                "turns": [
+                    bash("echo one"),
+                    {"error": {"status": 400, "message": "prompt is too long: 210000 tokens > 200000 maximum"},
+                     "tool": "Bash", "input": {"command": "echo two"}},
+                    text("fin")
+                ],
+                "threads": [{"marker": "SUMMARY-MARK", "turns": [bash("echo after"), text("fin after")]}]
+            }),
+        );
+        let run = runbook_run(w, &mock, "Follow the script.");
+        let after: Vec<String> = mock
+            .messages_requests()
+            .iter()
+            .map(seen)
+            .filter(|s| s.contains("SUMMARY-MARK") && !s.contains("Respond with TEXT ONLY"))
+            .collect();
+        assert!(
+            after.len() >= 2,
+            "no turn went on after a compaction: {}",
+            run.describe()
+        );
+        let first_after = &after[0];
+        assert!(
+            !first_after.contains(DRAFT_INSTRUCTIONS),
+            "the compacted conversation already held the step (the test proves nothing): {first_after}"
+        );
+        let oriented = &after[1];
+        for needle in [
+            "Open step 'draft': Draft the notes",
+            DRAFT_INSTRUCTIONS,
+            "stepproof step complete",
+        ] {
+            assert!(
+                oriented.contains(needle),
+                "{needle:?} is not in the request after the first tool call that followed the compaction:\n{oriented}\n{}",
+                run.describe()
+            );
+        }
+    }
+);
+
 // The first request the model receives already holds the open step's instructions, its
 // acceptance criteria and what it allows (the UserPromptSubmit observer: SessionStart's
 // context cannot reach it, see `stepproof_hook::contract::oriented`), not the waiting step's;

@@ -330,10 +330,14 @@ pub fn respond(args: &Args, stdin: &[u8]) -> Response {
         "ConfigChange" => config_change(args, input.ok()),
         "PostToolUse" | "PostToolUseFailure" => {
             let context = input.as_ref().ok().and_then(|input| {
-                let parts: Vec<String> = [read_only_context(input), refused_hosts_notice(input)]
-                    .into_iter()
-                    .flatten()
-                    .collect();
+                let parts: Vec<String> = [
+                    reorientation(args, input),
+                    read_only_context(input),
+                    refused_hosts_notice(input),
+                ]
+                .into_iter()
+                .flatten()
+                .collect();
                 (!parts.is_empty()).then(|| parts.join("\n\n"))
             });
             let mut response = observe(args, &event, input, evidence);
@@ -1095,12 +1099,54 @@ pub mod oriented {
         Some(bytes)
     }
 
-    /// Before a compaction: the next prompt orients the compacted conversation again.
+    /// Before a compaction: the next prompt orients the compacted conversation again, and so
+    /// does the next tool call's answer ([`take_compacted`]): a compaction in the middle of a
+    /// turn (`claude -p`) has no next prompt.
     pub fn forget(session: Option<&Value>) {
         if let Some(path) = marker(session) {
-            let _ = std::fs::remove_file(path);
+            let _ = std::fs::remove_file(&path);
+            if let Some(dir) = path.parent() {
+                let _ = std::fs::create_dir_all(dir);
+            }
+            let mut compacted = path.into_os_string();
+            compacted.push(COMPACTED);
+            let _ = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+                .open(compacted);
         }
     }
+
+    /// The suffix of the mark a compaction leaves for the session's next tool call.
+    const COMPACTED: &str = ".compacted";
+
+    /// Whether the session was compacted since its last tool call (the mark is taken: one
+    /// answer carries the orientation). One `unlink` when it was not.
+    pub fn take_compacted(session: Option<&Value>) -> bool {
+        let Some(path) = marker(session) else {
+            return false;
+        };
+        let mut compacted = path.into_os_string();
+        compacted.push(COMPACTED);
+        std::fs::remove_file(compacted).is_ok()
+    }
+}
+
+/// After a compaction (PreCompact marked the session), the first tool call's answer carries the
+/// runbook's whole orientation: the compacted conversation holds only the summary, and in a
+/// `claude -p` turn no prompt follows to carry it. Not a subagent's call (its context is not the
+/// session's).
+fn reorientation(args: &Args, input: &HookInput) -> Option<String> {
+    if input.agent_id.is_some() || !oriented::take_compacted(input.session_id.as_ref()) {
+        return None;
+    }
+    let state = runbook_dir(&args.policy)
+        .filter(|d| d.is_dir())
+        .and_then(|d| read_runbook_state(&d))?;
+    // The next prompt, if one comes, need not say it again.
+    oriented::needs_orientation(&state, input.session_id.as_ref());
+    Some(orientation_text(&state))
 }
 
 /// The runbook directory beside the profile's policy (`/run/stepproof/runbook` inside).
