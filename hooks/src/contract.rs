@@ -1103,33 +1103,41 @@ pub mod oriented {
     /// does the next tool call's answer ([`take_compacted`]): a compaction in the middle of a
     /// turn (`claude -p`) has no next prompt.
     pub fn forget(session: Option<&Value>) {
-        if let Some(path) = marker(session) {
-            let _ = std::fs::remove_file(&path);
+        let Some(path) = marker(session) else {
+            return;
+        };
+        // The marker rewritten in place (no new file: PreCompact stays cheap); made if missing.
+        let open = |create: bool| {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .truncate(!create)
+                .create_new(create)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+                .open(&path)
+        };
+        let file = open(false).or_else(|_| {
             if let Some(dir) = path.parent() {
                 let _ = std::fs::create_dir_all(dir);
             }
-            let mut compacted = path.into_os_string();
-            compacted.push(COMPACTED);
-            let _ = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-                .open(compacted);
+            open(true)
+        });
+        if let Ok(mut file) = file
+            && file.metadata().is_ok_and(|m| m.is_file())
+        {
+            let _ = file.write_all(COMPACTED);
         }
     }
 
-    /// The suffix of the mark a compaction leaves for the session's next tool call.
-    const COMPACTED: &str = ".compacted";
+    /// What a compaction leaves in the session's marker: no key reads like it, so the next
+    /// prompt orients again, and the next tool call's observer sees it ([`take_compacted`]).
+    const COMPACTED: &[u8] = b"compacted";
 
-    /// Whether the session was compacted since its last tool call (the mark is taken: one
-    /// answer carries the orientation). One `unlink` when it was not.
+    /// Whether the session was compacted since it was last oriented (the observer that orients
+    /// it then rewrites the marker with [`needs_orientation`]). One small read.
     pub fn take_compacted(session: Option<&Value>) -> bool {
-        let Some(path) = marker(session) else {
-            return false;
-        };
-        let mut compacted = path.into_os_string();
-        compacted.push(COMPACTED);
-        std::fs::remove_file(compacted).is_ok()
+        marker(session)
+            .and_then(|path| read_marker(&path))
+            .is_some_and(|seen| seen == COMPACTED)
     }
 }
 

@@ -1145,9 +1145,54 @@ fn the_first_prompt_of_a_session_carries_the_orientation() {
     );
     assert_eq!(r.code, 0);
     assert!(r.stdout.contains(full), "{}", r.stdout);
-    assert!(!oriented_marker(&config).exists());
+    assert_eq!(
+        std::fs::read(oriented_marker(&config)).expect("marker"),
+        b"compacted"
+    );
     assert!(prompt(session, Some(&config)).contains(full));
     assert!(!prompt(session, Some(&config)).contains(full));
+    // A compaction in the middle of a turn: no prompt follows, the first tool call's answer
+    // carries the orientation (once), never a subagent's.
+    let tool_call = |agent: Option<&str>| {
+        let mut input = serde_json::json!({
+            "hook_event_name": "PostToolUse", "session_id": session, "cwd": setup.workspace(),
+            "tool_name": "Bash", "tool_input": {"command": "echo hi"}, "tool_use_id": "t",
+            "tool_response": {"stdout": "hi", "stderr": "", "interrupted": false},
+        });
+        if let Some(agent) = agent {
+            input["agent_id"] = Value::from(agent);
+        }
+        run_with_config(
+            &["--policy", policy],
+            input.to_string().as_bytes(),
+            Some(&config),
+        )
+        .stdout
+    };
+    assert!(
+        !tool_call(None).contains(full),
+        "no compaction, no orientation"
+    );
+    let r = run_with_config(
+        &["--policy", policy],
+        &setup.fixture("pre_compact.json"),
+        Some(&config),
+    );
+    assert_eq!(r.code, 0);
+    assert!(
+        !tool_call(Some("agent-1")).contains(full),
+        "a subagent's call"
+    );
+    let oriented = tool_call(None);
+    assert!(
+        oriented.contains(full) && oriented.contains("additionalContext"),
+        "{oriented}"
+    );
+    assert!(!tool_call(None).contains(full), "once");
+    assert!(
+        !prompt(session, Some(&config)).contains(full),
+        "the prompt after it need not"
+    );
     // The open steps change: oriented on the new ones.
     let state = setup.dir.path().join("runbook/state.json");
     let text = std::fs::read_to_string(&state).expect("state");
