@@ -78,7 +78,7 @@ rm GNUmakefile
 printf 'test:\n\ttrue\n' > Makefile
 complete makefile
 printf 'test:\n\tsh src/build.sh\n\tsh tests/test_calc.sh\n' > Makefile
-# A build script (the step's own work) rewrites the test inside the evidence sandbox.
+# The script the recipe runs (a definition too now) rewrites the test inside the evidence sandbox.
 printf 'sed -i s/expect=4/expect=5/ tests/test_calc.sh; echo rewrite=$?\n' > src/build.sh
 complete in-evidence
 # The real fix.
@@ -172,6 +172,7 @@ both!(what_defines_the_evidence_is_frozen, |w: &World| {
         inside.contains("\nin-evidence=1")
             && inside.contains("command `make test` exited 2")
             && inside.contains("Read-only file system")
+            && inside.contains("src/build.sh (content)")
             && inside.contains("rewrite=")
             && !inside.contains("rewrite=0"),
         "{inside}\n{all}"

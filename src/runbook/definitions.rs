@@ -81,8 +81,15 @@ pub fn of_command(run: &[String], workspace: &Path) -> Definitions {
         .map(|w| format!("'{}'", w.replace('\'', r"'\''")))
         .collect::<Vec<_>>()
         .join(" ");
-    let mut cwd = String::new();
-    for effect in analyze(&line) {
+    add_line(&mut defs, &line, "", workspace);
+    finish(&mut defs);
+    defs
+}
+
+/// What one shell command line, started in `cwd`, runs: each tool's definitions, `cd` followed.
+fn add_line(defs: &mut Definitions, line: &str, cwd: &str, workspace: &Path) {
+    let mut cwd = cwd.to_string();
+    for effect in analyze(line) {
         match effect {
             Effect::Exec(inv) if inv.name == "cd" => {
                 match inv.args.first().and_then(Arg::as_static) {
@@ -97,13 +104,81 @@ pub fn of_command(run: &[String], workspace: &Path) -> Definitions {
                         .push("`cd` to a directory computed at run time".into()),
                 }
             }
-            Effect::Exec(inv) => tool_use(&mut defs, &cwd, &inv, workspace),
+            Effect::Exec(inv) => tool_use(defs, &cwd, &inv, workspace),
             Effect::Unknown(why) => defs.unknown.push(why),
             _ => {}
         }
     }
+}
+
+/// What the recipes of a makefile run (make runs in `dir`, workspace-relative): each recipe
+/// line as the shell command it is, so a recipe's `python3 -m pytest` makes `conftest.py` a
+/// definition and its `cargo test` makes `target/` build state, as if the evidence named them.
+/// Every recipe counts, whichever target the evidence names (make's graph is make's to read).
+/// `$(MAKE)` is make; a line with another make variable is analysed as written, where the
+/// shell's analysis sees a word computed at run time.
+pub fn of_recipes(text: &str, dir: &str, workspace: &Path) -> Definitions {
+    let mut defs = Definitions::default();
+    let mut lines = text.lines();
+    while let Some(line) = lines.next() {
+        let recipe = if let Some(recipe) = line.strip_prefix('\t') {
+            recipe.to_string()
+        } else if let Some((rule, recipe)) = line.split_once(';')
+            && !line.starts_with('#')
+            && rule.contains(':')
+            && !rule.contains('=')
+        {
+            // `target: prerequisites ; recipe`
+            recipe.to_string()
+        } else {
+            continue;
+        };
+        // A backslash-newline goes to the shell as it is; the next line's tab is make's.
+        let mut recipe = recipe;
+        while recipe.ends_with('\\') {
+            recipe.pop();
+            match lines.next() {
+                Some(next) => recipe.push_str(next.strip_prefix('\t').unwrap_or(next)),
+                None => break,
+            }
+        }
+        let command = recipe
+            .trim_start_matches(|c: char| c == '@' || c == '-' || c == '+' || c.is_whitespace())
+            .replace("$(MAKE)", "make")
+            .replace("${MAKE}", "make")
+            .replace("$$", "$");
+        if !command.is_empty() && !command.starts_with('#') {
+            add_line(&mut defs, &command, dir, workspace);
+            shell_scripts(&mut defs, &command, dir, workspace);
+        }
+    }
     finish(&mut defs);
     defs
+}
+
+/// The script files of `sh FILE` in a recipe line: the shell's analysis says only that a
+/// script file runs; which one, a plain reading of the line's words says (each `;`, `&&`,
+/// `||` or `|` segment, after a literal `cd`).
+fn shell_scripts(defs: &mut Definitions, line: &str, cwd: &str, workspace: &Path) {
+    let mut cwd = cwd.to_string();
+    for segment in line.split([';', '&', '|']) {
+        let words: Vec<String> = segment
+            .split_whitespace()
+            .map(|w| w.trim_matches(['\'', '"']).to_string())
+            .skip_while(|w| w.contains('=') && !w.starts_with('-'))
+            .collect();
+        let Some(first) = words.first() else { continue };
+        if first == "cd" {
+            if let Some(d) = words.get(1).and_then(|d| relative(&cwd, d, workspace)) {
+                cwd = d;
+            }
+        } else if SHELLS.contains(&basename(first)) {
+            let args: Vec<Arg> = words[1..].iter().cloned().map(Arg::Static).collect();
+            if let Some(script) = script_operand(basename(first), &args) {
+                program_file(defs, &cwd, &script, workspace);
+            }
+        }
+    }
 }
 
 fn finish(defs: &mut Definitions) {
@@ -133,8 +208,7 @@ fn script_operand(name: &str, args: &[Arg]) -> Option<String> {
             if flags.is_empty()
                 || flags.contains('c')
                 || (is_python(name) && flags.starts_with('m'))
-                || flags == "e"
-                || flags == "-eval"
+                || (!SHELLS.contains(&name) && (flags == "e" || flags == "-eval"))
             {
                 return None;
             }
@@ -684,6 +758,8 @@ mod tests {
             ["tests/test_calc.sh"]
         );
         assert_eq!(defs(&["/work/p/ci/t.sh"]).files, ["ci/t.sh"]);
+        // A shell's `-e` is errexit, not a script given inline.
+        assert_eq!(defs(&["sh", "-e", "ci/t.sh"]).files, ["ci/t.sh"]);
         assert!(defs(&["/usr/bin/true"]).files.is_empty());
         assert!(defs(&["python3", "t.py"]).files.contains(&"t.py".into()));
     }
@@ -694,6 +770,38 @@ mod tests {
         let (named, computed) = make_includes(text, "sub");
         assert_eq!(named, ["sub/common.mk", "sub/local.mk", "sub/other.mk"]);
         assert_eq!(computed, ["$(X).mk"]);
+    }
+
+    #[test]
+    fn what_the_recipes_run_defines_it_too() {
+        let text = "PY = python3\n.PHONY: test\ntest: build\n\t@python3 -m pytest -q\n\t-cd rust && PATH=/opt/x:$$PATH cargo test \\\n\t  --offline\nnode: ; npm test\nsub:\n\t$(MAKE) -C web check\nvar:\n\t$(PY) -m unittest\n";
+        let d = of_recipes(text, "", Path::new("/work/p"));
+        for f in [
+            "**/conftest.py",
+            "pytest.ini",
+            "rust/Cargo.toml",
+            "**/build.rs",
+            "package.json",
+            "web/GNUmakefile",
+            "web/Makefile",
+        ] {
+            assert!(d.files.contains(&f.to_string()), "{f}: {d:?}");
+        }
+        assert!(d.makefiles.contains(&"web/Makefile".to_string()), "{d:?}");
+        for s in ["rust/target", "node_modules", ".venv"] {
+            assert!(d.build_state.contains(&s.to_string()), "{s}: {d:?}");
+        }
+        let tools: Vec<&str> = d.tools.iter().map(|t| t.tool).collect();
+        assert_eq!(tools, ["pytest", "cargo", "npm", "make"], "{d:?}");
+        // The variable's program is computed when make runs: said, not guessed.
+        assert!(!d.unknown.is_empty(), "{d:?}");
+        // In a sub-directory's makefile, recipes start there.
+        let d = of_recipes(
+            "t:\n\tsh run.sh\n\tcd ci && bash -e check.sh\n",
+            "sub",
+            Path::new("/work/p"),
+        );
+        assert_eq!(d.files, ["sub/run.sh", "sub/ci/check.sh"]);
     }
 
     #[test]

@@ -312,7 +312,7 @@ fn evidence_text(item: &Evidence) -> String {
                 if defs.makefiles.is_empty() {
                     ""
                 } else {
-                    " and the makefiles' literal includes"
+                    " and the makefiles' literal includes and what their recipes run (their tools' files; their build state discarded)"
                 }
             ));
         }

@@ -385,19 +385,35 @@ pub struct Launch<'a> {
     /// host's /etc (an overlay): what the host's administrator would have put there, without
     /// touching the machine's /etc. Needs root (the harness is root in CI).
     pub etc_layer: Option<&'a Path>,
+    /// Directories bound (read-only) at another path in that private mount namespace: `(what,
+    /// where)`, e.g. a toolchain under /root shown where the test user can reach it. Needs root.
+    pub binds: &'a [(&'a Path, &'a Path)],
     /// The prompt given to `claude -p` (default "Follow the script.").
     pub prompt: Option<&'a str>,
 }
 
-/// `cmd` started in a private mount namespace with `layer` laid over /etc.
-fn with_etc_layer(cmd: Command, layer: &Path) -> Command {
+/// `cmd` started in a private mount namespace of its own, with `layer` laid over /etc and each
+/// of `binds` bound read-only at its place.
+fn in_private_mounts(cmd: Command, layer: Option<&Path>, binds: &[(&Path, &Path)]) -> Command {
+    let mut script = String::new();
+    if let Some(layer) = layer {
+        script.push_str(&format!(
+            "mount -t overlay overlay -o lowerdir={}:/etc /etc && ",
+            layer.display()
+        ));
+    }
+    for (what, place) in binds {
+        script.push_str(&format!(
+            "mount --bind '{w}' '{p}' && mount -o remount,bind,ro '{p}' && ",
+            w = what.display(),
+            p = place.display()
+        ));
+    }
+    script.push_str("exec \"$@\"");
     let mut wrapped = Command::new("unshare");
     wrapped
         .args(["--mount", "--propagation", "private", "--", "/bin/sh", "-c"])
-        .arg(format!(
-            "mount -t overlay overlay -o lowerdir={}:/etc /etc && exec \"$@\"",
-            layer.display()
-        ))
+        .arg(script)
         .arg("sh")
         .arg(cmd.get_program())
         .args(cmd.get_args());
@@ -430,8 +446,8 @@ pub fn run_claude_as(w: &World, launch: &Launch, profile: &str, claude_args: &[&
         .arg(&status_path)
         .arg("--")
         .args(args);
-    if let Some(layer) = launch.etc_layer {
-        cmd = with_etc_layer(cmd, layer);
+    if launch.etc_layer.is_some() || !launch.binds.is_empty() {
+        cmd = in_private_mounts(cmd, launch.etc_layer, launch.binds);
     }
     w.clean_env(&mut cmd);
     cmd.envs(launch.env.iter().copied());

@@ -71,8 +71,11 @@ struct StepState {
     /// be read, and nothing judged by them can hold).
     ignore: Result<IgnoreRules, Exceeded>,
     /// The globs of the files that define the step's evidence commands, as the step opened
-    /// (make's literal includes read then); recorded among the invariants.
+    /// (make's literal includes and what its recipes run, read then); recorded among the
+    /// invariants.
     definitions: Vec<String>,
+    /// What the makefiles' recipes run, as the step opened (their build state).
+    recipes: Recipes,
     /// Passed in this run (not restored from an earlier one): what this run's sweep voids.
     passed_here: bool,
 }
@@ -266,6 +269,7 @@ impl RunbookRun {
                 invariants: Ok(BTreeMap::new()),
                 ignore: Err(Exceeded::Stopped),
                 definitions: Vec::new(),
+                recipes: Recipes::default(),
                 passed_here: false,
             })
             .collect();
@@ -1149,6 +1153,8 @@ struct InvariantCheck {
     baseline_entries: Option<usize>,
     /// The definition globs of the step's evidence commands.
     definitions: Vec<String>,
+    /// What the makefiles' recipes run, as the step opened.
+    recipes: Recipes,
     /// What the walk found (the protected paths and the definition files as they are now).
     now: BTreeMap<String, Entry>,
     /// Ignored entries under the protected paths (hidden from evidence commands), and
@@ -1165,13 +1171,14 @@ fn check_invariants(
     step: &Step,
     held: Option<&(bool, String)>,
 ) -> InvariantCheck {
-    let (baseline, rules, context, definitions) = {
+    let (baseline, rules, context, definitions, recipes) = {
         let e = engine.lock().unwrap_or_else(|e| e.into_inner());
         (
             e.steps[index].invariants.clone(),
             e.steps[index].ignore.clone(),
             e.context.clone(),
             e.steps[index].definitions.clone(),
+            e.steps[index].recipes.clone(),
         )
     };
     let baseline_entries = baseline.as_ref().ok().map(BTreeMap::len);
@@ -1221,6 +1228,7 @@ fn check_invariants(
         frozen,
         baseline_entries,
         definitions,
+        recipes,
         now,
         ignored,
     }
@@ -1244,52 +1252,77 @@ fn protected_roots(step: &Step) -> Vec<String> {
     roots
 }
 
-/// The definition globs of a step's command evidence: what each tool reads, and the literal
-/// includes of the makefiles that exist now (read beneath the workspace, each at most 1 MiB,
-/// up to 64 files), in the order found.
+/// What a step's command evidence rests on beyond its argv: the makefiles' recipes.
+#[derive(Debug, Clone, Default)]
+struct Recipes {
+    /// Build state the recipes' tools would reuse (workspace-relative directories): discarded
+    /// in the evidence sandbox of a command that runs make, unless trusted by name.
+    build_state: Vec<String>,
+}
+
+/// The definition globs of a step's command evidence: what each tool reads, and for the
+/// makefiles that exist now (read beneath the workspace, each at most 1 MiB, up to 64 files, in
+/// the order found) their literal includes and what their recipes run
+/// ([`crate::runbook::definitions::of_recipes`]: a recipe's `python3 -m pytest` makes
+/// `conftest.py` a definition, its `cargo test` makes `target/` build state, a sub-make's
+/// makefiles are read in turn).
 fn definition_globs(
     walk: &mut Walk<'_>,
     root: std::os::fd::BorrowedFd<'_>,
     step: &Step,
     workspace: &Path,
-) -> Result<Vec<String>, Exceeded> {
+) -> Result<(Vec<String>, Recipes), Exceeded> {
     const MAKEFILES_READ: usize = 64;
     let mut globs: Vec<String> = Vec::new();
+    let mut recipes = Recipes::default();
     let mut makefiles: Vec<(String, String)> = Vec::new();
-    for command in step.evidence.iter().filter_map(|e| e.command.as_ref()) {
-        let defs = crate::runbook::definitions::of_command(&command.run, workspace);
-        globs.extend(defs.files);
+    let make_files = |defs: &crate::runbook::definitions::Definitions| {
+        let mut found = Vec::new();
         for tool in defs.tools.iter().filter(|t| t.tool == "make") {
             for file in defs
                 .makefiles
                 .iter()
                 .filter(|f| tool.dir.is_empty() || f.starts_with(&format!("{}/", tool.dir)))
             {
-                makefiles.push((file.clone(), tool.dir.clone()));
+                found.push((file.clone(), tool.dir.clone()));
             }
         }
+        found
+    };
+    for command in step.evidence.iter().filter_map(|e| e.command.as_ref()) {
+        let defs = crate::runbook::definitions::of_command(&command.run, workspace);
+        globs.extend(defs.files.iter().cloned());
+        makefiles.extend(make_files(&defs));
     }
-    let mut read = 0;
+    let mut read = std::collections::BTreeSet::new();
     while let Some((file, dir)) = makefiles.pop() {
-        if read == MAKEFILES_READ {
+        if read.len() == MAKEFILES_READ {
             break;
         }
-        read += 1;
+        if !read.insert(file.clone()) {
+            continue;
+        }
         let Some(bytes) = walk.read_named(root, &file, 1 << 20)? else {
             continue;
         };
-        let (named, _) =
-            crate::runbook::definitions::make_includes(&String::from_utf8_lossy(&bytes), &dir);
+        let text = String::from_utf8_lossy(&bytes);
+        let (named, _) = crate::runbook::definitions::make_includes(&text, &dir);
         for include in named {
             if !globs.contains(&include) {
                 globs.push(include.clone());
                 makefiles.push((include, dir.clone()));
             }
         }
+        let run = crate::runbook::definitions::of_recipes(&text, &dir, workspace);
+        globs.extend(run.files.iter().cloned());
+        makefiles.extend(make_files(&run));
+        recipes.build_state.extend(run.build_state);
     }
     let mut seen = std::collections::BTreeSet::new();
     globs.retain(|g| seen.insert(g.clone()));
-    Ok(globs)
+    let mut seen = std::collections::BTreeSet::new();
+    recipes.build_state.retain(|g| seen.insert(g.clone()));
+    Ok((globs, recipes))
 }
 
 /// Definition globs as a walk takes them: every file counts, ignored or not.
@@ -2171,6 +2204,7 @@ impl Engine {
             self.steps[i].invariants = opening.invariants;
             self.steps[i].ignore = opening.ignore;
             self.steps[i].definitions = opening.definitions;
+            self.steps[i].recipes = opening.recipes;
             let took_ms = opening.took_ms;
             let step = self.runbook.steps[i].clone();
             let invariants = &self.steps[i].invariants;
@@ -2490,6 +2524,7 @@ struct Opening {
     invariants: Result<BTreeMap<String, Entry>, Exceeded>,
     ignore: Result<IgnoreRules, Exceeded>,
     definitions: Vec<String>,
+    recipes: Recipes,
     /// What taking it cost (ignore rules, baseline, invariants, definitions), in ms.
     took_ms: u64,
 }
@@ -2566,6 +2601,7 @@ fn take_opening(
         invariants: Err(e.clone()),
         ignore: Err(e),
         definitions: Vec::new(),
+        recipes: Recipes::default(),
         took_ms: 0,
     };
     let root = match files::open_workspace(workspace) {
@@ -2610,11 +2646,11 @@ fn take_opening(
     let mut invariants = walk.inventory(root, &invariant_globs(step), Some(&mut rules));
     // What defines the evidence commands: whatever the ignore rules say (a GNUmakefile hidden
     // in .git/info/exclude is still read by make), outside `.git` and build state.
-    let definitions = match definition_globs(&mut walk, root, step, workspace) {
-        Ok(globs) => globs,
+    let (definitions, recipes) = match definition_globs(&mut walk, root, step, workspace) {
+        Ok(found) => found,
         Err(e) => {
             invariants = Err(e);
-            Vec::new()
+            (Vec::new(), Recipes::default())
         }
     };
     if let Ok(found) = &mut invariants {
@@ -2630,6 +2666,7 @@ fn take_opening(
         invariants,
         ignore: Ok(rules),
         definitions,
+        recipes,
         took_ms: 0,
     }
 }
@@ -2895,8 +2932,22 @@ fn evidence_view(
         }
     }
     let defs = crate::runbook::definitions::of_command(&command.run, workspace);
-    view.discarded = defs
-        .build_state
+    let mut state = defs.build_state;
+    // A command that runs make reuses what the makefiles' recipes would.
+    if defs.tools.iter().any(|t| t.tool == "make")
+        && let Some(check) = invariants
+    {
+        state.extend(
+            check
+                .recipes
+                .build_state
+                .iter()
+                .filter(|dir| !state.contains(dir))
+                .cloned()
+                .collect::<Vec<_>>(),
+        );
+    }
+    view.discarded = state
         .into_iter()
         .filter(|dir| !trusted(command, dir))
         .collect();
