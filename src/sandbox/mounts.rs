@@ -355,6 +355,7 @@ fn git_layer(
     )?;
     for (dir, staged) in &kept {
         bind(staged, dir, "writing through the object store")?;
+        restrict(dir, false, true)?;
     }
     Ok(())
 }

@@ -382,15 +382,21 @@ pub const GIT_LAYERS_DIR: &str = "git-layers";
 /// `modules/*/`, one level), relative to it: written through, not kept in the layer (objects are
 /// named by their content, and a fetch would otherwise be copied at the end).
 fn object_stores(git: &Path) -> Vec<PathBuf> {
+    // Every component a directory, never a link: a bind follows links, and a writable bind of
+    // what a link at `modules` names would reach outside the workspace.
     let is_dir = |p: &Path| fs::symlink_metadata(p).is_ok_and(|m| m.is_dir());
     let mut out = Vec::new();
     if is_dir(&git.join("objects")) {
         out.push(PathBuf::from("objects"));
     }
+    if !is_dir(&git.join("modules")) {
+        return out;
+    }
     if let Ok(modules) = fs::read_dir(git.join("modules")) {
         for entry in modules.flatten().take(MAX_GIT_LAYERS) {
-            let rel = Path::new("modules").join(entry.file_name()).join("objects");
-            if is_dir(&git.join(&rel)) {
+            let module = Path::new("modules").join(entry.file_name());
+            let rel = module.join("objects");
+            if is_dir(&git.join(&module)) && is_dir(&git.join(&rel)) {
                 out.push(rel);
             }
         }
@@ -577,5 +583,27 @@ mod layer_tests {
             refused.contains("the run directory /sys/kernel"),
             "{refused}"
         );
+    }
+
+    #[test]
+    fn object_stores_are_directories_all_the_way_never_through_a_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let git = dir.path().join(".git");
+        let elsewhere = dir.path().join("elsewhere");
+        for d in ["objects", "modules/a/objects", "modules/b"] {
+            std::fs::create_dir_all(git.join(d)).unwrap();
+        }
+        std::fs::create_dir_all(elsewhere.join("x/objects")).unwrap();
+        std::os::unix::fs::symlink(elsewhere.join("x"), git.join("modules/c")).unwrap();
+        std::os::unix::fs::symlink(elsewhere.join("x/objects"), git.join("modules/b/objects"))
+            .unwrap();
+        assert_eq!(
+            super::object_stores(&git),
+            [Path::new("modules/a/objects"), Path::new("objects")]
+        );
+        // `modules` itself a link: none of what it names.
+        std::fs::remove_dir_all(git.join("modules")).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, git.join("modules")).unwrap();
+        assert_eq!(super::object_stores(&git), [Path::new("objects")]);
     }
 }
