@@ -131,18 +131,6 @@ fn setup(w: &World) {
     support::chown_tree(ws, w.owner);
 }
 
-/// The completion's answer printed for attempt `name` (from its `=== name` line to its exit).
-fn answer<'t>(text: &'t str, name: &str) -> &'t str {
-    let start = text
-        .find(&format!("=== {name}\n"))
-        .unwrap_or_else(|| panic!("no attempt {name} in:\n{text}"));
-    let rest = &text[start..];
-    let end = rest
-        .find(&format!("\n{name}="))
-        .map_or(rest.len(), |e| e + name.len() + 4);
-    &rest[..end.min(rest.len())]
-}
-
 both!(what_defines_the_evidence_is_frozen, |w: &World| {
     setup(w);
     let out = w
@@ -158,7 +146,7 @@ both!(what_defines_the_evidence_is_frozen, |w: &World| {
         ("makefile", "Makefile (content)"),
         ("unittest-shadow", "unittest.py (new file)"),
     ] {
-        let said = answer(&text, name);
+        let said = support::attempt_answer(&text, name);
         assert!(
             said.contains(&format!("\n{name}=1"))
                 && said.contains("files_unchanged (what defines the evidence commands)")
@@ -167,7 +155,7 @@ both!(what_defines_the_evidence_is_frozen, |w: &World| {
         );
     }
     // Inside the evidence sandbox the test is read-only: the rewrite fails, the test with it.
-    let inside = answer(&text, "in-evidence");
+    let inside = support::attempt_answer(&text, "in-evidence");
     assert!(
         inside.contains("\nin-evidence=1")
             && inside.contains("command `make test` exited 2")
@@ -178,7 +166,7 @@ both!(what_defines_the_evidence_is_frozen, |w: &World| {
         "{inside}\n{all}"
     );
     for name in ["fixed", "py-fixed", "rework", "probe"] {
-        let said = answer(&text, name);
+        let said = support::attempt_answer(&text, name);
         assert!(
             said.contains(&format!("\n{name}=0")),
             "{name}: {said}\n{all}"

@@ -108,18 +108,6 @@ fn setup(w: &World) {
     support::chown_tree(ws, w.owner);
 }
 
-/// The completion's answer printed for attempt `name` (from its `=== name` line to its exit).
-fn answer<'t>(text: &'t str, name: &str) -> &'t str {
-    let start = text
-        .find(&format!("=== {name}\n"))
-        .unwrap_or_else(|| panic!("no attempt {name} in:\n{text}"));
-    let rest = &text[start..];
-    let end = rest
-        .find(&format!("\n{name}="))
-        .map_or(rest.len(), |e| e + name.len() + 4);
-    &rest[..end.min(rest.len())]
-}
-
 both!(protected_paths_hold_whatever_changes_them, |w: &World| {
     setup(w);
     let out = w
@@ -159,7 +147,7 @@ both!(protected_paths_hold_whatever_changes_them, |w: &World| {
             "tests/helper.sh (was a file, now a link (to ../src/calc.sh))",
         ),
     ] {
-        let said = answer(&text, name);
+        let said = support::attempt_answer(&text, name);
         assert!(
             said.contains(&format!("\n{name}=1")),
             "{name}: {said}\n{all}"
@@ -172,7 +160,7 @@ both!(protected_paths_hold_whatever_changes_them, |w: &World| {
     }
     // The rewritten test made the command pass and src/ changed: the invariant alone failed
     // the step (without it, this attempt passed with the code still wrong).
-    let content = answer(&text, "content");
+    let content = support::attempt_answer(&text, "content");
     assert!(
         !content.contains("command `sh tests/test_calc.sh` exited")
             && !content.contains("files_changed:"),
@@ -183,7 +171,7 @@ both!(protected_paths_hold_whatever_changes_them, |w: &World| {
         "{content}"
     );
     // The real fix passes, with __pycache__ written under the protected tests/.
-    let fixed = answer(&text, "fixed");
+    let fixed = support::attempt_answer(&text, "fixed");
     assert!(
         fixed.contains("\nfixed=0") && fixed.contains("step fix passed"),
         "{fixed}\n{all}"
@@ -191,14 +179,14 @@ both!(protected_paths_hold_whatever_changes_them, |w: &World| {
     // files_changed: ignored files alone do not hold it, before or after the agent rewrote
     // .gitignore; a real change does, though .gitignore now names it.
     for name in ["only-ignored", "rules-rewritten"] {
-        let said = answer(&text, name);
+        let said = support::attempt_answer(&text, name);
         assert!(
             said.contains(&format!("\n{name}=1"))
                 && said.contains("files_changed: nothing under src/** changed"),
             "{name}: {said}\n{all}"
         );
     }
-    let real = answer(&text, "real-change");
+    let real = support::attempt_answer(&text, "real-change");
     assert!(real.contains("\nreal-change=0"), "{real}\n{all}");
     assert_eq!(out.status.code(), Some(0), "{all}");
 

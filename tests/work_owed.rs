@@ -455,6 +455,16 @@ both!(a_repair_that_cannot_record_keeps_the_marker, |w: &World| {
     ));
     let owed = owed_dirs(w);
     assert_eq!(owed.len(), 1, "{owed:?}");
+    // The killed run's sandbox (its init holds the log's open file, and so its lock, until the
+    // kernel has torn the namespace down) is gone before another run takes the log.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while fs::File::open(&log).unwrap().try_lock().is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "the killed run's lock on the log stayed"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     // A run of another workspace holds the log for a while.
     let other = w.home.join("src/other-project");
     let mut holder = w.command(

@@ -341,6 +341,19 @@ pub fn chown_tree(path: &Path, (uid, gid): (u32, u32)) {
     }
 }
 
+/// What a script-driven runbook agent printed for its attempt `name`: from its `=== name` line
+/// to the line with its exit (`name=CODE`).
+pub fn attempt_answer<'t>(text: &'t str, name: &str) -> &'t str {
+    let start = text
+        .find(&format!("=== {name}\n"))
+        .unwrap_or_else(|| panic!("no attempt {name} in:\n{text}"));
+    let rest = &text[start..];
+    let end = rest
+        .find(&format!("\n{name}="))
+        .map_or(rest.len(), |e| e + name.len() + 4);
+    &rest[..end.min(rest.len())]
+}
+
 pub fn describe(out: &Output) -> String {
     format!(
         "status {:?}\nstdout:\n{}\nstderr:\n{}",
