@@ -471,3 +471,55 @@ both!(
         );
     }
 );
+
+// The controls of the git layers: ordinary configuration work inside — `git config user.name`,
+// `git remote add`, `git branch --set-upstream-to`, a commit — works, the run ends clean (exit 0,
+// nothing reported), and what it configured reaches the host's config at the end (inert keys
+// are carried). Root and the test user.
+both!(
+    ordinary_configuration_reaches_the_hosts_config,
+    |w: &World| {
+        real_repositories(w);
+        let ws = w.workspace.clone();
+        let branch = {
+            let out = std::process::Command::new("git")
+                .args([
+                    "-C",
+                    ws.to_str().unwrap(),
+                    "-c",
+                    "safe.directory=*",
+                    "branch",
+                    "--show-current",
+                ])
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout).trim().to_string()
+        };
+        let out = w.sh(&format!(
+            "{GIT} config user.name inside && {GIT} remote add origin /elsewhere/origin.git && \
+         {GIT} update-ref refs/remotes/origin/{branch} HEAD && \
+         {GIT} branch -q --set-upstream-to=origin/{branch} && \
+         echo x > x && {GIT} add x && {GIT} commit -q -m inside && echo configured"
+        ));
+        let text = describe(&out);
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("configured"),
+            "{text}"
+        );
+        assert_eq!(out.status.code(), Some(0), "{text}");
+        let config = fs::read_to_string(ws.join(".git/config")).unwrap();
+        for needle in [
+            "name = inside",
+            "[remote \"origin\"]",
+            "url = /elsewhere/origin.git",
+            &format!("[branch \"{branch}\"]"),
+            "remote = origin",
+            &format!("merge = refs/heads/{branch}"),
+        ] {
+            assert!(
+                config.contains(needle),
+                "{needle:?} not carried:\n{config}\n{text}"
+            );
+        }
+    }
+);
