@@ -35,12 +35,12 @@ use super::{
     remove_tree_at, stays_below,
 };
 use crate::audit::owed::bytes;
-use crate::sys::beneath::{self, DIR_LISTING, DIR_LOOKUP, FILE_READING, Stat};
+use crate::sys::beneath::{self, DIR_LISTING, DIR_LOOKUP, Stat};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::fs;
-use std::io::{self, Read, Write};
+use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 
@@ -571,8 +571,10 @@ impl Carry<'_> {
         !matches!((read(up), read(real)), (Ok(a), Ok(b)) if a == b)
     }
 
-    /// Copies the file `name` of the layer over the host's, written beside it and renamed into
-    /// place (the host's git reads the old file or the new one, never a part).
+    /// Copies the file `name` of the layer over the host's through the sweep's one atomic write
+    /// ([`super::git_view::write_whole`]: beside it, synced, renamed into place, the directory
+    /// synced), so the host's git reads the old file or the new one, never a part. The file is
+    /// read whole: [`MAX_FILE`] bounds it, as the sweep's read of an index is bounded.
     fn copy_file(
         &mut self,
         up: BorrowedFd<'_>,
@@ -580,37 +582,12 @@ impl Carry<'_> {
         name: &OsStr,
         st: &Stat,
     ) -> io::Result<()> {
-        let src = beneath::open_beneath(up, Path::new(name), FILE_READING, 0)?;
-        let mut temp = name.to_os_string();
-        temp.push(format!(".stepproof-carry-{}", std::process::id()));
-        let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL;
-        let _ = beneath::unlink_at(real, &temp, false);
-        let dst = beneath::open_beneath(real, Path::new(&temp), flags, 0o600)?;
-        let written = (|| -> io::Result<()> {
-            if nix::unistd::geteuid().is_root() {
-                nix::unistd::fchown(
-                    &dst,
-                    Some(nix::unistd::Uid::from_raw(self.owner.0)),
-                    Some(nix::unistd::Gid::from_raw(self.owner.1)),
-                )?;
-            }
-            nix::sys::stat::fchmod(
-                &dst,
-                nix::sys::stat::Mode::from_bits_truncate(st.mode & 0o777),
-            )?;
-            let mut out = fs::File::from(dst);
-            let copied = io::copy(&mut fs::File::from(src).take(st.size), &mut out)?;
-            if copied != st.size {
-                return Err(io::Error::other("the file changed while it was carried"));
-            }
-            out.flush()?;
-            out.sync_all()
-        })()
-        .and_then(|()| beneath::rename_over(real, &temp, real, name));
-        if written.is_err() {
-            let _ = beneath::unlink_at(real, &temp, false);
+        let bytes = super::read_regular(up, name, st.size.min(MAX_FILE) + 1)?;
+        if bytes.len() as u64 != st.size {
+            return Err(io::Error::other("the file changed while it was carried"));
         }
-        written
+        let (uid, gid) = self.owner;
+        super::git_view::write_whole(real, name, &bytes, (st.mode & 0o777, uid, gid), true)
     }
 
     /// Moves `name` of the layer to the quarantine, at its place in the workspace.
