@@ -41,7 +41,10 @@ The object form also takes
                                                    with {"turns": [...]}, from those turns
                                                    (tool ids `toolu_mock_mMODEL_…`): per-model
                                                    answers, e.g. a verifier's fallback chain;
-                                                   "delay": SECONDS waits that long first.
+                                                   "delay": SECONDS waits that long first;
+                                                   "answer_model": NAME answers as NAME (the
+                                                   `model` of the message), as an API that
+                                                   serves another model than asked would.
 With --tls-cert/--tls-key it serves HTTPS (a test CA's certificate for the host).
 """
 import argparse
@@ -220,6 +223,8 @@ class Handler(BaseHTTPRequestHandler):
         port = str(self.server.server_address[1])
         turn = json.loads(json.dumps(turn).replace("@PORT@", port))
         model = body.get("model", "claude-mock")
+        if per_model is not None and "answer_model" in per_model:
+            model = per_model["answer_model"]
         if not body.get("stream"):
             content = [{"type": "text", "text": turn.get("text", "done")}]
             self.reply_json(200, {"id": "msg_mock", "type": "message", "role": "assistant", "model": model,

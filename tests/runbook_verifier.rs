@@ -601,3 +601,145 @@ both_claude!(
         );
     }
 );
+
+/// A fix, then a review whose verifier must see the fix's work.
+const REVIEWED: &str = r#"
+id = "reviewed"
+title = "A fix and its review"
+owner = "tests"
+
+[verifiers]
+tier2 = ["verifier-fast"]
+timeout = "90s"
+max_tokens = 50000
+
+[[steps]]
+id = "fix"
+title = "Fix calc"
+instructions = "Make src/calc.txt say answer=4"
+[[steps.evidence]]
+files_changed = { paths = ["src/**"] }
+
+[[steps]]
+id = "review"
+title = "Review the fix"
+instructions = "Nothing to do: the verifier reviews the fix"
+depends_on = ["fix"]
+acceptance = ["the check still wants the answer 4"]
+[[steps.evidence]]
+command = { run = ["sh", "-c", "echo REVIEW-TAIL-$((40 + 2)); cat notes.txt"] }
+[[steps.evidence]]
+verifier = { tier = 2 }
+"#;
+
+/// Planted by the worker in a file, and printed by the review's evidence command.
+const PLANTED: &str = "ghp_A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8";
+
+// The review's verifier is shown what the steps it rests on changed (the fix and the check the
+// worker weakened, as a diff since `fix` opened) and the end of its evidence command's output,
+// with the token the worker planted masked by its digest, never in clear; the model that
+// answered (the API's own name for it, not the one asked for) is the record's.
+both_claude!(
+    a_verifier_sees_the_work_and_the_model_that_answered_is_recorded,
+    |w: &World| {
+        let mock = Mock::start(
+            w,
+            json!({ "models": { "verifier-fast": {
+            "turns": [text("{\"verdict\":\"pass\",\"reasons\":[\"the check still wants 4\"]}")],
+            "answer_model": "claude-remapped-9",
+        } } }),
+        );
+        setup(
+            w,
+            REVIEWED,
+            Some(&format!(
+                "S=/run/stepproof/stepproof\n\
+         printf 'answer=4\\n' > src/calc.txt\n\
+         printf 'expect any\\n' > tests/check.txt\n\
+         printf 'deploy token {PLANTED}\\n' > notes.txt\n\
+         $S step complete --step fix; echo \"fix=$?\"\n\
+         $S step complete --step review; echo \"review=$?\"\n"
+            )),
+        );
+        fs::create_dir_all(w.workspace.join("src")).unwrap();
+        fs::create_dir_all(w.workspace.join("tests")).unwrap();
+        fs::write(w.workspace.join("src/calc.txt"), "answer=5\n").unwrap();
+        fs::write(w.workspace.join("tests/check.txt"), "expect 4\n").unwrap();
+        chown_tree(&w.workspace, w.owner);
+        let (out, log) = shell_run(w, &verifier_profile(w, &mock));
+        let all = describe(&out);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{all}");
+        assert!(
+            stdout.contains("fix=0") && stdout.contains("review=0"),
+            "{all}"
+        );
+        assert!(
+            stdout.contains(
+                "verifier (tier 2, model claude-remapped-9, asked for verifier-fast): pass"
+            ),
+            "{all}"
+        );
+        let requests = requests_of(&mock, "verifier-fast");
+        assert!(!requests.is_empty(), "{}", mock.raw());
+        let first = requests[0]["body"]["messages"][0].to_string();
+        for needle in [
+            "since step `fix` opened",
+            "--- a/src/calc.txt",
+            "-answer=5",
+            "+answer=4",
+            "--- a/tests/check.txt",
+            "-expect 4",
+            "+expect any",
+            "REVIEW-TAIL-42",
+            "[masked sha256:",
+        ] {
+            assert!(
+                first.contains(needle),
+                "{needle:?} not in the verifier's prompt: {first}"
+            );
+        }
+        // Nowhere in clear: neither in the diff (notes.txt) nor in the output's tail.
+        assert!(
+            !mock.raw().contains(PLANTED),
+            "the planted token reached the model"
+        );
+        verify_chain(&log);
+        let records = audit_records(&log);
+        let started = records
+            .iter()
+            .find(|r| r["kind"] == "runbook-verifier-started")
+            .unwrap();
+        let shown = &started["shown"];
+        assert_eq!(shown["show"], "masked", "{started}");
+        assert_eq!(shown["diff_base"], "fix", "{started}");
+        assert_eq!(shown["output_tails"], 1, "{started}");
+        assert!(shown["files_changed"].as_u64().unwrap() >= 3, "{started}");
+        assert!(shown["masked_tokens"].as_u64().unwrap() >= 2, "{started}");
+        let (evidence, _) = verification(&log);
+        assert_eq!(evidence["model"], "verifier-fast", "{evidence}");
+        assert_eq!(evidence["model_used"], "claude-remapped-9", "{evidence}");
+        assert_eq!(evidence["model_differs"], true, "{evidence}");
+        let attempt = records
+            .iter()
+            .find(|r| r["kind"] == "runbook-verifier-attempt")
+            .unwrap();
+        assert_eq!(attempt["model_used"], "claude-remapped-9", "{attempt}");
+        // The output is in no record of the chain.
+        assert!(!fs::read_to_string(&log).unwrap().contains("REVIEW-TAIL-42"));
+        let shown = std::process::Command::new(STEPPROOF)
+            .args(["audit", "show"])
+            .arg(&log)
+            .output()
+            .unwrap();
+        let shown = String::from_utf8_lossy(&shown.stdout).into_owned();
+        for row in [
+            "verifier tier 2 started (models verifier-fast), shown masked (",
+            "changed since step fix opened, 1 output tail(s), ",
+            "verifier model verifier-fast (answered as claude-remapped-9): verdict",
+            "verifier tier 2: pass by model verifier-fast (answered as claude-remapped-9)",
+        ] {
+            assert!(shown.contains(row), "{row:?} not in:\n{shown}");
+        }
+    }
+);

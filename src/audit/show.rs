@@ -336,10 +336,11 @@ fn runbook_summary(kind: &str, record: &Map<String, Value>) -> String {
                 ));
             } else if item == "verifier" {
                 parts.push(format!(
-                    "verifier tier {}: {} by model {} ({} tried, {} tokens, transcript {})",
+                    "verifier tier {}: {} by model {}{} ({} tried, {} tokens, transcript {})",
                     s("tier"),
                     s("verdict"),
                     s("model"),
+                    answered_as(record),
                     record
                         .get("models_tried")
                         .and_then(Value::as_array)
@@ -353,17 +354,36 @@ fn runbook_summary(kind: &str, record: &Map<String, Value>) -> String {
             parts.push(held.to_string());
         }
         "runbook-verifier-started" => parts.push(format!(
-            "verifier tier {} started (models {})",
+            "verifier tier {} started (models {}){}",
             s("tier"),
             record
                 .get("models")
                 .and_then(Value::as_array)
                 .map(|m| m.iter().map(plain).collect::<Vec<_>>().join(" → "))
+                .unwrap_or_default(),
+            record
+                .get("shown")
+                .filter(|shown| shown.is_object())
+                .map(|shown| {
+                    let n = |k: &str| shown.get(k).and_then(Value::as_u64).unwrap_or(0);
+                    format!(
+                        ", shown {} ({} file(s) changed since {}, {} output tail(s), {} token(s) masked)",
+                        shown.get("show").map(plain).unwrap_or_default(),
+                        n("files_changed"),
+                        shown
+                            .get("diff_base")
+                            .map(|b| format!("step {} opened", plain(b)))
+                            .unwrap_or_else(|| "- (no diff)".into()),
+                        n("output_tails"),
+                        n("masked_tokens")
+                    )
+                })
                 .unwrap_or_default()
         )),
         "runbook-verifier-attempt" => parts.push(format!(
-            "verifier model {}: {} ({}) in {} ms, {} tokens, transcript {}",
+            "verifier model {}{}: {} ({}) in {} ms, {} tokens, transcript {}",
             s("model"),
+            answered_as(record),
             s("outcome"),
             prefix(&s("detail"), 120),
             s("duration_ms"),
@@ -435,6 +455,16 @@ fn runbook_summary(kind: &str, record: &Map<String, Value>) -> String {
 }
 
 /// The first `n` characters (records are untrusted: never cut inside a character).
+/// ` (answered as M)` when a verifier's record says another model answered than was asked for.
+fn answered_as(record: &serde_json::Map<String, Value>) -> String {
+    match record.get("model_used") {
+        Some(used) if record.get("model_differs") == Some(&Value::Bool(true)) => {
+            format!(" (answered as {})", plain(used))
+        }
+        _ => String::new(),
+    }
+}
+
 fn prefix(text: &str, n: usize) -> String {
     text.chars().take(n).collect()
 }

@@ -277,6 +277,13 @@ impl Checker<'_> {
                 "verifiers.max_tokens = 0 would stop every verification before its first request: at least 1".into(),
             );
         }
+        if verifiers.show == Some(crate::runbook::ShowWork::Clear) {
+            self.add(
+                Severity::Warning,
+                &[Seg::Key("verifiers"), Seg::Key("show")],
+                "verifiers.show = \"clear\": the step's diff and the evidence commands' output go to the verifier's model as written — a secret the worker put in a file or printed reaches it (the default, \"masked\", masks secret-shaped tokens)".into(),
+            );
+        }
     }
 
     /// Step ids, each once; a second use is an error at its line.

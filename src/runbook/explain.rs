@@ -48,6 +48,10 @@ impl Runbook {
         if let Some(verifiers) = &mut canonical.verifiers {
             verifiers.timeout = Some(verifiers.timeout());
             verifiers.max_tokens = Some(verifiers.max_tokens());
+            // `masked` is the default; written or not, one hash.
+            if verifiers.show == Some(crate::runbook::ShowWork::Masked) {
+                verifiers.show = None;
+            }
         }
         canonical
     }
@@ -129,6 +133,17 @@ pub fn explain_text(runbook: &Runbook, order: &[usize], profile: &Profile) -> St
             "  each verification: at most {} and {} tokens, inside the run's own --timeout",
             v.timeout().render(),
             v.max_tokens()
+        ));
+        line(format!(
+            "  a verifier is shown: {}",
+            match v.show() {
+                crate::runbook::ShowWork::Masked =>
+                    "the step's diff and the evidence commands' output tails, secret-shaped tokens masked by their digests",
+                crate::runbook::ShowWork::Digests =>
+                    "the names of the files changed and the outputs' digests only",
+                crate::runbook::ShowWork::Clear =>
+                    "the step's diff and the evidence commands' output tails, as written (show = \"clear\")",
+            }
         ));
     }
     line(String::new());

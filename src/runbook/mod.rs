@@ -91,6 +91,33 @@ pub struct Verifiers {
     /// (unset: 200000); past it the run is stopped and the verdict is `inconclusive`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u64>,
+    /// What a verifier is shown of the worker's text (the step's diff, the tails of the
+    /// evidence commands' output): unset is [`ShowWork::Masked`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub show: Option<ShowWork>,
+}
+
+/// `[verifiers] show`: what of the worker's text goes into a verifier's prompt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ShowWork {
+    /// The diff and the output tails, with every token not plainly a non-secret masked by
+    /// its digest (the default).
+    Masked,
+    /// Neither: the names of the files changed and the outputs' digests only.
+    Digests,
+    /// The diff and the output tails as written.
+    Clear,
+}
+
+impl ShowWork {
+    pub fn name(self) -> &'static str {
+        match self {
+            ShowWork::Masked => "masked",
+            ShowWork::Digests => "digests",
+            ShowWork::Clear => "clear",
+        }
+    }
 }
 
 impl Verifiers {
@@ -111,6 +138,10 @@ impl Verifiers {
 
     pub fn max_tokens(&self) -> u64 {
         self.max_tokens.unwrap_or(DEFAULT_VERIFIER_MAX_TOKENS)
+    }
+
+    pub fn show(&self) -> ShowWork {
+        self.show.unwrap_or(ShowWork::Masked)
     }
 }
 

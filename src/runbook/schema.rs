@@ -310,6 +310,11 @@ fn defs() -> Map<String, Value> {
                     json!({ "type": "integer", "minimum": 1, "description": "Tokens one verification may use, input and output over every request (default 200000); past it: inconclusive." }),
                     false,
                 ),
+                (
+                    "show",
+                    json!({ "enum": ["masked", "digests", "clear"], "description": "What a verifier is shown of the worker's text: the step's diff and the evidence commands' output tails with secret-shaped tokens masked (masked, the default), only file names and digests (digests), or as written (clear)." }),
+                    false,
+                ),
             ],
         )),
     );

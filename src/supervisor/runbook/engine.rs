@@ -20,6 +20,7 @@ use crate::runbook::{Evidence, OnFail, Protected, ProtectedBy, Runbook, Step};
 use crate::supervisor::runbook::files::{
     self, Budget, Entry, Exceeded, IgnoreRules, Walk, glob_matches,
 };
+use crate::supervisor::runbook::step_open;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap};
@@ -35,6 +36,9 @@ use std::time::{Duration, Instant};
 pub const OUTPUT_SHOWN_BYTES: usize = 8 << 10;
 /// Output of an evidence command read at all (the digest covers what was read).
 const OUTPUT_READ_BYTES: u64 = 16 << 20;
+/// The key under which a command item hands its output's tail to the verifiers (taken out
+/// before the record is written: output is never in the chain).
+const OUTPUT_TAIL_KEY: &str = "__output_tail";
 
 /// Where a step is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -78,6 +82,10 @@ struct StepState {
     recipes: Recipes,
     /// Passed in this run (not restored from an earlier one): what this run's sweep voids.
     passed_here: bool,
+    /// The workspace as this step opened in this run, kept for the verifiers' diff (`Err`:
+    /// why not), and when it opened among the run's openings.
+    snapshot: Result<Arc<step_open::Snapshot>, String>,
+    opened_seq: u64,
 }
 
 /// Baselines up to this many files go into the `runbook-step-opened` record (so that a
@@ -145,6 +153,10 @@ struct Engine {
     evidence_runs: u32,
     /// The earlier run this one continues.
     continued: Option<crate::supervisor::runbook::continuation::Earlier>,
+    /// The steps' openings kept for the verifiers' diffs (only when the runbook has a
+    /// verifier), and how many steps this run has opened.
+    store: Option<Arc<Mutex<step_open::Store>>>,
+    openings: u64,
     /// The servers have stopped: a request still in flight past their deadline writes no
     /// record and publishes nothing (the run's end records come after them, never between).
     closed: bool,
@@ -271,8 +283,16 @@ impl RunbookRun {
                 definitions: Vec::new(),
                 recipes: Recipes::default(),
                 passed_here: false,
+                snapshot: Err("the step has not opened in this run".into()),
+                opened_seq: 0,
             })
             .collect();
+        let store = runbook
+            .steps
+            .iter()
+            .flat_map(|s| &s.evidence)
+            .any(|e| e.verifier.is_some())
+            .then(|| Arc::new(Mutex::new(step_open::Store::new(run_dir))));
         let engine = Engine {
             runbook,
             hash,
@@ -288,6 +308,8 @@ impl RunbookRun {
             closed: false,
             evidence_runs: 0,
             continued,
+            store,
+            openings: 0,
         };
         Ok(RunbookRun {
             engine: Arc::new(Mutex::new(engine)),
@@ -780,6 +802,7 @@ fn complete(
     // The supervisor's own evidence first; model verifiers last, each given what was gathered
     // (and not started when that already failed: nothing a model says could pass the step).
     let mut gathered = Vec::new();
+    let mut outputs = Vec::new();
     let mut verdicts = Vec::new();
     let (verifier_items, other_items): (Vec<_>, Vec<_>) = step
         .evidence
@@ -867,8 +890,13 @@ fn complete(
         }
         let (held, record, why) = match &item.verifier {
             Some(verifier) if failures.is_empty() => {
-                let (held, record, why, said) =
-                    check_verifier(engine, approvals, &step, attempt, verifier.tier, &gathered);
+                let (held, record, why, said) = check_verifier(
+                    engine,
+                    approvals,
+                    (index, &step, attempt),
+                    verifier.tier,
+                    (&gathered, &outputs),
+                );
                 verdicts.push(said);
                 (held, record, why)
             }
@@ -903,6 +931,19 @@ fn complete(
         };
         let e = lock();
         let mut record = record;
+        // A command's output tail is for the verifiers, never for the chain.
+        if let Some(output) = record
+            .as_object_mut()
+            .and_then(|r| r.remove(OUTPUT_TAIL_KEY))
+        {
+            outputs.push((
+                crate::audit::text::command_line(
+                    &serde_json::from_value::<Vec<String>>(record["run"].clone())
+                        .unwrap_or_default(),
+                ),
+                output.as_str().unwrap_or_default().to_string(),
+            ));
+        }
         record["step"] = json!(step.id);
         record["attempt"] = json!(attempt);
         record["item"] = json!(n);
@@ -930,10 +971,11 @@ fn complete(
         // The next steps' baselines are walked outside the lock (a status is answered
         // meanwhile), within their budget, and stop when the run ends.
         let ready = e.ready();
-        let (workspace, budget, runbook) = (
+        let (workspace, budget, runbook, store) = (
             e.context.workspace.clone(),
             e.context.budget,
             e.runbook.clone(),
+            e.store.clone(),
         );
         drop(e);
         let baselines = take_baselines(
@@ -941,8 +983,8 @@ fn complete(
             &budget,
             &runbook,
             &ready,
-            &approvals.closing,
-            &approvals.spent,
+            (&approvals.closing, &approvals.spent),
+            store.as_deref(),
         );
         let mut e = lock();
         e.open_with(baselines);
@@ -1062,26 +1104,61 @@ fn complete(
 fn check_verifier(
     engine: &Arc<Mutex<Engine>>,
     approvals: &Arc<Approvals>,
-    step: &Step,
-    attempt: u32,
+    (index, step, attempt): (usize, &Step, u32),
     tier: u8,
-    gathered: &[Value],
+    (gathered, outputs): (&[Value], &[(String, String)]),
 ) -> (bool, Value, String, String) {
     use crate::supervisor::runbook::verifier::{self, Verdict};
     let lock = || engine.lock().unwrap_or_else(|e| e.into_inner());
-    let (context, n, runbook) = {
+    let (context, n, runbook, base, store) = {
         let mut e = lock();
         e.evidence_runs += 1;
-        (e.context.clone(), e.evidence_runs, e.runbook.clone())
+        (
+            e.context.clone(),
+            e.evidence_runs,
+            e.runbook.clone(),
+            e.diff_base(index),
+            e.store.clone(),
+        )
     };
     let verifiers = runbook.verifiers.clone().unwrap_or_default();
+    // The agent's processes are frozen from the diff's walk to the verdict: one state of the
+    // workspace.
+    let frozen = freeze(&context.cgroup_dirs, true, context.no_freezer.as_deref());
+    let diff = match (base, store) {
+        (Ok(base), Some(store)) => store
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .diff(
+                &context.workspace,
+                &context.budget,
+                &approvals.closing,
+                &base,
+            )
+            .map(|diff| (base.step.clone(), diff))
+            .map_err(|e| {
+                format!(
+                    "the walk of the workspace did not finish ({})",
+                    e.sentence()
+                )
+            }),
+        (Err(why), _) => Err(why),
+        (_, None) => Err("the runbook's openings were not kept".into()),
+    };
+    let work = verifier::Work {
+        show: verifiers.show(),
+        diff,
+        outputs: outputs.to_vec(),
+    };
     let request = verifier::Request {
         runbook: &runbook,
         step,
         tier,
         attempt,
         evidence: gathered,
+        work: &work,
     };
+    let (prompt, shown) = verifier::shown(&request);
     {
         let e = lock();
         e.record(
@@ -1093,11 +1170,11 @@ fn check_verifier(
                 "models": verifiers.models(tier),
                 "timeout": verifiers.timeout().render(),
                 "max_tokens": verifiers.max_tokens(),
-                "prompt_sha256": format!("sha256:{}", hex::encode(Sha256::digest(verifier::prompt(&request).as_bytes()))),
+                "prompt_sha256": format!("sha256:{}", hex::encode(Sha256::digest(prompt.as_bytes()))),
+                "shown": shown,
             }),
         );
     }
-    let frozen = freeze(&context.cgroup_dirs, true, context.no_freezer.as_deref());
     let launcher = verifier::Launcher {
         run_binary: context.run_binary.clone(),
         profile: context.profile.clone(),
@@ -1111,7 +1188,13 @@ fn check_verifier(
     });
     freeze(&context.cgroup_dirs, false, None);
     let held = verification.verdict == Verdict::Pass;
-    let model = verification.model.clone().unwrap_or_else(|| "none".into());
+    let model = match (&verification.model, &verification.model_used) {
+        (Some(asked), Some(used)) if verification.model_differs => {
+            format!("{used}, asked for {asked}")
+        }
+        (Some(asked), _) => asked.clone(),
+        (None, _) => "none".into(),
+    };
     let said = format!(
         "verifier (tier {tier}, model {model}): {}\n{}",
         verification.verdict.name(),
@@ -1128,6 +1211,8 @@ fn check_verifier(
         "verdict": verification.verdict.name(),
         "reasons": verification.reasons,
         "model": verification.model,
+        "model_used": verification.model_used,
+        "model_differs": verification.model_differs,
         "models_tried": verification.attempts.iter().map(|a| a["model"].clone()).collect::<Vec<_>>(),
         "chain": verification.attempts.iter().map(|a| json!({ "model": a["model"], "outcome": a["outcome"] })).collect::<Vec<_>>(),
         "tokens": verification.tokens,
@@ -1729,6 +1814,7 @@ fn check_item(
         return (
             held,
             json!({
+                OUTPUT_TAIL_KEY: String::from_utf8_lossy(tail(&ran.output, crate::supervisor::runbook::verifier::OUTPUT_TAIL_SHOWN * 2)),
                 "kind": "command",
                 "run": command.run,
                 "exit_code": ran.exit_code,
@@ -2149,8 +2235,8 @@ impl Engine {
             &self.context.budget,
             &self.runbook,
             &ready,
-            never(),
-            &files::RunSpend::default(),
+            (never(), &files::RunSpend::default()),
+            self.store.as_deref(),
         );
         self.open_with(baselines);
     }
@@ -2205,6 +2291,15 @@ impl Engine {
             self.steps[i].ignore = opening.ignore;
             self.steps[i].definitions = opening.definitions;
             self.steps[i].recipes = opening.recipes;
+            self.openings += 1;
+            self.steps[i].opened_seq = self.openings;
+            let kept = match &opening.snapshot {
+                Ok(snapshot) => {
+                    json!({ "files": snapshot.files.len(), "kept": snapshot.files.values().filter(|f| f.1.is_none()).count() })
+                }
+                Err(why) => json!({ "not_kept": why }),
+            };
+            self.steps[i].snapshot = opening.snapshot;
             let took_ms = opening.took_ms;
             let step = self.runbook.steps[i].clone();
             let invariants = &self.steps[i].invariants;
@@ -2238,10 +2333,33 @@ impl Engine {
                     "invariants_budget": invariants.as_ref().err().map(Exceeded::budget),
                     "invariants_not_taken": invariants.as_ref().err().map(Exceeded::sentence),
                     "ignore": ignore,
+                    "kept_for_verifiers": self.store.is_some().then_some(kept),
                     "opening_ms": took_ms,
                 }),
             );
         }
+    }
+
+    /// Where the verifiers' diff of step `index` starts: the opening, in this run, of the
+    /// earliest step it rests on (itself or a step it depends on), so a review step's verifier
+    /// sees the work it reviews.
+    fn diff_base(&self, index: usize) -> Result<Arc<step_open::Snapshot>, String> {
+        rests_on(&self.runbook, index)
+            .into_iter()
+            .filter_map(|i| {
+                let state = &self.steps[i];
+                state.snapshot.as_ref().ok().map(|s| (state.opened_seq, s))
+            })
+            .min_by_key(|(seq, _)| *seq)
+            .map(|(_, s)| Arc::clone(s))
+            .ok_or_else(|| {
+                self.steps[index]
+                    .snapshot
+                    .as_ref()
+                    .err()
+                    .cloned()
+                    .unwrap_or_else(|| "no opening was kept".into())
+            })
     }
 
     fn state_json(&self) -> Value {
@@ -2527,6 +2645,8 @@ struct Opening {
     recipes: Recipes,
     /// What taking it cost (ignore rules, baseline, invariants, definitions), in ms.
     took_ms: u64,
+    /// The workspace kept for the verifiers' diffs (`Err`: why not).
+    snapshot: Result<Arc<step_open::Snapshot>, String>,
 }
 
 /// A files item's walk at completion, outside the engine's lock: each glob's files, and where
@@ -2573,15 +2693,16 @@ fn take_baselines(
     budget: &Budget,
     runbook: &Runbook,
     ready: &[(usize, bool)],
-    stop: &AtomicBool,
-    spent: &files::RunSpend,
+    (stop, spent): (&AtomicBool, &files::RunSpend),
+    store: Option<&Mutex<step_open::Store>>,
 ) -> Vec<(usize, Opening)> {
     ready
         .iter()
         .map(|&(i, restored)| {
             let step = &runbook.steps[i];
             let started = Instant::now();
-            let mut opening = take_opening(workspace, budget, step, restored, stop, spent);
+            let store = store.filter(|_| verifier_rests_on(runbook, i));
+            let mut opening = take_opening(workspace, budget, step, restored, (stop, spent), store);
             opening.took_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
             (i, opening)
         })
@@ -2593,10 +2714,14 @@ fn take_opening(
     budget: &Budget,
     step: &Step,
     restored: bool,
-    stop: &AtomicBool,
-    spent: &files::RunSpend,
+    (stop, spent): (&AtomicBool, &files::RunSpend),
+    store: Option<&Mutex<step_open::Store>>,
 ) -> Opening {
     let failed = |e: Exceeded| Opening {
+        snapshot: Err(format!(
+            "the step's opening walk did not finish ({})",
+            e.sentence()
+        )),
         files: Err(e.clone()),
         invariants: Err(e.clone()),
         ignore: Err(e),
@@ -2660,6 +2785,22 @@ fn take_opening(
             Err(e) => invariants = Err(e),
         }
     }
+    // Last, so the steps' own walks are not slowed by it; it reads every `.gitignore` of
+    // what git would see, which the rules then keep.
+    let snapshot = match store {
+        None => Err("no verifier rests on this step".to_string()),
+        Some(store) => store
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take(workspace, budget, stop, step.id.as_str(), &mut rules)
+            .map(Arc::new)
+            .map_err(|e| {
+                format!(
+                    "the walk of the workspace did not finish ({})",
+                    e.sentence()
+                )
+            }),
+    };
     rules.freeze();
     Opening {
         files,
@@ -2668,7 +2809,41 @@ fn take_opening(
         definitions,
         recipes,
         took_ms: 0,
+        snapshot,
     }
+}
+
+/// The steps `index` rests on: itself and every step it depends on, directly or not.
+fn rests_on(runbook: &Runbook, index: usize) -> Vec<usize> {
+    let mut found = vec![index];
+    let mut next = 0;
+    while next < found.len() {
+        let step = &runbook.steps[found[next]];
+        for dep in &step.depends_on {
+            if let Some(i) = runbook
+                .steps
+                .iter()
+                .position(|s| s.id.as_str() == dep.as_str())
+                && !found.contains(&i)
+            {
+                found.push(i);
+            }
+        }
+        next += 1;
+    }
+    found
+}
+
+/// Whether a verifier's diff may start at step `index`'s opening (a step with a verifier
+/// rests on it).
+fn verifier_rests_on(runbook: &Runbook, index: usize) -> bool {
+    (0..runbook.steps.len()).any(|j| {
+        runbook.steps[j]
+            .evidence
+            .iter()
+            .any(|e| e.verifier.is_some())
+            && rests_on(runbook, j).contains(&index)
+    })
 }
 
 /// A stop flag that is never raised (before the sandbox starts, nothing can end the run).

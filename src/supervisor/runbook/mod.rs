@@ -5,5 +5,7 @@
 pub mod continuation;
 pub mod engine;
 pub mod files;
+pub mod masking;
+pub mod step_open;
 pub mod verifier;
 pub mod webhook;
