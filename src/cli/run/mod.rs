@@ -15,9 +15,11 @@ use crate::supervisor::way_out::output_files::{
     OutputFile, WriteMode, writable_root_of, writable_roots,
 };
 use crate::supervisor::way_out::recover::{self, Owed};
-use crate::supervisor::way_out::sweep::{EXIT_TAMPERING, Snapshot, SweepScope};
+use crate::supervisor::way_out::sweep::{Snapshot, SweepScope};
 use std::ffi::OsString;
 use std::path::PathBuf;
+
+mod end;
 
 /// What the caller asked for: `stepproof-run`'s arguments.
 #[derive(Debug, Default)]
@@ -172,12 +174,118 @@ fn write_output(file: &mut Option<OutputFile>, bytes: &[u8]) {
     }
 }
 
-/// Profile and facts, then the audit log (before the plan, so that its directory exists and is
-/// hidden like the rest of StepProof's state), then the plan and the run.
+/// The run, in order: what is known is read and refused early, what the launch needs is made,
+/// the end is owed before the command starts, then the launch and the end — one line a step,
+/// each saying why it comes there.
 fn carry_out(
     args: &Request,
     outputs: &mut Outputs,
 ) -> Result<(Outcome, Option<AssuranceReport>), Failure> {
+    // What the caller asked for and what this host is: a mistake is refused before anything is
+    // made.
+    let known = know(args)?;
+    // A dead supervisor's end comes before anything here reads the workspace, so this run never
+    // takes what the agent left as its launch state.
+    finish_owed_runs(&known.facts.run_dir, &known.facts.workspace)?;
+    let approval_webhook = approval_webhook(&known)?;
+    // In CI the sandbox this profile describes must hold before the agent gets it.
+    if args.ci {
+        self_test_holds(args)?;
+    }
+    // The sandbox must neither read nor write its own record.
+    audit_log_outside_the_run(&known)?;
+    outputs.run_dir = Some(known.facts.run_dir.clone());
+    // The retention rule beside this run's directory: started once the sandbox exists, waited
+    // for when the run ends.
+    crate::supervisor::agent::housekeeping::arrange(&known.facts.run_dir, args.keep_runs);
+    tracing::debug!("facts gathered");
+    // Before the plan, so that its directory exists and is hidden like the rest of StepProof's
+    // state.
+    let audit = open_records(&known)?;
+    let planned = plan_the_view(&known, audit.as_ref())?;
+    // Before anything runs: whatever the sandbox plants at these names later is not followed.
+    open_outputs(args, outputs, &planned.plan)?;
+    let mut made = make_state(&known, planned, outputs)?;
+    say_what_is_weaker(&made.plan);
+    // A limit the profile requires that this host cannot enforce stops here.
+    let limits = prepare_limits(&known)?;
+    // Its directory and sockets, its file protected like the profile's, the client inside.
+    let runbook_run = runbook_run(
+        &known,
+        &mut made.plan,
+        audit.as_ref(),
+        &limits,
+        &approval_webhook,
+    )?;
+    // No start record, no run: what would run could not be accounted for.
+    let started = write_start(
+        &known,
+        &made.plan,
+        audit.as_ref(),
+        &limits,
+        &approval_webhook,
+    )?;
+    if let Some(run) = &runbook_run {
+        run.start()
+            .map_err(|e| Failure::host(format!("the runbook's state: {e}")))?;
+    }
+    if args.verbose > 0 {
+        crate::say_part!("{}", explain::explain_text(&known.profile, &made.plan));
+    }
+    check_mount_budget(&made.plan).map_err(Failure::refused)?;
+    tracing::debug!("plan built");
+    let verifier_agent = verifier_agent(args, &made.plan)?;
+    // From here nothing returns early: a kill leaves the end to `stepproof repair` or the next
+    // run.
+    let owed = owe_the_end(&known, &made.plan, audit.as_ref(), &started)?;
+    let result = launch(
+        &known,
+        &mut made,
+        (audit.as_ref(), runbook_run.as_ref()),
+        &limits,
+        &owed,
+        verifier_agent.as_deref(),
+    );
+    tracing::debug!("sandbox gone");
+    let Made {
+        plan,
+        scratch,
+        caches,
+        command,
+        ..
+    } = made;
+    end::end_of_run(
+        end::Run {
+            known: &known,
+            plan: &plan,
+            command: &command,
+            audit: audit.as_ref(),
+            runbook_run: runbook_run.as_ref(),
+        },
+        end::Held {
+            limits,
+            owed,
+            exporter: started.exporter,
+            scratch,
+            caches,
+        },
+        result,
+        outputs,
+    )
+}
+
+/// What is known before anything is made: the request read against the profile and the host.
+struct Known<'a> {
+    args: &'a Request,
+    profile: Profile,
+    runbook: Option<LoadedRunbook>,
+    facts: crate::sandbox::plan::HostFacts,
+}
+
+/// The profile, the runbook checked against it, and the facts of this host; a home that is
+/// not there is refused (checked before the self-test, whose own run would refuse it less
+/// clearly).
+fn know(args: &Request) -> Result<Known<'_>, Failure> {
     // A profile that does not load is the caller's to fix: refused.
     let profile =
         Profile::load(args.profile.as_deref()).map_err(|e| Failure::refused(e.to_string()))?;
@@ -210,8 +318,7 @@ fn carry_out(
     facts.single_turn = crate::sandbox::plan::agent_layer::single_turn(&args.command);
     facts.session_seeding = crate::sandbox::plan::agent_layer::session_seeding(&args.command);
     // The home is shown read-only and holds StepProof's run directories: one that is not
-    // there is a mistake in the caller's environment, not something to create (checked before
-    // the self-test, whose own run would refuse it less clearly).
+    // there is a mistake in the caller's environment, not something to create.
     if !facts.home.is_dir() {
         let what = if facts.home.exists() {
             "is not a directory"
@@ -225,18 +332,25 @@ fn carry_out(
             facts.home.display()
         )));
     }
-    // A run of this workspace whose supervisor died before its end owes that end (its sweep,
-    // its end record): finished before anything here reads the workspace, so that this run never
-    // takes what the agent left (a poisoned repository config) as its launch state.
-    finish_owed_runs(&facts.run_dir, &facts.workspace)?;
-    // The approval webhook: named only from outside the workspace, https, out of the agent's
-    // reach; its key read now when the runbook has an approval step to ask it.
-    let approval_webhook = crate::supervisor::runbook::webhook::prepare(
-        &profile,
-        &facts.env,
-        &facts.home,
-        &facts.workspace,
-        runbook.as_ref().is_some_and(|r| {
+    Ok(Known {
+        args,
+        profile,
+        runbook,
+        facts,
+    })
+}
+
+type Webhook = Option<std::sync::Arc<crate::supervisor::runbook::webhook::Webhook>>;
+
+/// The approval webhook: named only from outside the workspace, https, out of the agent's
+/// reach; its key read now when the runbook has an approval step to ask it.
+fn approval_webhook(known: &Known<'_>) -> Result<Webhook, Failure> {
+    let webhook = crate::supervisor::runbook::webhook::prepare(
+        &known.profile,
+        &known.facts.env,
+        &known.facts.home,
+        &known.facts.workspace,
+        known.runbook.as_ref().is_some_and(|r| {
             r.runbook
                 .steps
                 .iter()
@@ -245,64 +359,88 @@ fn carry_out(
     )
     .map_err(Failure::refused)?
     .map(std::sync::Arc::new);
-    for note in approval_webhook.iter().flat_map(|w| &w.notes) {
+    for note in webhook.iter().flat_map(|w| &w.notes) {
         crate::say!("stepproof-run: {note}");
     }
-    if args.ci {
-        // The sandbox this profile describes must hold before the agent gets it.
-        let escaped = run_selftest(args).map_err(Failure::host)?;
-        if !escaped.is_empty() {
-            return Err(Failure::host(format!(
-                "the self-test found the sandbox weaker than the profile requires ({}): refusing to start the command",
-                escaped.join(", ")
-            )));
-        }
+    Ok(webhook)
+}
+
+/// The self-test of this profile's sandbox: a probe that escapes refuses the run.
+fn self_test_holds(args: &Request) -> Result<(), Failure> {
+    let escaped = run_selftest(args).map_err(Failure::host)?;
+    if !escaped.is_empty() {
+        return Err(Failure::host(format!(
+            "the self-test found the sandbox weaker than the profile requires ({}): refusing to start the command",
+            escaped.join(", ")
+        )));
     }
-    if let Some(path) = &args.audit_log {
-        // The sandbox must neither read nor write its own record: resolved once, here, with the
-        // directories the run will be able to write (a directory that does not exist yet counts
-        // by its name; a link inside them is not followed).
-        let mut roots = vec![facts.workspace.clone()];
-        roots.extend(profile.filesystem.writable.iter().filter_map(|spec| {
-            spec.resolve(&facts.home, &facts.workspace)
-                .canonicalize()
-                .ok()
-        }));
-        let inside = writable_root_of(path, &roots)
-            .map_err(|e| Failure::refused(format!("--audit-log {}: {e}", path.display())))?;
-        if let Some(root) = inside {
-            return Err(Failure::refused(format!(
-                "--audit-log {}: inside {}, where the sandbox could read and write it; put it outside",
-                path.display(),
-                root.display()
-            )));
-        }
+    Ok(())
+}
+
+/// `--audit-log` resolved once, here, against the directories the run will be able to write
+/// (a directory that does not exist yet counts by its name; a link inside them is not
+/// followed): inside one, it is refused.
+fn audit_log_outside_the_run(known: &Known<'_>) -> Result<(), Failure> {
+    let Some(path) = &known.args.audit_log else {
+        return Ok(());
+    };
+    let facts = &known.facts;
+    let mut roots = vec![facts.workspace.clone()];
+    roots.extend(known.profile.filesystem.writable.iter().filter_map(|spec| {
+        spec.resolve(&facts.home, &facts.workspace)
+            .canonicalize()
+            .ok()
+    }));
+    let inside = writable_root_of(path, &roots)
+        .map_err(|e| Failure::refused(format!("--audit-log {}: {e}", path.display())))?;
+    if let Some(root) = inside {
+        return Err(Failure::refused(format!(
+            "--audit-log {}: inside {}, where the sandbox could read and write it; put it outside",
+            path.display(),
+            root.display()
+        )));
     }
-    outputs.run_dir = Some(facts.run_dir.clone());
-    // The retention rule beside this run's directory: started once the sandbox exists, waited
-    // for when the run ends.
-    crate::supervisor::agent::housekeeping::arrange(&facts.run_dir, args.keep_runs);
-    tracing::debug!("facts gathered");
-    let audit = open_audit_log(args, &facts.home).map_err(audit_failure)?;
-    // What the agent causes to be recorded (hook reports, connections, model requests, runbook
-    // requests) shares one budget, by bytes and by rate, in the log and the export alike.
+    Ok(())
+}
+
+/// The audit log, with one budget (bytes and rate) for what the agent causes to be recorded
+/// (hook reports, connections, model requests, runbook requests), in the log and the export
+/// alike.
+fn open_records(known: &Known<'_>) -> Result<Option<AuditSink>, Failure> {
+    let audit = open_audit_log(known.args, &known.facts.home).map_err(audit_failure)?;
     if let Some(audit) = &audit {
         audit.limit_caused(
-            profile.audit.inside_max_mib << 20,
-            profile.audit.inside_max_per_second(),
+            known.profile.audit.inside_max_mib << 20,
+            known.profile.audit.inside_max_per_second(),
         );
     }
     tracing::debug!("audit log opened");
-    let mut plan = host::plan_for(&profile, &facts).map_err(plan_failure)?;
+    Ok(audit)
+}
+
+/// The plan and what it names, made.
+struct Planned {
+    plan: crate::sandbox::plan::SandboxPlan,
+    scratch: Option<start::ScratchDir>,
+    gateway: Option<(
+        crate::supervisor::net::gateway::Upstream,
+        std::sync::Arc<crate::supervisor::net::login::ModelLogin>,
+    )>,
+}
+
+/// The plan, its scratch directory, and the model login — found before the plan is final,
+/// because the organisation's server-managed settings are fetched with it (when the command
+/// is Claude Code and Claude Code on this host would fetch them) and carried in as a managed
+/// drop-in; then what would switch the hook off is refused.
+fn plan_the_view(known: &Known<'_>, audit: Option<&AuditSink>) -> Result<Planned, Failure> {
+    let args = known.args;
+    let mut plan = host::plan_for(&known.profile, &known.facts).map_err(plan_failure)?;
     // What the plan names, made now (and removed when this goes, whatever happens next).
     let scratch = start::ScratchDir::create(&plan).map_err(|e| Failure::host(e.to_string()))?;
     tracing::debug!("scratch made");
-    // The model login (the gateway's): found before the plan is final, because the
-    // organisation's server-managed settings are fetched with it (when the command is Claude
-    // Code and Claude Code on this host would fetch them) and carried in as a managed drop-in.
     let gateway = start::prepare_gateway(&plan).map_err(Failure::host)?;
     tracing::debug!("gateway prepared");
-    if let (Some((_, login)), Some(audit)) = (&gateway, &audit) {
+    if let (Some((_, login)), Some(audit)) = (&gateway, audit) {
         start::record_login_refreshes(login, audit);
     }
     if let Some((upstream, login)) = &gateway
@@ -313,38 +451,82 @@ fn carry_out(
         crate::supervisor::net::server_settings::at_launch(&mut plan, &upstream.host, login);
     }
     if plan.agent.is_some() {
-        // The hook is the profile's promise: a command line that would switch it off is
-        // refused, and a host whose managed settings try to is refused in CI and named always.
-        if let Some(why) = crate::sandbox::plan::agent_layer::command_defeats_hook(&args.command) {
-            return Err(Failure::refused(format!("refusing the command: {why}")));
-        }
-        if !plan.managed_settings_removed.is_empty() {
-            let list = plan.managed_settings_removed.join("\n  ");
-            if args.ci {
-                // The host's set-up, not the invocation: another host may run it.
-                return Err(Failure::host(format!(
-                    "the organisation's Claude Code managed settings (the host's files, or the server's) set keys that would switch StepProof's hook off or replace it; refusing to start in CI (remove them):\n  {list}"
-                )));
-            }
-            if profile.assurance == crate::sandbox::landlock::Assurance::Strict {
-                return Err(Failure::host(format!(
-                    "the organisation's Claude Code managed settings (the host's files, or the server's) set keys that would weaken StepProof (switch its hook off, replace the managed settings, or fetch a credential inside); refusing to start under assurance = \"strict\" (remove them, or use a profile with assurance = \"best-effort\", which drops them inside and runs):\n  {list}"
-                )));
-            }
-            crate::say!(
-                "stepproof-run: WARNING: the organisation's Claude Code managed settings set keys StepProof owns; they are removed inside, the hook stays, the rest of the organisation's settings apply:\n  {list}"
-            );
-        }
+        hook_stays(known, &plan)?;
     }
-    // Before anything runs: whatever the sandbox plants at these names later is not followed.
+    Ok(Planned {
+        plan,
+        scratch,
+        gateway,
+    })
+}
+
+/// The hook is the profile's promise: a command line that would switch it off is refused,
+/// and a host whose managed settings try to is refused in CI (and under `strict`) and named
+/// always.
+fn hook_stays(known: &Known<'_>, plan: &crate::sandbox::plan::SandboxPlan) -> Result<(), Failure> {
+    if let Some(why) = crate::sandbox::plan::agent_layer::command_defeats_hook(&known.args.command)
+    {
+        return Err(Failure::refused(format!("refusing the command: {why}")));
+    }
+    if plan.managed_settings_removed.is_empty() {
+        return Ok(());
+    }
+    let list = plan.managed_settings_removed.join("\n  ");
+    if known.args.ci {
+        // The host's set-up, not the invocation: another host may run it.
+        return Err(Failure::host(format!(
+            "the organisation's Claude Code managed settings (the host's files, or the server's) set keys that would switch StepProof's hook off or replace it; refusing to start in CI (remove them):\n  {list}"
+        )));
+    }
+    if known.profile.assurance == crate::sandbox::landlock::Assurance::Strict {
+        return Err(Failure::host(format!(
+            "the organisation's Claude Code managed settings (the host's files, or the server's) set keys that would weaken StepProof (switch its hook off, replace the managed settings, or fetch a credential inside); refusing to start under assurance = \"strict\" (remove them, or use a profile with assurance = \"best-effort\", which drops them inside and runs):\n  {list}"
+        )));
+    }
+    crate::say!(
+        "stepproof-run: WARNING: the organisation's Claude Code managed settings set keys StepProof owns; they are removed inside, the hook stays, the rest of the organisation's settings apply:\n  {list}"
+    );
+    Ok(())
+}
+
+/// The files the caller asked for (status, report, summaries), opened before anything runs.
+fn open_outputs(
+    args: &Request,
+    outputs: &mut Outputs,
+    plan: &crate::sandbox::plan::SandboxPlan,
+) -> Result<(), Failure> {
     let run_dir = outputs.run_dir.clone();
-    *outputs = Outputs::open(args, &writable_roots(&plan))
+    *outputs = Outputs::open(args, &writable_roots(plan))
         .inspect_err(|_| outputs.opened = true)
         .map_err(Failure::refused)?;
     outputs.run_dir = run_dir;
     tracing::debug!("outputs opened");
-    // Unattended runs, the self-test and model verifier runs start from nothing and keep
-    // nothing.
+    Ok(())
+}
+
+/// The plan, and the per-run state made for it.
+struct Made {
+    plan: crate::sandbox::plan::SandboxPlan,
+    scratch: Option<start::ScratchDir>,
+    caches: Option<crate::supervisor::agent::caches::Caches>,
+    gateway: Option<(
+        crate::supervisor::net::gateway::Upstream,
+        std::sync::Arc<crate::supervisor::net::login::ModelLogin>,
+    )>,
+    /// What the init will run (the self-test's probe binary, or the caller's command).
+    command: Vec<OsString>,
+}
+
+/// Unattended runs, the self-test and model verifier runs start from nothing and keep
+/// nothing; the build caches the plan binds are made (a run's own removed when this goes); the
+/// self-test's probe is installed.
+fn make_state(known: &Known<'_>, planned: Planned, outputs: &Outputs) -> Result<Made, Failure> {
+    let args = known.args;
+    let Planned {
+        mut plan,
+        scratch,
+        gateway,
+    } = planned;
     if (args.ci || args.selftest || args.verifier_agent.is_some())
         && let Some(agent) = &mut plan.agent
     {
@@ -355,7 +537,6 @@ fn carry_out(
     {
         plan.use_per_run_caches(run_dir);
     }
-    // The build caches the plan binds, made now (a run's own removed when this goes).
     let caches = crate::supervisor::agent::caches::Caches::create(&plan)
         .map_err(|e| Failure::host(format!("stepproof-run: {e}")))?;
     tracing::debug!("caches made");
@@ -364,6 +545,17 @@ fn carry_out(
     } else {
         args.command.clone()
     };
+    Ok(Made {
+        plan,
+        scratch,
+        caches,
+        gateway,
+        command,
+    })
+}
+
+/// What the plan warns of, and what a host without user namespaces loses.
+fn say_what_is_weaker(plan: &crate::sandbox::plan::SandboxPlan) {
     for note in plan.notes.iter().filter(|n| n.starts_with("WARNING")) {
         crate::say!("stepproof-run: {note}");
     }
@@ -375,146 +567,191 @@ fn carry_out(
             crate::say!("  lost: {loss}");
         }
     }
-    // The run's cgroup: a limit the profile requires that this host cannot enforce stops here.
+}
+
+/// The run's cgroup. A runbook run always gets a freezer where the host can give one: its
+/// evidence commands run while the agent's processes are frozen.
+fn prepare_limits(
+    known: &Known<'_>,
+) -> Result<crate::supervisor::launch::cgroup::RunLimits, Failure> {
     let nonce = format!(
         "{:x}",
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos())
     );
+    let profile = &known.profile;
     let limits = crate::supervisor::launch::cgroup::prepare(
-        &profile.process.limits.cgroup(args.ci),
+        &profile.process.limits.cgroup(known.args.ci),
         profile.assurance == crate::sandbox::landlock::Assurance::Strict,
         std::path::Path::new("/proc"),
         &nonce,
-        // A runbook run always gets a freezer where the host can give one: its evidence
-        // commands run while the agent's processes are frozen.
-        runbook.is_some(),
+        known.runbook.is_some(),
     )
     .map_err(Failure::host)?;
     for dropped in &limits.dropped {
         tracing::info!("{dropped}");
     }
     tracing::debug!("cgroup prepared");
-    // The runbook's directory and sockets, its file protected like the profile's, the
-    // client bound inside.
-    let runbook_run = match &runbook {
-        Some(loaded) => Some(prepare_runbook(
-            args,
-            loaded,
-            &mut plan,
-            &facts,
-            audit.as_ref(),
-            limits.cgroup.as_ref(),
-            limits.no_freezer.clone(),
-            approval_webhook.clone(),
-            crate::supervisor::runbook::files::Budget::from_profile(&profile.runbook),
-        )?),
-        None => None,
-    };
-    // The run's id, in its start record and on every record the export ships.
+    Ok(limits)
+}
+
+/// The start record's account: the run's id (on every record the export ships), the export,
+/// and the record's sequence number.
+struct Started {
+    run_id: String,
+    exporter: Option<crate::audit::export::Exporter>,
+    seq: Option<u64>,
+}
+
+/// The export (attached before the start record) and the start record itself: the tier this
+/// run gets and what it gives up, the limits, the runbook. A log that cannot take it stops the
+/// run (118).
+fn write_start(
+    known: &Known<'_>,
+    plan: &crate::sandbox::plan::SandboxPlan,
+    audit: Option<&AuditSink>,
+    limits: &crate::supervisor::launch::cgroup::RunLimits,
+    approval_webhook: &Webhook,
+) -> Result<Started, Failure> {
+    let args = known.args;
     let run_id = crate::audit::export::new_run_id();
-    let exporter = match &audit {
-        // The self-test's own run is not a run of the caller's to ship.
-        Some(audit) if !args.selftest => {
-            start_export(&profile, &plan, runbook.as_ref(), &facts, audit, &run_id)?
-        }
-        _ => None,
+    let Some(audit) = audit else {
+        tracing::debug!("start record written");
+        return Ok(Started {
+            run_id,
+            exporter: None,
+            seq: None,
+        });
     };
-    let mut run_start_seq = None;
-    if let Some(audit) = &audit {
-        let argv: Vec<String> = args
-            .command
-            .iter()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
-        run_start_seq = audit.record_at(
-            "supervisor",
-            "run-start",
-            &serde_json::json!({
-                "run_id": run_id,
-                "argv": argv,
-                "profile": plan.profile,
-                "policy_hash": plan.policy_hash,
-                "stepproof_version": env!("CARGO_PKG_VERSION"),
-                "workspace": crate::audit::text::path(&plan.workspace),
-                // The tier this run gets and what it gives up, in the first record: where the
-                // host or a container's runtime refuses user namespaces, Landlock and seccomp
-                // alone (the profile allowed it), with every loss and the reason.
-                "isolation": plan.isolation,
-                "lost": plan.losses,
-                "user_namespaces": (plan.isolation
-                    == crate::sandbox::plan::Isolation::LandlockSeccompOnly)
-                    .then(|| crate::cli::doctor::user_namespace_check().1),
-                "managed_settings_removed": plan.managed_settings_removed,
-                // Where the launch's bounded scans stopped, and what else the plan noted.
-                "notes": plan.notes,
-                // Where each limit of the run's cgroup is enforced, or why it is not.
-                "limits": limits.plan.entries,
-                "limit_lines": limits.plan.lines(),
-                "limits_dropped": limits.dropped,
-                "runbook": runbook.as_ref().map(|r| serde_json::json!({
-                    "id": r.runbook.id,
-                    "hash": r.runbook.hash(),
-                    "path": crate::audit::text::path(&r.path),
-                    "steps": r.runbook.steps.len(),
-                    "pre_approved": args.approve,
-                    "fresh": args.runbook_fresh,
-                    "approval_webhook": approval_webhook
-                        .as_deref()
-                        .map(crate::supervisor::runbook::webhook::describe),
-                })),
-            }),
-        );
-        // No start record, no run: what would run could not be accounted for.
-        if let Some(why) = audit.failure() {
-            return Err(Failure {
-                code: crate::exit::ExitCode::AuditIncomplete,
-                message: format!(
-                    "the audit log {}: the start record could not be written ({why}); the command was not started",
-                    audit.path().display()
-                ),
-            });
-        }
+    // The self-test's own run is not a run of the caller's to ship.
+    let exporter = if args.selftest {
+        None
+    } else {
+        start_export(
+            &known.profile,
+            plan,
+            known.runbook.as_ref(),
+            &known.facts,
+            audit,
+            &run_id,
+        )?
+    };
+    let seq = audit.record_at(
+        "supervisor",
+        "run-start",
+        &start_record(known, plan, limits, approval_webhook, &run_id),
+    );
+    if let Some(why) = audit.failure() {
+        return Err(Failure {
+            code: crate::exit::ExitCode::AuditIncomplete,
+            message: format!(
+                "the audit log {}: the start record could not be written ({why}); the command was not started",
+                audit.path().display()
+            ),
+        });
     }
     tracing::debug!("start record written");
-    if let Some(run) = &runbook_run {
-        run.start()
-            .map_err(|e| Failure::host(format!("the runbook's state: {e}")))?;
+    Ok(Started {
+        run_id,
+        exporter,
+        seq,
+    })
+}
+
+/// The start record: the tier this run gets and what it gives up, the limits, the runbook.
+fn start_record(
+    known: &Known<'_>,
+    plan: &crate::sandbox::plan::SandboxPlan,
+    limits: &crate::supervisor::launch::cgroup::RunLimits,
+    approval_webhook: &Webhook,
+    run_id: &str,
+) -> serde_json::Value {
+    let args = known.args;
+    let argv: Vec<String> = args
+        .command
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    serde_json::json!({
+        "run_id": run_id,
+        "argv": argv,
+        "profile": plan.profile,
+        "policy_hash": plan.policy_hash,
+        "stepproof_version": env!("CARGO_PKG_VERSION"),
+        "workspace": crate::audit::text::path(&plan.workspace),
+        // The tier this run gets and what it gives up, in the first record: where the
+        // host or a container's runtime refuses user namespaces, Landlock and seccomp
+        // alone (the profile allowed it), with every loss and the reason.
+        "isolation": plan.isolation,
+        "lost": plan.losses,
+        "user_namespaces": (plan.isolation
+            == crate::sandbox::plan::Isolation::LandlockSeccompOnly)
+            .then(|| crate::cli::doctor::user_namespace_check().1),
+        "managed_settings_removed": plan.managed_settings_removed,
+        // Where the launch's bounded scans stopped, and what else the plan noted.
+        "notes": plan.notes,
+        // Where each limit of the run's cgroup is enforced, or why it is not.
+        "limits": limits.plan.entries,
+        "limit_lines": limits.plan.lines(),
+        "limits_dropped": limits.dropped,
+        "runbook": known.runbook.as_ref().map(|r| serde_json::json!({
+            "id": r.runbook.id,
+            "hash": r.runbook.hash(),
+            "path": crate::audit::text::path(&r.path),
+            "steps": r.runbook.steps.len(),
+            "pre_approved": args.approve,
+            "fresh": args.runbook_fresh,
+            "approval_webhook": approval_webhook
+                .as_deref()
+                .map(crate::supervisor::runbook::webhook::describe),
+        })),
+    })
+}
+
+/// A model verifier run: its agent definition, for its own config directory only.
+fn verifier_agent(
+    args: &Request,
+    plan: &crate::sandbox::plan::SandboxPlan,
+) -> Result<Option<String>, Failure> {
+    match &args.verifier_agent {
+        None => Ok(None),
+        Some(_) if plan.agent.is_none() => Err(Failure::refused(
+            "--verifier-agent: the profile has no agent layer (no [hook]) to install it in",
+        )),
+        Some(path) => crate::regular_file::read_to_string(path, 64 << 10)
+            .map(Some)
+            .map_err(|e| Failure::host(format!("--verifier-agent {}: {e}", path.display()))),
     }
-    if args.verbose > 0 {
-        crate::say_part!("{}", explain::explain_text(&profile, &plan));
-    }
-    check_mount_budget(&plan).map_err(Failure::refused)?;
-    tracing::debug!("plan built");
-    // A model verifier run: its agent definition, for its own config directory only.
-    let verifier_agent = match &args.verifier_agent {
-        None => None,
-        Some(_) if plan.agent.is_none() => {
-            return Err(Failure::refused(
-                "--verifier-agent: the profile has no agent layer (no [hook]) to install it in",
-            ));
-        }
-        Some(path) => Some(
-            crate::regular_file::read_to_string(path, 64 << 10)
-                .map_err(|e| Failure::host(format!("--verifier-agent {}: {e}", path.display())))?,
-        ),
-    };
-    let snapshot = Snapshot::take(&plan);
-    let scope = SweepScope::of(&profile, &plan);
+}
+
+/// What the end needs and owes: the launch snapshot, the sweep's scope, and the marker.
+struct OwedEnd {
+    snapshot: Snapshot,
+    scope: SweepScope,
+    marker: Option<Owed>,
+}
+
+/// The launch snapshot, and what the end owes, in the run directory before the command starts:
+/// if this process is killed from here on, `stepproof repair` or the next run on the workspace
+/// finishes the end with this snapshot. The self-test's run has no sweep, and owes none.
+fn owe_the_end(
+    known: &Known<'_>,
+    plan: &crate::sandbox::plan::SandboxPlan,
+    audit: Option<&AuditSink>,
+    started: &Started,
+) -> Result<OwedEnd, Failure> {
+    let snapshot = Snapshot::take(plan);
+    let scope = SweepScope::of(&known.profile, plan);
     tracing::debug!("snapshot taken");
-    // What the end owes, in the run directory before the command starts: if this process is
-    // killed from here on, `stepproof repair` or the next run on the workspace finishes the end
-    // with this snapshot. Nothing between here and the end returns early. The self-test's run
-    // has no sweep, and owes none.
-    let mut owed = if args.selftest {
+    let marker = if known.args.selftest {
         None
     } else {
         let owed = Owed::record(
-            &facts.run_dir,
-            &run_id,
-            audit.as_ref().map(AuditSink::path),
-            run_start_seq,
+            &known.facts.run_dir,
+            &started.run_id,
+            audit.map(AuditSink::path),
+            started.seq,
             &scope,
             &snapshot,
         )
@@ -526,20 +763,77 @@ fn carry_out(
         tracing::debug!("work owed recorded");
         Some(owed)
     };
-    let options = start::RunOptions {
-        verifier_agent: verifier_agent.as_deref(),
-        timeout: args.timeout,
-        inside_max_bytes: profile.audit.inside_max_mib << 20,
-        // Names that do not exist yet are watched while the run is on (moved at once).
-        watch: (!args.selftest)
-            .then(|| (snapshot.watch_targets(), facts.run_dir.join("quarantine"))),
-        cgroup: limits.cgroup.as_ref(),
-        gateway,
-        runbook: runbook_run.as_ref(),
+    Ok(OwedEnd {
+        snapshot,
+        scope,
+        marker,
+    })
+}
+
+/// The runbook's run, when there is one (see [`prepare_runbook`]).
+fn runbook_run(
+    known: &Known<'_>,
+    plan: &mut crate::sandbox::plan::SandboxPlan,
+    audit: Option<&AuditSink>,
+    limits: &crate::supervisor::launch::cgroup::RunLimits,
+    approval_webhook: &Webhook,
+) -> Result<Option<crate::supervisor::runbook::engine::RunbookRun>, Failure> {
+    let Some(loaded) = &known.runbook else {
+        return Ok(None);
     };
-    // A SIGINT, SIGTERM or SIGHUP before this point was held: the command is not started, and
-    // the run ends here with its end record.
-    let mut result = match crate::supervisor::launch::relay::ending_signal_pending() {
+    prepare_runbook(
+        known.args,
+        loaded,
+        plan,
+        &known.facts,
+        audit,
+        limits.cgroup.as_ref(),
+        limits.no_freezer.clone(),
+        approval_webhook.clone(),
+        crate::supervisor::runbook::files::Budget::from_profile(&known.profile.runbook),
+    )
+    .map(Some)
+}
+
+/// The launch, with what it serves and watches meanwhile.
+fn launch(
+    known: &Known<'_>,
+    made: &mut Made,
+    (audit, runbook_run): (
+        Option<&AuditSink>,
+        Option<&crate::supervisor::runbook::engine::RunbookRun>,
+    ),
+    limits: &crate::supervisor::launch::cgroup::RunLimits,
+    owed: &OwedEnd,
+    verifier_agent: Option<&str>,
+) -> start::RunResult {
+    let args = known.args;
+    let options = start::RunOptions {
+        verifier_agent,
+        timeout: args.timeout,
+        inside_max_bytes: known.profile.audit.inside_max_mib << 20,
+        // Names that do not exist yet are watched while the run is on (moved at once).
+        watch: (!args.selftest).then(|| {
+            (
+                owed.snapshot.watch_targets(),
+                known.facts.run_dir.join("quarantine"),
+            )
+        }),
+        cgroup: limits.cgroup.as_ref(),
+        gateway: made.gateway.take(),
+        runbook: runbook_run,
+    };
+    launch_unless_ended(made, audit, &options)
+}
+
+/// The launch — unless a SIGINT, SIGTERM or SIGHUP came before it (held until now): then the
+/// command is not started, and the run ends here with its end record.
+fn launch_unless_ended(
+    made: &Made,
+    audit: Option<&AuditSink>,
+    options: &start::RunOptions<'_>,
+) -> start::RunResult {
+    match crate::supervisor::launch::relay::ending_signal_pending() {
         Some(signal) => {
             crate::say!(
                 "stepproof-run: {} before the command started: not starting it",
@@ -552,361 +846,8 @@ fn carry_out(
                 moved_during_run: Vec::new(),
             }
         }
-        None => start::run(&plan, &command, audit.as_ref(), &options),
-    };
-    tracing::debug!("sandbox gone");
-    // The way out comes first, once nothing of the sandbox is left: the sweep (quarantine,
-    // setuid strip, repository configs put back), the profile and runbook checks and the
-    // proposed patch, before the runbook's end, the cgroup, the kept sessions and the
-    // records. Nothing the agent can make longer stands before it.
-    let moved_during_run = std::mem::take(&mut result.moved_during_run);
-    let way_out = if !matches!(
-        result.outcome,
-        Outcome::StepproofError { .. } | Outcome::Refused { .. }
-    ) && !args.selftest
-    {
-        tracing::debug!("sweep starts");
-        let mut sweep = snapshot.sweep_in(&scope, &facts.run_dir.join("quarantine"));
-        tracing::debug!("sweep done");
-        let mut findings = moved_during_run;
-        findings.extend(std::mem::take(&mut sweep.findings));
-        for note in &sweep.notes {
-            crate::say!("stepproof-run: sweep: {note}");
-        }
-        if !sweep.host_edits.is_empty() {
-            crate::say!(
-                "stepproof-run: kept changes made on the host during the run (read-only to the run): {}",
-                sweep
-                    .host_edits
-                    .iter()
-                    .map(|p| p.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
-        }
-        findings.extend(
-            crate::supervisor::way_out::profile_check::changed_profile_files(
-                &profile,
-                &writable_roots(&plan),
-            ),
-        );
-        if let Some(loaded) = &runbook {
-            findings.extend(
-                crate::supervisor::way_out::profile_check::changed_runbook_file(
-                    &loaded.source,
-                    &writable_roots(&plan),
-                ),
-            );
-        }
-        // What the run wanted at protected names, as a patch the user may apply after review.
-        tracing::debug!("profile files checked");
-        let proposed = crate::supervisor::way_out::proposed::write_patch(
-            &plan.workspace,
-            &findings,
-            &facts.run_dir,
-        )
-        .unwrap_or_else(|e| {
-            crate::say!("stepproof-run: writing the proposed changes: {e}");
-            None
-        });
-        if let Some(patch) = &proposed {
-            outputs.status_extra.insert(
-                "proposed_changes".into(),
-                patch.display().to_string().into(),
-            );
-        }
-        // A kill from here on leaves a repair only the record to write.
-        if let Some(owed) = &owed {
-            let mut swept = recover::Swept::of(
-                "run",
-                &findings,
-                &sweep.host_edits,
-                &sweep.restored,
-                proposed.as_deref(),
-            );
-            swept.notes.clone_from(&sweep.notes);
-            if let Err(e) = owed.swept(&swept) {
-                crate::say!("stepproof-run: keeping what the sweep found beside the marker: {e}");
-            }
-        }
-        tracing::debug!("sweep kept");
-        Some((sweep, findings, proposed))
-    } else {
-        None
-    };
-    // The runbook's outcome: a step whose evidence did not hold (117), or a run that ended
-    // before its last step (116), whatever the command's own code was.
-    if let Some(run) = &runbook_run
-        && matches!(
-            result.outcome,
-            Outcome::Exited { .. }
-                | Outcome::Signaled { .. }
-                | Outcome::TimedOut { .. }
-                | Outcome::Terminated { .. }
-        )
-        && let Some((ending, open)) = run.finish()
-    {
-        let command = Box::new(result.outcome);
-        result.outcome = match ending {
-            crate::supervisor::runbook::engine::Ending::Blocked { step } => {
-                crate::say!(
-                    "stepproof-run: runbook: step {step}'s evidence did not hold and no attempt is left (exit {})",
-                    crate::exit::ExitCode::EvidenceFailed.code()
-                );
-                Outcome::EvidenceFailed {
-                    exit_code: crate::exit::ExitCode::EvidenceFailed.code(),
-                    command,
-                    step,
-                }
-            }
-            crate::supervisor::runbook::engine::Ending::Abandoned { .. } => {
-                crate::say!(
-                    "stepproof-run: runbook abandoned before its last step; not passed: {} (exit {}; a later run of the same runbook and workspace continues it)",
-                    open.join(", "),
-                    crate::exit::ExitCode::RunbookAbandoned.code()
-                );
-                Outcome::Abandoned {
-                    exit_code: crate::exit::ExitCode::RunbookAbandoned.code(),
-                    command,
-                    open,
-                }
-            }
-        };
+        None => start::run(&made.plan, &made.command, audit, options),
     }
-    if let Outcome::NotFound { message, .. } = &mut result.outcome
-        && let Some(hint) = command
-            .first()
-            .and_then(|c| outside_the_view(c, &facts.env, &plan))
-    {
-        message.push_str(&hint);
-    }
-    // What the limits did, in words, once nothing of the run is left; then the cgroup goes.
-    let mut acted = Vec::new();
-    if let Some(cgroup) = limits.cgroup {
-        acted = cgroup.events().sentences(&limits.plan.limits);
-        if let Err(e) = cgroup.remove(std::time::Duration::from_secs(5)) {
-            crate::say!("stepproof-run: removing the run's cgroup: {e}");
-        }
-    }
-    if let Some(sentence) = file_size_limit(&result.outcome, profile.process.limits.fsize_bytes()) {
-        acted.push(sentence);
-    }
-    if !acted.is_empty() {
-        for sentence in &acted {
-            crate::say!("stepproof-run: limit: {sentence}");
-        }
-        outputs
-            .status_extra
-            .insert("limits".into(), serde_json::json!(acted));
-        if let Some(audit) = &audit {
-            audit.record(
-                "supervisor",
-                "limits",
-                &serde_json::json!({ "acted": acted }),
-            );
-        }
-    }
-    // What the run changed of the workspace's sessions and memory is kept for the next one.
-    if !matches!(
-        result.outcome,
-        Outcome::StepproofError { .. } | Outcome::Refused { .. }
-    ) {
-        let memory =
-            crate::supervisor::agent::session_state::take_back_and_report(&plan, audit.as_ref());
-        if memory > 0 {
-            outputs
-                .status_extra
-                .insert("memory_changed".into(), memory.into());
-        }
-    }
-    if let Some((sweep, findings, proposed)) = way_out {
-        if let Some(audit) = &audit {
-            let paths = |list: &[std::path::PathBuf]| {
-                list.iter()
-                    .map(|p| crate::audit::text::path(p).into_owned())
-                    .collect::<Vec<_>>()
-            };
-            audit.record(
-                "supervisor",
-                "sweep",
-                &serde_json::json!({
-                    "findings": findings,
-                    "host_edits": paths(&sweep.host_edits),
-                    "restored": paths(&sweep.restored),
-                    "notes": sweep.notes,
-                    "proposed_changes": proposed.as_deref().map(crate::audit::text::path),
-                }),
-            );
-        }
-        if !findings.is_empty() {
-            crate::say!(
-                "stepproof-run: TAMPERING: the run left what the host would act on (persistence paths, links, setuid/setgid bits, its own profile, what the host's git shows):"
-            );
-            for f in &findings {
-                let detail = f
-                    .detail
-                    .as_deref()
-                    .map(|d| format!(" ({d})"))
-                    .unwrap_or_default();
-                match (&f.quarantined_to, &f.error) {
-                    (Some(q), _) => crate::say!(
-                        "  {} {}{detail} -> quarantined to {}",
-                        f.change,
-                        f.path.display(),
-                        q.display()
-                    ),
-                    (None, Some(e)) => crate::say!(
-                        "  {} {}{detail} (NOT quarantined: {e})",
-                        f.change,
-                        f.path.display()
-                    ),
-                    (None, None) => crate::say!("  {} {}{detail}", f.change, f.path.display()),
-                }
-            }
-            if let Some(patch) = &proposed {
-                crate::say!(
-                    "stepproof-run: what the run wrote there, as a patch to review and apply if you want it: {}",
-                    patch.display()
-                );
-            }
-            // A pass is final only with the run: what this run's steps proved was proven in a
-            // workspace the run then tampered with.
-            if let Some(run) = &runbook_run {
-                let found: Vec<String> = findings
-                    .iter()
-                    .map(|f| format!("{} {}", f.change, crate::audit::text::path(&f.path)))
-                    .collect();
-                let (void, completion_void) = run.void(&found, EXIT_TAMPERING);
-                if completion_void || !void.is_empty() {
-                    crate::say!(
-                        "stepproof-run: runbook: VOID because of the tampering above: {}{} (a later run of the same runbook and workspace proves {} again)",
-                        if completion_void {
-                            "the runbook's completion, "
-                        } else {
-                            ""
-                        },
-                        if void.is_empty() {
-                            "no step passed in this run".to_string()
-                        } else {
-                            format!("the passes of {}", void.join(", "))
-                        },
-                        if void.len() == 1 { "it" } else { "them" }
-                    );
-                }
-            }
-            result.outcome = Outcome::Tampering {
-                exit_code: EXIT_TAMPERING,
-                command: Box::new(result.outcome),
-                findings,
-            };
-        }
-    }
-    tracing::debug!("run ended");
-    // What the agent caused beyond the budget: the last summary record, and the run says so.
-    let over_budget = audit
-        .as_ref()
-        .and_then(|a| a.finish_caused())
-        .filter(|c| c.not_written > 0);
-    if let Some(counts) = &over_budget {
-        outputs.status_extra.insert(
-            "inside_records_not_written".into(),
-            counts.not_written.into(),
-        );
-        crate::say!(
-            "stepproof-run: {} records the agent caused were NOT written to the audit log ({}): the run reached audit.inside_max_mib ({} MiB) or audit.inside_max_per_second ({})",
-            counts.not_written,
-            counts
-                .by_kind
-                .iter()
-                .map(|(kind, n)| format!("{kind} {n}"))
-                .collect::<Vec<_>>()
-                .join(", "),
-            profile.audit.inside_max_mib,
-            profile.audit.inside_max_per_second()
-        );
-    }
-    if let Some(audit) = &audit {
-        audit.record(
-            "supervisor",
-            "run-end",
-            &serde_json::json!({
-                "outcome": result.outcome,
-                "enforced": result.report,
-                "hook_receiver": result.hook_records,
-                "records_over_budget": over_budget.as_ref().map(|c| serde_json::json!({
-                    "not_written": c.not_written,
-                    "by_kind": c.by_kind,
-                })),
-            }),
-        );
-        audit.sync();
-        // The end is on disk: nothing is owed any more. (A log that could not take a record
-        // is said below, 118: the run did its end, and a repair would only claim it had not.)
-        discharge(owed.take());
-        if let Some(exporter) = exporter {
-            finish_export(exporter, outputs);
-        }
-        match audit.failure() {
-            // The head hash makes a truncated log detectable: `stepproof audit verify --head`.
-            None => {
-                crate::say!(
-                    "stepproof-run: audit log {} head {}",
-                    audit.path().display(),
-                    audit.head_hash()
-                );
-                // For a caller that keeps the log (a CI job's artifact) and its head together.
-                outputs.status_extra.insert(
-                    "audit_log".into(),
-                    audit.path().display().to_string().into(),
-                );
-                outputs
-                    .status_extra
-                    .insert("audit_head".into(), audit.head_hash().into());
-            }
-            Some(why) => {
-                let last = audit
-                    .head()
-                    .map_or("no record".to_string(), |(seq, _)| format!("record {seq}"));
-                crate::say!(
-                    "stepproof-run: audit log {} INCOMPLETE: {why}; it ends at {last}, head {} (incomplete)",
-                    audit.path().display(),
-                    audit.head_hash()
-                );
-                outputs
-                    .status_extra
-                    .insert("audit_head".into(), audit.head_hash().into());
-                result.outcome = Outcome::AuditIncomplete {
-                    exit_code: crate::exit::ExitCode::AuditIncomplete.code(),
-                    command: Box::new(result.outcome),
-                    message: why,
-                };
-            }
-        }
-    }
-    // Without a log, the sweep was the end.
-    discharge(owed.take());
-    drop(scratch);
-    drop(caches);
-    let wants_summary =
-        args.ci || args.fail_on_deny || args.summary.is_some() || args.summary_json.is_some();
-    if let Some(audit) = audit.as_ref().filter(|_| wants_summary) {
-        let summary = crate::cli::ci::Summary::from_audit_log(audit.path(), &audit.head_hash());
-        if args.fail_on_deny
-            && !summary.denials.is_empty()
-            && matches!(
-                result.outcome,
-                Outcome::Exited { .. } | Outcome::Signaled { .. }
-            )
-        {
-            result.outcome = Outcome::Denied {
-                exit_code: crate::supervisor::launch::outcome::EXIT_DENIED,
-                denials: summary.denials.len(),
-                command: Box::new(result.outcome),
-            };
-        }
-        write_summaries(outputs, &summary, &result.outcome);
-    }
-    Ok((result.outcome, result.report))
 }
 
 /// The run's end is done: its marker goes (the lock stays held until the process ends).
