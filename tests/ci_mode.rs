@@ -36,6 +36,21 @@ both!(timeout_ends_a_tree_that_ignores_sigterm, |w: &World| {
     );
 });
 
+// An empty GITHUB_STEP_SUMMARY names no file: the run goes on (it once stopped with EISDIR, 120).
+both!(an_empty_step_summary_names_no_file, |w: &World| {
+    let out = w
+        .command(&["--ci"], &["/bin/true"])
+        .env("GITHUB_STEP_SUMMARY", "")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("GITHUB_STEP_SUMMARY"),
+        "{}",
+        describe(&out)
+    );
+});
+
 both!(selftest_holds, |w: &World| {
     let mut cmd = w.as_owner(&w.run_binary().with_file_name("stepproof"));
     cmd.arg("selftest");

@@ -124,8 +124,9 @@ impl Outputs {
             open("the summary", &args.summary, WriteMode::Replace)?
                 .into_iter()
                 .collect();
+        // An empty value names no file (GitHub sets it to one; a job that clears it wants none).
         if args.ci
-            && let Some(path) = std::env::var_os("GITHUB_STEP_SUMMARY")
+            && let Some(path) = std::env::var_os("GITHUB_STEP_SUMMARY").filter(|p| !p.is_empty())
         {
             summaries.push(
                 OutputFile::open(
