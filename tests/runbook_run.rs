@@ -1029,3 +1029,42 @@ fn records_of_last_run(log: &Path) -> Vec<serde_json::Value> {
         .unwrap_or(0);
     all[start..].to_vec()
 }
+
+// A run whose log went elsewhere (`--audit-log`) is continued by the next run of the runbook in
+// the workspace: its run directory names the log (it once was passed over without a word).
+both!(a_run_logged_elsewhere_is_continued, |w: &World| {
+    setup(
+        w,
+        "1h",
+        "S=/run/stepproof/stepproof\necho fixed > code.txt\n$S step complete; echo \"complete-1=$?\"\n",
+    );
+    let logs = w.base.join("logs");
+    fs::create_dir_all(&logs).unwrap();
+    fs::set_permissions(&logs, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let elsewhere = logs.join("first.jsonl");
+    let out = run(w, &["--audit-log", elsewhere.to_str().unwrap()]);
+    let all = describe(&out);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("complete-1=0"),
+        "{all}"
+    );
+    assert_eq!(out.status.code(), Some(116), "{all}");
+    let second = "S=/run/stepproof/stepproof\n$S step status\necho new > notes/a.md\n$S step complete --step notes; echo \"complete-notes=$?\"\n";
+    fs::write(w.workspace.join("agent.sh"), second).unwrap();
+    support::chown_tree(&w.workspace, w.owner);
+    let out = run(w, &["--ci"]);
+    let all = describe(&out);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("continuing run"),
+        "{all}"
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("passed   write"), "{all}");
+    assert!(stdout.contains("complete-notes=0"), "{all}");
+    let log = support::audit_log_named(&String::from_utf8_lossy(&out.stderr));
+    let continued = records(&log)
+        .into_iter()
+        .find(|r| r["kind"] == "runbook-continued")
+        .unwrap_or_else(|| panic!("no runbook-continued: {all}"));
+    assert_eq!(continued["state"][0]["status"], "passed", "{continued}");
+});

@@ -74,6 +74,42 @@ struct Scan {
     passed_here: Vec<bool>,
 }
 
+/// The file in a run's directory that names its audit log when `--audit-log` put it
+/// elsewhere (written by the supervisor, in a directory no sandbox reaches).
+const LOG_ELSEWHERE: &str = "audit-log-elsewhere";
+
+/// Says, in the run's directory, where its audit log is when it is not there: a later run
+/// continues the runbook from it.
+pub fn record_log_elsewhere(run_dir: &Path, log: &Path) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let log = log.canonicalize()?;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(run_dir.join(LOG_ELSEWHERE))?;
+    file.write_all(log.as_os_str().as_encoded_bytes())
+}
+
+/// A run directory's audit log: `audit.jsonl` in it, or the log its [`LOG_ELSEWHERE`] names
+/// (an absolute path to a regular file); never through a link.
+fn run_log(dir: &Path) -> Option<PathBuf> {
+    let is_file = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file());
+    let own = dir.join("audit.jsonl");
+    if is_file(&own) {
+        return Some(own);
+    }
+    let pointer = dir.join(LOG_ELSEWHERE);
+    if !is_file(&pointer) {
+        return None;
+    }
+    let named = crate::regular_file::read_to_string(&pointer, 4096).ok()?;
+    let log = PathBuf::from(named.trim_end_matches('\n'));
+    (log.is_absolute() && is_file(&log)).then_some(log)
+}
+
 /// Finds the earlier run among the run directories beside `own` (the current run's), and
 /// rebuilds its state. `Err`: a run that must not be continued silently (broken chain,
 /// unreadable log, still being written).
@@ -91,13 +127,11 @@ pub fn find(
         if dir == own {
             continue;
         }
-        let log = dir.join("audit.jsonl");
-        // Never through a link; a run directory without a log (an evidence run's, one whose
-        // log went elsewhere) is passed over.
-        match std::fs::symlink_metadata(&log) {
-            Ok(m) if m.is_file() => {}
-            _ => continue,
-        }
+        // Never through a link; a run directory without a log (an evidence run's) is passed
+        // over; one whose log went elsewhere (`--audit-log`) says where.
+        let Some(log) = run_log(&dir) else {
+            continue;
+        };
         let run_id = dir
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
