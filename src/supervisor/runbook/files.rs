@@ -567,6 +567,17 @@ impl<'a> Walk<'a> {
         Ok(found)
     }
 
+    /// The rule files a walk of `glob` would read, read into `rules` now (nothing hashed):
+    /// what a `files_exist` item is judged by, taken when its step opens.
+    pub fn read_rules_for(
+        &mut self,
+        root: BorrowedFd<'_>,
+        glob: &str,
+        rules: &mut IgnoreRules,
+    ) -> Result<(), Exceeded> {
+        self.visit(root, glob, Some(rules), false, &mut |_, _, _, _, _| Ok(()))
+    }
+
     /// Every entry beneath `root` that one of `globs` names — regular files, directories,
     /// links (recorded as links, never followed), anything else — by `lstat`, regular files
     /// with their sha256: what a step's invariants are compared by. Strict: an entry or
