@@ -151,14 +151,15 @@ impl HashCache {
 /// mapping (its writeback write-protects pages again): ext4, xfs, btrfs, f2fs. tmpfs does not
 /// (a write through a mapping never moves the times there); others are not relied on.
 fn faults_update_times(file: BorrowedFd<'_>) -> bool {
-    use nix::sys::statfs::{BTRFS_SUPER_MAGIC, EXT4_SUPER_MAGIC, XFS_SUPER_MAGIC, fstatfs};
-    const F2FS_SUPER_MAGIC: i64 = 0xF2F5_2010;
+    use nix::sys::statfs::{
+        BTRFS_SUPER_MAGIC, EXT4_SUPER_MAGIC, F2FS_SUPER_MAGIC, XFS_SUPER_MAGIC, fstatfs,
+    };
     fstatfs(file).is_ok_and(|fs| {
         let kind = fs.filesystem_type();
         kind == EXT4_SUPER_MAGIC
             || kind == XFS_SUPER_MAGIC
             || kind == BTRFS_SUPER_MAGIC
-            || i64::from(kind.0) == F2FS_SUPER_MAGIC
+            || kind == F2FS_SUPER_MAGIC
     })
 }
 
