@@ -42,6 +42,17 @@ depends_on = ["fix"]
 max_attempts = 5
 [[steps.evidence]]
 files_changed = { paths = ["src/**"] }
+
+[[steps]]
+id = "notes-exist"
+title = "Write a note"
+instructions = "Write src/n.*"
+depends_on = ["notes"]
+max_attempts = 5
+[[steps.evidence]]
+files_exist = { paths = ["src/*.rs"], include_ignored = true }
+[[steps.evidence]]
+files_exist = { paths = ["src/n*"] }
 "#;
 
 /// Each attempt prints `NAME=EXIT` after the completion's answer; every change is put back
@@ -82,8 +93,16 @@ complete only-ignored "--step notes"
 : > .gitignore; echo pyc > src/__pycache__/more.cpython-312.pyc
 complete rules-rewritten "--step notes"
 # A real change, which a .gitignore written during the step does not hide.
-printf 'src/*.rs\n' >> .gitignore; echo 'fn a() {}' >> src/a.rs
+printf 'src/*.rs\nsrc/n*.txt\n' >> .gitignore; echo 'fn a() {}' >> src/a.rs
 complete real-change "--step notes"
+# files_exist: an ignored file does not hold it, before or after the agent rewrote the rules;
+# with include_ignored, an ignored one does (src/a.rs).
+echo n > src/n.txt
+complete exists-ignored "--step notes-exist"
+: > .gitignore
+complete exists-rules-rewritten "--step notes-exist"
+echo n > src/n.md
+complete exists "--step notes-exist"
 "#;
 
 fn setup(w: &World) {
@@ -188,6 +207,19 @@ both!(protected_paths_hold_whatever_changes_them, |w: &World| {
     }
     let real = support::attempt_answer(&text, "real-change");
     assert!(real.contains("\nreal-change=0"), "{real}\n{all}");
+    // files_exist: an ignored file does not hold it (the rules as the step opened); the item
+    // with include_ignored holds with an ignored file.
+    for name in ["exists-ignored", "exists-rules-rewritten"] {
+        let said = support::attempt_answer(&text, name);
+        assert!(
+            said.contains(&format!("\n{name}=1"))
+                && said.contains("files_exist: nothing matches src/n*")
+                && !said.contains("src/*.rs"),
+            "{name}: {said}\n{all}"
+        );
+    }
+    let exists = support::attempt_answer(&text, "exists");
+    assert!(exists.contains("\nexists=0"), "{exists}\n{all}");
     assert_eq!(out.status.code(), Some(0), "{all}");
 
     let log = support::audit_log_named(&String::from_utf8_lossy(&out.stderr));

@@ -111,10 +111,16 @@ fn run_and_kill_with(w: &World, options: &[&str], payload: &str, kill: &Kill) ->
         Kill::WhileRunning => format!("{write} && touch written && exec sleep 60"),
         Kill::After(_) => write,
     };
+    spawn_and_kill(w, options, &script, kill)
+}
+
+/// Starts `stepproof-run OPTIONS -- sh -c SCRIPT` and kills its supervisor with SIGKILL at
+/// `kill` (`WhileRunning`: once SCRIPT has created `written` in the workspace).
+fn spawn_and_kill(w: &World, options: &[&str], script: &str, kill: &Kill) -> bool {
     let mut cmd = w.as_owner(Path::new("setsid"));
     cmd.arg(w.run_binary())
         .args(options)
-        .args(["--", "/bin/sh", "-c", &script]);
+        .args(["--", "/bin/sh", "-c", script]);
     w.clean_env(&mut cmd)
         .env("STEPPROOF_LOG", "debug")
         .env("NO_COLOR", "1");
@@ -541,3 +547,151 @@ both!(a_repair_that_cannot_record_keeps_the_marker, |w: &World| {
     let verify = stepproof(w, &["audit", "verify", log_arg]);
     assert_eq!(verify.status.code(), Some(5), "{}", describe(&verify));
 });
+
+const VOID_RUNBOOK: &str = r#"
+id = "owed"
+title = "A pass is final only with the run"
+owner = "tests"
+
+[[steps]]
+id = "a"
+title = "Write the code"
+instructions = "Write code.txt"
+[[steps.evidence]]
+files_exist = { paths = ["code.txt"] }
+
+[[steps]]
+id = "b"
+title = "Write the notes"
+instructions = "Write notes.txt"
+depends_on = ["a"]
+[[steps.evidence]]
+files_exist = { paths = ["notes.txt"] }
+"#;
+
+// A run killed (SIGKILL of its supervisor) after a step passed and the agent then poisoned the
+// repository's config: the repair's sweep finds it, and writes the void records the run's own
+// end would have written into the killed run's log (hash-chained, before `run-end-recovered`);
+// the next run of the runbook opens the voided step again.
+both!(
+    a_killed_runs_passes_are_void_when_its_recovered_sweep_finds_tampering,
+    |w: &World| {
+        real_repositories(w);
+        fs::write(w.workspace.join("runbook.toml"), VOID_RUNBOOK).unwrap();
+        chown_tree(&w.workspace, w.owner);
+        let script = format!(
+            "echo x > code.txt && /run/stepproof/stepproof step complete && \
+             {GIT} config core.fsmonitor 'false #' && touch written && exec sleep 60"
+        );
+        assert!(spawn_and_kill(
+            w,
+            &["--runbook", "runbook.toml"],
+            &script,
+            &Kill::WhileRunning
+        ));
+        // The run's own log, in its run directory (where a continuation reads it).
+        let owed = owed_dirs(w);
+        assert_eq!(owed.len(), 1, "{owed:?}");
+        let log = owed[0].join("audit.jsonl");
+        let log_arg = log.to_str().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while fs::File::open(&log).unwrap().try_lock().is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "the killed run's lock on the log stayed"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let out = stepproof(w, &["repair"]);
+        assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            said.contains("runbook: VOID") && said.contains("the passes of a"),
+            "{said}"
+        );
+        let records = records_in(&log);
+        let kinds: Vec<&str> = records
+            .iter()
+            .filter(|r| r["source"] == "supervisor")
+            .filter_map(|r| r["kind"].as_str())
+            .filter(|k| {
+                [
+                    "runbook-step-passed",
+                    "runbook-step-void",
+                    "runbook-void",
+                    "run-end-recovered",
+                ]
+                .contains(k)
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "runbook-step-passed",
+                "runbook-step-void",
+                "runbook-void",
+                "run-end-recovered"
+            ],
+            "{records:#?}"
+        );
+        let void = records
+            .iter()
+            .find(|r| r["kind"] == "runbook-step-void")
+            .unwrap();
+        assert_eq!(void["step"], "a", "{void}");
+        assert_eq!(void["via"], "stepproof-repair", "{void}");
+        assert!(
+            void["findings"].to_string().contains(".git/config"),
+            "{void}"
+        );
+        let runbook_void = records
+            .iter()
+            .find(|r| r["kind"] == "runbook-void")
+            .unwrap();
+        assert_eq!(runbook_void["steps"], serde_json::json!(["a"]));
+        assert_eq!(runbook_void["completion_void"], false);
+        // The chain holds; the run ended by recovery.
+        let verify = stepproof(w, &["audit", "verify", log_arg]);
+        assert_eq!(verify.status.code(), Some(5), "{}", describe(&verify));
+        // `audit show` says the pass is void.
+        let show = stepproof(w, &["audit", "show", log_arg]);
+        assert!(
+            String::from_utf8_lossy(&show.stdout).contains("VOID"),
+            "{}",
+            describe(&show)
+        );
+        // A repair again writes nothing more.
+        let again = stepproof(w, &["repair"]);
+        assert_eq!(again.status.code(), Some(0), "{}", describe(&again));
+        assert_eq!(records_in(&log).len(), records.len());
+        // The next run continues it: step a opens again (its pass is void), not b.
+        let next = w
+            .command(
+                &["--runbook", "runbook.toml"],
+                &["/bin/sh", "-c", "/run/stepproof/stepproof step complete"],
+            )
+            .output()
+            .unwrap();
+        let after = records_in(&audit_log_named(&String::from_utf8_lossy(&next.stderr)));
+        let continued = after
+            .iter()
+            .find(|r| r["kind"] == "runbook-continued")
+            .unwrap_or_else(|| panic!("not continued: {}", describe(&next)));
+        let a = continued["state"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["step"] == "a")
+            .unwrap();
+        assert_eq!(a["status"], "open", "{continued}");
+        assert!(
+            String::from_utf8_lossy(&next.stdout).contains("step a passed"),
+            "{}",
+            describe(&next)
+        );
+    }
+);

@@ -524,6 +524,7 @@ pub const FIELDS: &[(&str, &str, Ship)] = &[
     ("runbook-step-void", "attempt", S),
     ("runbook-step-void", "findings[]", W),
     ("runbook-step-void", "step", S),
+    ("runbook-step-void", "via", S),
     ("runbook-step-void", "why", C),
     // runbook-verifier-attempt
     ("runbook-verifier-attempt", "attempt", S),
@@ -563,6 +564,7 @@ pub const FIELDS: &[(&str, &str, Ship)] = &[
     ("runbook-void", "completion_void", S),
     ("runbook-void", "runbook", S),
     ("runbook-void", "steps[]", S),
+    ("runbook-void", "via", S),
     ("runbook-void", "why", C),
     // service-credentials
     ("service-credentials", "notes", W),

@@ -119,6 +119,7 @@ fn add_line(defs: &mut Definitions, line: &str, cwd: &str, workspace: &Path) {
 /// shell's analysis sees a word computed at run time.
 pub fn of_recipes(text: &str, dir: &str, workspace: &Path) -> Definitions {
     let mut defs = Definitions::default();
+    let variables = make_variables(text);
     let mut lines = text.lines();
     while let Some(line) = lines.next() {
         let recipe = if let Some(recipe) = line.strip_prefix('\t') {
@@ -145,8 +146,8 @@ pub fn of_recipes(text: &str, dir: &str, workspace: &Path) -> Definitions {
         let command = recipe
             .trim_start_matches(|c: char| c == '@' || c == '-' || c == '+' || c.is_whitespace())
             .replace("$(MAKE)", "make")
-            .replace("${MAKE}", "make")
-            .replace("$$", "$");
+            .replace("${MAKE}", "make");
+        let command = expand(&command, &variables, &mut defs.unknown).replace("$$", "$");
         if !command.is_empty() && !command.starts_with('#') {
             add_line(&mut defs, &command, dir, workspace);
             shell_scripts(&mut defs, &command, dir, workspace);
@@ -154,6 +155,104 @@ pub fn of_recipes(text: &str, dir: &str, workspace: &Path) -> Definitions {
     }
     finish(&mut defs);
     defs
+}
+
+/// The variables a makefile defines literally (`PYTEST = python3 -m pytest`, `:=`, `::=`,
+/// `?=`, `+=` appending, `override`/`export` before): name and value, `None` for one whose
+/// value is computed (a function call, a variable the makefile does not define literally) —
+/// the last definition wins, as make's would for recipes (expanded when they run).
+fn make_variables(text: &str) -> std::collections::BTreeMap<String, Option<String>> {
+    let mut vars = std::collections::BTreeMap::new();
+    for line in text.lines() {
+        if line.starts_with('\t') || line.trim_start().starts_with('#') {
+            continue;
+        }
+        let line = line
+            .trim_start()
+            .trim_start_matches("override ")
+            .trim_start_matches("export ");
+        let Some(eq) = line.find('=') else { continue };
+        let (lhs, value) = (&line[..eq], line[eq + 1..].trim());
+        let (name, op) = match lhs.trim_end() {
+            l if l.ends_with("::") => (&l[..l.len() - 2], ":"),
+            l if l.ends_with([':', '?', '+', '!']) => (&l[..l.len() - 1], &l[l.len() - 1..]),
+            l => (l, ""),
+        };
+        let name = name.trim();
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.')
+        {
+            continue;
+        }
+        let literal =
+            (!value.replace("$$", "").contains('$') && op != "!").then(|| value.to_string());
+        match op {
+            "+" => {
+                let joined = match (vars.get(name).cloned().flatten(), literal) {
+                    (Some(before), Some(more)) => Some(format!("{before} {more}")),
+                    _ => None,
+                };
+                vars.insert(name.to_string(), joined);
+            }
+            "?" => {
+                vars.entry(name.to_string()).or_insert(literal);
+            }
+            _ => {
+                vars.insert(name.to_string(), literal);
+            }
+        }
+    }
+    vars
+}
+
+/// A recipe line with its `$(NAME)` / `${NAME}` replaced by the makefile's literal values; one
+/// that is not known (computed, undefined, a function call) is said in `unknown` and left to
+/// the shell as a word computed at run time.
+fn expand(
+    line: &str,
+    vars: &std::collections::BTreeMap<String, Option<String>>,
+    unknown: &mut Vec<String>,
+) -> String {
+    let mut out = String::new();
+    let mut rest = line;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        let close = match after.chars().next() {
+            Some('(') => ')',
+            Some('{') => '}',
+            Some('$') => {
+                out.push_str("$$");
+                rest = &after[1..];
+                continue;
+            }
+            _ => {
+                out.push('$');
+                rest = after;
+                continue;
+            }
+        };
+        let Some(end) = after.find(close) else {
+            out.push('$');
+            rest = after;
+            continue;
+        };
+        let name = &after[1..end];
+        match vars.get(name) {
+            Some(Some(value)) => out.push_str(value),
+            _ => {
+                unknown.push(format!(
+                    "`$({name})`: not defined literally in the makefile (computed when make runs)"
+                ));
+                out.push_str("\"$STEPPROOF_MAKE_VARIABLE\"");
+            }
+        }
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// The script files of `sh FILE` in a recipe line: the shell's analysis says only that a
@@ -792,9 +891,14 @@ mod tests {
             assert!(d.build_state.contains(&s.to_string()), "{s}: {d:?}");
         }
         let tools: Vec<&str> = d.tools.iter().map(|t| t.tool).collect();
-        assert_eq!(tools, ["pytest", "cargo", "npm", "make"], "{d:?}");
-        // The variable's program is computed when make runs: said, not guessed.
-        assert!(!d.unknown.is_empty(), "{d:?}");
+        assert_eq!(
+            tools,
+            ["pytest", "cargo", "npm", "make", "unittest"],
+            "{d:?}"
+        );
+        // A variable defined literally is expanded: `$(PY) -m unittest` runs unittest.
+        assert!(d.files.contains(&"unittest.py".to_string()), "{d:?}");
+        assert!(d.unknown.is_empty(), "{d:?}");
         // In a sub-directory's makefile, recipes start there.
         let d = of_recipes(
             "t:\n\tsh run.sh\n\tcd ci && bash -e check.sh\n",
@@ -802,6 +906,34 @@ mod tests {
             Path::new("/work/p"),
         );
         assert_eq!(d.files, ["sub/run.sh", "sub/ci/check.sh"]);
+    }
+
+    #[test]
+    fn make_variables_defined_literally_find_the_tool() {
+        let text = "PYTEST = python3 -m pytest\nCARGO := cargo\nGO ?= go\nGO ?= other\nFLAGS = -q\nFLAGS += -x\nRUNNER = $(shell which x)\ntest:\n\t$(PYTEST) $(FLAGS)\n\tcd rust && ${CARGO} test\n\t$(GO) test ./...\nodd:\n\t$(RUNNER) t\n\t$(NOWHERE) t\n\techo $@ $$HOME\n";
+        let d = of_recipes(text, "", Path::new("/work/p"));
+        let tools: Vec<&str> = d.tools.iter().map(|t| t.tool).collect();
+        assert_eq!(tools, ["pytest", "cargo", "go"], "{d:?}");
+        assert!(d.files.contains(&"**/conftest.py".to_string()), "{d:?}");
+        assert!(d.files.contains(&"rust/Cargo.toml".to_string()), "{d:?}");
+        // Computed and undefined ones are said, not guessed.
+        let unknown = d.unknown.join("\n");
+        assert!(
+            unknown.contains("`$(RUNNER)`") && unknown.contains("`$(NOWHERE)`"),
+            "{d:?}"
+        );
+        assert!(
+            !unknown.contains("PYTEST") && !unknown.contains("`$(FLAGS)`"),
+            "{d:?}"
+        );
+        assert_eq!(
+            make_variables(text).get("FLAGS"),
+            Some(&Some("-q -x".to_string()))
+        );
+        assert_eq!(
+            make_variables(text).get("GO"),
+            Some(&Some("go".to_string()))
+        );
     }
 
     #[test]

@@ -39,6 +39,11 @@ impl Runbook {
                         change.include_ignored = None;
                     }
                 }
+                if let Some(exist) = &mut item.files_exist
+                    && exist.include_ignored == Some(false)
+                {
+                    exist.include_ignored = None;
+                }
             }
         }
         // Added later too: left out at its default.
@@ -359,7 +364,15 @@ fn evidence_text(item: &Evidence) -> String {
         return text;
     }
     if let Some(f) = &item.files_exist {
-        return format!("files exist: {}", f.paths.join(", "));
+        return format!(
+            "files exist: {}{}",
+            f.paths.join(", "),
+            if f.include_ignored() {
+                " (ignored files count too)"
+            } else {
+                " (as git would see them: ignored files do not count)"
+            }
+        );
     }
     if let Some(f) = &item.files_changed {
         return format!(

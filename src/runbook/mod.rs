@@ -459,12 +459,22 @@ pub struct CommandEvidence {
     pub trust: Vec<String>,
 }
 
-/// `files_exist = { paths = ["tests/regression_*.rs"] }`.
+/// `files_exist = { paths = ["tests/regression_*.rs"] }`: files as git would see them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FilesEvidence {
     /// Globs relative to the workspace (`*` within a component, `**` any number of them).
     pub paths: Vec<String>,
+    /// Whether files the repository ignores count too (unset: they do not — a test's
+    /// `__pycache__/x.pyc`, build output, is not the file a glob asks for).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub include_ignored: Option<bool>,
+}
+
+impl FilesEvidence {
+    pub fn include_ignored(&self) -> bool {
+        self.include_ignored.unwrap_or(false)
+    }
 }
 
 /// `files_changed = { paths = ["src/**"] }`, `files_unchanged = { paths = ["tests/**"] }`:

@@ -248,12 +248,19 @@ fn defs() -> Map<String, Value> {
     defs.insert(
         "files_evidence".into(),
         Value::Object(object(
-            "Files, by globs relative to the workspace; each glob must name at least one file.",
-            &[(
-                "paths",
-                json!({ "type": "array", "minItems": 1, "items": { "type": "string" } }),
-                true,
-            )],
+            "Files, by globs relative to the workspace; each glob must name at least one file that the repository does not ignore (its ignore rules as they were when the step opened; outside a repository, a default set of build output and caches).",
+            &[
+                (
+                    "paths",
+                    json!({ "type": "array", "minItems": 1, "items": { "type": "string" } }),
+                    true,
+                ),
+                (
+                    "include_ignored",
+                    json!({ "type": "boolean", "description": "Whether ignored files count too (default false)." }),
+                    false,
+                ),
+            ],
         )),
     );
     defs.insert(

@@ -176,6 +176,24 @@ pub fn stat_at(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<Stat> {
     Ok(Stat::from_raw(&st))
 }
 
+/// Starts and waits for the writeback of `fd`'s dirty pages (`sync_file_range`, data only, no
+/// journal commit). Afterwards a page mapped shared and writable is write-protected again: the
+/// next write through the mapping faults, and the fault updates the file's times.
+pub fn write_back(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: a plain syscall on a descriptor we borrow; no memory is passed.
+    let ret = unsafe {
+        libc::sync_file_range(
+            fd.as_raw_fd(),
+            0,
+            0,
+            libc::SYNC_FILE_RANGE_WAIT_BEFORE
+                | libc::SYNC_FILE_RANGE_WRITE
+                | libc::SYNC_FILE_RANGE_WAIT_AFTER,
+        )
+    };
+    check(ret as libc::c_long).map(|_| ())
+}
+
 /// `fstat` of an open descriptor (`O_PATH` ones included).
 pub fn stat_fd(fd: BorrowedFd<'_>) -> io::Result<Stat> {
     let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();

@@ -336,7 +336,7 @@ impl RunbookRun {
     pub fn start(&self) -> Result<(), String> {
         let mut engine = self.lock();
         engine.restore();
-        engine.open_ready();
+        engine.open_ready(&self.approvals.spent);
         engine.publish()
     }
 
@@ -1641,8 +1641,23 @@ fn check_item(
 ) -> (bool, Value, String) {
     let lock = || engine.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(files) = &item.files_exist {
-        let globs = item_globs(&files.paths, true);
-        let (walked, ledger) = match walk_item(engine, approvals, &globs, None) {
+        let include_ignored = files.include_ignored();
+        // The ignore rules as the step opened: a file the agent made ignored since, or an
+        // ignored build artefact the glob happens to name, does not satisfy it.
+        let rules = match lock().steps[index].ignore.clone() {
+            Ok(rules) => rules,
+            Err(exceeded) if !include_ignored => {
+                let mut failed = exceeded_item("files_exist", &files.paths, &exceeded);
+                failed.2 = format!(
+                    "files_exist: the workspace's ignore rules could not be read when the step opened: {}",
+                    exceeded.sentence()
+                );
+                return failed;
+            }
+            Err(_) => IgnoreRules::none(),
+        };
+        let globs = item_globs(&files.paths, include_ignored);
+        let (walked, ledger) = match walk_item(engine, approvals, &globs, Some(&rules)) {
             Ok(walked) => walked,
             Err(exceeded) => return exceeded_item("files_exist", &files.paths, &exceeded),
         };
@@ -1661,13 +1676,23 @@ fn check_item(
             json!({
                 "kind": "files_exist",
                 "paths": files.paths,
+                "include_ignored": include_ignored,
+                "ignore_rules_sha256": (!include_ignored).then(|| rules.digest()),
                 "found": recorded_files(&found),
                 "found_count": found.len(),
                 "found_sha256": files_digest(&found),
                 "missing": missing,
                 "attributed_to": attributed_to,
             }),
-            format!("files_exist: nothing matches {}", missing.join(", ")),
+            format!(
+                "files_exist: nothing matches {}{}",
+                missing.join(", "),
+                if include_ignored {
+                    ""
+                } else {
+                    " (files the repository ignores, as its rules were when the step opened, do not count)"
+                }
+            ),
         );
     }
     if let Some(files) = &item.files_changed {
@@ -2228,14 +2253,14 @@ impl Engine {
 
     /// Opens every waiting step whose dependencies have all passed, taking their baselines
     /// here (under the caller's lock: only before the sandbox starts, when nothing else asks).
-    fn open_ready(&mut self) {
+    fn open_ready(&mut self, spent: &files::RunSpend) {
         let ready = self.ready();
         let baselines = take_baselines(
             &self.context.workspace,
             &self.context.budget,
             &self.runbook,
             &ready,
-            (never(), &files::RunSpend::default()),
+            (never(), &files::RunSpend::sharing_hashes(spent)),
             self.store.as_deref(),
         );
         self.open_with(baselines);
@@ -2760,6 +2785,18 @@ fn take_opening(
                 break;
             }
             _ => {}
+        }
+    }
+    // `files_exist` is judged by the rules as the step opened too: those its walks would read.
+    let exist = step
+        .evidence
+        .iter()
+        .filter_map(|e| e.files_exist.as_ref())
+        .filter(|f| !f.include_ignored())
+        .flat_map(|f| f.paths.iter());
+    for glob in exist {
+        if let Err(e) = walk.read_rules_for(root, glob, &mut rules) {
+            return failed(e);
         }
     }
     if restored && files.is_ok() {

@@ -46,11 +46,121 @@ pub struct Budget {
 pub const RUN_WALKS: u32 = 16;
 
 /// What every walk of one run has spent, shared by them: bytes hashed and time walked, against
-/// [`RUN_WALKS`] times one walk's budget.
+/// [`RUN_WALKS`] times one walk's budget; and the run's hashes ([`HashCache`]).
 #[derive(Debug, Default)]
 pub struct RunSpend {
     bytes: std::sync::atomic::AtomicU64,
     micros: std::sync::atomic::AtomicU64,
+    hashes: std::sync::Arc<HashCache>,
+}
+
+impl RunSpend {
+    /// A fresh account (nothing spent) that shares `other`'s hashes: the walks taken before
+    /// the sandbox starts are not the run's to pay for, but what they hashed is not read again.
+    pub fn sharing_hashes(other: &RunSpend) -> RunSpend {
+        RunSpend {
+            hashes: std::sync::Arc::clone(&other.hashes),
+            ..RunSpend::default()
+        }
+    }
+}
+
+/// Files hashed at most once a run while they stay as they were: a file whose (device, inode,
+/// size, mtime, ctime, mode) is what it was when it was hashed is not read again. The ctime is
+/// what makes the key hard to forge: no call sets it, every change of content or metadata
+/// moves it to the kernel's clock. Two gaps are closed before an entry is kept: a file changed
+/// in the same clock tick as it was hashed would keep its ctime (so only files whose ctime is
+/// [`HashCache::SETTLED`] older than the hash are kept, as git treats a racily clean file), and
+/// a write through a shared writable mapping updates the times only at the page's first write
+/// fault (so the file's dirty pages are written back first — which write-protects them — and
+/// only filesystems whose write faults update the times keep entries: not tmpfs). Bounded:
+/// after [`HashCache::MAX`] entries, no more are kept (an optimisation, not a verdict).
+#[derive(Debug, Default)]
+pub struct HashCache {
+    entries: std::sync::Mutex<HashMap<StatKey, [u8; 32]>>,
+    /// Each filesystem (by device) seen, and whether it may keep entries.
+    filesystems: std::sync::Mutex<HashMap<u64, bool>>,
+}
+
+/// (device, inode, size, mtime, ctime, mode).
+type StatKey = (u64, u64, u64, (i64, i64), (i64, i64), u32);
+
+impl HashCache {
+    /// Entries kept at most (about 100 bytes each).
+    pub const MAX: usize = 1_000_000;
+    /// How much older than the hash a file's ctime must be for the hash to be kept.
+    pub const SETTLED: Duration = Duration::from_secs(2);
+
+    fn key(stat: &beneath::Stat) -> StatKey {
+        (
+            stat.dev, stat.ino, stat.size, stat.mtime, stat.ctime, stat.mode,
+        )
+    }
+
+    fn get(&self, stat: &beneath::Stat) -> Option<String> {
+        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        entries.get(&Self::key(stat)).map(hex::encode)
+    }
+
+    /// Whether the hash of `file` (stat `before`), read after this returns, may be kept:
+    /// settled, on a filesystem whose write faults update the times, written back.
+    fn may_keep(&self, file: BorrowedFd<'_>, before: &beneath::Stat) -> bool {
+        let settled = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .ok()
+            .and_then(|now| now.checked_sub(Self::SETTLED))
+            .is_some_and(|limit| {
+                let (secs, nanos) = before.ctime;
+                u64::try_from(secs)
+                    .is_ok_and(|s| Duration::new(s, u32::try_from(nanos).unwrap_or(0)) < limit)
+            });
+        if !settled || self.entries.lock().unwrap_or_else(|e| e.into_inner()).len() >= Self::MAX {
+            return false;
+        }
+        let keeps = *self
+            .filesystems
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(before.dev)
+            .or_insert_with(|| faults_update_times(file));
+        keeps && beneath::write_back(file).is_ok()
+    }
+
+    fn keep(&self, before: &beneath::Stat, hash: &str) {
+        let mut digest = [0u8; 32];
+        if hex::decode_to_slice(hash, &mut digest).is_err() {
+            return;
+        }
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        if entries.len() < Self::MAX {
+            entries.insert(Self::key(before), digest);
+        }
+    }
+
+    /// Entries kept.
+    pub fn len(&self) -> usize {
+        self.entries.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Whether the filesystem of `file` updates a file's times on a write fault of a shared
+/// mapping (its writeback write-protects pages again): ext4, xfs, btrfs, f2fs. tmpfs does not
+/// (a write through a mapping never moves the times there); others are not relied on.
+fn faults_update_times(file: BorrowedFd<'_>) -> bool {
+    use nix::sys::statfs::{
+        BTRFS_SUPER_MAGIC, EXT4_SUPER_MAGIC, F2FS_SUPER_MAGIC, XFS_SUPER_MAGIC, fstatfs,
+    };
+    fstatfs(file).is_ok_and(|fs| {
+        let kind = fs.filesystem_type();
+        kind == EXT4_SUPER_MAGIC
+            || kind == XFS_SUPER_MAGIC
+            || kind == BTRFS_SUPER_MAGIC
+            || kind == F2FS_SUPER_MAGIC
+    })
 }
 
 impl Budget {
@@ -344,6 +454,11 @@ impl<'a> Walk<'a> {
         if let Some(hash) = self.by_inode.get(&key) {
             return Ok(Some(hash.clone()));
         }
+        // Hashed earlier in the run and unchanged since: not read again.
+        if let Some(hash) = self.spent.hashes.get(&before) {
+            self.by_inode.insert(key, hash.clone());
+            return Ok(Some(hash));
+        }
         if before.size > self.budget.file_bytes {
             return Err(Exceeded::FileBytes {
                 path: shown.to_string(),
@@ -363,6 +478,7 @@ impl<'a> Walk<'a> {
             return Err(Exceeded::Run { what: "bytes" });
         }
         self.bytes += before.size;
+        let keep = self.spent.hashes.may_keep(file.as_fd(), &before);
         let mut hasher = Sha256::new();
         let mut reader = std::fs::File::from(file);
         let mut left = before.size;
@@ -399,6 +515,9 @@ impl<'a> Walk<'a> {
         }
         let hash = hex::encode(hasher.finalize());
         self.by_inode.insert(key, hash.clone());
+        if keep {
+            self.spent.hashes.keep(&before, &hash);
+        }
         Ok(Some(hash))
     }
 
@@ -447,6 +566,17 @@ impl<'a> Walk<'a> {
             },
         )?;
         Ok(found)
+    }
+
+    /// The rule files a walk of `glob` would read, read into `rules` now (nothing hashed):
+    /// what a `files_exist` item is judged by, taken when its step opens.
+    pub fn read_rules_for(
+        &mut self,
+        root: BorrowedFd<'_>,
+        glob: &str,
+        rules: &mut IgnoreRules,
+    ) -> Result<(), Exceeded> {
+        self.visit(root, glob, Some(rules), false, &mut |_, _, _, _, _| Ok(()))
     }
 
     /// Every entry beneath `root` that one of `globs` names — regular files, directories,
@@ -1109,6 +1239,62 @@ mod tests {
         let stop = AtomicBool::new(false);
         let root = open_workspace(w).unwrap();
         Walk::new(budget, &stop, &RunSpend::default()).glob(root.as_fd(), glob, None)
+    }
+
+    /// A file hashed once in a run, unchanged since (same stat, ctime included), is not read
+    /// again by a later walk; any change (content at the same size with the mtime put back,
+    /// mode) moves the ctime and is read again; a file whose ctime is fresh is not kept.
+    #[test]
+    fn an_unchanged_file_is_hashed_once_a_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = dir.path();
+        std::fs::write(w.join("a.txt"), "a").unwrap();
+        let root = open_workspace(w).unwrap();
+        let keeps = faults_update_times(root.as_fd());
+        let stop = AtomicBool::new(false);
+        let spent = RunSpend::default();
+        // Fresh: hashed, not kept (a change in the same clock tick would keep its ctime).
+        let mut walk = Walk::new(&Budget::DEFAULT, &stop, &spent);
+        let first = walk.glob(root.as_fd(), "*.txt", None).unwrap();
+        assert_eq!(walk.bytes, 1);
+        assert!(spent.hashes.is_empty());
+        drop(walk);
+        std::thread::sleep(HashCache::SETTLED + Duration::from_millis(200));
+        let mut walk = Walk::new(&Budget::DEFAULT, &stop, &spent);
+        assert_eq!(walk.glob(root.as_fd(), "*.txt", None).unwrap(), first);
+        assert_eq!(walk.bytes, 1);
+        drop(walk);
+        if !keeps {
+            // tmpfs and the like: a write through a mapping would not move the times.
+            assert!(spent.hashes.is_empty());
+            return;
+        }
+        assert_eq!(spent.hashes.len(), 1);
+        // Another walk of the run (one sharing the hashes too): nothing read.
+        let shared = RunSpend::sharing_hashes(&spent);
+        for spent in [&spent, &shared] {
+            let mut walk = Walk::new(&Budget::DEFAULT, &stop, spent);
+            assert_eq!(walk.glob(root.as_fd(), "*.txt", None).unwrap(), first);
+            assert_eq!(walk.bytes, 0, "read again");
+        }
+        // New content of the same size, the mtime put back: the ctime moved, read again.
+        let mtime = std::fs::metadata(w.join("a.txt"))
+            .unwrap()
+            .modified()
+            .unwrap();
+        std::fs::write(w.join("a.txt"), "b").unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(w.join("a.txt"))
+            .unwrap()
+            .set_modified(mtime)
+            .unwrap();
+        let mut walk = Walk::new(&Budget::DEFAULT, &stop, &spent);
+        let now = walk.glob(root.as_fd(), "*.txt", None).unwrap();
+        assert_eq!(walk.bytes, 1);
+        assert_eq!(now["a.txt"], hex::encode(Sha256::digest(b"b")));
+        // Fresh again: not kept.
+        assert_eq!(spent.hashes.len(), 1);
     }
 
     #[test]

@@ -262,6 +262,16 @@ pub struct Repair {
     pub header: Header,
     pub swept: Swept,
     pub recorded: Recorded,
+    /// The runbook passes (and completion) of the run its recovered end voided.
+    pub voided: Voided,
+}
+
+/// What a killed run's recovered end voided, as the run's own end would have: the steps the
+/// run passed itself, and whether it had completed its runbook.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Voided {
+    pub steps: Vec<String>,
+    pub completion: bool,
 }
 
 /// Where the `run-end-recovered` record went.
@@ -389,7 +399,8 @@ pub fn recover(run_dir: &Path, via: &str) -> Result<Recovered, Unfinished> {
             swept
         }
     };
-    let recorded = record(&marker.header, &swept, via).map_err(|why| unfinished(ws, true, why))?;
+    let (recorded, voided) =
+        record(&marker.header, &swept, via).map_err(|why| unfinished(ws, true, why))?;
     owed::remove_durably(run_dir, &[MARKER, SWEPT]).map_err(|why| unfinished(ws, true, why))?;
     drop(lock);
     Ok(Recovered::Done(Box::new(Repair {
@@ -397,6 +408,7 @@ pub fn recover(run_dir: &Path, via: &str) -> Result<Recovered, Unfinished> {
         header: marker.header,
         swept,
         recorded,
+        voided,
     })))
 }
 
@@ -437,26 +449,25 @@ fn sweep(run_dir: &Path, marker: &Marker) -> Swept {
     swept
 }
 
-/// Appends `run-end-recovered` to the run's log, when it has one that is still there.
-fn record(header: &Header, swept: &Swept, via: &str) -> Result<Recorded, String> {
+/// Appends `run-end-recovered` to the run's log, when it has one that is still there; before
+/// it, when the sweep found tampering, the void records the run's own end would have written
+/// (`runbook-step-void` for each step the run passed itself, `runbook-void`): a pass is final
+/// only with the run, whoever finishes its end.
+fn record(header: &Header, swept: &Swept, via: &str) -> Result<(Recorded, Voided), String> {
+    let nowhere = |why: String| Ok((Recorded::Nowhere(why), Voided::default()));
     let Some(log) = &header.audit_log else {
-        return Ok(Recorded::Nowhere(
-            "the run had no audit log a repair can append to".into(),
-        ));
+        return nowhere("the run had no audit log a repair can append to".into());
     };
     match fs::symlink_metadata(log) {
         Ok(m) if m.is_file() => {}
         Ok(_) => {
-            return Ok(Recorded::Nowhere(format!(
+            return nowhere(format!(
                 "its audit log {} is no longer a regular file",
                 log.display()
-            )));
+            ));
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Ok(Recorded::Nowhere(format!(
-                "its audit log {} is gone",
-                log.display()
-            )));
+            return nowhere(format!("its audit log {} is gone", log.display()));
         }
         Err(e) => return Err(format!("the audit log {}: {e}", log.display())),
     }
@@ -464,12 +475,21 @@ fn record(header: &Header, swept: &Swept, via: &str) -> Result<Recorded, String>
         && ended_in(log, start)
             .map_err(|e| format!("reading the audit log {}: {e}", log.display()))?
     {
-        return Ok(Recorded::Nowhere(format!(
+        return nowhere(format!(
             "the run's own end is in its audit log {} (it was killed after writing it, before removing its marker)",
             log.display()
-        )));
+        ));
     }
     let sink = AuditSink::open(log).map_err(|e| e.to_string())?;
+    let mut voided = Voided::default();
+    if !swept.findings.is_empty()
+        && let Some(start) = header.run_start_seq
+    {
+        let passes = runbook_passes(log, start)
+            .map_err(|e| format!("reading the audit log {}: {e}", log.display()))?;
+        voided = void_passes(&sink, &passes, swept, via)
+            .map_err(|e| format!("writing the void records to {}: {e}", log.display()))?;
+    }
     let body = json!({
         "run_id": header.run_id,
         chain::RUN_START_SEQ: header.run_start_seq,
@@ -497,10 +517,130 @@ fn record(header: &Header, swept: &Swept, via: &str) -> Result<Recorded, String>
             log.display()
         ));
     }
-    Ok(Recorded::InLog {
-        log: log.clone(),
-        seq,
-    })
+    Ok((
+        Recorded::InLog {
+            log: log.clone(),
+            seq,
+        },
+        voided,
+    ))
+}
+
+/// A run's runbook as its own log tells it after its `run-start`: the steps it passed itself
+/// (with the attempt, not voided since) and whether it completed the runbook.
+#[derive(Debug, Default)]
+struct Passes {
+    runbook: Option<String>,
+    passed: Vec<(String, u64)>,
+    completed: bool,
+}
+
+/// Reads the supervisor's runbook records of the run whose `run-start` has `seq` `start` in
+/// `log` (a record from inside, `source: "sandbox"`, decides nothing), up to the next run's
+/// start.
+fn runbook_passes(log: &Path, start: u64) -> std::io::Result<Passes> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(log)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    let mut passes = Passes::default();
+    chain::for_each_line(std::io::BufReader::new(file), |line| {
+        let chain::LogLine::Terminated(bytes) = line else {
+            return true;
+        };
+        let Ok(record) = serde_json::from_slice::<Value>(bytes) else {
+            return true;
+        };
+        let seq = record["seq"].as_u64().unwrap_or(0);
+        if seq < start || record["source"] != "supervisor" {
+            return true;
+        }
+        let kind = record["kind"].as_str().unwrap_or_default();
+        let step = record["step"].as_str().map(str::to_string);
+        match kind {
+            "run-start" if seq == start => {
+                passes.runbook = record["runbook"]["id"].as_str().map(str::to_string);
+            }
+            "run-start" => return false,
+            "runbook-step-passed" => {
+                if let Some(step) = step {
+                    passes.passed.retain(|(s, _)| *s != step);
+                    passes
+                        .passed
+                        .push((step, record["attempt"].as_u64().unwrap_or(0)));
+                }
+            }
+            "runbook-step-void" => passes.passed.retain(|(s, _)| Some(s) != step.as_ref()),
+            "runbook-complete" => passes.completed = true,
+            "runbook-void" => passes.completed = false,
+            _ => {}
+        }
+        true
+    })?;
+    Ok(passes)
+}
+
+/// Appends the void records of `passes` (the run's own end would have written them, see
+/// `Engine::void`), saying who wrote them.
+fn void_passes(
+    sink: &AuditSink,
+    passes: &Passes,
+    swept: &Swept,
+    via: &str,
+) -> Result<Voided, String> {
+    let Some(runbook) = &passes.runbook else {
+        return Ok(Voided::default());
+    };
+    let n = swept.findings.len();
+    let why = format!(
+        "the recovered sweep of the killed run found tampering ({n} finding{}): a pass is final only with the run",
+        if n == 1 { "" } else { "s" },
+    );
+    let named: Vec<String> = swept
+        .findings
+        .iter()
+        .take(1024)
+        .map(|f| {
+            format!(
+                "{} {}",
+                f["change"].as_str().unwrap_or("?"),
+                f["path"].as_str().unwrap_or("?")
+            )
+        })
+        .collect();
+    let append = |kind: &str, body: Value| {
+        sink.append("supervisor", kind, &chain::body_object(body))
+            .map(|_| ())
+            .map_err(|e| format!("{kind}: {e}"))
+    };
+    let mut voided = Voided {
+        steps: Vec::new(),
+        completion: passes.completed,
+    };
+    for (step, attempt) in &passes.passed {
+        append(
+            "runbook-step-void",
+            json!({ "step": step, "attempt": attempt, "why": why, "findings": named, "via": via }),
+        )?;
+        voided.steps.push(step.clone());
+    }
+    if voided.completion || !voided.steps.is_empty() {
+        append(
+            "runbook-void",
+            json!({
+                "runbook": runbook,
+                "completion_void": voided.completion,
+                "steps": voided.steps,
+                "why": why,
+                "via": via,
+            }),
+        )?;
+    }
+    Ok(voided)
 }
 
 /// Whether the run whose `run-start` has `seq` `start` in `log` has an end there already (a
@@ -620,6 +760,26 @@ pub fn describe(repair: &Repair) -> Vec<String> {
     if let Some(patch) = &repair.swept.proposed_changes {
         lines.push(format!(
             "  what the run wrote there, as a patch to review and apply if you want it: {patch}"
+        ));
+    }
+    if repair.voided.completion || !repair.voided.steps.is_empty() {
+        lines.push(format!(
+            "  runbook: VOID because of the tampering above: {}{} (a later run of the same runbook and workspace proves {} again)",
+            if repair.voided.completion {
+                "the runbook's completion, "
+            } else {
+                ""
+            },
+            if repair.voided.steps.is_empty() {
+                "no step passed in the run".to_string()
+            } else {
+                format!("the passes of {}", repair.voided.steps.join(", "))
+            },
+            if repair.voided.steps.len() == 1 {
+                "it"
+            } else {
+                "them"
+            }
         ));
     }
     lines.push(match &repair.recorded {
