@@ -268,6 +268,7 @@ impl RunbookRun {
         std::fs::set_permissions(&approval_socket, std::fs::Permissions::from_mode(0o600))
             .map_err(io_err("chmod", &approval_socket))?;
         let hash = runbook.hash();
+        let approvals = Approvals::default();
         let steps = runbook
             .steps
             .iter()
@@ -292,7 +293,7 @@ impl RunbookRun {
             .iter()
             .flat_map(|s| &s.evidence)
             .any(|e| e.verifier.is_some())
-            .then(|| Arc::new(Mutex::new(step_open::Store::new(run_dir))));
+            .then(|| Arc::new(Mutex::new(step_open::Store::new(run_dir, &approvals.spent))));
         let engine = Engine {
             runbook,
             hash,
@@ -313,7 +314,7 @@ impl RunbookRun {
         };
         Ok(RunbookRun {
             engine: Arc::new(Mutex::new(engine)),
-            approvals: Arc::new(Approvals::default()),
+            approvals: Arc::new(approvals),
             step_listener: Mutex::new(Some(step_listener)),
             approval_listener: Mutex::new(Some(approval_listener)),
             run_id: run_dir

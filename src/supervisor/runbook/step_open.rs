@@ -42,7 +42,7 @@ pub struct Store {
     /// Contents in the store.
     kept: HashSet<String>,
     /// What the store's walks have spent in all (their own account, not the proofs').
-    pub spent: RunSpend,
+    spent: RunSpend,
 }
 
 /// One step's opening: each file git would see, by its content's sha256, and whether the
@@ -56,13 +56,16 @@ pub struct Snapshot {
 }
 
 impl Store {
-    pub fn new(run_dir: &Path) -> Store {
+    /// The store of the run whose walks spend `run`: its own account (keeping the verifiers'
+    /// view never spends what a proof may), the run's hashes shared (a file the proofs' walks
+    /// hashed is not read again to be named).
+    pub fn new(run_dir: &Path, run: &RunSpend) -> Store {
         Store {
             dir: run_dir.join("step-open"),
             kept_bytes: 0,
             not_kept: BTreeMap::new(),
             kept: HashSet::new(),
-            spent: RunSpend::default(),
+            spent: RunSpend::sharing_hashes(run),
         }
     }
 
@@ -334,7 +337,7 @@ mod tests {
         std::fs::write(w.join("tests.py"), "assert a() == 4\n").unwrap();
         std::fs::write(w.join("blob.bin"), b"\0\x01\x02").unwrap();
         std::fs::write(w.join("gone.txt"), "bye\n").unwrap();
-        let mut store = Store::new(run.path());
+        let mut store = Store::new(run.path(), &RunSpend::default());
         let stop = AtomicBool::new(false);
         let b = budget();
         let rules = {
@@ -386,7 +389,7 @@ mod tests {
         for n in 0..12 {
             std::fs::write(w.join(format!("f{n:02}.txt")), "x\n".repeat(1000)).unwrap();
         }
-        let mut store = Store::new(run.path());
+        let mut store = Store::new(run.path(), &RunSpend::default());
         let stop = AtomicBool::new(false);
         let b = budget();
         let snap = store
