@@ -145,19 +145,18 @@ const JUDGED_BY_INPUT: &[&str] = &[
 
 /// Checks a runbook's text against a profile.
 pub fn check(text: &str, profile: &Profile) -> Report {
-    let runbook = match super::parse(text) {
-        Ok(runbook) => runbook,
-        Err(problem) => {
-            return Report {
-                runbook: None,
-                problems: vec![problem],
-                order: Vec::new(),
-            };
-        }
+    // Every unknown key at once, then the rest beside them; any other error stops here.
+    let (runbook, parsed) = super::parse_all(text);
+    let Some(runbook) = runbook else {
+        return Report {
+            runbook: None,
+            problems: parsed,
+            order: Vec::new(),
+        };
     };
     let mut checker = Checker {
         text,
-        found: Vec::new(),
+        found: parsed,
         strict: runbook.strict(),
     };
     checker.runbook_fields(&runbook);
@@ -1276,6 +1275,40 @@ mod tests {
         let report = check(&text, &Profile::builtin_default().unwrap());
         assert_eq!(report.errors(), 0, "{:?}", report.problems);
         assert_eq!(report.order, vec![2, 1, 0]);
+    }
+
+    #[test]
+    fn every_problem_is_reported_in_one_pass() {
+        // Two unknown keys (one inline table's, one a step's, the second over two lines) and a
+        // cycle: all three at once, each at its place; the line numbers are the file's.
+        let text = format!(
+            "{HEAD}colour = \"red\"\n{}{}",
+            step("a", "depends_on = [\"b\"]\nextra = [\n  1,\n  2,\n]\n"),
+            step("b", "depends_on = [\"a\"]\n")
+        );
+        let found = problems(&text);
+        assert_eq!(found.len(), 3, "{found:#?}");
+        assert!(
+            found[0].starts_with("r.toml:4:1: error: unknown field `colour`"),
+            "{found:#?}"
+        );
+        assert!(
+            found[1].contains("error: dependency cycle: a → b → a"),
+            "{found:#?}"
+        );
+        assert!(
+            found[2].starts_with("r.toml:10:1: error: unknown field `extra`"),
+            "{found:#?}"
+        );
+        // An unknown table with a header of its own: reported alone (its body cannot be told
+        // apart from the table before it once the header is gone).
+        let header = format!("{HEAD}{}[steps.mystery]\nx = 1\n", step("a", ""));
+        let found = problems(&header);
+        assert_eq!(found.len(), 1, "{found:#?}");
+        assert!(found[0].contains("unknown field `mystery`"), "{found:#?}");
+        // A syntax error is alone, as ever.
+        let broken = format!("{HEAD}colour = \n{}", step("a", "depends_on = [\"a\"]\n"));
+        assert_eq!(problems(&broken).len(), 1);
     }
 
     #[test]

@@ -711,21 +711,101 @@ pub fn read(path: &Path) -> Result<String, ReadError> {
 /// Parses a runbook's text: the types only (syntax, unknown keys, missing keys, types, ids,
 /// durations). `check` does the rest. The error is placed at its line and column.
 pub fn parse(text: &str) -> Result<Runbook, Problem> {
+    parse_spanned(text).map_err(|(problem, _)| problem)
+}
+
+/// [`parse`], with the error's span when it is an unknown key's.
+fn parse_spanned(text: &str) -> Result<Runbook, (Problem, Option<std::ops::Range<usize>>)> {
     if let Some(problem) = approval_channel_named(text) {
-        return Err(problem);
+        return Err((problem, None));
     }
     toml::from_str::<Runbook>(text).map_err(|e| {
         let (line, column) = e
             .span()
             .map(|span| line_column(text, span.start))
             .unwrap_or((1, 1));
-        Problem {
-            severity: Severity::Error,
-            line,
-            column,
-            message: e.message().trim().to_string(),
-        }
+        let unknown = e
+            .message()
+            .starts_with("unknown field")
+            .then(|| e.span())
+            .flatten();
+        (
+            Problem {
+                severity: Severity::Error,
+                line,
+                column,
+                message: e.message().trim().to_string(),
+            },
+            unknown,
+        )
     })
+}
+
+/// Unknown keys reported in one pass, at most.
+const UNKNOWN_KEYS_MAX: usize = 64;
+
+/// Parses a runbook's text, reporting every unknown key at once: each one found is blanked out
+/// (its key and value replaced by spaces, line ends kept, so every other offset stays where it
+/// was) and the text parsed again; the runbook then goes on to `check`'s other problems with
+/// those errors beside them. Any other error (syntax, a missing key, a type), or an unknown
+/// key that cannot be blanked alone (a table with a header of its own), ends the parse with it.
+pub fn parse_all(text: &str) -> (Option<Runbook>, Vec<Problem>) {
+    let mut problems = Vec::new();
+    let mut current = text.to_string();
+    for _ in 0..UNKNOWN_KEYS_MAX {
+        match parse_spanned(&current) {
+            Ok(runbook) => return (Some(runbook), problems),
+            Err((problem, unknown)) => {
+                problems.push(problem);
+                match unknown.and_then(|span| blank_key(&current, span)) {
+                    Some(next) => current = next,
+                    None => return (None, problems),
+                }
+            }
+        }
+    }
+    (None, problems)
+}
+
+/// `text` with the key written at `span` and its value replaced by spaces (line ends kept);
+/// `None` when the key is not found as `key = value` (a table's header).
+fn blank_key(text: &str, span: std::ops::Range<usize>) -> Option<String> {
+    use toml::de::{DeTable, DeValue};
+    fn find(table: &DeTable<'_>, at: usize) -> Option<std::ops::Range<usize>> {
+        for (key, value) in table.iter() {
+            if key.span().start <= at && at < key.span().end.max(key.span().start + 1) {
+                return Some(key.span().start..value.span().end);
+            }
+            let inner = match value.get_ref() {
+                DeValue::Table(t) => find(t, at),
+                DeValue::Array(items) => items.iter().find_map(|item| match item.get_ref() {
+                    DeValue::Table(t) => find(t, at),
+                    _ => None,
+                }),
+                _ => None,
+            };
+            if inner.is_some() {
+                return inner;
+            }
+        }
+        None
+    }
+    let document = DeTable::parse(text).ok()?;
+    let range = find(document.get_ref(), span.start)?;
+    // A key in a header (`[steps.extra]`): its table's body would fall to the table before.
+    let line_start = text[..range.start].rfind('\n').map_or(0, |n| n + 1);
+    if text[line_start..range.start].trim_start().starts_with('[') || range.end <= range.start {
+        return None;
+    }
+    let blanked: String = text[range.clone()]
+        .chars()
+        .map(|c| if c == '\n' { '\n' } else { ' ' })
+        .collect();
+    Some(format!(
+        "{}{blanked}{}",
+        &text[..range.start],
+        &text[range.end..]
+    ))
 }
 
 /// Words of a key that would say where approvals are asked or with which key: the person
