@@ -24,8 +24,8 @@ impl Services {
     /// Stops every service and returns what the hook's receiver counted. The order: each of the
     /// proxy, the gateway and the hook's receiver is told first, so that they wind down
     /// together; then the proxy, the gateway and the receiver in turn end their connections and
-    /// write their last records; the runbook's servers last (the work they had in flight was
-    /// stopped when the run began to end, see `RunbookRun::stop_work`).
+    /// write their last records; the runbook's servers last (in a run that ended early, by its
+    /// deadline or a signal, their work in flight was stopped then, see `RunbookRun::stop_work`).
     pub fn stop(mut self) -> Option<ReceiverCounts> {
         self.stop_in_order()
     }
