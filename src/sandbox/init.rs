@@ -73,105 +73,64 @@ fn report(status: &mut File, event: &InitEvent) {
 /// The init's whole life. Returns its exit code (the supervisor reads the real outcome from the
 /// status pipe).
 pub fn run_init(args: InitArgs<'_>) -> i32 {
-    let mut status = File::from(args.channels.status);
-    if let Err(e) = enter_sandbox(
-        args.plan,
-        args.idmapped,
-        args.handed,
-        &args.trust,
-        args.channels.network_namespace,
-        args.channels.proxy,
-    ) {
-        report(
-            &mut status,
-            &InitEvent::SetupFailed {
-                message: e.to_string(),
-            },
-        );
-        return ExitCode::HostFailure.code();
-    }
-    let signals = match SignalFd::with_flags(
-        &args.signals,
-        SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK,
-    ) {
-        Ok(fd) => fd,
-        Err(e) => {
-            report(
-                &mut status,
-                &InitEvent::SetupFailed {
-                    message: format!("creating the init's signalfd: {e}"),
-                },
-            );
-            return ExitCode::HostFailure.code();
+    let InitArgs {
+        plan,
+        argv,
+        envp,
+        mut channels,
+        idmapped,
+        handed,
+        trust,
+        signals,
+    } = args;
+    let mut status = File::from(channels.status);
+    // The set-up, in order, up to the command's start; its first failure is reported below, in
+    // one place.
+    let started = (|| -> Result<_, NotStarted> {
+        enter_sandbox(
+            plan,
+            idmapped,
+            handed,
+            &trust,
+            channels.network_namespace.take(),
+            channels.proxy.take(),
+        )
+        .map_err(|e| setup_failed(e.to_string()))?;
+        let signals =
+            SignalFd::with_flags(&signals, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
+                .map_err(|e| setup_failed(format!("creating the init's signalfd: {e}")))?;
+        if let Some(channel) = &channels.gateway {
+            listen_for_gateway(channel).map_err(|e| {
+                setup_failed(format!(
+                    "opening the credential gateway's socket {GATEWAY_SOCKET}: {e}"
+                ))
+            })?;
         }
-    };
-    if let Some(channel) = args.channels.gateway
-        && let Err(e) = listen_for_gateway(&channel)
-    {
-        report(
-            &mut status,
-            &InitEvent::SetupFailed {
-                message: format!("opening the credential gateway's socket {GATEWAY_SOCKET}: {e}"),
-            },
-        );
-        return ExitCode::HostFailure.code();
-    }
-    // A session of the sandbox's own: the command's process group lives in it, with the init as
-    // its parent in another group, so the group is not orphaned and Ctrl-Z can stop it.
-    if let Err(e) = nix::unistd::setsid() {
-        report(
-            &mut status,
-            &InitEvent::SetupFailed {
-                message: format!("setsid in the init: {e}"),
-            },
-        );
-        return ExitCode::HostFailure.code();
-    }
-    let tty = match args.channels.terminal.map(open_terminal_inside).transpose() {
-        Ok(tty) => tty,
-        Err(e) => {
-            report(
-                &mut status,
-                &InitEvent::SetupFailed {
-                    message: format!("creating the command's terminal: {e}"),
-                },
-            );
-            return ExitCode::HostFailure.code();
-        }
-    };
-    let mut encoded = Vec::new();
-    let filters = File::from(args.channels.seccomp)
-        .read_to_end(&mut encoded)
-        .ok()
-        .and_then(|_| seccomp::decode_filters(&encoded));
-    let Some(filters) = filters else {
-        report(
-            &mut status,
-            &InitEvent::SetupFailed {
-                message: "no seccomp filter came from the supervisor: refusing to start the command without it".into(),
-            },
-        );
-        return ExitCode::HostFailure.code();
-    };
-    let command = match start_command(args.plan, &args.argv, &args.envp, tty, &filters) {
+        // A session of the sandbox's own: the command's process group lives in it, with the
+        // init as its parent in another group, so the group is not orphaned and Ctrl-Z can
+        // stop it.
+        nix::unistd::setsid().map_err(|e| setup_failed(format!("setsid in the init: {e}")))?;
+        let tty = channels
+            .terminal
+            .take()
+            .map(open_terminal_inside)
+            .transpose()
+            .map_err(|e| setup_failed(format!("creating the command's terminal: {e}")))?;
+        let filters = receive_seccomp(channels.seccomp).ok_or_else(|| {
+            setup_failed(
+                "no seccomp filter came from the supervisor: refusing to start the command without it".into(),
+            )
+        })?;
+        let (command, enforcement) = start_command(plan, &argv, &envp, tty, &filters)?;
+        Ok((command, enforcement, signals))
+    })();
+    let (command, enforcement, signals) = match started {
         Ok(started) => started,
-        Err(ExecFailure {
-            step,
-            errno,
-            message,
-        }) => {
-            report(
-                &mut status,
-                &InitEvent::ExecFailed {
-                    step,
-                    errno,
-                    message,
-                },
-            );
+        Err(failure) => {
+            report(&mut status, &failure.into());
             return ExitCode::HostFailure.code();
         }
     };
-    let (command, enforcement) = command;
     tracing::debug!("init: command started");
     report(
         &mut status,
@@ -181,13 +140,57 @@ pub fn run_init(args: InitArgs<'_>) -> i32 {
         },
     );
     supervise(
-        args.plan.isolation,
+        plan.isolation,
         command,
         &signals,
-        &args.channels.lifeline,
+        &channels.lifeline,
         &mut status,
     );
     0
+}
+
+/// Why the command was not started: a step of the init's set-up, or of the command's own start
+/// (reported as `SetupFailed` and `ExecFailed`).
+enum NotStarted {
+    Setup(String),
+    Exec(ExecFailure),
+}
+
+fn setup_failed(message: String) -> NotStarted {
+    NotStarted::Setup(message)
+}
+
+impl From<ExecFailure> for NotStarted {
+    fn from(failure: ExecFailure) -> NotStarted {
+        NotStarted::Exec(failure)
+    }
+}
+
+impl From<NotStarted> for InitEvent {
+    fn from(failure: NotStarted) -> InitEvent {
+        match failure {
+            NotStarted::Setup(message) => InitEvent::SetupFailed { message },
+            NotStarted::Exec(ExecFailure {
+                step,
+                errno,
+                message,
+            }) => InitEvent::ExecFailed {
+                step,
+                errno,
+                message,
+            },
+        }
+    }
+}
+
+/// The seccomp filters the supervisor sends, read to the end of the channel (it closes its end
+/// after writing them, or unwritten when it has none).
+fn receive_seccomp(channel: OwnedFd) -> Option<Vec<seccompiler::BpfProgram>> {
+    let mut encoded = Vec::new();
+    File::from(channel)
+        .read_to_end(&mut encoded)
+        .ok()
+        .and_then(|_| seccomp::decode_filters(&encoded))
 }
 
 /// The one ordered set-up list of the sandbox itself (the supervisor has already cloned us into
