@@ -221,3 +221,145 @@ both!(what_defines_the_evidence_is_frozen, |w: &World| {
         "{rework}"
     );
 });
+
+/// A package.json script's inner tool: `npm test` runs `python3 -m pytest`, so what pytest
+/// reads (a `conftest.py` that makes every test pass) defines the evidence too, though no
+/// evidence names pytest; a step that names `conftest.py` as its work may change it.
+const NPM_RUNBOOK: &str = r#"
+id = "npm-script"
+title = "Fix the code, not what the script's tool reads"
+owner = "tests"
+
+[[steps]]
+id = "fix"
+title = "Fix calc.py"
+instructions = "npm test is the proof"
+max_attempts = 5
+[[steps.deny.files]]
+id = "keep-tests"
+reason = "the tests are the proof"
+access = "write"
+paths = ["tests/**"]
+[[steps.evidence]]
+command = { run = ["npm", "test", "--offline", "--no-update-notifier"] }
+[[steps.evidence]]
+files_changed = { paths = ["src/**"] }
+
+[[steps]]
+id = "fixture"
+title = "Add a fixture"
+instructions = "conftest.py is this step's work"
+depends_on = ["fix"]
+[[steps.evidence]]
+files_changed = { paths = ["conftest.py"] }
+[[steps.evidence]]
+command = { run = ["npm", "test", "--offline", "--no-update-notifier"] }
+"#;
+
+const PASS_ALL: &str = "import pytest\n\n\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n    outcome = yield\n    outcome.get_result().outcome = 'passed'\n";
+
+const NPM_AGENT: &str = r#"S=/run/stepproof/stepproof
+complete() { echo "=== $1"; $S step complete $2; echo "$1=$?"; }
+printf '# tidied\ndef answer():\n    return 5\n' > src/calc.py
+cp conftest.txt conftest.py
+complete conftest
+rm conftest.py
+printf 'def answer():\n    return 4\n' > src/calc.py
+complete fixed
+printf 'import pytest\n\n\n@pytest.fixture\ndef four():\n    return 4\n' > conftest.py
+complete fixture
+"#;
+
+fn npm_tools_or_skip() -> bool {
+    let npm = std::process::Command::new("sh")
+        .args(["-c", "command -v npm && command -v node"])
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let pytest = std::process::Command::new("/usr/bin/python3")
+        .args(["-m", "pytest", "--version"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !npm || !pytest {
+        support::skip_or_fail("npm, node and pytest for /usr/bin/python3 are needed");
+        return false;
+    }
+    true
+}
+
+both!(what_a_package_script_runs_is_frozen, |w: &World| {
+    if !npm_tools_or_skip() {
+        return;
+    }
+    let ws = &w.workspace;
+    let git = std::process::Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(ws)
+        .status();
+    assert!(git.is_ok_and(|s| s.success()), "git init");
+    // pytest lists the workspace: a link to a secret it may not read is no part of this test.
+    let _ = fs::remove_file(ws.join("innocent-link"));
+    fs::write(ws.join("runbook.toml"), NPM_RUNBOOK).unwrap();
+    fs::write(ws.join("agent.sh"), NPM_AGENT).unwrap();
+    fs::write(ws.join("conftest.txt"), PASS_ALL).unwrap();
+    fs::write(ws.join(".gitignore"), "__pycache__/\n").unwrap();
+    fs::write(
+        ws.join("package.json"),
+        r#"{"name": "calc", "version": "1.0.0", "private": true, "scripts": {"pretest": "true", "test": "python3 -m pytest -q -p no:cacheprovider tests"}}"#,
+    )
+    .unwrap();
+    for d in ["src", "tests"] {
+        fs::create_dir_all(ws.join(d)).unwrap();
+    }
+    fs::write(ws.join("src/calc.py"), "def answer():\n    return 5\n").unwrap();
+    fs::write(
+        ws.join("tests/test_calc.py"),
+        "import sys\nsys.path.insert(0, 'src')\nfrom calc import answer\n\n\ndef test_answer():\n    assert answer() == 4\n",
+    )
+    .unwrap();
+    support::chown_tree(ws, w.owner);
+
+    let out = w
+        .command(&["--runbook", "runbook.toml"], &["/bin/sh", "agent.sh"])
+        .output()
+        .expect("start stepproof-run");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let all = describe(&out);
+    let said = support::attempt_answer(&text, "conftest");
+    assert!(
+        said.contains("\nconftest=1")
+            && said.contains("files_unchanged (what defines the evidence commands)")
+            && said.contains("conftest.py (new file)"),
+        "a conftest.py that pytest (run by the npm script) reads should fail the step: {said}\n{all}"
+    );
+    for name in ["fixed", "fixture"] {
+        let said = support::attempt_answer(&text, name);
+        assert!(
+            said.contains(&format!("\n{name}=0")),
+            "{name}: {said}\n{all}"
+        );
+    }
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    let log = support::audit_log_named(&String::from_utf8_lossy(&out.stderr));
+    let records = support::records_in(&log);
+    let opened = records
+        .iter()
+        .find(|r| r["kind"] == "runbook-step-opened" && r["step"] == "fix")
+        .unwrap();
+    let frozen = opened["definitions_frozen"].as_array().unwrap();
+    for f in ["package.json", "**/conftest.py", "pytest.ini"] {
+        assert!(frozen.iter().any(|v| v == f), "{f}: {opened}");
+    }
+    let fixture = records
+        .iter()
+        .find(|r| {
+            r["kind"] == "runbook-evidence" && r["step"] == "fixture" && r["item"] == "definitions"
+        })
+        .unwrap();
+    assert_eq!(fixture["held"], true, "{fixture}");
+    assert_eq!(
+        fixture["changed_as_work"],
+        serde_json::json!(["conftest.py"]),
+        "{fixture}"
+    );
+});

@@ -329,10 +329,10 @@ fn evidence_text(item: &Evidence) -> String {
             text.push_str(&format!(
                 "; frozen for the step (what defines it, read-only in its sandbox): {}{}",
                 defs.files.join(", "),
-                if defs.makefiles.is_empty() {
+                if defs.makefiles.is_empty() && defs.scripts.is_empty() {
                     ""
                 } else {
-                    " and the makefiles' literal includes and what their recipes run (their tools' files; their build state discarded)"
+                    " and what the makefiles' recipes, package scripts, justfile recipes or Taskfile tasks it runs run (their tools' files, read when the step opens; their build state discarded)"
                 }
             ));
         }

@@ -1338,7 +1338,8 @@ fn protected_roots(step: &Step) -> Vec<String> {
     roots
 }
 
-/// What a step's command evidence rests on beyond its argv: the makefiles' recipes.
+/// What a step's command evidence rests on beyond its argv: the makefiles' recipes, the
+/// package scripts, justfile recipes and Taskfile tasks it runs.
 #[derive(Debug, Clone, Default)]
 struct Recipes {
     /// Build state the recipes' tools would reuse (workspace-relative directories): discarded
@@ -1347,69 +1348,46 @@ struct Recipes {
 }
 
 /// The definition globs of a step's command evidence: what each tool reads, and for the
-/// makefiles that exist now (read beneath the workspace, each at most 1 MiB, up to 64 files, in
-/// the order found) their literal includes and what their recipes run
-/// ([`crate::runbook::definitions::of_recipes`]: a recipe's `python3 -m pytest` makes
-/// `conftest.py` a definition, its `cargo test` makes `target/` build state, a sub-make's
-/// makefiles are read in turn).
+/// makefiles and script files that exist now (read beneath the workspace, each whole and at
+/// most 1 MiB — a larger one fails the step naming it, it is not cut —, up to
+/// [`DEFINITION_READS`] reads, each file and entry once) what they run: a makefile's literal
+/// includes and its recipes ([`crate::runbook::definitions::of_recipes`]), a package.json's
+/// named scripts with their `pre`/`post` scripts, a justfile's recipes and imports, a
+/// Taskfile's named tasks with their `deps` and includes
+/// ([`crate::runbook::definitions::of_scripts`]). A recipe's or script's `python3 -m pytest`
+/// makes `conftest.py` a definition, its `cargo test` makes `target/` build state, and a
+/// `make -C web` or `npm run b` inside is read in turn.
 fn definition_globs(
     walk: &mut Walk<'_>,
     root: std::os::fd::BorrowedFd<'_>,
     step: &Step,
     workspace: &Path,
 ) -> Result<(Vec<String>, Recipes), Exceeded> {
-    const MAKEFILES_READ: usize = 64;
-    let mut globs: Vec<String> = Vec::new();
-    let mut recipes = Recipes::default();
-    let mut makefiles: Vec<(String, String)> = Vec::new();
-    let make_files = |defs: &crate::runbook::definitions::Definitions| {
-        let mut found = Vec::new();
-        for tool in defs.tools.iter().filter(|t| t.tool == "make") {
-            for file in defs
-                .makefiles
-                .iter()
-                .filter(|f| tool.dir.is_empty() || f.starts_with(&format!("{}/", tool.dir)))
-            {
-                found.push((file.clone(), tool.dir.clone()));
-            }
-        }
-        found
-    };
-    for command in step.evidence.iter().filter_map(|e| e.command.as_ref()) {
-        let defs = crate::runbook::definitions::of_command(&command.run, workspace);
-        globs.extend(defs.files.iter().cloned());
-        makefiles.extend(make_files(&defs));
-    }
-    let mut read = std::collections::BTreeSet::new();
-    while let Some((file, dir)) = makefiles.pop() {
-        if read.len() == MAKEFILES_READ {
-            break;
-        }
-        if !read.insert(file.clone()) {
-            continue;
-        }
-        let Some(bytes) = walk.read_named(root, &file, 1 << 20)? else {
-            continue;
-        };
-        let text = String::from_utf8_lossy(&bytes);
-        let (named, _) = crate::runbook::definitions::make_includes(&text, &dir);
-        for include in named {
-            if !globs.contains(&include) {
-                globs.push(include.clone());
-                makefiles.push((include, dir.clone()));
-            }
-        }
-        let run = crate::runbook::definitions::of_recipes(&text, &dir, workspace);
-        globs.extend(run.files.iter().cloned());
-        makefiles.extend(make_files(&run));
-        recipes.build_state.extend(run.build_state);
-    }
-    let mut seen = std::collections::BTreeSet::new();
-    globs.retain(|g| seen.insert(g.clone()));
-    let mut seen = std::collections::BTreeSet::new();
-    recipes.build_state.retain(|g| seen.insert(g.clone()));
-    Ok((globs, recipes))
+    const DEFINITION_BYTES: u64 = 1 << 20;
+    let commands: Vec<crate::runbook::definitions::Definitions> = step
+        .evidence
+        .iter()
+        .filter_map(|e| e.command.as_ref())
+        .map(|command| crate::runbook::definitions::of_command(&command.run, workspace))
+        .collect();
+    let followed = crate::runbook::definitions::follow(
+        &commands,
+        workspace,
+        DEFINITION_READS,
+        |file| walk.read_whole(root, file, DEFINITION_BYTES),
+        |limit| Exceeded::Definitions { limit },
+    )?;
+    Ok((
+        followed.files,
+        Recipes {
+            build_state: followed.build_state,
+        },
+    ))
 }
+
+/// Makefiles and script files (or a package.json's entries) one step's opening reads at most:
+/// more is a budget reached, which fails the step, not a part left unread.
+const DEFINITION_READS: usize = 128;
 
 /// Definition globs as a walk takes them: every file counts, ignored or not.
 fn definition_walk(globs: &[String]) -> Vec<(String, bool)> {
@@ -3146,8 +3124,9 @@ fn evidence_view(
     }
     let defs = crate::runbook::definitions::of_command(&command.run, workspace);
     let mut state = defs.build_state;
-    // A command that runs make reuses what the makefiles' recipes would.
-    if defs.tools.iter().any(|t| t.tool == "make")
+    // A command that runs make, a package script, a recipe or a task reuses what their
+    // tools would.
+    if (!defs.makefiles.is_empty() || !defs.scripts.is_empty())
         && let Some(check) = invariants
     {
         state.extend(

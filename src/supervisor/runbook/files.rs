@@ -213,6 +213,9 @@ pub enum Exceeded {
     /// A directory or entry the walk had to look at could not be (permissions, an I/O error):
     /// what is beneath it is unknown, so there is no verdict.
     Unreadable { path: String, error: String },
+    /// More makefiles and script files to read for what defines the evidence than the
+    /// supervisor reads for one step.
+    Definitions { limit: usize },
     /// The run ended meanwhile.
     Stopped,
 }
@@ -229,6 +232,7 @@ impl Exceeded {
             Exceeded::Run { .. } => "run",
             Exceeded::Unstable { .. } => "unstable",
             Exceeded::Unreadable { .. } => "unreadable",
+            Exceeded::Definitions { .. } => "definitions",
             Exceeded::Stopped => "stopped",
         }
     }
@@ -274,6 +278,9 @@ impl Exceeded {
             }
             Exceeded::Unreadable { path, error } => format!(
                 "the supervisor could not read {path} ({error}): what is beneath it is unknown, so there is no verdict"
+            ),
+            Exceeded::Definitions { limit } => format!(
+                "what defines the evidence commands names more than {limit} makefiles, package scripts, recipes and tasks to read (the supervisor's budget): not all followed, so no verdict"
             ),
             Exceeded::Stopped => "the run ended while the files were being checked".to_string(),
         }
@@ -357,6 +364,55 @@ impl<'a> Walk<'a> {
             .take(take)
             .read_to_end(&mut bytes)
             .map_err(|e| unreadable(rel, &e))?;
+        self.bytes += bytes.len() as u64;
+        Ok(Some(bytes))
+    }
+
+    /// The whole regular file `rel` beneath `root` (no link followed), or `None` when there is
+    /// no such file; a file over `max` bytes is refused (`FileBytes`, naming it), not cut: what
+    /// was not read would be what decides. Within the walk's budget.
+    pub fn read_whole(
+        &mut self,
+        root: BorrowedFd<'_>,
+        rel: &str,
+        max: u64,
+    ) -> Result<Option<Vec<u8>>, Exceeded> {
+        self.check_time()?;
+        self.entries += 1;
+        let fd = match beneath::open_beneath(root, Path::new(rel), FILE_READING, 0) {
+            Ok(fd) => fd,
+            Err(e) if is_absence(&e) => return Ok(None),
+            Err(e) => return Err(unreadable(rel, &e)),
+        };
+        let stat = match beneath::stat_fd(fd.as_fd()) {
+            Ok(stat) if stat.is_file() => stat,
+            Ok(_) => return Ok(None),
+            Err(e) => return Err(unreadable(rel, &e)),
+        };
+        if stat.size > max {
+            return Err(Exceeded::FileBytes {
+                path: rel.to_string(),
+                size: stat.size,
+                allocated: stat.blocks.saturating_mul(512),
+                limit: max,
+            });
+        }
+        if self.bytes.saturating_add(stat.size) > self.budget.walk_bytes {
+            return Err(Exceeded::WalkBytes {
+                limit: self.budget.walk_bytes,
+            });
+        }
+        let mut bytes = Vec::new();
+        // One byte more than the size it had: a file that grew meanwhile is not cut either.
+        std::fs::File::from(fd)
+            .take(stat.size + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| unreadable(rel, &e))?;
+        if bytes.len() as u64 != stat.size {
+            return Err(Exceeded::Unstable {
+                path: rel.to_string(),
+            });
+        }
         self.bytes += bytes.len() as u64;
         Ok(Some(bytes))
     }
