@@ -361,6 +361,9 @@ pub fn covered_text(covered: &Value) -> String {
     } else {
         format!("covering {}", covering.join("; "))
     };
+    if let Some(u) = list("definitions_unknown", 4) {
+        trusting.push(format!("what its scripts compute at run time ({u})"));
+    }
     if !trusting.is_empty() {
         let _ = write!(out, "; trusting {}", trusting.join(", "));
     }
@@ -520,6 +523,9 @@ mod tests {
             json!({"source":"supervisor","kind":"runbook-step-opened","ts_ms":2000,"step":"docs","title":"Docs"}),
             json!({"source":"supervisor","kind":"runbook-step-passed","ts_ms":3000,"step":"docs","attempt":1,
                    "covered":{"protected":[],"definitions_frozen":[],"build_state":null,"verifier_items":0}}),
+            json!({"source":"supervisor","kind":"runbook-step-opened","ts_ms":3000,"step":"lint","title":"Lint"}),
+            json!({"source":"supervisor","kind":"runbook-step-passed","ts_ms":3500,"step":"lint","attempt":1,
+                   "covered":{"protected":[],"definitions_frozen":["Makefile"],"definitions_unknown":["$(shell ./pick-linter)"],"build_state":"none reused","verifier_items":0}}),
             json!({"source":"supervisor","kind":"runbook-complete","runbook":"rb"}),
             json!({"source":"supervisor","kind":"sweep","findings":[{"change":"created","path":"/w/.envrc"}]}),
             json!({"source":"supervisor","kind":"runbook-step-void","step":"fix","attempt":1,"why":"the run's sweep found tampering (1 finding; exit 123)"}),
@@ -536,6 +542,7 @@ mod tests {
             "      proof: passed, covering protected tests/** unchanged; definitions frozen: Makefile, GNUmakefile; trusting target/; judged only by a verifier: no test special-cased",
             "      proof: passed, covering its evidence items only",
             "      VOID: the run's sweep found tampering (1 finding; exit 123)",
+            "      proof: passed, covering definitions frozen: Makefile; trusting what its scripts compute at run time ($(shell ./pick-linter))",
         ] {
             assert!(text.contains(line), "{line:?} not in:\n{text}");
         }

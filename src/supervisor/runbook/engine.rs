@@ -964,7 +964,11 @@ fn complete(
         e.steps[index].status = Status::Passed;
         e.steps[index].passed_here = true;
         e.steps[index].last_verdict = Some("passed".into());
-        let covered = covered(&step, &e.steps[index].definitions, &gathered);
+        let covered = covered(
+            &step,
+            (&e.steps[index].definitions, &e.steps[index].recipes.unknown),
+            &gathered,
+        );
         e.record(
             "runbook-step-passed",
             json!({ "step": step.id, "attempt": attempt, "covered": covered }),
@@ -1345,7 +1349,14 @@ struct Recipes {
     /// Build state the recipes' tools would reuse (workspace-relative directories): discarded
     /// in the evidence sandbox of a command that runs make, unless trusted by name.
     build_state: Vec<String>,
+    /// What the makefiles and scripts run that could not be known when the step opened (a
+    /// computed word, a template): what the proof rests on unfrozen, said in the records.
+    unknown: Vec<String>,
 }
+
+/// Unknown words kept per step, and the characters of each.
+const UNKNOWN_KEPT: usize = 32;
+const UNKNOWN_CHARS: usize = 200;
 
 /// The definition globs of a step's command evidence: what each tool reads, and for the
 /// makefiles and script files that exist now (read beneath the workspace, each whole and at
@@ -1381,6 +1392,12 @@ fn definition_globs(
         followed.files,
         Recipes {
             build_state: followed.build_state,
+            unknown: followed
+                .unknown
+                .iter()
+                .take(UNKNOWN_KEPT)
+                .map(|u| u.chars().take(UNKNOWN_CHARS).collect())
+                .collect(),
         },
     ))
 }
@@ -2332,6 +2349,7 @@ impl Engine {
                     "baseline_not_taken": exceeded.as_ref().map(Exceeded::sentence),
                     "invariants": protected,
                     "definitions_frozen": self.steps[i].definitions,
+                    "definitions_unknown": self.steps[i].recipes.unknown,
                     "invariant_entries": invariants.as_ref().ok().map(BTreeMap::len),
                     "invariants_sha256": invariants.as_ref().ok().map(files::inventory_digest),
                     "invariants_budget": invariants.as_ref().err().map(Exceeded::budget),
@@ -3165,7 +3183,11 @@ fn build_state_words(view: &EvidenceView, command: &crate::runbook::CommandEvide
 /// What a passed step's proof covered and what it trusted: the paths it protects, the
 /// definition files frozen, per command the build state discarded (rebuilt) or trusted by
 /// name, and what only a model verifier judged (the step's acceptance criteria, named).
-fn covered(step: &Step, definitions: &[String], gathered: &[Value]) -> Value {
+fn covered(
+    step: &Step,
+    (definitions, unknown): (&[String], &[String]),
+    gathered: &[Value],
+) -> Value {
     let trusted: Vec<&String> = step
         .evidence
         .iter()
@@ -3220,6 +3242,7 @@ fn covered(step: &Step, definitions: &[String], gathered: &[Value]) -> Value {
     };
     json!({
         "definitions_frozen": definitions,
+        "definitions_unknown": unknown,
         "build_state": build_state,
         "protected": step.protected_paths().into_iter().map(|p| p.glob).collect::<Vec<_>>(),
         "verifier_items": verifiers,
