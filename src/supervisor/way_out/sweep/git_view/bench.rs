@@ -2,6 +2,7 @@
 
 use super::super::Quarantine;
 use super::*;
+use std::io::Write;
 use std::process::Command;
 use std::time::Instant;
 

@@ -2,7 +2,9 @@
 
 use super::super::tests::Fixture;
 use super::super::{Snapshot, Sweep};
+use super::index::checksum;
 use super::*;
+use crate::sandbox::plan::git_index;
 use std::process::Command;
 
 /// The installed git, with nothing of the host's configuration; its output.
