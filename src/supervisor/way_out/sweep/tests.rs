@@ -1,6 +1,8 @@
 //! Tests of the persistence sweep and the setuid check.
 
+use super::git_rules::{inert_git_config, inert_gitmodules};
 use super::*;
+use std::fs;
 use std::os::unix::fs::{PermissionsExt, symlink};
 
 /// The walk's part of a plan's scope.
