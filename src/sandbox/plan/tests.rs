@@ -1,6 +1,8 @@
 //! Tests of the sandbox plan, compared as plain values.
 
+use super::hidden::other_projects;
 use super::*;
+use std::fs;
 
 pub(super) fn facts(home: &Path, ws: &Path, uid: u32) -> HostFacts {
     HostFacts {
