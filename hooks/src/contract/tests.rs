@@ -31,6 +31,7 @@ fn refused_hosts_of_the_call_reach_the_model_once_each() {
     assert_eq!(refused_hosts_context(&quick, &notices, now + 10_000), None);
 }
 
+use super::records::exit_status_from_error;
 use super::*;
 
 #[test]
