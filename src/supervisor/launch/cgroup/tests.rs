@@ -1,9 +1,12 @@
 //! Tests of the run's cgroup: the plan as data, the limits written, the hierarchy found.
 
+use super::made::create_with;
 use super::*;
+use std::fs;
 use std::fs::File;
 use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
+use std::time::Instant;
 use tempfile::TempDir;
 
 const MIB: u64 = 1 << 20;
