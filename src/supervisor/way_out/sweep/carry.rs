@@ -30,10 +30,9 @@
 //! failure of the file system keeps the layer where it is, for `stepproof repair` (a finding
 //! with an error; the host's `.git` is as it was, less what was carried).
 
-use super::{
-    Finding, LaunchFile, Quarantine, inert_config_change, inert_git_config, inert_git_path,
-    remove_tree_at, stays_below,
-};
+use super::git_rules::{inert_config_change, inert_git_config, inert_git_path, stays_below};
+use super::quarantine::{Quarantine, remove_tree_at};
+use super::{Finding, LaunchFile};
 use crate::audit::owed::bytes;
 use crate::sys::beneath::{self, DIR_LISTING, DIR_LOOKUP, Stat};
 use serde::{Deserialize, Serialize};
@@ -404,7 +403,7 @@ impl Carry<'_> {
         let existed = beneath::stat_at(real, name).is_ok();
         let ws_rel = self.git.join(rel);
         if !existed && inert_git_path(up, &ws_rel, st) {
-            if let Err(e) = super::copy_tree_at(up, name, real) {
+            if let Err(e) = super::quarantine::copy_tree_at(up, name, real) {
                 self.stop(format!("carrying {}: {e}", self.shown(rel).display()));
             }
             return;
