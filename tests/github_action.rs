@@ -3,7 +3,8 @@
 //! outputs) is checked against how the example uses it; shellcheck checks the action's script;
 //! and the script's `run` and `record` steps run for real (root and the test user) — a command
 //! under `stepproof-run --ci`, then the step outputs, the head hash beside the log and the job
-//! summary.
+//! summary; its `install` step against a loopback server serving a release (the checksum
+//! checked); and actionlint on the release workflow.
 
 mod support;
 
