@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # The steps of StepProof's GitHub Action (action.yml beside this file), one subcommand each:
 #
-#   install   build StepProof from the action's own checkout (or INPUT_VERSION of INPUT_REPOSITORY)
-#             with scripts/install, put it on the job's PATH; install Claude Code, pinned
+#   install   install the release INPUT_VERSION (or the action's own release tag): its tarball
+#             and SHA256SUMS downloaded, the checksum checked (a mismatch refused), then
+#             scripts/install --from; with INPUT_FROM_SOURCE=true build from the action's own
+#             checkout (or INPUT_REF of INPUT_REPOSITORY) with scripts/install instead. Put it
+#             on the job's PATH; install Claude Code, pinned
 #   prepare   lift Ubuntu's AppArmor restriction of user namespaces (when asked), `stepproof doctor`
 #   run       exec stepproof-run --ci with the inputs (exec: the runner's SIGINT/SIGTERM on
 #             cancel reach stepproof-run itself, which ends the sandbox and seals the audit log)
@@ -21,24 +24,85 @@ die() {
     exit 1
 }
 
-install_stepproof() {
-    local source=$here/..
-    if [[ -n ${INPUT_VERSION:-} ]]; then
-        # Another revision than the action's own: fetched by ref (a tag, a branch or a commit).
-        local repository=${INPUT_REPOSITORY:-}
-        [[ -n $repository ]] || repository=${ACTION_REPOSITORY:-}
-        [[ -n $repository ]] || die "version is set but the repository is unknown: set the repository input"
+# The repository releases come from and refs are fetched from: INPUT_REPOSITORY or the action's.
+repository() {
+    local repository=${INPUT_REPOSITORY:-}
+    [[ -n $repository ]] || repository=${ACTION_REPOSITORY:-}
+    [[ -n $repository ]] || die "the repository is unknown: set the repository input"
+    echo "$repository"
+}
+
+# Downloads URL to FILE: https only, but for a server on the loopback address (tests, a local
+# mirror).
+download() {
+    local url=$1 file=$2 protocols='=https'
+    [[ ! $url =~ ^http://(127\.0\.0\.1|localhost|\[::1\])(:[0-9]+)?/ ]] || protocols='=http'
+    curl --fail --silent --show-error --location --retry 3 --proto "$protocols" --proto-redir "$protocols" \
+        --output "$file" "$url" || die "downloading $url failed"
+}
+
+# The release tarball for this machine, checked against the release's SHA256SUMS before
+# anything in it is unpacked.
+install_release() {
+    local prefix=$1 version=${INPUT_VERSION:-}
+    if [[ -z $version && ${ACTION_REF:-} =~ ^v[0-9] ]]; then
+        # `uses: OWNER/stepproof/action@v0.1.0`: the action's own tag names the release.
+        version=$ACTION_REF
+    fi
+    [[ -n $version ]] || die "no release to install: set the version input (0.1.0), use the action at a release tag (@v0.1.0), or set from-source: true"
+    version=${version#v}
+    [[ $version =~ ^[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.+-]+)?$ ]] || die "version '$version' is not a release version (0.1.0)"
+    local arch
+    case $(uname -m) in
+    x86_64 | amd64) arch=x86_64 ;;
+    aarch64 | arm64) arch=aarch64 ;;
+    *) die "no StepProof release for $(uname -m); set from-source: true" ;;
+    esac
+    local base=${INPUT_RELEASE_BASE_URL:-}
+    [[ -n $base ]] || base="${GITHUB_SERVER_URL:-https://github.com}/$(repository)/releases/download"
+    local name=stepproof-$version-$arch-linux.tar.gz
+    local dir=${RUNNER_TEMP:-/tmp}/stepproof-release
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    download "$base/v$version/SHA256SUMS" "$dir/SHA256SUMS"
+    download "$base/v$version/$name" "$dir/$name"
+    local expected actual
+    expected=$(awk -v name="$name" '$2 == name || $2 == "*" name { print $1 }' "$dir/SHA256SUMS")
+    [[ $expected =~ ^[0-9a-f]{64}$ ]] || die "the SHA256SUMS of v$version has no line for $name: refusing to install it"
+    actual=$(sha256sum "$dir/$name" | cut -d' ' -f1)
+    if [[ $actual != "$expected" ]]; then
+        rm -f "$dir/$name"
+        die "$name does not match the release's SHA256SUMS (sha256 $actual, expected $expected): refusing to install it"
+    fi
+    echo "StepProof v$version: $name matches SHA256SUMS ($actual)"
+    PREFIX=$prefix "$here/../scripts/install" --from "$dir/$name"
+}
+
+# scripts/install from the action's own checkout, or INPUT_REF of the repository.
+install_from_source() {
+    local prefix=$1 source=$here/..
+    if [[ -n ${INPUT_REF:-} ]]; then
+        local repository
+        repository=$(repository)
         [[ $repository == *://* ]] || repository="${GITHUB_SERVER_URL:-https://github.com}/$repository"
         source=${RUNNER_TEMP:-/tmp}/stepproof-source
         rm -rf "$source"
         git init -q "$source"
-        git -C "$source" fetch -q --depth 1 "$repository" "$INPUT_VERSION"
+        git -C "$source" fetch -q --depth 1 "$repository" "$INPUT_REF"
         git -C "$source" checkout -q FETCH_HEAD
     fi
     [[ -x $source/scripts/install ]] || die "no StepProof checkout at $source"
-    command -v cargo >/dev/null || die "cargo is missing: StepProof is built from source (add a Rust toolchain step)"
-    local prefix=${RUNNER_TEMP:-/tmp}/stepproof-install
+    command -v cargo >/dev/null || die "cargo is missing: from-source builds StepProof (add a Rust toolchain step)"
     PREFIX=$prefix "$source/scripts/install"
+}
+
+install_stepproof() {
+    local prefix=${RUNNER_TEMP:-/tmp}/stepproof-install
+    if [[ ${INPUT_FROM_SOURCE:-false} == true ]]; then
+        install_from_source "$prefix"
+    else
+        install_release "$prefix"
+    fi
     if [[ -n ${GITHUB_PATH:-} ]]; then
         echo "$prefix/bin" >>"$GITHUB_PATH"
     fi

@@ -43,7 +43,7 @@ const ROOT_ROOMS: &[Room] = &[
     },
     Room {
         path: "cli",
-        owns: "THE EDGE: what each command does, in order — a run from the caller's side (`run`), host facts, `explain`, `doctor`, `state`, `repair`, `ci` (timeouts, the job summary), the self-test and its escape probes, logging",
+        owns: "THE EDGE: what each command does, in order — a run from the caller's side (`run`, its arguments in `run::args`), host facts, `explain`, `doctor`, `state`, `repair`, `ci` (timeouts, the job summary), the self-test and its escape probes, logging, the man pages and shell completions written from the clap definitions (`manual`: `stepproof generate`)",
         may_import: &[
             "supervisor::launch",
             "supervisor::runbook",
@@ -894,7 +894,7 @@ fn module_map() -> String {
         }
     };
     out.push_str(
-        "| `bin/stepproof-run.rs`, `bin/stepproof.rs` | the two binaries: arguments, one call into `cli`, the exit | every room |\n",
+        "| `bin/stepproof-run.rs`, `bin/stepproof.rs` | the two binaries: arguments (`stepproof-run`'s in `cli::run::args`, where `stepproof generate` reads them too), one call into `cli`, the exit | every room |\n",
     );
     for room in ROOT_ROOMS {
         let name = if room.path.is_empty() {

@@ -19,9 +19,11 @@ pub use contract::{HookInput, check_tool, evaluate};
 pub use decision::{Decision, Verdict, render_check};
 
 /// The built-in `default` profile as it ships (`profiles/default.toml`: one copy, read by
-/// StepProof and by this crate's tests alike); its `[hook]` is a developer at the terminal.
-pub const BUILTIN_DEFAULT: &str = include_str!("../../profiles/default.toml");
+/// StepProof and by this crate's tests alike; `hooks/profiles` is a link to the top-level
+/// `profiles/`, which `cargo package` follows, so the published crate carries the files); its
+/// `[hook]` is a developer at the terminal.
+pub const BUILTIN_DEFAULT: &str = include_str!("../profiles/default.toml");
 /// The built-in `ci` profile (unattended runs), which extends `default`.
-pub const BUILTIN_CI: &str = include_str!("../../profiles/ci.toml");
+pub const BUILTIN_CI: &str = include_str!("../profiles/ci.toml");
 /// The built-in `strict` profile (reviewing untrusted code), which extends `default`.
-pub const BUILTIN_STRICT: &str = include_str!("../../profiles/strict.toml");
+pub const BUILTIN_STRICT: &str = include_str!("../profiles/strict.toml");

@@ -1,6 +1,6 @@
 //! `stepproof`: explain a profile, check this machine.
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use std::path::PathBuf;
 use stepproof::audit;
 use stepproof::cli::{doctor, explain, host, logging, probes};
@@ -148,6 +148,14 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         workspace: Option<PathBuf>,
     },
+    /// (Internal) Write the man pages (`man DIR`) or SHELL's completions (`completions SHELL
+    /// DIR`) of stepproof-run and stepproof, from these very definitions; for packagers
+    /// (scripts/build-tarball).
+    #[command(hide = true)]
+    Generate {
+        #[command(subcommand)]
+        action: stepproof::cli::manual::GenerateCommand,
+    },
     /// (Internal) Run CMD under Landlock + seccomp without namespaces: `floor` (allow-all
     /// seccomp, two Landlock rules) or `full` (the real tables). For the syscall benchmark.
     #[command(name = "__layers", hide = true)]
@@ -214,6 +222,10 @@ fn main() {
     logging::init_logging(args.verbose);
     let code = match args.command {
         Command::Audit { action } => audit::run_command(action),
+        Command::Generate { action } => stepproof::cli::manual::run_command(
+            action,
+            &[stepproof::cli::run::args::Args::command(), Args::command()],
+        ),
         Command::Login { args } => login(&args),
         Command::Runbook { action } => stepproof::runbook::run_command(action),
         Command::State { action } => stepproof::cli::state::run_command(action),

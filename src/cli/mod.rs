@@ -6,6 +6,7 @@ pub mod doctor;
 pub mod explain;
 pub mod host;
 pub mod logging;
+pub mod manual;
 pub mod probes;
 pub mod repair;
 pub mod run;

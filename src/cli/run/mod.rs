@@ -19,6 +19,7 @@ use crate::supervisor::way_out::sweep::{Snapshot, SweepScope};
 use std::ffi::OsString;
 use std::path::PathBuf;
 
+pub mod args;
 mod end;
 
 /// What the caller asked for: `stepproof-run`'s arguments.
