@@ -40,6 +40,9 @@ mod serve;
 mod state;
 mod verify;
 
+#[cfg(test)]
+mod tests;
+
 use check_files::FILES_RECORDED_MAX;
 use invariants::Recipes;
 use state::write_atomic;
