@@ -89,6 +89,10 @@ struct StepState {
     /// The workspace's ignore rules as they were when the step opened (`Err`: they could not
     /// be read, and nothing judged by them can hold).
     ignore: Result<IgnoreRules, Exceeded>,
+    /// The `files_exist` globs along which the rules could not all be read when the step
+    /// opened, with why: an item over one fails naming that (its rules are not known), while
+    /// the others are judged.
+    rules_unread: Vec<(String, Exceeded)>,
     /// The globs of the files that define the step's evidence commands, as the step opened
     /// (make's literal includes and what its recipes run, read then); recorded among the
     /// invariants.
@@ -296,6 +300,7 @@ impl RunbookRun {
                 baseline_exceeded: None,
                 invariants: Ok(BTreeMap::new()),
                 ignore: Err(Exceeded::Stopped),
+                rules_unread: Vec::new(),
                 definitions: Vec::new(),
                 recipes: Recipes::default(),
                 passed_here: false,
@@ -667,6 +672,10 @@ struct Opening {
     files: Baseline,
     invariants: Result<BTreeMap<String, Entry>, Exceeded>,
     ignore: Result<IgnoreRules, Exceeded>,
+    /// The `files_exist` globs along which the rules could not all be read when the step
+    /// opened, with why: an item over one fails naming that (its rules are not known), while
+    /// the others are judged.
+    rules_unread: Vec<(String, Exceeded)>,
     definitions: Vec<String>,
     recipes: Recipes,
     /// What taking it cost (ignore rules, baseline, invariants, definitions), in ms.

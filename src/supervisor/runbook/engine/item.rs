@@ -41,7 +41,16 @@ pub(super) fn check_item(
         let include_ignored = files.include_ignored();
         // The ignore rules as the step opened: a file the agent made ignored since, or an
         // ignored build artefact the glob happens to name, does not satisfy it.
-        let rules = match lock().steps[index].ignore.clone() {
+        let (rules, unread) = {
+            let e = lock();
+            let unread = e.steps[index]
+                .rules_unread
+                .iter()
+                .find(|(glob, _)| files.paths.contains(glob))
+                .map(|(_, exceeded)| exceeded.clone());
+            (e.steps[index].ignore.clone(), unread)
+        };
+        let rules = match unread.map_or(rules, Err) {
             Ok(rules) => rules,
             Err(exceeded) if !include_ignored => {
                 let mut failed = exceeded_item("files_exist", &files.paths, &exceeded);
@@ -212,11 +221,7 @@ pub(super) fn check_item(
         let held = ran.exit_code == Some(command.exit_code.unwrap_or(0));
         // The evidence sandbox's own closing line (its log is in the chain record) is not the
         // command's output.
-        let shown: String = String::from_utf8_lossy(tail(&ran.output, OUTPUT_SHOWN_BYTES))
-            .lines()
-            .filter(|l| !l.starts_with("stepproof-run: audit log "))
-            .map(|l| format!("{l}\n"))
-            .collect();
+        let shown = own_lines_out(tail(&ran.output, OUTPUT_SHOWN_BYTES));
         let shown = if shown.trim().is_empty() {
             "(none)\n".to_string()
         } else {
@@ -236,7 +241,7 @@ pub(super) fn check_item(
         return (
             held,
             json!({
-                OUTPUT_TAIL_KEY: String::from_utf8_lossy(tail(&ran.output, crate::supervisor::runbook::verifier::OUTPUT_TAIL_SHOWN * 2)),
+                OUTPUT_TAIL_KEY: own_lines_out(tail(&ran.output, crate::supervisor::runbook::verifier::OUTPUT_TAIL_SHOWN * 2)),
                 "kind": "command",
                 "run": command.run,
                 "exit_code": ran.exit_code,
@@ -405,4 +410,14 @@ pub(super) fn check_item(
             item.kinds().join(", ")
         ),
     )
+}
+
+/// A command's output without the evidence sandbox's own closing line (its log is in the chain
+/// record; the line names a host path), for the agent's answer and the verifiers alike.
+fn own_lines_out(output: &[u8]) -> String {
+    String::from_utf8_lossy(output)
+        .lines()
+        .filter(|l| !l.starts_with("stepproof-run: audit log "))
+        .map(|l| format!("{l}\n"))
+        .collect()
 }

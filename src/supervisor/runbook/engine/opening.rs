@@ -84,6 +84,7 @@ impl Engine {
             self.steps[i].baseline_exceeded = exceeded.clone();
             self.steps[i].invariants = opening.invariants;
             self.steps[i].ignore = opening.ignore;
+            self.steps[i].rules_unread = opening.rules_unread;
             self.steps[i].definitions = opening.definitions;
             self.steps[i].recipes = opening.recipes;
             self.openings += 1;
@@ -199,6 +200,7 @@ pub(super) fn take_opening(
         files: Err(e.clone()),
         invariants: Err(e.clone()),
         ignore: Err(e),
+        rules_unread: Vec::new(),
         definitions: Vec::new(),
         recipes: Recipes::default(),
         took_ms: 0,
@@ -243,9 +245,13 @@ pub(super) fn take_opening(
         .filter_map(|e| e.files_exist.as_ref())
         .filter(|f| !f.include_ignored())
         .flat_map(|f| f.paths.iter());
+    // Each glob's rules on a walk of its own: one glob's tree past a budget leaves the others
+    // judged, and that glob's item fails naming it.
+    let mut rules_unread = Vec::new();
     for glob in exist {
-        if let Err(e) = walk.read_rules_for(root, glob, &mut rules) {
-            return failed(e);
+        let mut own = Walk::new(budget, stop, spent);
+        if let Err(e) = own.read_rules_for(root, glob, &mut rules) {
+            rules_unread.push((glob.clone(), e));
         }
     }
     if restored && files.is_ok() {
@@ -292,6 +298,7 @@ pub(super) fn take_opening(
         files,
         invariants,
         ignore: Ok(rules),
+        rules_unread,
         definitions,
         recipes,
         took_ms: 0,
