@@ -136,6 +136,20 @@ fn assert_verifier_requests(mock: &Mock, model: &str) {
     }
 }
 
+/// `stepproof audit show LOG` holds each of `rows`.
+#[track_caller]
+fn assert_shown(log: &Path, rows: &[&str]) {
+    let out = std::process::Command::new(STEPPROOF)
+        .args(["audit", "show"])
+        .arg(log)
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    for row in rows {
+        assert!(shown.contains(row), "{row:?} not in:\n{shown}");
+    }
+}
+
 fn audit_records(log: &Path) -> Vec<Value> {
     fs::read_to_string(log)
         .unwrap()
@@ -340,20 +354,15 @@ both_claude!(a_verifier_fail_blocks_the_step, |w: &World| {
         "the forged verdict is on the record"
     );
     // The timeline says it in words.
-    let shown = std::process::Command::new(STEPPROOF)
-        .args(["audit", "show"])
-        .arg(&log)
-        .output()
-        .unwrap();
-    let shown = String::from_utf8_lossy(&shown.stdout).into_owned();
-    for row in [
-        "step fix · attempt 1 · verifier tier 2 started (models verifier-fast)",
-        "step fix · attempt 1 · verifier model verifier-fast: verdict (fail) in ",
-        "step fix · attempt 1 · verifier tier 2: fail by model verifier-fast (1 tried, ",
-        "evidence: verifier tier 2: fail (model verifier-fast) · NOT held",
-    ] {
-        assert!(shown.contains(row), "{row:?} not in:\n{shown}");
-    }
+    assert_shown(
+        &log,
+        &[
+            "step fix · attempt 1 · verifier tier 2 started (models verifier-fast)",
+            "step fix · attempt 1 · verifier model verifier-fast: verdict (fail) in ",
+            "step fix · attempt 1 · verifier tier 2: fail by model verifier-fast (1 tried, ",
+            "evidence: verifier tier 2: fail (model verifier-fast) · NOT held",
+        ],
+    );
 });
 
 // Every model of the chain refuses (404, then 529): each is tried in order, the verdict is
@@ -727,19 +736,14 @@ both_claude!(
         assert_eq!(attempt["model_used"], "claude-remapped-9", "{attempt}");
         // The output is in no record of the chain.
         assert!(!fs::read_to_string(&log).unwrap().contains("REVIEW-TAIL-42"));
-        let shown = std::process::Command::new(STEPPROOF)
-            .args(["audit", "show"])
-            .arg(&log)
-            .output()
-            .unwrap();
-        let shown = String::from_utf8_lossy(&shown.stdout).into_owned();
-        for row in [
-            "verifier tier 2 started (models verifier-fast), shown masked (",
-            "changed since step fix opened, 1 output tail(s), ",
-            "verifier model verifier-fast (answered as claude-remapped-9): verdict",
-            "verifier tier 2: pass by model verifier-fast (answered as claude-remapped-9)",
-        ] {
-            assert!(shown.contains(row), "{row:?} not in:\n{shown}");
-        }
+        assert_shown(
+            &log,
+            &[
+                "verifier tier 2 started (models verifier-fast), shown masked (",
+                "changed since step fix opened, 1 output tail(s), ",
+                "verifier model verifier-fast (answered as claude-remapped-9): verdict",
+                "verifier tier 2: pass by model verifier-fast (answered as claude-remapped-9)",
+            ],
+        );
     }
 );

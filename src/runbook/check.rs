@@ -1306,6 +1306,19 @@ mod tests {
         let found = problems(&header);
         assert_eq!(found.len(), 1, "{found:#?}");
         assert!(found[0].contains("unknown field `mystery`"), "{found:#?}");
+        // A key of an inline table goes with its comma, first or last: nothing else is said.
+        for evidence in [
+            "command = { run = [\"true\"], bogus = 1 }",
+            "command = { bogus = 1, run = [\"true\"] }",
+        ] {
+            let text = format!(
+                "{HEAD}[[steps]]\nid = \"a\"\ntitle = \"t\"\ninstructions = \"i\"\n[[steps.evidence]]\n{evidence}\n[[steps]]\nid = \"a\"\ntitle = \"t\"\ninstructions = \"i\"\n[[steps.evidence]]\ncommand = {{ run = [\"true\"] }}\n"
+            );
+            let found = problems(&text);
+            assert_eq!(found.len(), 2, "{found:#?}");
+            assert!(found[0].contains("unknown field `bogus`"), "{found:#?}");
+            assert!(found[1].contains("used twice"), "{found:#?}");
+        }
         // A syntax error is alone, as ever.
         let broken = format!("{HEAD}colour = \n{}", step("a", "depends_on = [\"a\"]\n"));
         assert_eq!(problems(&broken).len(), 1);

@@ -797,6 +797,16 @@ fn blank_key(text: &str, span: std::ops::Range<usize>) -> Option<String> {
     if text[line_start..range.start].trim_start().starts_with('[') || range.end <= range.start {
         return None;
     }
+    // In an inline table the key's comma goes with it (the one after it, else the one before):
+    // `{ a = 1, bogus = 2 }` must not become `{ a = 1,           }`.
+    let mut range = range;
+    let after = text[range.end..].trim_start_matches([' ', '\t']);
+    let before = text[..range.start].trim_end_matches([' ', '\t']);
+    if after.starts_with(',') {
+        range.end = text.len() - after.len() + 1;
+    } else if before.ends_with(',') {
+        range.start = before.len() - 1;
+    }
     let blanked: String = text[range.clone()]
         .chars()
         .map(|c| if c == '\n' { '\n' } else { ' ' })

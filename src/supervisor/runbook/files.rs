@@ -346,18 +346,9 @@ impl<'a> Walk<'a> {
         rel: &str,
         max: u64,
     ) -> Result<Option<Vec<u8>>, Exceeded> {
-        self.check_time()?;
-        self.entries += 1;
-        let fd = match beneath::open_beneath(root, Path::new(rel), FILE_READING, 0) {
-            Ok(fd) => fd,
-            Err(e) if is_absence(&e) => return Ok(None),
-            Err(e) => return Err(unreadable(rel, &e)),
+        let Some((fd, _)) = self.open_named(root, rel)? else {
+            return Ok(None);
         };
-        match beneath::stat_fd(fd.as_fd()) {
-            Ok(stat) if stat.is_file() => {}
-            Ok(_) => return Ok(None),
-            Err(e) => return Err(unreadable(rel, &e)),
-        }
         let take = max.min(self.budget.walk_bytes.saturating_sub(self.bytes));
         let mut bytes = Vec::new();
         std::fs::File::from(fd)
@@ -366,6 +357,27 @@ impl<'a> Walk<'a> {
             .map_err(|e| unreadable(rel, &e))?;
         self.bytes += bytes.len() as u64;
         Ok(Some(bytes))
+    }
+
+    /// The regular file `rel` beneath `root` opened (no link followed) with its `fstat`, one
+    /// entry of the walk; `None` when there is no such regular file.
+    fn open_named(
+        &mut self,
+        root: BorrowedFd<'_>,
+        rel: &str,
+    ) -> Result<Option<(OwnedFd, beneath::Stat)>, Exceeded> {
+        self.check_time()?;
+        self.entries += 1;
+        let fd = match beneath::open_beneath(root, Path::new(rel), FILE_READING, 0) {
+            Ok(fd) => fd,
+            Err(e) if is_absence(&e) => return Ok(None),
+            Err(e) => return Err(unreadable(rel, &e)),
+        };
+        match beneath::stat_fd(fd.as_fd()) {
+            Ok(stat) if stat.is_file() => Ok(Some((fd, stat))),
+            Ok(_) => Ok(None),
+            Err(e) => Err(unreadable(rel, &e)),
+        }
     }
 
     /// The whole regular file `rel` beneath `root` (no link followed), or `None` when there is
@@ -377,17 +389,8 @@ impl<'a> Walk<'a> {
         rel: &str,
         max: u64,
     ) -> Result<Option<Vec<u8>>, Exceeded> {
-        self.check_time()?;
-        self.entries += 1;
-        let fd = match beneath::open_beneath(root, Path::new(rel), FILE_READING, 0) {
-            Ok(fd) => fd,
-            Err(e) if is_absence(&e) => return Ok(None),
-            Err(e) => return Err(unreadable(rel, &e)),
-        };
-        let stat = match beneath::stat_fd(fd.as_fd()) {
-            Ok(stat) if stat.is_file() => stat,
-            Ok(_) => return Ok(None),
-            Err(e) => return Err(unreadable(rel, &e)),
+        let Some((fd, stat)) = self.open_named(root, rel)? else {
+            return Ok(None);
         };
         if stat.size > max {
             return Err(Exceeded::FileBytes {
