@@ -380,18 +380,9 @@ impl<'a> Walk<'a> {
         }
     }
 
-    /// The whole regular file `rel` beneath `root` (no link followed), or `None` when there is
-    /// no such file; a file over `max` bytes is refused (`FileBytes`, naming it), not cut: what
-    /// was not read would be what decides. Within the walk's budget.
-    pub fn read_whole(
-        &mut self,
-        root: BorrowedFd<'_>,
-        rel: &str,
-        max: u64,
-    ) -> Result<Option<Vec<u8>>, Exceeded> {
-        let Some((fd, stat)) = self.open_named(root, rel)? else {
-            return Ok(None);
-        };
+    /// Whether a file of `stat`'s size may be read whole: at most `max` bytes (`FileBytes`,
+    /// naming it, with what it really occupies), within what the walk may still read.
+    fn admit_whole(&self, rel: &str, stat: &beneath::Stat, max: u64) -> Result<(), Exceeded> {
         if stat.size > max {
             return Err(Exceeded::FileBytes {
                 path: rel.to_string(),
@@ -405,6 +396,22 @@ impl<'a> Walk<'a> {
                 limit: self.budget.walk_bytes,
             });
         }
+        Ok(())
+    }
+
+    /// The whole regular file `rel` beneath `root` (no link followed), or `None` when there is
+    /// no such file; a file over `max` bytes is refused (`FileBytes`, naming it), not cut: what
+    /// was not read would be what decides. Within the walk's budget.
+    pub fn read_whole(
+        &mut self,
+        root: BorrowedFd<'_>,
+        rel: &str,
+        max: u64,
+    ) -> Result<Option<Vec<u8>>, Exceeded> {
+        let Some((fd, stat)) = self.open_named(root, rel)? else {
+            return Ok(None);
+        };
+        self.admit_whole(rel, &stat, max)?;
         let mut bytes = Vec::new();
         // One byte more than the size it had: a file that grew meanwhile is not cut either.
         std::fs::File::from(fd)
@@ -1255,19 +1262,7 @@ fn read_rules(
     if !stat.is_file() {
         return Ok(None);
     }
-    if stat.size > IGNORE_FILE_MAX_BYTES {
-        return Err(Exceeded::FileBytes {
-            path: rel.to_string(),
-            size: stat.size,
-            allocated: stat.blocks.saturating_mul(512),
-            limit: IGNORE_FILE_MAX_BYTES,
-        });
-    }
-    if walk.bytes.saturating_add(stat.size) > walk.budget.walk_bytes {
-        return Err(Exceeded::WalkBytes {
-            limit: walk.budget.walk_bytes,
-        });
-    }
+    walk.admit_whole(rel, &stat, IGNORE_FILE_MAX_BYTES)?;
     walk.bytes += stat.size;
     let mut bytes = Vec::new();
     std::fs::File::from(fd)
