@@ -251,12 +251,6 @@ impl Outcome {
     }
 }
 
-/// The prompt: the step, its acceptance criteria, the supervisor's evidence, the step's work as
-/// `show` allows, what to answer.
-pub fn prompt(request: &Request<'_>) -> String {
-    shown(request).0
-}
-
 /// The text of `text` as `show` allows it to be shown, cut to `max` bytes from the end
 /// (`tail`) or the start, and how many tokens were masked.
 fn as_shown(text: &str, show: ShowWork, max: usize, tail: bool) -> (String, usize) {
@@ -290,7 +284,9 @@ fn as_shown(text: &str, show: ShowWork, max: usize, tail: bool) -> (String, usiz
     (text, masked)
 }
 
-/// The prompt, and what of the work it shows (for the `runbook-verifier-started` record).
+/// The prompt — the step, its acceptance criteria, the supervisor's evidence, the step's work
+/// as `show` allows, what to answer — and what of the work it shows (for the
+/// `runbook-verifier-started` record).
 pub fn shown(request: &Request<'_>) -> (String, Value) {
     let mut out = evidence_prompt(request);
     let work = request.work;
@@ -406,12 +402,12 @@ fn evidence_prompt(request: &Request<'_>) -> String {
 }
 
 /// Runs the tier's chain until a model answers (or the time, the tokens or the models run
-/// out); each model gets an equal share of the time left. `record` is called with each
-/// attempt's record as it ends (the audit chain).
+/// out); each model gets an equal share of the time left, with `prompt` (the request's, from
+/// [`shown`]). `record` is called with each attempt's record as it ends (the audit chain).
 pub fn verify(
     context: &Launcher,
     verifiers: &Verifiers,
-    request: &Request<'_>,
+    (request, prompt): (&Request<'_>, &str),
     n: u32,
     record: &mut dyn FnMut(&Value),
 ) -> Verification {
@@ -450,7 +446,6 @@ pub fn verify(
             );
         }
     };
-    let prompt = prompt(request);
     for (k, model) in models.iter().enumerate() {
         // Each model gets an equal share of the time left, so that one that hangs leaves the
         // rest of the chain its turn.
@@ -471,7 +466,7 @@ pub fn verify(
             &files,
             request,
             model,
-            &prompt,
+            prompt,
             (n, k),
             left,
             budget.saturating_sub(tokens),

@@ -97,7 +97,7 @@ pub(super) fn check_verifier(
         deadline: context.deadline,
         stop: Arc::clone(&approvals.closing),
     };
-    let verification = verifier::verify(&launcher, &verifiers, &request, n, &mut |r| {
+    let verification = verifier::verify(&launcher, &verifiers, (&request, &prompt), n, &mut |r| {
         lock().record("runbook-verifier-attempt", r.clone());
     });
     freeze(&context.cgroup_dirs, false, None);
