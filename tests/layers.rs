@@ -871,6 +871,59 @@ fn unsafe_code_lives_in_sys() {
     assert!(found.is_empty(), "unsafe code outside src/sys/: {found:#?}");
 }
 
+/// The plan is final when built (`sandbox::plan`): no code outside `plan/` takes a plan to
+/// change it or edits its mount list. What a kind of run adds is planned inside
+/// (`plan::run_kind`), and the one part only the launch knows — the organisation's
+/// server-managed settings — is taken by the plan's own method. Test code is left out (a test
+/// may build a plan by hand).
+#[test]
+fn nothing_outside_the_plan_edits_a_plan() {
+    const EDITS: &[&str] = &[
+        "&mut SandboxPlan",
+        "&mut crate::sandbox::plan::SandboxPlan",
+        "&mut plan::SandboxPlan",
+        "plan.mounts.push(",
+        "plan.mounts.insert(",
+        "plan.mounts.splice(",
+        "plan.mounts.retain(",
+        "plan.mounts.extend(",
+        "plan.mounts.remove(",
+        "plan.mounts.iter_mut(",
+        "plan.mounts.clear(",
+        "plan.mounts =",
+        "&mut plan.mounts",
+        "&mut plan.agent",
+        "plan.agent.as_mut(",
+    ];
+    let mut paths = Vec::new();
+    rust_files(&manifest().join("src"), &mut paths);
+    let mut found = Vec::new();
+    for path in paths {
+        let shown = format!(
+            "src/{}",
+            path.strip_prefix(manifest().join("src")).unwrap().display()
+        );
+        let in_plan = shown.starts_with("src/sandbox/plan/") || shown == "src/sandbox/plan.rs";
+        let test_file = shown.ends_with("/tests.rs") || shown.contains("/tests/");
+        if in_plan || test_file {
+            continue;
+        }
+        let code = code_of(&fs::read_to_string(&path).unwrap());
+        // An inline test module ends the file's production code.
+        let production = code.split("#[cfg(test)]").next().unwrap_or_default();
+        for (n, line) in production.lines().enumerate() {
+            let squeezed: String = line.split_whitespace().collect::<Vec<_>>().join(" ");
+            if let Some(edit) = EDITS.iter().find(|e| squeezed.contains(*e)) {
+                found.push(format!("{shown}:{}: `{edit}` in: {}", n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "a plan is edited outside sandbox::plan (plan it there, from HostFacts): {found:#?}"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // The module map in the README
 

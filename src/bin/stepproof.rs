@@ -33,6 +33,17 @@ enum Command {
         /// Machine-readable output.
         #[arg(long)]
         json: bool,
+        /// The view of a run of this runbook (`stepproof-run --runbook FILE`): its state and
+        /// client under /run/stepproof, its file read-only.
+        #[arg(long, value_name = "FILE")]
+        runbook: Option<PathBuf>,
+        /// The view the self-test runs in (`stepproof-run --selftest`, and before every `--ci`
+        /// run).
+        #[arg(long)]
+        selftest: bool,
+        /// As an unattended run (`stepproof-run --ci`): no kept sessions, caches of its own.
+        #[arg(long)]
+        ci: bool,
     },
     /// Print the compiled hook policy the launcher would mount (JSON).
     Policy {
@@ -333,7 +344,18 @@ fn main() {
             profile,
             workspace,
             json,
-        } => match host::load_plan(profile.as_deref(), workspace.as_deref()) {
+            runbook,
+            selftest,
+            ci,
+        } => match host::load_plan(
+            profile.as_deref(),
+            workspace.as_deref(),
+            &host::ExplainAs {
+                runbook,
+                selftest,
+                ci,
+            },
+        ) {
             Ok((profile, plan)) if json => match explain::explain_json(&profile, &plan) {
                 Ok(value) => {
                     stepproof::out!(

@@ -105,7 +105,7 @@ pub fn explain_text(profile: &Profile, plan: &SandboxPlan) -> String {
                 "sessions: kept per workspace in {} (transcripts, prompt history, auto-memory, todos, plans; seeded before each run, taken back after; not under --ci)",
                 dir.display()
             ),
-            None => "sessions: not kept (claude.keep_sessions = false): every run starts without earlier sessions or memory".into(),
+            None => "sessions: not kept (claude.keep_sessions = false, or a --ci run, the self-test, a verifier): every run starts without earlier sessions or memory".into(),
         });
         line(format!(
             "agent: Claude Code's managed settings at {} are StepProof's (hook for every event, managed hooks only) with the host's managed-settings.json and drop-ins laid over them, in their order, without the keys StepProof owns ({})",
@@ -115,6 +115,12 @@ pub fn explain_text(profile: &Profile, plan: &SandboxPlan) -> String {
         for removed in &plan.managed_settings_removed {
             line(format!(
                 "  REMOVED from the host's managed settings: {removed}"
+            ));
+        }
+        if let Some(slot) = plan.server_settings_slot() {
+            line(format!(
+                "  when the command is Claude Code and Claude Code on this host would fetch the organisation's server-managed settings, the launch fetches them outside with the real login and writes them to {} in place of the host's drop-ins, without the keys StepProof owns (a fetch that fails is a WARNING; the run goes on without them)",
+                slot.display()
             ));
         }
         if let Some(merged) = &plan.managed_settings {

@@ -13,6 +13,9 @@ pub enum HostError {
     Profile(#[from] ProfileError),
     #[error(transparent)]
     Plan(#[from] PlanError),
+    /// A runbook that does not read or does not check against the profile.
+    #[error("{0}")]
+    Runbook(String),
     #[error("{what} {path}: {source}")]
     Io {
         what: &'static str,
@@ -25,7 +28,7 @@ impl HostError {
     /// The profile or the flags are to fix (do not retry), rather than this host.
     pub fn is_configuration(&self) -> bool {
         match self {
-            HostError::Profile(_) | HostError::Io { .. } => true,
+            HostError::Profile(_) | HostError::Io { .. } | HostError::Runbook(_) => true,
             HostError::Plan(e) => e.is_configuration(),
         }
     }
@@ -104,22 +107,98 @@ pub fn gather_facts(workspace: Option<&Path>, probe_idmap: bool) -> Result<HostF
             .and_then(|exe| exe.parent().map(|d| d.join("stepproof-hook")))
             .filter(|p| p.is_file()),
         claude_managed_dir: PathBuf::from(crate::sandbox::plan::agent_layer::MANAGED_DIR),
-        runbook: false,
+        runbook: None,
+        selftest_probe: None,
+        fresh: crate::sandbox::plan::run_kind::Fresh::default(),
         single_turn: false,
         session_seeding: crate::sandbox::plan::agent_layer::SessionSeeding::Every,
     })
 }
 
+/// The kind of run `stepproof explain` plans for: by default an interactive run of a command;
+/// `--runbook FILE`, `--selftest` and `--ci` add what those runs add to the view.
+#[derive(Debug, Default, Clone)]
+pub struct ExplainAs {
+    pub runbook: Option<PathBuf>,
+    pub selftest: bool,
+    pub ci: bool,
+}
+
 pub fn load_plan(
     profile: Option<&Path>,
     workspace: Option<&Path>,
+    kind: &ExplainAs,
 ) -> Result<(Profile, SandboxPlan), HostError> {
     let profile = Profile::load(profile)?;
     tracing::debug!("profile loaded");
-    let facts = gather_facts(workspace, true)?;
+    let mut facts = gather_facts(workspace, true)?;
     tracing::debug!("facts gathered");
+    // The `stepproof` binary explaining is the one a run binds (the runbook's client, the
+    // self-test's probe): both are installed beside stepproof-run.
+    let us = std::env::current_exe().map_err(|source| HostError::Io {
+        what: "finding the stepproof binary",
+        path: "/proc/self/exe".into(),
+        source,
+    })?;
+    if let Some(path) = &kind.runbook {
+        let loaded = load_runbook(path, &profile).map_err(HostError::Runbook)?;
+        facts.runbook = Some(crate::sandbox::plan::run_kind::RunbookFacts {
+            file: loaded.path,
+            client: us.clone(),
+        });
+    }
+    if kind.selftest {
+        facts.selftest_probe = Some(us);
+    }
+    facts.fresh = crate::sandbox::plan::run_kind::Fresh {
+        sessions: kind.ci || kind.selftest,
+        caches: kind.ci || kind.selftest,
+    };
     let plan = plan_for(&profile, &facts)?;
     Ok((profile, plan))
+}
+
+/// A runbook as `--runbook` named it, checked against the run's profile.
+pub struct LoadedRunbook {
+    pub runbook: crate::runbook::Runbook,
+    pub path: PathBuf,
+    /// The file as read: what the run must not be able to change.
+    pub source: crate::profile::ProfileSource,
+}
+
+/// Reads and checks the runbook against the profile: its errors, each at its
+/// file:line:column, refuse it.
+pub fn load_runbook(path: &Path, profile: &Profile) -> Result<LoadedRunbook, String> {
+    let text = crate::runbook::read(path).map_err(|e| format!("--runbook: {e}"))?;
+    let report = crate::runbook::check(&text, profile);
+    let origin = path.display().to_string();
+    let errors: Vec<String> = report
+        .problems
+        .iter()
+        .filter(|p| p.severity == crate::runbook::Severity::Error)
+        .map(|p| p.render(&origin))
+        .collect();
+    let runbook = match report.runbook {
+        Some(runbook) if errors.is_empty() => runbook,
+        _ => {
+            return Err(format!(
+                "--runbook {origin} has errors against profile {}:\n{}",
+                profile.name,
+                errors.join("\n")
+            ));
+        }
+    };
+    if profile.hook.is_none() {
+        return Err(format!(
+            "--runbook {origin}: profile {} has no [hook]: nothing would enforce the steps",
+            profile.name
+        ));
+    }
+    Ok(LoadedRunbook {
+        source: crate::profile::ProfileSource::of(path, &text),
+        path: path.canonicalize().unwrap_or_else(|_| path.to_path_buf()),
+        runbook,
+    })
 }
 
 /// The namespace sandbox, or — where user namespaces are refused and the profile allows it —

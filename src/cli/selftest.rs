@@ -3,45 +3,14 @@
 //! `stepproof-run --ci` runs it before starting the agent.
 
 use crate::cli::probes::{Needs, PROBES, ProbeOutcome, run_probe};
+use crate::sandbox::plan::run_kind::SELFTEST_BINARY;
 use crate::sandbox::plan::{Access, MountOp, SandboxPlan};
 use std::ffi::OsString;
 
-const DIR: &str = "/run/stepproof-selftest";
-const BINARY: &str = "/run/stepproof-selftest/stepproof";
-
-/// Adds the `stepproof` binary (next to `stepproof-run`) to the plan and returns the command
-/// that runs every probe (and, for a profile with a hook, the checks of the agent's layer).
-pub fn install_probe_binary(plan: &mut SandboxPlan) -> Result<Vec<OsString>, String> {
-    let exe = std::env::current_exe().map_err(|e| format!("finding stepproof-run: {e}"))?;
-    let probe = exe.with_file_name("stepproof");
-    if !probe.is_file() {
-        return Err(format!(
-            "the self-test needs {} (installed next to stepproof-run)",
-            probe.display()
-        ));
-    }
-    let at = plan
-        .mounts
-        .iter()
-        .position(|m| matches!(m, MountOp::ReadOnlyRoot))
-        .unwrap_or(plan.mounts.len());
-    let ops = [
-        MountOp::Tmpfs {
-            dst: DIR.into(),
-            mode: 0o755,
-            size_mib: Some(1),
-        },
-        MountOp::FromSupervisor {
-            src: probe,
-            dst: BINARY.into(),
-            access: Access::ReadOnly,
-        },
-        MountOp::SealReadOnly { dst: DIR.into() },
-    ];
-    for (i, op) in ops.into_iter().enumerate() {
-        plan.mounts.insert(at + i, op);
-    }
-    let mut command = vec![BINARY.into(), "__probe-all".into()];
+/// The command that runs every probe (and, for a profile with a hook, the checks of the
+/// agent's layer) from the probe binary the plan binds (`plan::run_kind`).
+pub fn probe_command(plan: &SandboxPlan) -> Vec<OsString> {
+    let mut command = vec![SELFTEST_BINARY.into(), "__probe-all".into()];
     if plan.agent.is_some() {
         command.push("--agent".into());
     }
@@ -66,7 +35,7 @@ pub fn install_probe_binary(plan: &mut SandboxPlan) -> Result<Vec<OsString>, Str
             command.push(shown.into());
         }
     }
-    Ok(command)
+    command
 }
 
 fn finding(name: &str, problems: Vec<String>, fine: &str) -> ProbeOutcome {

@@ -11,6 +11,12 @@ use std::path::{Path, PathBuf};
 /// The runbook directory inside the sandbox: `state.json`, the open steps' policies and the
 /// step socket, read-only (a directory bind of a supervisor-owned host directory).
 pub const RUNBOOK_DIR: &str = "/run/stepproof/runbook";
+
+/// That directory on the host: the run directory's `runbook` (the engine makes it; the plan
+/// binds it, and `stepproof explain --runbook` prints the mount).
+pub fn state_dir(run_dir: &std::path::Path) -> std::path::PathBuf {
+    run_dir.join("runbook")
+}
 /// The step socket's name in it.
 pub const STEP_SOCKET: &str = "step.sock";
 /// The approval socket's name in the run's directory on the host.

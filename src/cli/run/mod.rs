@@ -21,6 +21,18 @@ use std::path::PathBuf;
 
 pub mod args;
 mod end;
+mod outputs;
+mod owed;
+mod runbook;
+mod started;
+mod why;
+
+use host::LoadedRunbook;
+use outputs::*;
+use owed::*;
+use runbook::*;
+use started::*;
+use why::*;
 
 /// What the caller asked for: `stepproof-run`'s arguments.
 #[derive(Debug, Default)]
@@ -71,111 +83,6 @@ pub struct Request {
     pub verifier_agent: Option<PathBuf>,
 }
 
-/// The audit log: a failure to open the one asked for with `--audit-log` stops the run; the
-/// default one only warns (the run is not less protected without it).
-fn open_audit_log(
-    args: &Request,
-    home: &std::path::Path,
-) -> Result<Option<AuditSink>, AuditSinkError> {
-    let explicit = args.audit_log.is_some();
-    let path = args
-        .audit_log
-        .clone()
-        .unwrap_or_else(|| AuditSink::default_path(home));
-    match AuditSink::open(&path) {
-        Ok(sink) => {
-            if args.verbose > 0 {
-                crate::say!("audit log: {}", sink.path().display());
-            }
-            Ok(Some(sink))
-        }
-        Err(e) if explicit => Err(e),
-        Err(e) => {
-            tracing::warn!("{e}; running without an audit log");
-            Ok(None)
-        }
-    }
-}
-
-/// The files the caller asked for, opened before the sandbox starts (see
-/// [`crate::supervisor::way_out::output_files`]).
-#[derive(Default)]
-struct Outputs {
-    opened: bool,
-    /// Added to the status file's object (what the outcome alone does not say).
-    status_extra: serde_json::Map<String, serde_json::Value>,
-    status: Option<OutputFile>,
-    report: Option<OutputFile>,
-    summaries: Vec<OutputFile>,
-    summary_json: Option<OutputFile>,
-    /// The run's directory under the state dir, once the host's facts are known: the retention
-    /// rule is applied beside it when the run ends.
-    run_dir: Option<PathBuf>,
-}
-
-impl Outputs {
-    fn open(args: &Request, roots: &[PathBuf]) -> Result<Outputs, String> {
-        let open = |what, path: &Option<PathBuf>, mode| {
-            path.as_deref()
-                .map(|p| OutputFile::open(what, p, roots, mode))
-                .transpose()
-                .map_err(|e| e.to_string())
-        };
-        let mut summaries: Vec<OutputFile> =
-            open("the summary", &args.summary, WriteMode::Replace)?
-                .into_iter()
-                .collect();
-        // An empty value names no file (GitHub sets it to one; a job that clears it wants none).
-        if args.ci
-            && let Some(path) = std::env::var_os("GITHUB_STEP_SUMMARY").filter(|p| !p.is_empty())
-        {
-            summaries.push(
-                OutputFile::open(
-                    "$GITHUB_STEP_SUMMARY",
-                    std::path::Path::new(&path),
-                    roots,
-                    WriteMode::Append,
-                )
-                .map_err(|e| e.to_string())?,
-            );
-        }
-        Ok(Outputs {
-            opened: true,
-            status_extra: serde_json::Map::new(),
-            status: open("the status file", &args.status_file, WriteMode::Replace)?,
-            report: open("the report", &args.report, WriteMode::Replace)?,
-            summaries,
-            summary_json: open("the JSON summary", &args.summary_json, WriteMode::Replace)?,
-            run_dir: None,
-        })
-    }
-
-    /// A launch that failed before the plan: nothing ran, so the workspace is the only
-    /// directory a run could have written (an earlier one).
-    fn open_late(args: &Request) -> Outputs {
-        let workspace = args
-            .workspace
-            .clone()
-            .or_else(|| std::env::current_dir().ok())
-            .and_then(|w| w.canonicalize().ok());
-        Outputs::open(args, &workspace.into_iter().collect::<Vec<_>>()).unwrap_or_else(|e| {
-            crate::say!("stepproof-run: {e}");
-            Outputs {
-                opened: true,
-                ..Outputs::default()
-            }
-        })
-    }
-}
-
-fn write_output(file: &mut Option<OutputFile>, bytes: &[u8]) {
-    if let Some(file) = file
-        && let Err(e) = file.write(bytes)
-    {
-        crate::say!("stepproof-run: writing {}: {e}", file.path().display());
-    }
-}
-
 /// The run, in order: what is known is read and refused early, what the launch needs is made,
 /// the end is owed before the command starts, then the launch and the end — one line a step,
 /// each saying why it comes there.
@@ -207,14 +114,14 @@ fn carry_out(
     let planned = plan_the_view(&known, audit.as_ref())?;
     // Before anything runs: whatever the sandbox plants at these names later is not followed.
     open_outputs(args, outputs, &planned.plan)?;
-    let mut made = make_state(&known, planned, outputs)?;
+    let mut made = make_state(&known, planned)?;
     say_what_is_weaker(&made.plan);
     // A limit the profile requires that this host cannot enforce stops here.
     let limits = prepare_limits(&known)?;
     // Its directory and sockets, its file protected like the profile's, the client inside.
     let runbook_run = runbook_run(
         &known,
-        &mut made.plan,
+        &made.plan,
         audit.as_ref(),
         &limits,
         &approval_webhook,
@@ -276,6 +183,20 @@ fn carry_out(
     )
 }
 
+/// A binary of StepProof's installed next to `stepproof-run` (`what` needs it).
+fn beside_us(name: &str, what: &str) -> Result<std::path::PathBuf, Failure> {
+    let exe = std::env::current_exe()
+        .map_err(|e| Failure::host(format!("finding stepproof-run: {e}")))?;
+    let path = exe.with_file_name(name);
+    if !path.is_file() {
+        return Err(Failure::host(format!(
+            "{what} is not installed beside stepproof-run ({})",
+            path.display()
+        )));
+    }
+    Ok(path)
+}
+
 /// What is known before anything is made: the request read against the profile and the host.
 struct Known<'a> {
     args: &'a Request,
@@ -316,7 +237,24 @@ fn know(args: &Request) -> Result<Known<'_>, Failure> {
             Failure::host(e.to_string())
         }
     })?;
-    facts.runbook = runbook.is_some();
+    facts.runbook = runbook
+        .as_ref()
+        .map(|loaded| {
+            Ok(crate::sandbox::plan::run_kind::RunbookFacts {
+                file: loaded.path.clone(),
+                client: beside_us("stepproof", "--runbook: the `stepproof` client")?,
+            })
+        })
+        .transpose()?;
+    if args.selftest {
+        facts.selftest_probe = Some(beside_us("stepproof", "the self-test's probe")?);
+    }
+    // Unattended runs, the self-test and model verifier runs start from nothing and keep
+    // nothing (a verifier keeps the workspace's caches: it builds nothing of its own).
+    facts.fresh = crate::sandbox::plan::run_kind::Fresh {
+        sessions: args.ci || args.selftest || args.verifier_agent.is_some(),
+        caches: args.ci || args.selftest,
+    };
     facts.single_turn = crate::sandbox::plan::agent_layer::single_turn(&args.command);
     facts.session_seeding = crate::sandbox::plan::agent_layer::session_seeding(&args.command);
     // The home is shown read-only and holds StepProof's run directories: one that is not
@@ -342,31 +280,6 @@ fn know(args: &Request) -> Result<Known<'_>, Failure> {
     })
 }
 
-type Webhook = Option<std::sync::Arc<crate::supervisor::runbook::webhook::Webhook>>;
-
-/// The approval webhook: named only from outside the workspace, https, out of the agent's
-/// reach; its key read now when the runbook has an approval step to ask it.
-fn approval_webhook(known: &Known<'_>) -> Result<Webhook, Failure> {
-    let webhook = crate::supervisor::runbook::webhook::prepare(
-        &known.profile,
-        &known.facts.env,
-        &known.facts.home,
-        &known.facts.workspace,
-        known.runbook.as_ref().is_some_and(|r| {
-            r.runbook
-                .steps
-                .iter()
-                .any(|s| s.evidence.iter().any(|e| e.approval.is_some()))
-        }),
-    )
-    .map_err(Failure::refused)?
-    .map(std::sync::Arc::new);
-    for note in webhook.iter().flat_map(|w| &w.notes) {
-        crate::say!("stepproof-run: {note}");
-    }
-    Ok(webhook)
-}
-
 /// The self-test of this profile's sandbox: a probe that escapes refuses the run.
 fn self_test_holds(args: &Request) -> Result<(), Failure> {
     let escaped = run_selftest(args).map_err(Failure::host)?;
@@ -377,47 +290,6 @@ fn self_test_holds(args: &Request) -> Result<(), Failure> {
         )));
     }
     Ok(())
-}
-
-/// `--audit-log` resolved once, here, against the directories the run will be able to write
-/// (a directory that does not exist yet counts by its name; a link inside them is not
-/// followed): inside one, it is refused.
-fn audit_log_outside_the_run(known: &Known<'_>) -> Result<(), Failure> {
-    let Some(path) = &known.args.audit_log else {
-        return Ok(());
-    };
-    let facts = &known.facts;
-    let mut roots = vec![facts.workspace.clone()];
-    roots.extend(known.profile.filesystem.writable.iter().filter_map(|spec| {
-        spec.resolve(&facts.home, &facts.workspace)
-            .canonicalize()
-            .ok()
-    }));
-    let inside = writable_root_of(path, &roots)
-        .map_err(|e| Failure::refused(format!("--audit-log {}: {e}", path.display())))?;
-    if let Some(root) = inside {
-        return Err(Failure::refused(format!(
-            "--audit-log {}: inside {}, where the sandbox could read and write it; put it outside",
-            path.display(),
-            root.display()
-        )));
-    }
-    Ok(())
-}
-
-/// The audit log, with one budget (bytes and rate) for what the agent causes to be recorded
-/// (hook reports, connections, model requests, runbook requests), in the log and the export
-/// alike.
-fn open_records(known: &Known<'_>) -> Result<Option<AuditSink>, Failure> {
-    let audit = open_audit_log(known.args, &known.facts.home).map_err(audit_failure)?;
-    if let Some(audit) = &audit {
-        audit.limit_caused(
-            known.profile.audit.inside_max_mib << 20,
-            known.profile.audit.inside_max_per_second(),
-        );
-    }
-    tracing::debug!("audit log opened");
-    Ok(audit)
 }
 
 /// The plan and what it names, made.
@@ -436,6 +308,18 @@ struct Planned {
 /// drop-in; then what would switch the hook off is refused.
 fn plan_the_view(known: &Known<'_>, audit: Option<&AuditSink>) -> Result<Planned, Failure> {
     let args = known.args;
+    // The run's directory, before the plan: StepProof's state is a directory the plan hides.
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&known.facts.run_dir)
+        .map_err(|e| {
+            Failure::host(format!(
+                "creating the run's directory {}: {e}",
+                known.facts.run_dir.display()
+            ))
+        })?;
     let mut plan = host::plan_for(&known.profile, &known.facts).map_err(plan_failure)?;
     // What the plan names, made now (and removed when this goes, whatever happens next).
     let scratch = start::ScratchDir::create(&plan).map_err(|e| Failure::host(e.to_string()))?;
@@ -449,9 +333,12 @@ fn plan_the_view(known: &Known<'_>, audit: Option<&AuditSink>) -> Result<Planned
         && plan.agent.is_some()
         && !args.selftest
         && crate::sandbox::plan::agent_layer::command_is_claude(&args.command)
+        && let Some((url, fetched)) =
+            crate::supervisor::net::server_settings::at_launch(&plan, &upstream.host, login)
     {
-        crate::supervisor::net::server_settings::at_launch(&mut plan, &upstream.host, login);
+        plan.take_server_settings(&url, fetched);
     }
+
     if plan.agent.is_some() {
         hook_stays(known, &plan)?;
     }
@@ -491,21 +378,6 @@ fn hook_stays(known: &Known<'_>, plan: &crate::sandbox::plan::SandboxPlan) -> Re
     Ok(())
 }
 
-/// The files the caller asked for (status, report, summaries), opened before anything runs.
-fn open_outputs(
-    args: &Request,
-    outputs: &mut Outputs,
-    plan: &crate::sandbox::plan::SandboxPlan,
-) -> Result<(), Failure> {
-    let run_dir = outputs.run_dir.clone();
-    *outputs = Outputs::open(args, &writable_roots(plan))
-        .inspect_err(|_| outputs.opened = true)
-        .map_err(Failure::refused)?;
-    outputs.run_dir = run_dir;
-    tracing::debug!("outputs opened");
-    Ok(())
-}
-
 /// The plan, and the per-run state made for it.
 struct Made {
     plan: crate::sandbox::plan::SandboxPlan,
@@ -519,31 +391,20 @@ struct Made {
     command: Vec<OsString>,
 }
 
-/// Unattended runs, the self-test and model verifier runs start from nothing and keep
-/// nothing; the build caches the plan binds are made (a run's own removed when this goes); the
-/// self-test's probe is installed.
-fn make_state(known: &Known<'_>, planned: Planned, outputs: &Outputs) -> Result<Made, Failure> {
+/// The build caches the plan binds are made (a run's own removed when this goes); the
+/// command is the caller's, or the self-test's probes.
+fn make_state(known: &Known<'_>, planned: Planned) -> Result<Made, Failure> {
     let args = known.args;
     let Planned {
-        mut plan,
+        plan,
         scratch,
         gateway,
     } = planned;
-    if (args.ci || args.selftest || args.verifier_agent.is_some())
-        && let Some(agent) = &mut plan.agent
-    {
-        agent.sessions = None;
-    }
-    if (args.ci || args.selftest)
-        && let Some(run_dir) = &outputs.run_dir
-    {
-        plan.use_per_run_caches(run_dir);
-    }
     let caches = crate::supervisor::agent::caches::Caches::create(&plan)
         .map_err(|e| Failure::host(format!("stepproof-run: {e}")))?;
     tracing::debug!("caches made");
     let command: Vec<OsString> = if args.selftest {
-        crate::cli::selftest::install_probe_binary(&mut plan).map_err(Failure::host)?
+        crate::cli::selftest::probe_command(&plan)
     } else {
         args.command.clone()
     };
@@ -596,205 +457,6 @@ fn prepare_limits(
     }
     tracing::debug!("cgroup prepared");
     Ok(limits)
-}
-
-/// The start record's account: the run's id (on every record the export ships), the export,
-/// and the record's sequence number.
-struct Started {
-    run_id: String,
-    exporter: Option<crate::audit::export::Exporter>,
-    seq: Option<u64>,
-}
-
-/// The export (attached before the start record) and the start record itself: the tier this
-/// run gets and what it gives up, the limits, the runbook. A log that cannot take it stops the
-/// run (118).
-fn write_start(
-    known: &Known<'_>,
-    plan: &crate::sandbox::plan::SandboxPlan,
-    audit: Option<&AuditSink>,
-    limits: &crate::supervisor::launch::cgroup::RunLimits,
-    approval_webhook: &Webhook,
-) -> Result<Started, Failure> {
-    let args = known.args;
-    let run_id = crate::audit::export::new_run_id();
-    let Some(audit) = audit else {
-        tracing::debug!("start record written");
-        return Ok(Started {
-            run_id,
-            exporter: None,
-            seq: None,
-        });
-    };
-    // The self-test's own run is not a run of the caller's to ship.
-    let exporter = if args.selftest {
-        None
-    } else {
-        start_export(
-            &known.profile,
-            plan,
-            known.runbook.as_ref(),
-            &known.facts,
-            audit,
-            &run_id,
-        )?
-    };
-    let seq = audit.record_at(
-        "supervisor",
-        "run-start",
-        &start_record(known, plan, limits, approval_webhook, &run_id),
-    );
-    if let Some(why) = audit.failure() {
-        return Err(Failure {
-            code: crate::exit::ExitCode::AuditIncomplete,
-            message: format!(
-                "the audit log {}: the start record could not be written ({why}); the command was not started",
-                audit.path().display()
-            ),
-        });
-    }
-    tracing::debug!("start record written");
-    Ok(Started {
-        run_id,
-        exporter,
-        seq,
-    })
-}
-
-/// The start record: the tier this run gets and what it gives up, the limits, the runbook.
-fn start_record(
-    known: &Known<'_>,
-    plan: &crate::sandbox::plan::SandboxPlan,
-    limits: &crate::supervisor::launch::cgroup::RunLimits,
-    approval_webhook: &Webhook,
-    run_id: &str,
-) -> serde_json::Value {
-    let args = known.args;
-    let argv: Vec<String> = args
-        .command
-        .iter()
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect();
-    serde_json::json!({
-        "run_id": run_id,
-        "argv": argv,
-        "profile": plan.profile,
-        "policy_hash": plan.policy_hash,
-        "stepproof_version": env!("CARGO_PKG_VERSION"),
-        "workspace": crate::audit::text::path(&plan.workspace),
-        // The tier this run gets and what it gives up, in the first record: where the
-        // host or a container's runtime refuses user namespaces, Landlock and seccomp
-        // alone (the profile allowed it), with every loss and the reason.
-        "isolation": plan.isolation,
-        "lost": plan.losses,
-        "user_namespaces": (plan.isolation
-            == crate::sandbox::plan::Isolation::LandlockSeccompOnly)
-            .then(|| crate::cli::doctor::user_namespace_check().1),
-        "managed_settings_removed": plan.managed_settings_removed,
-        // Where the launch's bounded scans stopped, and what else the plan noted.
-        "notes": plan.notes,
-        // Where each limit of the run's cgroup is enforced, or why it is not.
-        "limits": limits.plan.entries,
-        "limit_lines": limits.plan.lines(),
-        "limits_dropped": limits.dropped,
-        "runbook": known.runbook.as_ref().map(|r| serde_json::json!({
-            "id": r.runbook.id,
-            "hash": r.runbook.hash(),
-            "path": crate::audit::text::path(&r.path),
-            "steps": r.runbook.steps.len(),
-            "pre_approved": args.approve,
-            "fresh": args.runbook_fresh,
-            "approval_webhook": approval_webhook
-                .as_deref()
-                .map(crate::supervisor::runbook::webhook::describe),
-        })),
-    })
-}
-
-/// A model verifier run: its agent definition, for its own config directory only.
-fn verifier_agent(
-    args: &Request,
-    plan: &crate::sandbox::plan::SandboxPlan,
-) -> Result<Option<String>, Failure> {
-    match &args.verifier_agent {
-        None => Ok(None),
-        Some(_) if plan.agent.is_none() => Err(Failure::refused(
-            "--verifier-agent: the profile has no agent layer (no [hook]) to install it in",
-        )),
-        Some(path) => crate::regular_file::read_to_string(path, 64 << 10)
-            .map(Some)
-            .map_err(|e| Failure::host(format!("--verifier-agent {}: {e}", path.display()))),
-    }
-}
-
-/// What the end needs and owes: the launch snapshot, the sweep's scope, and the marker.
-struct OwedEnd {
-    snapshot: Snapshot,
-    scope: SweepScope,
-    marker: Option<Owed>,
-}
-
-/// The launch snapshot, and what the end owes, in the run directory before the command starts:
-/// if this process is killed from here on, `stepproof repair` or the next run on the workspace
-/// finishes the end with this snapshot. The self-test's run has no sweep, and owes none.
-fn owe_the_end(
-    known: &Known<'_>,
-    plan: &crate::sandbox::plan::SandboxPlan,
-    audit: Option<&AuditSink>,
-    started: &Started,
-) -> Result<OwedEnd, Failure> {
-    let snapshot = Snapshot::take(plan);
-    let scope = SweepScope::of(&known.profile, plan);
-    tracing::debug!("snapshot taken");
-    let marker = if known.args.selftest {
-        None
-    } else {
-        let owed = Owed::record(
-            &known.facts.run_dir,
-            &started.run_id,
-            audit.map(AuditSink::path),
-            started.seq,
-            &scope,
-            &snapshot,
-        )
-        .map_err(|e| {
-            Failure::host(format!(
-                "recording what the run's end owes (so that it survives a kill): {e}; the command was not started"
-            ))
-        })?;
-        tracing::debug!("work owed recorded");
-        Some(owed)
-    };
-    Ok(OwedEnd {
-        snapshot,
-        scope,
-        marker,
-    })
-}
-
-/// The runbook's run, when there is one (see [`prepare_runbook`]).
-fn runbook_run(
-    known: &Known<'_>,
-    plan: &mut crate::sandbox::plan::SandboxPlan,
-    audit: Option<&AuditSink>,
-    limits: &crate::supervisor::launch::cgroup::RunLimits,
-    approval_webhook: &Webhook,
-) -> Result<Option<crate::supervisor::runbook::engine::RunbookRun>, Failure> {
-    let Some(loaded) = &known.runbook else {
-        return Ok(None);
-    };
-    prepare_runbook(
-        known.args,
-        loaded,
-        plan,
-        &known.facts,
-        audit,
-        limits.cgroup.as_ref(),
-        limits.no_freezer.clone(),
-        approval_webhook.clone(),
-        crate::supervisor::runbook::files::Budget::from_profile(&known.profile.runbook),
-    )
-    .map(Some)
 }
 
 /// The launch, with what it serves and watches meanwhile.
@@ -852,432 +514,6 @@ fn launch_unless_ended(
     }
 }
 
-/// The run's end is done: its marker goes (the lock stays held until the process ends).
-fn discharge(owed: Option<Owed>) {
-    if let Some(owed) = owed
-        && let Err(e) = owed.discharge()
-    {
-        crate::say!("stepproof-run: removing the marker of work owed: {e}");
-    }
-}
-
-/// Finishes the owed runs of `workspace` (runs whose supervisor died before their end), from
-/// the run directories beside `own`, and says so. A run whose sweep could not be done refuses
-/// this launch: the workspace may hold what the agent left, and this run would take it as its
-/// launch state. One swept but not recorded (its log is busy or full) only warns.
-fn finish_owed_runs(own: &std::path::Path, workspace: &std::path::Path) -> Result<(), Failure> {
-    let Some(runs) = own.parent() else {
-        return Ok(());
-    };
-    let finished = recover::finish(
-        runs,
-        Some(workspace),
-        recover::VIA_RUN,
-        std::time::Duration::from_secs(10),
-    );
-    let mut refused = Vec::new();
-    for done in finished {
-        match done {
-            recover::Finished::Done(repair) => {
-                for line in recover::describe(&repair) {
-                    crate::say!("stepproof-run: {line}");
-                }
-            }
-            recover::Finished::Live(_) => {}
-            recover::Finished::Unfinished(u) if u.swept => {
-                crate::say!("stepproof-run: WARNING: {u}");
-            }
-            recover::Finished::Unfinished(u) => refused.push(u.to_string()),
-        }
-    }
-    tracing::debug!("owed runs finished");
-    if refused.is_empty() {
-        Ok(())
-    } else {
-        Err(Failure::host(format!(
-            "an earlier run in {} died before its end, and that end could not be finished: {}; not starting the command (this run would take what that run left as its launch state). See `stepproof repair {}`",
-            workspace.display(),
-            refused.join("; "),
-            crate::audit::text::shell_word(&crate::audit::text::path(workspace))
-        )))
-    }
-}
-
-/// The audit export, when the profile or `stepproof-run`'s environment names a collector: the
-/// outbox in the run's directory, attached to the sink before the start record, and its
-/// shipper thread. A setting that cannot be right (a bad URL or header) refuses the run; an
-/// outbox that cannot be made only warns (the local log is the record).
-fn start_export(
-    profile: &Profile,
-    plan: &crate::sandbox::plan::SandboxPlan,
-    runbook: Option<&LoadedRunbook>,
-    facts: &crate::sandbox::plan::HostFacts,
-    audit: &AuditSink,
-    run_id: &str,
-) -> Result<Option<crate::audit::export::Exporter>, Failure> {
-    let env = |name: &str| std::env::var(name).ok();
-    let config = crate::audit::export_config::resolve(profile.audit.export.as_ref(), &env)
-        .map_err(|e| Failure::refused(format!("the audit export: {e}")))?;
-    let Some(config) = config else {
-        return Ok(None);
-    };
-    let mut resource: Vec<(String, String)> = vec![
-        ("service.name".into(), "stepproof".into()),
-        ("service.version".into(), env!("CARGO_PKG_VERSION").into()),
-        ("stepproof.run.id".into(), run_id.into()),
-        ("stepproof.profile.name".into(), plan.profile.clone()),
-        ("stepproof.profile.hash".into(), plan.policy_hash.clone()),
-    ];
-    if let Ok(host) = nix::unistd::gethostname() {
-        resource.push(("host.name".into(), host.to_string_lossy().into_owned()));
-    }
-    if let Some(r) = runbook {
-        resource.push(("stepproof.runbook.id".into(), r.runbook.id.to_string()));
-        resource.push(("stepproof.runbook.hash".into(), r.runbook.hash()));
-    }
-    resource.extend(crate::audit::export_otlp::ci_attributes(&env));
-    // The caller's attributes add to these (and may rename the service), never change the
-    // run's identity.
-    for (key, value) in config.resource.clone() {
-        if key.starts_with("stepproof.") {
-            continue;
-        }
-        resource.retain(|(k, _)| *k != key);
-        resource.push((key, value));
-    }
-    let first_seq = audit.next_seq();
-    // The shipper's batches never overlap the init's clone from a copy of this process: a lock
-    // it held then would stay held in the init (see `sys::seed::QUIET`).
-    match crate::audit::export::Exporter::start(
-        &facts.run_dir,
-        config,
-        run_id,
-        first_seq,
-        resource,
-        &crate::sys::seed::QUIET,
-    ) {
-        Ok(exporter) => {
-            audit.attach_outbox(exporter.outbox());
-            Ok(Some(exporter))
-        }
-        Err(e) => {
-            crate::say!("stepproof-run: WARNING: the audit export is off for this run: {e}");
-            Ok(None)
-        }
-    }
-}
-
-/// The end of the export: what is left is sent for at most `flush_timeout`; the status says
-/// how many records were not (they wait in the outbox for `stepproof audit ship`).
-fn finish_export(exporter: crate::audit::export::Exporter, outputs: &mut Outputs) {
-    let summary = exporter.finish();
-    if summary.unsent > 0 {
-        crate::say!(
-            "stepproof-run: audit export: {} of {} records NOT yet sent to {} ({}); they wait in {} — `stepproof audit ship {}` sends them",
-            summary.unsent,
-            summary.records,
-            summary.endpoint,
-            summary.last_error.as_deref().unwrap_or("flush timeout"),
-            summary.outbox,
-            summary.outbox
-        );
-    } else {
-        tracing::info!(records = summary.sent, "audit export: every record sent");
-    }
-    if let Ok(value) = serde_json::to_value(&summary) {
-        outputs.status_extra.insert("export".into(), value);
-    }
-}
-
-/// A runbook as `--runbook` named it, checked against the run's profile.
-struct LoadedRunbook {
-    runbook: crate::runbook::Runbook,
-    path: PathBuf,
-    /// The file as read: what the run must not be able to change.
-    source: crate::profile::ProfileSource,
-}
-
-/// Reads and checks the runbook against the profile: errors (each at its file:line:column)
-/// stop the launch with 125.
-fn load_runbook(path: &std::path::Path, profile: &Profile) -> Result<LoadedRunbook, Failure> {
-    let text = crate::runbook::read(path).map_err(|e| Failure::host(format!("--runbook: {e}")))?;
-    let report = crate::runbook::check(&text, profile);
-    let origin = path.display().to_string();
-    let errors: Vec<String> = report
-        .problems
-        .iter()
-        .filter(|p| p.severity == crate::runbook::Severity::Error)
-        .map(|p| p.render(&origin))
-        .collect();
-    let runbook = match report.runbook {
-        Some(runbook) if errors.is_empty() => runbook,
-        _ => {
-            return Err(Failure::host(format!(
-                "--runbook {origin} has errors against profile {}:\n{}",
-                profile.name,
-                errors.join("\n")
-            )));
-        }
-    };
-    if profile.hook.is_none() {
-        return Err(Failure::host(format!(
-            "--runbook {origin}: profile {} has no [hook]: nothing would enforce the steps",
-            profile.name
-        )));
-    }
-    Ok(LoadedRunbook {
-        source: crate::profile::ProfileSource::of(path, &text),
-        path: path.canonicalize().unwrap_or_else(|_| path.to_path_buf()),
-        runbook,
-    })
-}
-
-/// The runbook's run: its directory and sockets (bound inside with the `stepproof` client),
-/// and its file read-only inside where the run could write it.
-#[allow(clippy::too_many_arguments)]
-fn prepare_runbook(
-    args: &Request,
-    loaded: &LoadedRunbook,
-    plan: &mut crate::sandbox::plan::SandboxPlan,
-    facts: &crate::sandbox::plan::HostFacts,
-    audit: Option<&AuditSink>,
-    cgroup: Option<&crate::supervisor::launch::cgroup::RunCgroup>,
-    no_freezer: Option<String>,
-    approval_webhook: Option<std::sync::Arc<crate::supervisor::runbook::webhook::Webhook>>,
-    budget: crate::supervisor::runbook::files::Budget,
-) -> Result<crate::supervisor::runbook::engine::RunbookRun, Failure> {
-    use crate::sandbox::plan::agent_layer::CONTROL_DIR;
-    use crate::sandbox::plan::{Access, MountOp};
-    let exe = std::env::current_exe()
-        .map_err(|e| Failure::host(format!("finding stepproof-run: {e}")))?;
-    let client = exe.with_file_name("stepproof");
-    if !client.is_file() {
-        return Err(Failure::host(format!(
-            "--runbook: the `stepproof` client is not installed beside stepproof-run ({})",
-            client.display()
-        )));
-    }
-    let Some(seal) = plan.mounts.iter().position(
-        |op| matches!(op, MountOp::SealReadOnly { dst } if dst.as_path() == std::path::Path::new(CONTROL_DIR)),
-    ) else {
-        return Err(Failure::host(
-            "--runbook: this plan has no agent layer (/run/stepproof) to carry the runbook's state",
-        ));
-    };
-    let profile = match &args.profile {
-        Some(p) => p
-            .canonicalize()
-            .unwrap_or_else(|_| p.clone())
-            .display()
-            .to_string(),
-        None => "default".to_string(),
-    };
-    // An earlier run of this runbook here that ended with steps open is continued, its state
-    // rebuilt from its verified audit chain.
-    let continued = if args.runbook_fresh {
-        None
-    } else {
-        use crate::supervisor::runbook::continuation::{Found, find};
-        match find(
-            &facts.run_dir,
-            &loaded.runbook,
-            &loaded.runbook.hash(),
-            &crate::audit::text::path(&plan.workspace),
-        )
-        .map_err(|e| Failure::refused(format!("--runbook: {e}")))?
-        {
-            Found::Nothing => None,
-            Found::NotContinued(why) => {
-                crate::say!("stepproof-run: runbook {}: {why}", loaded.runbook.id);
-                None
-            }
-            Found::Continue(earlier) => {
-                let passed: Vec<&str> = loaded
-                    .runbook
-                    .steps
-                    .iter()
-                    .zip(&earlier.steps)
-                    .filter(|(_, s)| s.passed)
-                    .map(|(step, _)| step.id.as_str())
-                    .collect();
-                crate::say!(
-                    "stepproof-run: runbook {}: continuing run {} (its audit log verified, head {}); passed already: {}",
-                    loaded.runbook.id,
-                    earlier.run_id,
-                    earlier.head,
-                    if passed.is_empty() {
-                        "none".to_string()
-                    } else {
-                        passed.join(", ")
-                    }
-                );
-                Some(earlier)
-            }
-        }
-    };
-    let run = crate::supervisor::runbook::engine::RunbookRun::prepare(
-        loaded.runbook.clone(),
-        audit,
-        &facts.run_dir,
-        (plan.identity.outside_uid, plan.identity.outside_gid),
-        &plan.home,
-        &plan.workspace,
-        crate::supervisor::runbook::engine::EvidenceContext {
-            run_binary: exe,
-            profile,
-            profile_name: plan.profile.clone(),
-            workspace: plan.workspace.clone(),
-            run_dir: facts.run_dir.clone(),
-            ci: args.ci,
-            pre_approved: args.approve.clone(),
-            cgroup_dirs: cgroup.map(|c| c.dirs()).unwrap_or_default(),
-            no_freezer,
-            // The run's own --timeout, from about now: model verifiers count inside it.
-            deadline: args.timeout.map(|t| std::time::Instant::now() + t),
-            approval_webhook,
-            budget,
-        },
-        continued,
-    )
-    .map_err(|e| Failure::host(format!("--runbook: {e}")))?;
-    // A log put elsewhere is named in the run's directory, so a later run continues from it.
-    if args.audit_log.is_some()
-        && let Some(audit) = audit
-        && let Err(e) = crate::supervisor::runbook::continuation::record_log_elsewhere(
-            &facts.run_dir,
-            audit.path(),
-        )
-    {
-        crate::say!(
-            "stepproof-run: WARNING: naming the audit log {} in the run's directory: {e}; a later run of this runbook cannot continue this one",
-            audit.path().display()
-        );
-    }
-    plan.mounts.splice(
-        seal..seal,
-        [
-            MountOp::FromSupervisor {
-                src: run.dir(),
-                dst: crate::runbook::client::RUNBOOK_DIR.into(),
-                access: Access::ReadOnly,
-            },
-            MountOp::FromSupervisor {
-                src: client,
-                dst: std::path::Path::new(CONTROL_DIR).join("stepproof"),
-                access: Access::ReadOnly,
-            },
-        ],
-    );
-    // The slash commands that act on the run, beside the agents in the config directory.
-    if let Some(agent) = plan.agent.as_mut() {
-        agent.shipped.extend(
-            crate::runbook::chat::COMMANDS
-                .iter()
-                .map(|(path, _)| path.to_string()),
-        );
-    }
-    // The runbook file, where the run could write it: read-only, its directories pinned (as
-    // the profile's files are); its hash is compared after the run.
-    if plan.isolation == crate::sandbox::plan::Isolation::Namespaces {
-        let roots = writable_roots(plan);
-        if let Some(root) = roots.iter().filter(|r| loaded.path.starts_with(r)).max() {
-            let rel = loaded.path.strip_prefix(root).unwrap_or(&loaded.path);
-            let parts: Vec<_> = rel.components().collect();
-            let mut dir = root.clone();
-            for part in &parts[..parts.len().saturating_sub(1)] {
-                dir.push(part);
-                plan.mounts.push(MountOp::PinInPlace { path: dir.clone() });
-            }
-            plan.mounts.push(MountOp::ReadOnlyInPlace {
-                path: loaded.path.clone(),
-            });
-        }
-    }
-    Ok(run)
-}
-
-/// A command that exists on the host but was not found inside: where it is, and that the
-/// sandbox does not show it (the view has the system directories, the workspace, the home
-/// read-only and what the profile adds, minus what it hides).
-fn outside_the_view(
-    command: &OsString,
-    env: &[(String, String)],
-    plan: &crate::sandbox::plan::SandboxPlan,
-) -> Option<String> {
-    use crate::sandbox::plan::MountOp;
-    let name = std::path::Path::new(command);
-    let on_host = if name.components().count() > 1 {
-        let name = plan.cwd.join(name.strip_prefix("./").unwrap_or(name));
-        name.is_file().then_some(name)
-    } else {
-        let path = env
-            .iter()
-            .find(|(k, _)| k == "PATH")
-            .map(|(_, v)| v.as_str())?;
-        std::env::split_paths(path)
-            .map(|dir| dir.join(name))
-            .find(|p| p.is_file())
-    }?;
-    let shown = plan.mounts.iter().any(|m| match m {
-        MountOp::Bind { dst, .. } | MountOp::IdmappedBind { dst, .. } => on_host.starts_with(dst),
-        _ => false,
-    });
-    let path = crate::audit::text::path(&on_host);
-    Some(if shown {
-        // In the view: what is missing is what it needs (its `#!` interpreter, a library).
-        format!(
-            " ({path} is in the sandbox's view; what it needs to start — the interpreter of its `#!` line, a shared library — may not be: `stepproof explain` lists the view)"
-        )
-    } else {
-        format!(
-            " ({path} exists on the host but not in the sandbox's view: add its directory to filesystem.read_only in the profile, unless the profile hides it on purpose; `stepproof explain` lists the view)"
-        )
-    })
-}
-
-/// The command died of SIGXFSZ: it wrote past `process.limits.fsize`. (A writer that ignores
-/// the signal gets EFBIG instead and says so itself.)
-fn file_size_limit(outcome: &Outcome, fsize: u64) -> Option<String> {
-    let signal = match outcome {
-        Outcome::Signaled { signal, .. } => *signal,
-        Outcome::TimedOut { command, .. } => match **command {
-            Outcome::Signaled { signal, .. } => signal,
-            _ => return None,
-        },
-        _ => return None,
-    };
-    (signal == libc::SIGXFSZ).then(|| {
-        format!(
-            "the command was killed by the file size limit ({}): it wrote a file larger than process.limits.fsize",
-            crate::supervisor::launch::cgroup::describe_bytes(fsize)
-        )
-    })
-}
-
-/// The audit log asked for cannot be opened: refused when the path is the caller's to fix (a
-/// link, a directory, no such directory, no permission), a host failure when the disk or the
-/// system is (full, read-only, out of descriptors, another run holding the log's lock).
-fn audit_failure(e: AuditSinkError) -> Failure {
-    let transient = matches!(
-        e.source.raw_os_error(),
-        Some(
-            libc::ENOSPC
-                | libc::EDQUOT
-                | libc::EIO
-                | libc::EROFS
-                | libc::EAGAIN
-                | libc::EMFILE
-                | libc::ENFILE
-                | libc::ENOMEM
-        )
-    );
-    if transient {
-        Failure::host(e.to_string())
-    } else {
-        Failure::refused(e.to_string())
-    }
-}
-
 /// A plan that cannot be built: refused when the profile or the flags ask for what cannot be
 /// (the workspace, a conflict), a host failure when this host lacks something.
 fn plan_failure(e: PlanError) -> Failure {
@@ -1316,38 +552,6 @@ fn run_selftest(args: &Request) -> Result<Vec<String>, String> {
         .filter(|r| r.escaped)
         .map(|r| r.name)
         .collect())
-}
-
-fn write_summaries(outputs: &mut Outputs, summary: &crate::cli::ci::Summary, outcome: &Outcome) {
-    // The header says how the run ended for the caller (122 after --fail-on-deny, 118 for an
-    // incomplete log), not only what the end record said.
-    let mut summary = summary.clone();
-    if let Some(status) = serde_json::to_value(outcome)
-        .ok()
-        .and_then(|v| v["status"].as_str().map(str::to_owned))
-    {
-        summary.status = status;
-    }
-    summary.exit_code = i64::from(outcome.exit_code());
-    let summary = &summary;
-    let mut markdown = summary.markdown();
-    markdown.push_str(&format!(
-        "\nStatus: `{}`\n",
-        serde_json::to_string(outcome).unwrap_or_default()
-    ));
-    for file in &mut outputs.summaries {
-        if let Err(e) = file.write(markdown.as_bytes()) {
-            crate::say!(
-                "stepproof-run: writing the summary {}: {e}",
-                file.path().display()
-            );
-        }
-    }
-    let json = serde_json::json!({ "summary": summary, "status": outcome });
-    write_output(
-        &mut outputs.summary_json,
-        (serde_json::to_string_pretty(&json).unwrap_or_default() + "\n").as_bytes(),
-    );
 }
 
 /// The whole run from the caller's side, after the arguments: the exit code to end with.

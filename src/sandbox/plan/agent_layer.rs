@@ -611,7 +611,7 @@ pub fn plan_agent(
     let ours = managed_settings(
         &profile.claude.managed_settings,
         &pinned,
-        facts.runbook,
+        facts.runbook.is_some(),
         facts.single_turn,
     );
     let settings = serde_json::to_string_pretty(&ours).expect("JSON values serialize");
@@ -628,9 +628,7 @@ pub fn plan_agent(
         hook_binary: hook_binary.clone(),
         workspace: workspace.to_path_buf(),
         home: home.to_path_buf(),
-        sessions: profile
-            .claude
-            .keep_sessions
+        sessions: (profile.claude.keep_sessions && !facts.fresh.sessions)
             .then(|| sessions_dir(home, workspace)),
         seeding: facts.session_seeding.clone(),
         shipped: crate::runbook::chat::AGENTS

@@ -55,9 +55,10 @@ pub fn caches_dir(home: &Path, workspace: &Path, caller_uid: u32) -> PathBuf {
 }
 
 /// The run's caches: the workspace's when the profile keeps state between runs
-/// (`claude.keep_sessions`), else the run's own.
+/// (`claude.keep_sessions`) and the run does not start from nothing ([`super::run_kind::Fresh`]),
+/// else the run's own.
 pub fn plan_caches(profile: &Profile, facts: &HostFacts) -> PlannedCaches {
-    if profile.claude.keep_sessions {
+    if profile.claude.keep_sessions && !facts.fresh.caches {
         PlannedCaches {
             host: caches_dir(&facts.home, &facts.workspace, facts.uid).join(TREE),
             kept: true,

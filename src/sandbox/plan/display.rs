@@ -45,6 +45,7 @@ impl std::fmt::Display for MountOp {
                     HideReason::OtherProject => "other project",
                     HideReason::UnixSocket => "unix socket",
                     HideReason::EvidenceInput => "not an input of the evidence",
+                    HideReason::StepProofState => "StepProof's state",
                 };
                 write!(f, "--   hidden    {} ({why})", dst.display())
             }

@@ -136,6 +136,12 @@ pub enum PlanError {
         "invoked as root on a host without user namespaces: the command would run as uid 0; refused unless process.allow_root_fallback = true"
     )]
     RootWithoutUserNamespaces,
+    /// Environment: a runbook's state and client are bound under the agent's layer
+    /// (`/run/stepproof`), which this plan does not have (no hook, or no namespaces).
+    #[error(
+        "--runbook: this plan has no agent layer (/run/stepproof) to carry the runbook's state"
+    )]
+    RunbookWithoutAgentLayer,
 }
 
 /// Why a directory cannot be the workspace (see [`check_workspace`]).
@@ -182,7 +188,8 @@ impl PlanError {
             | PlanError::CredentialsNeedNamespaces
             | PlanError::Random
             | PlanError::OverlayNeedsNamespaces
-            | PlanError::RootWithoutUserNamespaces => false,
+            | PlanError::RootWithoutUserNamespaces
+            | PlanError::RunbookWithoutAgentLayer => false,
         }
     }
 }

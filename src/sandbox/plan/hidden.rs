@@ -35,6 +35,17 @@ pub(super) fn hidden_paths(
     ) {
         hidden.entry(path).or_insert(HideReason::Secret);
     }
+    // StepProof's own state, whatever the catalogue says (and whether or not it exists yet:
+    // the run makes it before it plans, so `explain` on a fresh home shows the same view).
+    if home_shown.visible {
+        let state = home.join(crate::profile::STATE_DIR);
+        if !hidden
+            .keys()
+            .any(|h: &PathBuf| state.starts_with(h) && *h != state)
+        {
+            hidden.insert(state, HideReason::StepProofState);
+        }
+    }
     tracing::debug!("plan: catalogue");
     let credential_names = if home_shown.visible {
         let mut keep = vec![workspace.to_path_buf()];

@@ -34,6 +34,8 @@ mod display;
 mod error;
 mod hidden;
 mod preconditions;
+pub mod run_kind;
+pub mod server_managed;
 
 pub use error::{PlanError, WorkspaceRefusal};
 pub(crate) use hidden::existing_protected;
@@ -66,9 +68,14 @@ pub struct HostFacts {
     /// The host's Claude Code managed-settings directory (`/etc/claude-code`), read to build
     /// the agent's own copy.
     pub claude_managed_dir: PathBuf,
-    /// A runbook runs (`stepproof-run --runbook`): its observers answer in the model's context,
-    /// so Claude Code waits for them (see `agent_layer::managed_settings`).
-    pub runbook: bool,
+    /// A runbook runs (`stepproof-run --runbook`): its state and client are bound under the
+    /// agent's layer and its file is read-only ([`run_kind`]); its observers answer in the
+    /// model's context, so Claude Code waits for them (see `agent_layer::managed_settings`).
+    pub runbook: Option<run_kind::RunbookFacts>,
+    /// The self-test runs in place of a command: the probe binary its view binds ([`run_kind`]).
+    pub selftest_probe: Option<PathBuf>,
+    /// What this run starts from nothing (an unattended run, the self-test, a model verifier).
+    pub fresh: run_kind::Fresh,
     /// The command is Claude Code taking one prompt (`claude -p PROMPT`): its one turn is the
     /// run's start record (see `agent_layer::single_turn`).
     pub single_turn: bool,
@@ -126,6 +133,9 @@ pub enum HideReason {
     /// Not an input an evidence command may read: an ignored file under a path the step
     /// protects, a build cache's configuration (`[runbook.evidence_view]`).
     EvidenceInput,
+    /// StepProof's own state (run directories, audit logs, kept sessions): hidden whatever
+    /// the profile lists; a run makes it before it plans, so it is a directory by then.
+    StepProofState,
 }
 
 /// One step of building the sandbox's file system view, in order. `dst` is the path inside.
@@ -725,7 +735,7 @@ fn plan_with<S: IsolationStrategy>(
     } else {
         workspace.clone()
     };
-    Ok(SandboxPlan {
+    let mut plan = SandboxPlan {
         agent: agent.map(|a| a.state),
         managed_settings_removed,
         managed_settings,
@@ -777,7 +787,10 @@ fn plan_with<S: IsolationStrategy>(
         seccomp: SeccompRules::Standard,
         limits: profile.process.limits.clone(),
         notes,
-    })
+    };
+    // What the kind of run (a runbook, the self-test) adds, planned here like the rest.
+    run_kind::add(&mut plan, facts)?;
+    Ok(plan)
 }
 
 /// A checked Landlock rule; a path Landlock must not be given (a writable /proc, …) refuses the
@@ -851,23 +864,6 @@ pub use crate::profile::STATE_DIR;
 const NEVER_A_WORKSPACE: &[&str] = &["/proc", "/sys", "/dev", "/boot"];
 
 impl SandboxPlan {
-    /// Caches that start empty and go with the run (unattended runs, the self-test): the
-    /// mount's source and the plan's record of it both change.
-    pub fn use_per_run_caches(&mut self, run_dir: &Path) {
-        let Some(caches) = &mut self.caches else {
-            return;
-        };
-        let fresh = crate::sandbox::plan::caches::per_run(run_dir);
-        for op in &mut self.mounts {
-            if let MountOp::FromSupervisor { src, .. } = op
-                && *src == caches.host
-            {
-                *src = fresh.host.clone();
-            }
-        }
-        *caches = fresh;
-    }
-
     /// Everything a run of this plan can write on the host, the workspace first: the view's
     /// read-write binds (writable extras), the agent's config directory, and, without a mount
     /// namespace, what Landlock grants for writing (the per-run scratch directory included):

@@ -202,7 +202,8 @@ impl IsolationStrategy for MountView {
     /// An empty, mode 000 stand-in over each path, bound after what shows it.
     fn hide(&mut self, hidden: BTreeMap<PathBuf, HideReason>) -> Result<(), PlanError> {
         for (path, reason) in hidden {
-            let is_dir = fs::metadata(&path).map(|m| m.is_dir()).unwrap_or(false);
+            let is_dir = reason == HideReason::StepProofState
+                || fs::metadata(&path).map(|m| m.is_dir()).unwrap_or(false);
             self.mounts.push(if is_dir {
                 MountOp::HideDir { dst: path, reason }
             } else {

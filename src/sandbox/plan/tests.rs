@@ -23,7 +23,9 @@ pub(super) fn facts(home: &Path, ws: &Path, uid: u32) -> HostFacts {
         run_dir: home.join(".local/state/stepproof/runs/test"),
         hook_binary: Some(PathBuf::from("/usr/bin/true")),
         claude_managed_dir: PathBuf::from("/nonexistent/claude-code"),
-        runbook: false,
+        runbook: None,
+        selftest_probe: None,
+        fresh: crate::sandbox::plan::run_kind::Fresh::default(),
         single_turn: false,
         session_seeding: agent_layer::SessionSeeding::Every,
     }

@@ -4,7 +4,9 @@
 //! out, and everything below the supervisor.
 
 pub mod cgroup;
+mod error;
 pub mod outcome;
+mod prepare;
 pub mod pty;
 pub mod relay;
 pub mod services;

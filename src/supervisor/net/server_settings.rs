@@ -27,15 +27,13 @@
 //! `If-None-Match` from the request and refuses a 304). The response header
 //! `x-claude-code-signature` signs the server's bytes: it is dropped with the rewrite.
 
-use crate::sandbox::plan::MountOp;
 use crate::sandbox::plan::SandboxPlan;
-use crate::sandbox::plan::agent_layer::{
-    DROP_IN_DIR, MANAGED_DIR, merge_managed, remove_owned_from_document,
-};
+use crate::sandbox::plan::agent_layer::{merge_managed, remove_owned_from_document};
+pub use crate::sandbox::plan::server_managed::{DROP_IN_NAME, Fetched};
 use crate::supervisor::net::login::{Credential, ModelLogin, Source};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// The path of the endpoint, below the upstream's base URL.
 pub const ENDPOINT: &str = "/api/claude_code/settings";
@@ -48,8 +46,6 @@ pub const URL_ENV: &str = "STEPPROOF_SERVER_SETTINGS_URL";
 const OAUTH_BETA: &str = "oauth-2025-04-20";
 /// The most of an answer the gateway reads before it gives up on it.
 pub const BODY_MAX: u64 = 1 << 20;
-/// The drop-in the launch writes them to.
-pub const DROP_IN_NAME: &str = "000-server-managed-settings.json";
 /// Request headers the gateway removes on this endpoint: a 304 would send Claude Code to a
 /// cached copy, and an encoded body could not be read and rewritten.
 pub const STRIP_REQUEST_HEADERS: &[&str] = &["if-none-match", "accept-encoding"];
@@ -166,20 +162,6 @@ fn object_of(value: &Value) -> Map<String, Value> {
     value.as_object().cloned().unwrap_or_default()
 }
 
-/// What the launch's own fetch found.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Fetched {
-    /// The organisation has none (204, 404, an empty object).
-    NoneConfigured,
-    /// Its settings without the keys StepProof owns, and those keys.
-    Settings {
-        settings: Map<String, Value>,
-        removed: Vec<String>,
-    },
-    /// Not usable: the organisation's server settings do not apply in this run.
-    Failed(String),
-}
-
 /// Reads the answer to the launch's fetch; `pinned`: the variables StepProof pins.
 pub fn fetched_of(status: u16, body: &[u8], pinned: &[String]) -> Fetched {
     match status {
@@ -264,69 +246,22 @@ pub fn fetch(
     }
 }
 
-/// Carries the organisation's server-managed settings into the plan: the drop-in
-/// [`DROP_IN_NAME`] over StepProof's managed file, in place of the host's managed documents
-/// (server-managed settings win over `/etc/claude-code` on the host too); the merged view and
-/// the removed keys follow. Pure on the plan.
-pub fn carry_in(plan: &mut SandboxPlan, settings: Map<String, Value>, removed: Vec<String>) {
-    let drop_ins = Path::new(DROP_IN_DIR);
-    let mut replaced = Vec::new();
-    for op in &mut plan.mounts {
-        if let MountOp::Generated { dst, files } = op
-            && dst == Path::new(MANAGED_DIR)
-        {
-            files.retain(|(rel, _)| {
-                let host_document = rel.parent() == Some(drop_ins);
-                if host_document {
-                    replaced.push(rel.clone());
-                }
-                !host_document
-            });
-            files.push((
-                PathBuf::from(DROP_IN_DIR).join(DROP_IN_NAME),
-                serde_json::to_string_pretty(&Value::Object(settings.clone()))
-                    .expect("JSON values serialize"),
-            ));
-        }
-    }
-    if let Some(ours) = &plan.managed_ours {
-        plan.managed_settings = Some(merge_managed(ours, std::slice::from_ref(&settings)));
-    }
-    // The host's documents are not carried in now: what was removed from them is moot.
-    plan.managed_settings_removed.clear();
-    plan.managed_settings_removed.extend(
-        removed
-            .into_iter()
-            .map(|key| format!("server-managed settings: {key}")),
-    );
-    let keys: Vec<&str> = settings.keys().map(String::as_str).collect();
-    plan.notes.push(format!(
-        "the organisation's server-managed settings apply inside (keys: {}){}",
-        keys.join(", "),
-        if replaced.is_empty() {
-            String::new()
-        } else {
-            format!(
-                "; they take the place of the host's managed files, as on the host ({} left out)",
-                replaced.len()
-            )
-        }
-    ));
-}
-
 /// The launch's part: with an agent and the model gateway, fetches the organisation's
-/// server-managed settings when Claude Code on this host would, and carries them in. What
-/// cannot be fetched is said (a WARNING note) and the run goes on without them: they are the
-/// organisation's policy, not StepProof's, and without them StepProof's managed file stands.
-pub fn at_launch(plan: &mut SandboxPlan, upstream_host: &str, login: &ModelLogin) {
-    let Some(ours) = plan.managed_ours.clone() else {
-        return;
-    };
+/// server-managed settings when Claude Code on this host would; the plan takes the answer
+/// ([`SandboxPlan::take_server_settings`]). What cannot be fetched is said (a WARNING note)
+/// and the run goes on without them: they are the organisation's policy, not StepProof's, and
+/// without them StepProof's managed file stands. `None`: nothing was asked.
+pub fn at_launch(
+    plan: &SandboxPlan,
+    upstream_host: &str,
+    login: &ModelLogin,
+) -> Option<(String, Fetched)> {
+    let ours = plan.managed_ours.as_ref()?;
     let caller = std::env::var(URL_ENV).ok().filter(|v| !v.trim().is_empty());
     let url = match caller {
         Some(url) if login_fetches(login) => url,
         None if fetches(login, upstream_host) => URL.to_owned(),
-        _ => return,
+        _ => return None,
     };
     let extra: Vec<PathBuf> = std::env::var(crate::supervisor::net::login::EXTRA_CA_ENV)
         .ok()
@@ -337,18 +272,10 @@ pub fn at_launch(plan: &mut SandboxPlan, upstream_host: &str, login: &ModelLogin
     let answer = crate::supervisor::net::login::client_config(&extra)
         .and_then(|tls| fetch(login, &url, &tls));
     let fetched = match answer {
-        Ok((status, body)) => fetched_of(status, &body, &pinned_of(&ours)),
+        Ok((status, body)) => fetched_of(status, &body, &pinned_of(ours)),
         Err(why) => Fetched::Failed(why),
     };
-    match fetched {
-        Fetched::NoneConfigured => plan
-            .notes
-            .push("server-managed settings: none for this organisation".into()),
-        Fetched::Settings { settings, removed } => carry_in(plan, settings, removed),
-        Fetched::Failed(why) => plan.notes.push(format!(
-            "WARNING: the organisation's server-managed settings could not be fetched from {url} ({why}): they do not apply in this run; StepProof's managed settings and the host's files do"
-        )),
-    }
+    Some((url, fetched))
 }
 
 #[cfg(test)]

@@ -262,7 +262,8 @@ impl RunbookRun {
         context: EvidenceContext,
         continued: Option<crate::supervisor::runbook::continuation::Earlier>,
     ) -> Result<RunbookRun, String> {
-        let dir = run_dir.join("runbook");
+        // Where the plan binds it (`stepproof explain --runbook` prints the same mount).
+        let dir = crate::runbook::client::state_dir(run_dir);
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)

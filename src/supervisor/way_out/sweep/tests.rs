@@ -113,7 +113,9 @@ impl Fixture {
             run_dir: home.join("run"),
             hook_binary: Some(PathBuf::from("/usr/bin/true")),
             claude_managed_dir: PathBuf::from("/nonexistent/claude-code"),
-            runbook: false,
+            runbook: None,
+            selftest_probe: None,
+            fresh: crate::sandbox::plan::run_kind::Fresh::default(),
             single_turn: false,
             session_seeding: crate::sandbox::plan::agent_layer::SessionSeeding::Every,
         };
@@ -666,7 +668,9 @@ fn sweep_cost_on_200k_entries() {
         run_dir: ws.parent().unwrap().join("run"),
         hook_binary: Some(PathBuf::from("/usr/bin/true")),
         claude_managed_dir: PathBuf::from("/nonexistent/claude-code"),
-        runbook: false,
+        runbook: None,
+        selftest_probe: None,
+        fresh: crate::sandbox::plan::run_kind::Fresh::default(),
         single_turn: false,
         session_seeding: crate::sandbox::plan::agent_layer::SessionSeeding::Every,
     };
