@@ -58,8 +58,21 @@ pub fn read_to_string(path: &Path, max_bytes: u64) -> io::Result<String> {
             format!("is larger than {}: not read", size_words(max_bytes)),
         ));
     }
-    String::from_utf8(bytes)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "is not UTF-8 text"))
+    String::from_utf8(bytes).map_err(|e| {
+        // Where: the first byte that is not UTF-8, as an editor counts lines and columns.
+        let good = &e.as_bytes()[..e.utf8_error().valid_up_to()];
+        let line = good.iter().filter(|b| **b == b'\n').count() + 1;
+        let column = good.len()
+            - good
+                .iter()
+                .rposition(|b| *b == b'\n')
+                .map_or(0, |at| at + 1)
+            + 1;
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("is not UTF-8 text (line {line}, column {column}: the first byte that is not)"),
+        )
+    })
 }
 
 /// `4 MiB`, `64 KiB`, `100 bytes`.

@@ -22,11 +22,23 @@ struct Args {
 }
 
 #[derive(Subcommand, Debug)]
+enum ProfileAction {
+    /// The built-in profiles, with what each is for and its policy hash.
+    List {
+        /// Machine-readable output: an array of `{name, description, policy_hash}`.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
 enum Command {
     /// Print the effective plan (every mount, hidden and protected path, environment) and the
     /// policy hash of what the profile asks for.
     Explain {
-        #[arg(long, value_name = "FILE")]
+        /// A built-in profile by name (`default`, `ci`, `strict`: `stepproof profile list`) or a
+        /// profile file (TOML); the built-in default when omitted.
+        #[arg(long, value_name = "NAME|FILE")]
         profile: Option<PathBuf>,
         #[arg(long, value_name = "DIR")]
         workspace: Option<PathBuf>,
@@ -47,7 +59,9 @@ enum Command {
     },
     /// Print the compiled hook policy the launcher would mount (JSON).
     Policy {
-        #[arg(long, value_name = "FILE")]
+        /// A built-in profile by name (`default`, `ci`, `strict`: `stepproof profile list`) or a
+        /// profile file (TOML); the built-in default when omitted.
+        #[arg(long, value_name = "NAME|FILE")]
         profile: Option<PathBuf>,
         #[arg(long, value_name = "DIR")]
         workspace: Option<PathBuf>,
@@ -55,7 +69,9 @@ enum Command {
     /// Try one tool call against a profile's hook: prints decision, rule id and reason
     /// (tab-separated). Exit 0 allow, 1 ask, 2 deny.
     Check {
-        #[arg(long, value_name = "FILE")]
+        /// A built-in profile by name (`default`, `ci`, `strict`: `stepproof profile list`) or a
+        /// profile file (TOML); the built-in default when omitted.
+        #[arg(long, value_name = "NAME|FILE")]
         profile: Option<PathBuf>,
         #[arg(long, value_name = "DIR")]
         workspace: Option<PathBuf>,
@@ -125,6 +141,12 @@ enum Command {
         #[arg(long, default_value = "")]
         reason: String,
     },
+    /// The built-in profiles: `list [--json]` (each one's name, what it is for, its policy
+    /// hash). `--profile NAME` takes one of them wherever a profile is taken.
+    Profile {
+        #[command(subcommand)]
+        action: ProfileAction,
+    },
     /// What StepProof keeps of Claude Code's sessions for a workspace between runs: `show`
     /// (transcripts, history, todos, plans, and auto-memory in full), `rm`, `list`.
     State {
@@ -154,7 +176,9 @@ enum Command {
     /// Run the built-in escape probes inside the sandbox a profile describes; each must fail.
     /// Exit non-zero if any escaped.
     Selftest {
-        #[arg(long, value_name = "FILE")]
+        /// A built-in profile by name (`default`, `ci`, `strict`: `stepproof profile list`) or a
+        /// profile file (TOML); the built-in default when omitted.
+        #[arg(long, value_name = "NAME|FILE")]
         profile: Option<PathBuf>,
         #[arg(long, value_name = "DIR")]
         workspace: Option<PathBuf>,
@@ -240,6 +264,9 @@ fn main() {
         Command::Login { args } => login(&args),
         Command::Runbook { action } => stepproof::runbook::run_command(action),
         Command::State { action } => stepproof::cli::state::run_command(action),
+        Command::Profile {
+            action: ProfileAction::List { json },
+        } => stepproof::cli::profiles::list(json),
         Command::Repair { workspace, all } => {
             stepproof::cli::repair::run(workspace.as_deref(), all)
         }

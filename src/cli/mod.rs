@@ -8,6 +8,7 @@ pub mod host;
 pub mod logging;
 pub mod manual;
 pub mod probes;
+pub mod profiles;
 pub mod repair;
 pub mod run;
 pub mod selftest;

@@ -29,11 +29,23 @@ include!(concat!(env!("OUT_DIR"), "/builtin_profiles.rs"));
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProfileError {
-    #[error("reading profile {path}: {source}")]
+    #[error(
+        "reading profile {}: {source}{}",
+        crate::audit::text::path(path),
+        if source.kind() == std::io::ErrorKind::NotFound && !path.to_string_lossy().contains('/') {
+            format!(" (and no built-in profile has that name: {})", builtin_names())
+        } else {
+            String::new()
+        }
+    )]
     Read {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error(
+        "--profile {name}: both the built-in profile {name} and the file ./{name} here; write ./{name} for the file, or run from another directory for the built-in"
+    )]
+    Ambiguous { name: String },
     #[error("{origin}:{line}:{column}: {message}")]
     Syntax {
         origin: String,
@@ -497,11 +509,14 @@ impl Profile {
         let mut files = Vec::new();
         let (mut origin, mut text, mut base_dir, mut json) = match path {
             None => builtin_source("default").expect("the default profile is compiled in"),
-            Some(p) => {
-                let source = file_source(p)?;
-                files.push(ProfileSource::of(p, &source.1));
-                source
-            }
+            Some(p) => match builtin_named(p)? {
+                Some(builtin) => builtin,
+                None => {
+                    let source = file_source(p)?;
+                    files.push(ProfileSource::of(p, &source.1));
+                    source
+                }
+            },
         };
         // Each layer's name and text, outermost first: a problem found in the merged result is
         // placed at the line of the layer that set it.
@@ -613,6 +628,15 @@ impl Profile {
 /// `extends` is relative to, and for a built-in its JSON form (see build.rs).
 type Source = (String, String, Option<PathBuf>, Option<&'static str>);
 
+/// The built-in profiles' names, as a list to show.
+pub fn builtin_names() -> String {
+    BUILTIN
+        .iter()
+        .map(|(name, _)| *name)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn builtin_source(name: &str) -> Option<Source> {
     let text = BUILTIN.iter().find(|(n, _)| *n == name)?.1;
     let json = BUILTIN_JSON
@@ -626,6 +650,21 @@ fn builtin_source(name: &str) -> Option<Source> {
 /// needs, small enough that `--profile /dev/zero` or a huge file ends in an error, not in the
 /// out-of-memory killer.
 pub const MAX_PROFILE_BYTES: u64 = 4 << 20;
+
+/// `--profile NAME`: a bare name of a built-in profile (`default`, `ci`, `strict`) is that
+/// profile; a file of the same name here makes it ambiguous (`./NAME` names the file).
+fn builtin_named(path: &Path) -> Result<Option<Source>, ProfileError> {
+    let Some(name) = path.to_str().filter(|n| !n.contains('/')) else {
+        return Ok(None);
+    };
+    let Some(source) = builtin_source(name) else {
+        return Ok(None);
+    };
+    if std::fs::symlink_metadata(path).is_ok() {
+        return Err(ProfileError::Ambiguous { name: name.into() });
+    }
+    Ok(Some(source))
+}
 
 /// A profile file's text: a regular file (a FIFO is refused, not waited on) of at most
 /// [`MAX_PROFILE_BYTES`].

@@ -20,8 +20,10 @@ pub enum RunbookCommand {
     /// FILE:LINE:COLUMN. Exit 0 no error, 1 errors found, 2 unreadable runbook or profile.
     Check {
         file: PathBuf,
-        /// The profile the runbook runs under (default: the built-in default).
-        #[arg(long, value_name = "FILE")]
+        /// The profile the runbook runs under: a built-in profile by name (`default`, `ci`,
+        /// `strict`: `stepproof profile list`) or a profile file (TOML); the built-in default
+        /// when omitted.
+        #[arg(long, value_name = "NAME|FILE")]
         profile: Option<PathBuf>,
     },
     /// Print a runbook as the document a reviewer reads: its steps in dependency order, what
@@ -30,7 +32,9 @@ pub enum RunbookCommand {
     /// explained).
     Explain {
         file: PathBuf,
-        #[arg(long, value_name = "FILE")]
+        /// A built-in profile by name (`default`, `ci`, `strict`: `stepproof profile list`) or a
+        /// profile file (TOML); the built-in default when omitted.
+        #[arg(long, value_name = "NAME|FILE")]
         profile: Option<PathBuf>,
         /// Machine-readable output.
         #[arg(long)]

@@ -23,8 +23,9 @@ use std::path::PathBuf;
     after_help = "Examples:\n  stepproof-run -- claude                      # interactive, at the terminal\n  stepproof-run --profile profiles/ci.toml -- claude -p \"fix the tests\"\n  stepproof-run --workspace ~/src/app -- cargo test"
 )]
 pub struct Args {
-    /// Profile file (TOML); the built-in default when omitted.
-    #[arg(long, value_name = "FILE")]
+    /// A built-in profile by name (`default`, `ci`, `strict`: `stepproof profile list`) or a
+    /// profile file (TOML); the built-in default when omitted.
+    #[arg(long, value_name = "NAME|FILE")]
     pub profile: Option<PathBuf>,
     /// The directory the command may write; the current directory when omitted.
     #[arg(long, value_name = "DIR")]

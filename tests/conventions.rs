@@ -1,0 +1,143 @@
+//! The conventions a tool is expected to keep, through the real binaries: built-in profiles
+//! named wherever a profile is taken (and a file of the same name said to be ambiguous), a
+//! profile that is not UTF-8 placed at its line, `--version` with the commit, `--json` where a
+//! script reads the answer, `doctor` in words. As root and as the test user where a sandbox
+//! runs.
+
+mod support;
+
+use std::fs;
+use std::path::Path;
+use std::process::{Command, Output};
+use support::{STEPPROOF, Who, World, describe};
+
+fn stepproof_in(dir: &Path, args: &[&str]) -> Output {
+    Command::new(STEPPROOF)
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run stepproof")
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[test]
+fn built_in_profiles_are_named_wherever_a_profile_is_taken() {
+    let dir = tempfile::tempdir().unwrap();
+    let runbook = dir.path().join("rb.toml");
+    fs::write(
+        &runbook,
+        "id = \"rb\"\ntitle = \"T\"\nowner = \"o\"\n[[steps]]\nid = \"a\"\ntitle = \"t\"\ninstructions = \"i\"\n[[steps.evidence]]\ncommand = { run = [\"true\"] }\n",
+    )
+    .unwrap();
+    let rb = runbook.to_str().unwrap();
+    for name in ["default", "ci", "strict"] {
+        for args in [
+            vec!["explain", "--profile", name],
+            vec!["policy", "--profile", name],
+            vec!["check", "--profile", name, "--bash", "ls"],
+            vec!["runbook", "check", rb, "--profile", name],
+        ] {
+            let out = stepproof_in(dir.path(), &args);
+            // `check` answers 0 allow, 1 ask, 2 deny; the rest 0.
+            assert!(
+                matches!(out.status.code(), Some(0..=2)) && !text(&out).contains("reading profile"),
+                "{args:?}: {}",
+                describe(&out)
+            );
+        }
+        let explained = stepproof_in(dir.path(), &["explain", "--profile", name]);
+        assert!(
+            text(&explained).contains(&format!("profile: {name} (")),
+            "{}",
+            describe(&explained)
+        );
+    }
+    // The list says what each is for and its hash, for people and scripts.
+    let listed = stepproof_in(dir.path(), &["profile", "list", "--json"]);
+    assert_eq!(listed.status.code(), Some(0), "{}", describe(&listed));
+    let rows: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+    let names: Vec<&str> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["default", "ci", "strict"]);
+    for row in rows.as_array().unwrap() {
+        assert!(row["policy_hash"].as_str().unwrap().starts_with("sha256:"));
+        assert!(!row["description"].as_str().unwrap().is_empty());
+    }
+}
+
+#[test]
+fn a_name_that_is_also_a_file_here_is_ambiguous_and_an_unknown_name_lists_the_built_ins() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(dir.path().join("ci"), "extends = \"default\"\n").unwrap();
+    let out = stepproof_in(dir.path(), &["explain", "--profile", "ci"]);
+    assert_eq!(out.status.code(), Some(120), "{}", describe(&out));
+    assert!(
+        text(&out).contains("both the built-in profile ci and the file ./ci here; write ./ci"),
+        "{}",
+        describe(&out)
+    );
+    // The file, spelled as a path, is the file.
+    let out = stepproof_in(dir.path(), &["explain", "--profile", "./ci"]);
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    assert!(
+        text(&out).contains("profile: default (<built-in default> <- ./ci)"),
+        "{}",
+        describe(&out)
+    );
+    let out = stepproof_in(dir.path(), &["explain", "--profile", "cii"]);
+    assert_eq!(out.status.code(), Some(120), "{}", describe(&out));
+    assert!(
+        text(&out).contains("no built-in profile has that name: default, ci, strict"),
+        "{}",
+        describe(&out)
+    );
+}
+
+#[test]
+fn a_profile_that_is_not_utf8_is_placed_at_its_line_and_column() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(
+        dir.path().join("p.toml"),
+        b"extends = \"default\"\n# caf\xe9\n".as_slice(),
+    )
+    .unwrap();
+    let out = stepproof_in(dir.path(), &["explain", "--profile", "p.toml"]);
+    assert_eq!(out.status.code(), Some(120), "{}", describe(&out));
+    assert!(
+        text(&out).contains("is not UTF-8 text (line 2, column 6"),
+        "{}",
+        describe(&out)
+    );
+}
+
+both!(
+    stepproof_run_takes_a_built_in_profile_by_name,
+    |w: &World| {
+        let out = w
+            .command(&["--profile", "ci"], &["true"])
+            .output()
+            .expect("start stepproof-run");
+        assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+        let out = w
+            .command(&["--profile", "strict", "-v"], &["true"])
+            .output()
+            .expect("start stepproof-run");
+        assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("profile: strict ("),
+            "{}",
+            describe(&out)
+        );
+    }
+);
