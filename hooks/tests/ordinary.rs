@@ -46,21 +46,25 @@ pub fn scratch_repository(root: &Path) {
          .next/\ncoverage/\n.cache/\n.env\n/data\n",
     )
     .expect("write .gitignore");
-    for dir in ["src", "dist", "target/debug/incremental", "node_modules", "docs", "data"] {
+    for dir in [
+        "src",
+        "dist",
+        "target/debug/incremental",
+        "node_modules",
+        "docs",
+        "data",
+    ] {
         std::fs::create_dir_all(root.join(dir)).expect("create a directory");
     }
 }
 
 fn verdict(policy: &stepproof_hook::policy::CompiledPolicy, command: &str) -> Verdict {
     let input = json!({ "command": command });
-    policy.check(
-        "Bash",
-        &input,
-        &CallContext {
-            cwd: Some(&policy.workspace),
-            ..CallContext::default()
-        },
-    )
+    let call = CallContext {
+        cwd: Some(&policy.workspace),
+        effects: None,
+    };
+    policy.check_with_tmpdir("Bash", &input, &call, Some("/tmp"))
 }
 
 #[test]
@@ -68,7 +72,10 @@ fn no_ordinary_command_that_drops_work_is_allowed_and_the_friction_is_counted() 
     let corpus: Corpus =
         toml::from_str(include_str!("ordinary-commands.toml")).expect("the corpus parses");
     let workspace = tempfile::tempdir().expect("a scratch workspace");
-    let root = workspace.path().canonicalize().expect("canonical workspace");
+    let root = workspace
+        .path()
+        .canonicalize()
+        .expect("canonical workspace");
     scratch_repository(&root);
     let policy = compile(
         &common::builtin_config("default"),
@@ -104,7 +111,10 @@ fn no_ordinary_command_that_drops_work_is_allowed_and_the_friction_is_counted() 
                 dropped.push(format!("{command}\n    {}", verdict.reason));
             }
             if verdict.decision != Decision::Allow {
-                not_allowed.push(format!("[{}] {command}\n    {}", group.class, verdict.reason));
+                not_allowed.push(format!(
+                    "[{}] {command}\n    {}",
+                    group.class, verdict.reason
+                ));
             }
         }
     }
