@@ -51,6 +51,8 @@ fn main() {
             decision: Decision::Allow,
             commands: vec!["cargo test *".into(), "tail *".into()],
             env: vec![],
+            changes_nothing: false,
+            except_disposable: false,
         }],
         ..HookConfig::default()
     };
@@ -72,6 +74,8 @@ fn main() {
                     format!("tool{i} * --flag{i}* *"),
                 ],
                 env: vec![],
+                changes_nothing: false,
+                except_disposable: false,
             }),
             3 => config.files.push(FileRule {
                 id,

@@ -90,6 +90,18 @@ pub struct BashRule {
     /// prefix (`X=1 cmd`), through `env X=1 cmd` or with `export X=1`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub env: Vec<String>,
+    /// The rule vouches only for commands that change nothing: a command the shell analysis
+    /// knows writes, removes or moves files, or changes the repository (`find -delete`,
+    /// `find -fprint F`, `git branch -d`), is not matched by it, whatever its patterns say; the
+    /// rules about writing judge it. For rules whose reason says "reading".
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub changes_nothing: bool,
+    /// The rule does not match a command whose every written or removed path is disposable:
+    /// under the sandbox's private `/tmp` (not the workspace), or inside build output the
+    /// repository ignores (`dist`, `target`, `node_modules`, …; see `disposable`). For the
+    /// question before removing a tree.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub except_disposable: bool,
 }
 
 /// Which kind of file access a file rule covers.

@@ -196,13 +196,16 @@ pub fn evaluate_analysed(
             "StepProof denied {tool}: the hook input has no `tool_input` object (rule fail-closed)."
         ));
     };
-    policy.check(
+    // The same `$TMPDIR` as `load::Needs::for_call` analysed the command with.
+    let tmpdir = crate::policy::environment_tmpdir();
+    policy.check_with_tmpdir(
         tool,
         tool_input,
         &CallContext {
             cwd: input.cwd.as_deref(),
             effects,
         },
+        tmpdir.as_deref(),
     )
 }
 
@@ -213,7 +216,8 @@ pub fn check_tool(policy: &CompiledPolicy, tool_name: &str, tool_input: &Value) 
             "StepProof denied {tool_name}: the tool input is not a JSON object (rule fail-closed)."
         ));
     }
-    policy.check(tool_name, tool_input, &CallContext::default())
+    let tmpdir = Some(crate::policy::SANDBOX_TMPDIR);
+    policy.check_with_tmpdir(tool_name, tool_input, &CallContext::default(), tmpdir)
 }
 
 /// What the hook process prints and how it exits, plus the records it sends.

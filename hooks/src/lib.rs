@@ -10,6 +10,7 @@ pub mod audit;
 pub mod config;
 pub mod contract;
 pub mod decision;
+pub mod disposable;
 pub mod load;
 pub mod pattern;
 pub mod policy;

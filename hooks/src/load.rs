@@ -24,7 +24,8 @@
 //! entry    = name count:u32 (rule:u32 args)*
 //! globs    = count:u32 (name rule:u32 args)*
 //! env, read, write, web, tools, agents = count:u32 (rule:u32 glob)*
-//! rules    = count:u32 offset:u32* (id reason decision:u8)*
+//! rules    = count:u32 offset:u32* (id reason decision:u8 marks:u8)*
+//! marks    = bit 0: changes_nothing, bit 1: except_disposable (`config::BashRule`)
 //! ```
 //!
 //! Nothing may follow the rules. A file that is cut short, has a section running past its end,
@@ -87,8 +88,14 @@ impl Needs {
         }
     }
 
-    /// What judging `tool` with `input` can reach.
+    /// What judging `tool` with `input` can reach, `$TMPDIR` being this process's.
     pub fn for_call(tool: &str, input: &Value) -> Needs {
+        let tmpdir = crate::policy::environment_tmpdir();
+        Needs::for_call_with_tmpdir(tool, input, tmpdir.as_deref())
+    }
+
+    /// `for_call` with `$TMPDIR` standing for `tmpdir` (see `shell::analyze_with_tmpdir`).
+    pub fn for_call_with_tmpdir(tool: &str, input: &Value, tmpdir: Option<&str>) -> Needs {
         let mut needs = Needs {
             commands: Some(BTreeSet::new()),
             tool: Some(tool.to_string()),
@@ -98,7 +105,7 @@ impl Needs {
             "Bash" => {
                 let command = input.get("command").and_then(Value::as_str).unwrap_or("");
                 let mut names = BTreeSet::new();
-                let effects = shell::analyze(command);
+                let effects = shell::analyze_with_tmpdir(command, tmpdir);
                 for effect in &effects {
                     match effect {
                         Effect::Exec(inv) => {
@@ -217,6 +224,9 @@ pub fn encode(policy: &CompiledPolicy) -> Result<Vec<u8>, TooLarge> {
                 entry.str(&rule.id)?;
                 entry.str(&rule.reason)?;
                 entry.decision(rule.decision);
+                entry
+                    .0
+                    .push(u8::from(rule.changes_nothing) | (u8::from(rule.except_disposable) << 1));
                 Ok(entry.0)
             })
             .collect::<Result<Vec<_>, TooLarge>>()?;
@@ -439,10 +449,13 @@ pub fn parse(bytes: &[u8], needs: &Needs) -> Result<CompiledPolicy, DecodeError>
         let id = entry.str("a rule id")?.to_string();
         let reason = entry.str("a rule reason")?.to_string();
         let decision = entry.decision()?;
+        let marks = entry.marks()?;
         Ok::<_, DecodeError>(RuleInfo {
             id,
             reason,
             decision,
+            changes_nothing: marks & 1 != 0,
+            except_disposable: marks & 2 != 0,
         })
     };
     if needs.commands.is_none() {
@@ -555,6 +568,16 @@ impl<'a> Reader<'a> {
         })
     }
 
+    fn marks(&mut self) -> Result<u8, DecodeError> {
+        match self.take(1, "a rule's marks")? {
+            [marks] if *marks < 4 => Ok(*marks),
+            _ => Err(DecodeError::Damaged {
+                what: "a rule's marks (0 to 3)",
+                offset: self.base + self.at - 1,
+            }),
+        }
+    }
+
     fn decision(&mut self) -> Result<Decision, DecodeError> {
         match self.take(1, "a decision")? {
             [0] => Ok(Decision::Allow),
@@ -645,7 +668,9 @@ mod tests {
             vec![RuleInfo {
                 id: "b".into(),
                 reason: "reason of b".into(),
-                decision: Decision::Allow
+                decision: Decision::Allow,
+                changes_nothing: false,
+                except_disposable: false,
             }],
             "rule a cannot be reached by a ToolB call"
         );

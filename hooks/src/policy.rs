@@ -34,7 +34,7 @@ const ALLOWED_SHOWN: usize = 16;
 
 /// Version of the compiled policy's file format (`load`); the hook refuses a policy of
 /// another version. 1 was JSON.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 
 /// Facts about the run that symbolic rules are resolved against.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,10 +79,7 @@ pub enum PolicyError {
 
 /// A rule's identity as the compiled policy keeps it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(
-    from = "(String, String, Decision)",
-    into = "(String, String, Decision)"
-)]
+#[serde(from = "RuleRepr", into = "RuleRepr")]
 pub struct RuleInfo {
     /// The rule id.
     pub id: String,
@@ -90,7 +87,23 @@ pub struct RuleInfo {
     pub reason: String,
     /// What a match means.
     pub decision: Decision,
+    /// `changes_nothing` (a bash rule; see `config::BashRule`).
+    pub changes_nothing: bool,
+    /// `except_disposable` (a bash rule; see `config::BashRule`).
+    pub except_disposable: bool,
 }
+
+/// A rule in `stepproof policy`'s listing: `[id, reason, decision]`, with its marks as a fourth
+/// element when it has any (`["inspect", "…", "allow", ["changes_nothing"]]`).
+#[derive(Serialize, Deserialize)]
+#[serde(untagged)]
+enum RuleRepr {
+    Plain(String, String, Decision),
+    Marked(String, String, Decision, Vec<String>),
+}
+
+const MARK_CHANGES_NOTHING: &str = "changes_nothing";
+const MARK_EXCEPT_DISPOSABLE: &str = "except_disposable";
 
 /// A name glob (environment variable, domain, tool, agent type) with its rule.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -105,19 +118,37 @@ pub struct NameGlob {
 // Rules and matchers are JSON arrays (`[id, reason, decision]`, `[rule, glob]`) rather than
 // objects in `stepproof policy`'s listing: compact, one line a rule. (The hook reads its own
 // binary format, `load`.)
-impl From<(String, String, Decision)> for RuleInfo {
-    fn from((id, reason, decision): (String, String, Decision)) -> Self {
+impl From<RuleRepr> for RuleInfo {
+    fn from(repr: RuleRepr) -> Self {
+        let (id, reason, decision, marks) = match repr {
+            RuleRepr::Plain(id, reason, decision) => (id, reason, decision, Vec::new()),
+            RuleRepr::Marked(id, reason, decision, marks) => (id, reason, decision, marks),
+        };
         RuleInfo {
             id,
             reason,
             decision,
+            changes_nothing: marks.iter().any(|m| m == MARK_CHANGES_NOTHING),
+            except_disposable: marks.iter().any(|m| m == MARK_EXCEPT_DISPOSABLE),
         }
     }
 }
 
-impl From<RuleInfo> for (String, String, Decision) {
+impl From<RuleInfo> for RuleRepr {
     fn from(r: RuleInfo) -> Self {
-        (r.id, r.reason, r.decision)
+        let marks: Vec<String> = [
+            (r.changes_nothing, MARK_CHANGES_NOTHING),
+            (r.except_disposable, MARK_EXCEPT_DISPOSABLE),
+        ]
+        .into_iter()
+        .filter(|(set, _)| *set)
+        .map(|(_, mark)| mark.to_string())
+        .collect();
+        if marks.is_empty() {
+            RuleRepr::Plain(r.id, r.reason, r.decision)
+        } else {
+            RuleRepr::Marked(r.id, r.reason, r.decision, marks)
+        }
     }
 }
 
@@ -222,6 +253,10 @@ pub fn compile(config: &HookConfig, context: &Context) -> Result<CompiledPolicy,
         let Some(index) = compiler.rule("bash", &rule.id, &rule.reason, rule.decision)? else {
             continue;
         };
+        if let Some(info) = compiler.policy.rules.last_mut() {
+            info.changes_nothing = rule.changes_nothing;
+            info.except_disposable = rule.except_disposable;
+        }
         if rule.commands.is_empty() && rule.env.is_empty() {
             return Err(empty(&rule.id, "command pattern or env name"));
         }
@@ -390,6 +425,8 @@ impl Compiler<'_> {
             id: id.to_string(),
             reason: reason.to_string(),
             decision,
+            changes_nothing: false,
+            except_disposable: false,
         });
         Ok(Some(index))
     }
@@ -485,9 +522,49 @@ pub struct CallContext<'a> {
     pub effects: Option<&'a [Effect]>,
 }
 
+/// The sandbox's `$TMPDIR` as `stepproof-run` sets it (src/sandbox/plan/env.rs; a run without a
+/// private /tmp names another directory): what `stepproof check` assumes.
+pub const SANDBOX_TMPDIR: &str = "/tmp";
+
+/// This process's `$TMPDIR`: the hook runs in the sandbox's environment, as the Bash tool does.
+pub fn environment_tmpdir() -> Option<String> {
+    std::env::var("TMPDIR").ok()
+}
+
+/// What judging a tree removal needs to know besides the invocation.
+struct Surroundings<'a> {
+    cwd: &'a str,
+    tmpdir: Option<&'a str>,
+    /// The line also runs a command that can make links or replace directories (`ln`, `mv`,
+    /// `tar`, …): a path checked now may lead elsewhere when the removal runs.
+    links: bool,
+}
+
+/// Commands that can make a symlink or put another directory in a path's place; in the same
+/// line as a tree removal, they keep it from being called disposable. A program that makes
+/// links itself (a script) is not seen: the question guards against mistakes, the kernel's
+/// read-only mounts against the rest.
+const LINK_MAKERS: &[&str] = &[
+    "ln", "cp", "mv", "tar", "unzip", "rsync", "cpio", "install", "git", "bsdtar", "7z", "link",
+];
+
 impl CompiledPolicy {
-    /// Judges one tool call.
+    /// Judges one tool call, with `$TMPDIR` in a command taken as computed.
     pub fn check(&self, tool: &str, input: &Value, call: &CallContext<'_>) -> Verdict {
+        self.check_with_tmpdir(tool, input, call, None)
+    }
+
+    /// Judges one tool call; `tmpdir` is the sandbox's `$TMPDIR`, which `"$TMPDIR/x"` in a
+    /// command stands for (the Bash tool and the hook share the sandbox's environment), and
+    /// which is scratch the run can lose. `call.effects`, when given, must come from
+    /// `shell::analyze_with_tmpdir` with the same `tmpdir`.
+    pub fn check_with_tmpdir(
+        &self,
+        tool: &str,
+        input: &Value,
+        call: &CallContext<'_>,
+        tmpdir: Option<&str>,
+    ) -> Verdict {
         let cwd = call
             .cwd
             .filter(|c| c.starts_with('/'))
@@ -497,7 +574,9 @@ impl CompiledPolicy {
         let known = match tool {
             "Bash" => {
                 match input.get("command").and_then(Value::as_str) {
-                    Some(command) => self.judge_bash(command, call.effects, &cwd, &mut judgement),
+                    Some(command) => {
+                        self.judge_bash(command, call.effects, &cwd, tmpdir, &mut judgement)
+                    }
                     None => judgement.add(fail("Bash call without a `command`")),
                 }
                 true
@@ -662,15 +741,24 @@ impl CompiledPolicy {
         command: &str,
         analysed: Option<&[Effect]>,
         cwd: &str,
+        tmpdir: Option<&str>,
         judgement: &mut Judgement,
     ) {
         let owned;
         let effects = match analysed {
             Some(effects) => effects,
             None => {
-                owned = shell::analyze(command);
+                owned = shell::analyze_with_tmpdir(command, tmpdir);
                 &owned
             }
+        };
+        let surroundings = Surroundings {
+            cwd,
+            tmpdir,
+            links: effects.iter().any(|e| match e {
+                Effect::Exec(inv) => LINK_MAKERS.contains(&inv.name.as_str()),
+                _ => false,
+            }),
         };
         if effects.is_empty() {
             judgement.add(Finding {
@@ -682,7 +770,7 @@ impl CompiledPolicy {
         }
         for effect in effects {
             match effect {
-                Effect::Exec(inv) => self.judge_invocation(inv, judgement),
+                Effect::Exec(inv) => self.judge_invocation(inv, &surroundings, judgement),
                 Effect::Read(p) => self.judge_path(p, cwd, Access::Read, judgement),
                 Effect::Write(p) => self.judge_path(p, cwd, Access::Write, judgement),
                 Effect::ComputedWrite(what) => judgement.add(Finding {
@@ -701,7 +789,12 @@ impl CompiledPolicy {
         }
     }
 
-    fn judge_invocation(&self, inv: &Invocation, judgement: &mut Judgement) {
+    fn judge_invocation(
+        &self,
+        inv: &Invocation,
+        surroundings: &Surroundings<'_>,
+        judgement: &mut Judgement,
+    ) {
         let subject = render_invocation(inv);
         let mut matched = false;
         for assigned in &inv.assigns {
@@ -731,9 +824,23 @@ impl CompiledPolicy {
             .iter()
             .filter(|g| pattern::wildcard(&g.name, &inv.name))
             .map(|g| &g.pattern);
+        let mut disposable = None;
         for p in exact.chain(globbed) {
             let decision = self.rule_decision(p.rule);
             if decision == Decision::Allow && inv.untrusted_path {
+                continue;
+            }
+            let Some(rule) = self.rules.get(p.rule as usize) else {
+                judgement.add(fail("the policy refers to a rule it does not define"));
+                continue;
+            };
+            // A rule for reading never vouches for a command known to change something.
+            if rule.changes_nothing && inv.changes.is_some() {
+                continue;
+            }
+            if rule.except_disposable
+                && *disposable.get_or_insert_with(|| self.all_disposable(inv, surroundings))
+            {
                 continue;
             }
             if p.matches(&inv.args, decision != Decision::Allow) {
@@ -744,6 +851,33 @@ impl CompiledPolicy {
         if !matched {
             judgement.add(self.default_finding(&subject));
         }
+    }
+
+    /// Whether everything `inv` writes or removes is disposable (see `disposable`): known, and
+    /// no command in the line can turn a path into a link first.
+    fn all_disposable(&self, inv: &Invocation, surroundings: &Surroundings<'_>) -> bool {
+        // `find -L`/`-H` follows links inside the tree it deletes from.
+        let follows = inv.name == "find"
+            && inv
+                .args
+                .iter()
+                .any(|a| matches!(a.as_static(), Some("-L" | "-H" | "-follow")));
+        if surroundings.links || follows || inv.writes.is_empty() {
+            return false;
+        }
+        inv.writes.iter().all(|path| match path {
+            Some(path) => {
+                let absolute = if path.starts_with('/') {
+                    path.clone()
+                } else if path == "~" || path.starts_with("~/") {
+                    return false;
+                } else {
+                    format!("{}/{path}", surroundings.cwd.trim_end_matches('/'))
+                };
+                crate::disposable::is_disposable(&absolute, &self.workspace, surroundings.tmpdir)
+            }
+            None => false,
+        })
     }
 
     fn rule_decision(&self, rule: u32) -> Decision {

@@ -384,7 +384,7 @@ fn fails_closed() {
     // Policy files it cannot use: each is refused with its reason, never read as a policy.
     let good = std::fs::read(&setup.policy).expect("read policy");
     let mut other_version = good.clone();
-    other_version[16..20].copy_from_slice(&3u32.to_le_bytes());
+    other_version[16..20].copy_from_slice(&2u32.to_le_bytes());
     let mut bad_decision = good.clone();
     let profile_len = u32::from_le_bytes(good[20..24].try_into().expect("4 bytes")) as usize;
     let after_names = {
@@ -411,7 +411,7 @@ fn fails_closed() {
         (
             "other format version",
             other_version,
-            "has format 3, this hook reads format 2",
+            "has format 2, this hook reads format 3",
         ),
         (
             "truncated policy",

@@ -4,6 +4,7 @@ mod common;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use stepproof_hook::load::{self, Needs};
+use stepproof_hook::policy::SANDBOX_TMPDIR;
 use stepproof_hook::{Decision, check_tool};
 
 #[derive(Deserialize)]
@@ -52,8 +53,12 @@ fn corpus_cases_get_their_decision_and_rule() {
             count += 1;
             let verdict = check_tool(&policy, &tool, &input);
             // The hook binary loads only what the call can reach: same verdict.
-            let partial =
-                load::parse(&file, &Needs::for_call(&tool, &input)).expect("partial load");
+            let partial = load::parse(
+                &file,
+                // What `check_tool` assumes: the sandbox's TMPDIR.
+                &Needs::for_call_with_tmpdir(&tool, &input, Some(SANDBOX_TMPDIR)),
+            )
+            .expect("partial load");
             let lazy = check_tool(&partial, &tool, &input);
             if lazy != verdict {
                 failures.push(format!(

@@ -279,6 +279,8 @@ impl StepRules {
                     decision,
                     commands: r.commands.clone(),
                     env: r.env.clone(),
+                    changes_nothing: false,
+                    except_disposable: false,
                 })
                 .collect(),
             files: self

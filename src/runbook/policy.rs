@@ -135,6 +135,8 @@ pub fn step_hook_config(step: &Step) -> HookConfig {
             decision: Decision::Allow,
             commands: vec!["?* *".into()],
             env: vec!["*".into()],
+            changes_nothing: false,
+            except_disposable: false,
         });
     }
     for access in [Access::Read, Access::Write] {

@@ -642,6 +642,19 @@ impl Walker<'_> {
                 }
             }
         }
+        // `git CMD --help` is `git help CMD` (git.c turns it so), and `git CMD -h` alone prints
+        // the command's usage.
+        let asks_help = match rest.as_slice() {
+            [Arg::Static(first), ..] if first == "--help" => true,
+            [Arg::Static(only)] => only == "-h",
+            _ => false,
+        };
+        if asks_help {
+            rest = vec![Arg::Static(std::mem::replace(
+                &mut subcommand,
+                "help".into(),
+            ))];
+        }
         let canonical = match grammar(&subcommand) {
             Some(grammar) => {
                 let mut parsed = grammar.parse(&rest);
@@ -653,6 +666,7 @@ impl Walker<'_> {
             None => rest.clone(),
         };
         let env_files = shown_env_files(&subcommand, &rest, after.directory.as_ref());
+        let change = git_change(&subcommand, after.parsed.as_ref(), &rest);
         if DIFF_FAMILY.contains(&subcommand.as_str()) {
             after.output_args = Some(rest);
         }
@@ -663,7 +677,7 @@ impl Walker<'_> {
         for path in env_files {
             self.file(Some(path), false);
         }
-        self.exec("git".into(), shown, assigns);
+        self.exec_changing("git".into(), shown, assigns, change, Vec::new());
         self.git_after(after);
     }
 
@@ -841,11 +855,160 @@ impl Walker<'_> {
     }
 }
 
+/// Subcommands that read the repository and change nothing in it, whatever their options
+/// (except an `--output` file, looked at separately).
+const READING_SUBCOMMANDS: &[&str] = &[
+    "status",
+    "diff",
+    "log",
+    "show",
+    "blame",
+    "annotate",
+    "rev-parse",
+    "ls-files",
+    "grep",
+    "describe",
+    "shortlog",
+    "whatchanged",
+    "rev-list",
+    "cat-file",
+    "ls-tree",
+    "merge-base",
+    "for-each-ref",
+    "show-ref",
+    "name-rev",
+    "count-objects",
+    "version",
+    "help",
+    "diff-tree",
+    "diff-index",
+    "diff-files",
+    "range-diff",
+    "cherry",
+    "check-ignore",
+    "check-attr",
+    "var",
+    "ls-remote",
+];
+
+/// What a git subcommand changes, as far as its spelling tells (`None`: nothing). `parsed` is the
+/// subcommand's options when the hook knows its grammar, `rest` its arguments as given.
+fn git_change(subcommand: &str, parsed: Option<&Parsed>, rest: &[Arg]) -> Option<&'static str> {
+    let first = rest.iter().find(|a| !a.static_prefix().starts_with('-'));
+    let first = first.map(|a| a.as_static().unwrap_or("…"));
+    let any = |names: &[&str]| {
+        rest.iter()
+            .any(|a| a.as_static().is_some_and(|t| names.contains(&t)))
+    };
+    let writes_output = rest
+        .iter()
+        .any(|a| a.static_prefix().starts_with("--output"));
+    match subcommand {
+        _ if writes_output => Some("writes files"),
+        "branch" => {
+            let parsed = parsed?;
+            let deletes = parsed.has(&["d", "D", "delete"]);
+            let renames = parsed.has(&["m", "M", "move", "c", "C", "copy"]);
+            let other = parsed.has(&[
+                "u",
+                "set-upstream-to",
+                "unset-upstream",
+                "edit-description",
+                "f",
+                "force",
+                "set-upstream",
+                "t",
+                "track",
+            ]);
+            let lists = parsed.has(&[
+                "l",
+                "list",
+                "a",
+                "all",
+                "r",
+                "remotes",
+                "contains",
+                "no-contains",
+                "merged",
+                "no-merged",
+                "points-at",
+                "show-current",
+            ]);
+            if deletes {
+                Some("deletes a branch")
+            } else if renames {
+                Some("renames or copies a branch")
+            } else if other || (!lists && !parsed.operands().is_empty()) {
+                Some("creates or changes a branch")
+            } else {
+                None
+            }
+        }
+        "remote" => match first {
+            None | Some("show" | "get-url") => None,
+            Some(_) => Some("changes the repository's remotes"),
+        },
+        "reflog" => match first {
+            Some("expire" | "delete") => Some("deletes reflog entries"),
+            _ => None,
+        },
+        "config" => {
+            let reads = any(&[
+                "--get",
+                "--get-all",
+                "--get-regexp",
+                "--get-urlmatch",
+                "--list",
+                "-l",
+                "get",
+                "list",
+            ]);
+            (!reads).then_some("changes git's configuration")
+        }
+        "submodule" => match first {
+            None | Some("status" | "summary") => None,
+            Some(_) => Some("changes submodules"),
+        },
+        "stash" => match first {
+            Some("list" | "show") => None,
+            _ => Some("changes stashed work"),
+        },
+        "tag" => {
+            let lists =
+                rest.is_empty() || any(&["-l", "--list", "-n", "--contains", "--points-at"]);
+            (!lists).then_some("creates or deletes a tag")
+        }
+        "worktree" => match first {
+            Some("list") => None,
+            _ => Some("changes worktrees"),
+        },
+        s if READING_SUBCOMMANDS.contains(&s) => None,
+        _ => Some("changes the repository or the working tree"),
+    }
+}
+
 /// Writes out what a subcommand does that its spelling leaves implicit, so that rules can
 /// name it: the paths `git checkout` overwrites follow `--` (`git checkout REV FILE`, `git
 /// checkout src/x.rs`), `git restore` without `--staged` restores the working tree
 /// (`--worktree`), `git branch -d -f` is `-D`.
 fn spell_out(subcommand: &str, parsed: &mut Parsed) {
+    // `-t` takes its value attached (`-tdirect`); git 2.47 refuses any other value (`git
+    // checkout -tf main` fails), but the cluster reads as `-t -f` to a person, and a git that
+    // read it so would throw changes away: the letters count as the switches they spell.
+    if matches!(subcommand, "checkout" | "switch") {
+        let spelled: Vec<char> = parsed
+            .values(&["t"])
+            .flatten()
+            .filter_map(|v| match v {
+                Arg::Static(t) if t != "direct" && t != "inherit" => Some(t.chars()),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        for letter in spelled {
+            parsed.imply(Name::Short(letter));
+        }
+    }
     match subcommand {
         "checkout" if !parsed.has(&["b", "B", "orphan", "detach"]) => {
             let operands = parsed.operands();

@@ -145,13 +145,35 @@ impl Walker<'_> {
     }
 
     pub(super) fn exec(&mut self, name: String, args: Vec<Arg>, assigns: Vec<String>) {
+        self.exec_changing(name, args, assigns, None, Vec::new());
+    }
+
+    /// `exec` of a command known to change something (`change` says what), writing or
+    /// removing `writes` (the caller judges each as a file effect of its own).
+    pub(super) fn exec_changing(
+        &mut self,
+        name: String,
+        args: Vec<Arg>,
+        assigns: Vec<String>,
+        change: Option<&'static str>,
+        writes: Vec<Arg>,
+    ) {
         let untrusted_path = name.contains('/') && !trusted_location(&name);
+        let writes = writes
+            .into_iter()
+            .map(|w| match w {
+                Arg::Static(path) => self.after_cd(path),
+                Arg::Dynamic | Arg::Partial { .. } => None,
+            })
+            .collect();
         self.push(Effect::Exec(Invocation {
             name: basename(&name).to_string(),
             args,
             assigns,
             untrusted_path,
             program: name,
+            changes: change,
+            writes,
         }));
     }
 

@@ -67,6 +67,15 @@ pub struct Invocation {
     pub untrusted_path: bool,
     /// The name as written, before it became a basename (`/run/stepproof/stepproof`).
     pub program: String,
+    /// What the command is known to change (`"removes files"`, `"deletes a branch"`); `None`
+    /// when the analysis knows of no change. A rule marked `changes_nothing` never vouches for
+    /// a command that changes something, so that its reason ("reading … changes nothing") stays
+    /// true.
+    pub changes: Option<&'static str>,
+    /// The paths the command writes or removes, as the file rules judge them (a relative one as
+    /// written, after a `cd` the walk followed); `None` for one computed at run time. A rule
+    /// marked `except_disposable` looks at them.
+    pub writes: Vec<Option<String>>,
 }
 
 /// Directories whose programs are the system's (read-only in the sandbox), so that
@@ -142,8 +151,28 @@ enum Stdin {
 /// paths against the home it was compiled for, and the analysis needs nothing from the
 /// policy, so the hook can run it before loading the policy (to load only what it needs).
 pub fn analyze(command: &str) -> Vec<Effect> {
+    analyze_with_tmpdir(command, None)
+}
+
+/// `analyze`, with `$TMPDIR` (plain, or `${TMPDIR}`) standing for `tmpdir`, the sandbox's
+/// value, which the Bash tool's shell shares with the hook. Only when the line never assigns,
+/// reads into, unsets or otherwise names TMPDIR (so its value is the environment's), and the
+/// value is an absolute path a shell would not split or glob.
+pub fn analyze_with_tmpdir(command: &str, tmpdir: Option<&str>) -> Vec<Effect> {
+    let plain = |value: &&str| {
+        value.starts_with('/')
+            && value.len() > 1
+            && !value.contains(|c: char| c.is_whitespace() || "*?[]{}$`\\'\"".contains(c))
+    };
+    let only_expanded = command.match_indices("TMPDIR").all(|(at, _)| {
+        let before = &command[..at];
+        before.ends_with('$') || before.ends_with("${")
+    }) && !command.contains("${TMPDIR:")
+        && !command.contains("${TMPDIR[");
+    let tmpdir = tmpdir.filter(plain).filter(|_| only_expanded);
     let mut walker = Walker {
         home: "~",
+        tmpdir: tmpdir.map(str::to_string),
         effects: Vec::new(),
         functions: BTreeSet::new(),
         depth: 0,
@@ -166,6 +195,8 @@ pub fn analyze(command: &str) -> Vec<Effect> {
 
 struct Walker<'a> {
     home: &'a str,
+    /// What `$TMPDIR` stands for (see `analyze_with_tmpdir`); `None`: computed.
+    tmpdir: Option<String>,
     effects: Vec<Effect>,
     functions: BTreeSet<String>,
     depth: usize,
@@ -621,6 +652,21 @@ impl Walker<'_> {
                 self.file(path, true);
                 None
             }
+        }
+    }
+
+    /// A path as it is after the `cd`s the walk followed; `None` for a relative one after a
+    /// `cd` it could not follow.
+    fn after_cd(&self, path: String) -> Option<String> {
+        if path.starts_with('/') {
+            Some(path)
+        } else if self.lost {
+            None
+        } else {
+            Some(match &self.cd {
+                Some(dir) => format!("{dir}/{path}"),
+                None => path,
+            })
         }
     }
 

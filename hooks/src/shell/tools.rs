@@ -229,7 +229,7 @@ impl Walker<'_> {
         let writes = reader_writes(&name, &args);
         if !writes.is_empty() {
             let shown = super::render_words(&name, &args);
-            self.exec(name, args, assigns);
+            self.exec_changing(name, args, assigns, Some("writes files"), writes.clone());
             for path in writes {
                 match path {
                     Arg::Static(path) => self.file(Some(path), true),
@@ -246,6 +246,7 @@ impl Walker<'_> {
             "uv" => self.uv(name, args, assigns),
             "uvx" => self.uv_tool_run(name, args, assigns),
             "rm" => self.remove(name, args, assigns),
+            "tar" => self.tar(name, args, assigns),
             "sed" => self.sed(name, args, assigns),
             "awk" | "gawk" | "mawk" | "nawk" => self.awk(name, args, assigns),
             "sort" | "uniq" | "tee" | "cp" | "mv" | "ln" | "mkdir" | "touch" | "chmod" => {
@@ -504,7 +505,14 @@ impl Walker<'_> {
         }
         let computed_is_asked = !matches!(name.as_str(), "mkdir" | "touch");
         let shown = super::render_words(&name, &args);
-        self.exec(name, args, assigns);
+        writes.retain(|w| w.as_static() != Some("-"));
+        let change = match name.as_str() {
+            _ if writes.is_empty() => None,
+            "mv" => Some("moves files"),
+            "mkdir" => Some("creates directories"),
+            _ => Some("writes files"),
+        };
+        self.exec_changing(name, args, assigns, change, writes.clone());
         for path in writes {
             match path {
                 Arg::Static(p) if p == "-" => {}
@@ -532,6 +540,129 @@ impl Walker<'_> {
         }
     }
 
+    /// tar: a listing (`tar -tf a.tar`, `tar tvf a.tar`, `tar --list --file=a.tar`) is written
+    /// `tar --list …` for the rules, and changes nothing; any other mode writes (an archive, or
+    /// the files it extracts), and options that run programs (`-I`, `--to-command`,
+    /// `--checkpoint-action`, `--info-script`, `--rsh-command`, an archive on `host:file`) or
+    /// write files of their own (`-g`, `--index-file`, `--volno-file`) keep it from being a
+    /// listing. GNU tar 1.35 (`tar --help`).
+    fn tar(&mut self, name: String, args: Vec<Arg>, assigns: Vec<String>) {
+        /// Short options taking a value (the next word, or the rest of a dashed cluster).
+        const VALUED: &str = "bCfFgHIKLNTVX";
+        const MODES: &[(&str, char)] = &[
+            ("list", 't'),
+            ("create", 'c'),
+            ("extract", 'x'),
+            ("get", 'x'),
+            ("append", 'r'),
+            ("update", 'u'),
+            ("diff", 'd'),
+            ("compare", 'd'),
+            ("delete", 'D'),
+            ("concatenate", 'A'),
+            ("catenate", 'A'),
+            ("test-label", 'L'),
+        ];
+        const RISKY: &[&str] = &[
+            "use-compress-program",
+            "to-command",
+            "checkpoint-action",
+            "info-script",
+            "new-volume-script",
+            "rsh-command",
+            "rmt-command",
+            "listed-incremental",
+            "index-file",
+            "volno-file",
+        ];
+        let mut modes = std::collections::BTreeSet::new();
+        let mut risky = false;
+        let mut archives: Vec<Arg> = Vec::new();
+        let mut i = 0;
+        while let Some(arg) = args.get(i) {
+            i += 1;
+            let Arg::Static(text) = arg else {
+                // A computed word may be any option.
+                risky |= i == 1 || arg.static_prefix().starts_with('-');
+                continue;
+            };
+            if let Some(long) = text.strip_prefix("--") {
+                let (option, value) = match long.split_once('=') {
+                    Some((o, v)) => (o, Some(v)),
+                    None => (long, None),
+                };
+                if let Some((_, mode)) = MODES.iter().find(|(m, _)| *m == option) {
+                    modes.insert(*mode);
+                } else if RISKY
+                    .iter()
+                    .any(|r| r.starts_with(option) && option.len() > 2)
+                {
+                    risky = true;
+                } else if option == "file" {
+                    archives.push(match value {
+                        Some(v) => Arg::Static(v.to_string()),
+                        None => {
+                            i += 1;
+                            args.get(i - 1).cloned().unwrap_or(Arg::Dynamic)
+                        }
+                    });
+                }
+                continue;
+            }
+            // The first word is an old-style cluster (`tvf`) also without its dash.
+            let (cluster, old_style) = match text.strip_prefix('-') {
+                Some(c) => (c, false),
+                None if i == 1 => (text.as_str(), true),
+                None => continue,
+            };
+            for (at, letter) in cluster.char_indices() {
+                match letter {
+                    't' => {
+                        modes.insert('t');
+                    }
+                    'c' | 'x' | 'r' | 'u' | 'd' | 'A' => {
+                        modes.insert(letter);
+                    }
+                    'I' | 'F' | 'g' => risky = true,
+                    _ => {}
+                }
+                if VALUED.contains(letter) {
+                    let attached = &cluster[at + letter.len_utf8()..];
+                    let value = if old_style || attached.is_empty() {
+                        i += 1;
+                        args.get(i - 1).cloned().unwrap_or(Arg::Dynamic)
+                    } else {
+                        Arg::Static(attached.to_string())
+                    };
+                    if letter == 'f' {
+                        archives.push(value);
+                    }
+                    if !old_style {
+                        break;
+                    }
+                }
+            }
+        }
+        // `host:file` is reached over rsh (unless --force-local); `-` is standard input.
+        let remote = archives.iter().any(|a| match a {
+            Arg::Static(a) => a.split('/').next().is_some_and(|first| first.contains(':')),
+            _ => true,
+        });
+        let listing = modes.len() == 1 && modes.contains(&'t') && !risky && !remote;
+        if listing {
+            let mut written = vec![Arg::Static("--list".into())];
+            written.extend(args);
+            return self.exec(name, written, assigns);
+        }
+        self.exec_changing(
+            name,
+            args,
+            assigns,
+            Some("writes an archive or the files it holds"),
+            Vec::new(),
+        );
+    }
+
     /// `rm`: its options written out (`-rf` is `-r -f`) and its operands as removals are
     /// (the root `/` however spelt, a glob in the root's first level `/*`), each operand judged
     /// as a write (a computed one by the profile's default: where it removes is not known).
@@ -545,7 +676,8 @@ impl Walker<'_> {
         }
         let canonical = parsed.canonical();
         let shown = super::render_words(&name, &canonical);
-        self.exec(name, canonical, assigns);
+        let change = (!operands.is_empty()).then_some("removes files");
+        self.exec_changing(name, canonical, assigns, change, operands.clone());
         for operand in operands {
             match operand {
                 Arg::Static(path) => self.file(Some(path), true),
@@ -569,7 +701,30 @@ impl Walker<'_> {
         }
         let in_place = parsed.has(&["i", "in-place"]);
         let shown = super::render_words(&name, &args);
-        self.exec(name, parsed.canonical(), assigns);
+        let mut effects = sed::SedEffects::default();
+        let mut unseen = Vec::new();
+        for script in &scripts {
+            match script {
+                Arg::Static(text) => {
+                    if sed::analyze(text, &mut effects).is_none() {
+                        unseen.push(format!("a sed script the hook cannot follow: `{text}`"));
+                    }
+                }
+                _ => unseen.push("a sed script computed at run time".into()),
+            }
+        }
+        let mut written: Vec<Arg> = effects
+            .writes
+            .iter()
+            .filter(|w| !is_output_stream(w))
+            .cloned()
+            .map(Arg::Static)
+            .collect();
+        if in_place {
+            written.extend(files.iter().filter(|f| f.as_static() != Some("-")).cloned());
+        }
+        let change = (!written.is_empty()).then_some("writes files");
+        self.exec_changing(name, parsed.canonical(), assigns, change, written);
         if script_file {
             self.unknown("`sed -f` runs a script file the hook cannot see");
         }
@@ -578,16 +733,8 @@ impl Walker<'_> {
                 "a word computed at run time stands where sed reads options (it may be -i, -e or -f): `{shown}`; put `--` before computed file names"
             ));
         }
-        let mut effects = sed::SedEffects::default();
-        for script in &scripts {
-            match script {
-                Arg::Static(text) => {
-                    if sed::analyze(text, &mut effects).is_none() {
-                        self.unknown(format!("a sed script the hook cannot follow: `{text}`"));
-                    }
-                }
-                _ => self.unknown("a sed script computed at run time"),
-            }
+        for why in unseen {
+            self.unknown(why);
         }
         self.text_tool_effects(
             "sed",
@@ -651,17 +798,6 @@ impl Walker<'_> {
         let shown = super::render_words(&name, &args);
         let mut canonical = parsed.canonical();
         canonical.extend(operands);
-        self.exec(name, canonical, assigns);
-        if program_file {
-            self.unknown(
-                "`awk -f` (or -E, -i, -l, -W) runs program files or options the hook cannot see",
-            );
-        }
-        if parsed.computed_option {
-            self.unknown(format!(
-                "a word computed at run time stands where awk reads options (it may be -f or -o): `{shown}`; put `--` before the program"
-            ));
-        }
         let (mut reads, mut commands, mut unseen) = (Vec::new(), Vec::new(), Vec::new());
         for program in &programs {
             match program {
@@ -679,6 +815,29 @@ impl Walker<'_> {
                 },
                 _ => unseen.push("an awk program computed at run time".into()),
             }
+        }
+        let written: Vec<Arg> = writes
+            .iter()
+            .filter(|w| !is_output_stream(w))
+            .map(|w| {
+                if w.is_empty() {
+                    Arg::Dynamic
+                } else {
+                    Arg::Static(w.clone())
+                }
+            })
+            .collect();
+        let change = (!written.is_empty()).then_some("writes files");
+        self.exec_changing(name, canonical, assigns, change, written);
+        if program_file {
+            self.unknown(
+                "`awk -f` (or -E, -i, -l, -W) runs program files or options the hook cannot see",
+            );
+        }
+        if parsed.computed_option {
+            self.unknown(format!(
+                "a word computed at run time stands where awk reads options (it may be -f or -o): `{shown}`; put `--` before the program"
+            ));
         }
         for why in unseen {
             self.unknown(why);
@@ -706,7 +865,7 @@ impl Walker<'_> {
             }
         }
         for path in writes {
-            if !matches!(path.as_str(), "/dev/stdout" | "/dev/stderr" | "-") {
+            if !is_output_stream(&path) {
                 self.file(Some(path), true);
             }
         }
@@ -742,13 +901,19 @@ impl Walker<'_> {
                 other => files.push(other.clone()),
             }
         }
-        self.exec(name, args, assigns);
+        let change = (!files.is_empty()).then_some("changes file modes");
+        self.exec_changing(name, args, assigns, change, files.clone());
         for file in files {
             if let Arg::Static(p) = file {
                 self.file(Some(p), true);
             }
         }
     }
+}
+
+/// Whether a file a sed or awk script writes is its output rather than a file.
+fn is_output_stream(path: &str) -> bool {
+    matches!(path, "/dev/stdout" | "/dev/stderr" | "-")
 }
 
 /// Commands that print, search, compare or copy the files they name: a project `.env` file

@@ -92,6 +92,9 @@ impl Walker<'_> {
                 }
                 WordPiece::EscapeSequence(e) => out.push(Some(unescape(e, in_double_quotes))),
                 WordPiece::TildeExpansion(_) => out.push(None),
+                WordPiece::ParameterExpansion(expr) if self.known_parameter(expr).is_some() => {
+                    out.push(self.known_parameter(expr))
+                }
                 WordPiece::ParameterExpansion(_)
                 | WordPiece::CommandSubstitution(_)
                 | WordPiece::BackquotedCommandSubstitution(_)
@@ -122,10 +125,13 @@ impl Walker<'_> {
                 WordPiece::TildeExpansion(word::TildeExpr::Home) => Some(self.home.to_string()),
                 WordPiece::TildeExpansion(_) => None,
                 WordPiece::EscapeSequence(e) => Some(unescape(e, in_double_quotes)),
-                WordPiece::ParameterExpansion(expr) => {
-                    self.parameter(expr);
-                    None
-                }
+                WordPiece::ParameterExpansion(expr) => match self.known_parameter(expr) {
+                    Some(value) => Some(value),
+                    None => {
+                        self.parameter(expr);
+                        None
+                    }
+                },
                 WordPiece::CommandSubstitution(s) | WordPiece::BackquotedCommandSubstitution(s) => {
                     self.script(s);
                     None
@@ -144,6 +150,18 @@ impl Walker<'_> {
             };
         }
         out
+    }
+
+    /// The value of a parameter known before the command runs: `$TMPDIR` when the walk was
+    /// told it (see `analyze_with_tmpdir`).
+    fn known_parameter(&self, expr: &ParameterExpr) -> Option<String> {
+        match expr {
+            ParameterExpr::Parameter {
+                parameter: word::Parameter::Named(name),
+                indirect: false,
+            } if name == "TMPDIR" => self.tmpdir.clone(),
+            _ => None,
+        }
     }
 
     /// Parameter expansions can hold words (`${x:-$(cmd)}`): walk them.

@@ -414,8 +414,20 @@ impl Walker<'_> {
             starts.push(Arg::Static(".".into()));
         }
         let shown = super::render_words(&name, &own);
+        let mut written: Vec<Arg> = writes
+            .iter()
+            .map(|w: &Option<String>| w.clone().map_or(Arg::Dynamic, Arg::Static))
+            .collect();
+        let change = if deletes {
+            written.extend(starts.iter().cloned());
+            Some("removes files")
+        } else if written.is_empty() {
+            None
+        } else {
+            Some("writes files")
+        };
         // find itself first, so that a message names it rather than what it runs.
-        self.exec(name, own, assigns);
+        self.exec_changing(name, own, assigns, change, written);
         if deletes {
             for start in starts {
                 match start {
