@@ -611,6 +611,7 @@ fn serve(expected: &Path) -> Served {
         sink.clone_handle(),
         PeerCheck::for_executable(expected).unwrap(),
         u64::MAX,
+        None,
     );
     Served {
         _dir: dir,
@@ -659,6 +660,7 @@ fn the_listener_passes_credentials_before_anyone_can_connect() {
         sink.clone_handle(),
         PeerCheck::for_executable(Path::new("/proc/self/exe")).unwrap(),
         u64::MAX,
+        None,
     );
     let passcred =
         nix::sys::socket::getsockopt(&same, nix::sys::socket::sockopt::PassCred).unwrap();
