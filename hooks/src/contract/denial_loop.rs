@@ -131,3 +131,59 @@ pub fn with_supervisor_answer(response: Response, answer: &Value) -> Response {
         ..pre_tool_use_answer(&verdict)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// With a runbook, what the open steps allow and the client's commands; a stopped run says
+    /// so; without a readable policy, to stop.
+    #[test]
+    fn the_restatement_names_the_open_steps_and_the_way_on() {
+        let state = json!({
+            "runbook": "release", "title": "Release",
+            "steps": [
+                {"id": "build", "title": "Build it", "status": "passed", "allows": "cargo"},
+                {"id": "docs", "title": "Write the notes", "status": "open",
+                 "allows": "Write under docs/"},
+            ],
+        });
+        let text = restatement_text(None, Some(&state));
+        for told in [
+            "runbook 'release', open step 'docs' (Write the notes) allows Write under docs/",
+            "/run/stepproof/stepproof step complete",
+            "/run/stepproof/stepproof step status",
+            "stop and tell the user",
+        ] {
+            assert!(text.contains(told), "{told:?} missing from {text}");
+        }
+        assert!(!text.contains("'build'"), "{text}");
+        let ended = json!({"runbook": "release", "steps": [],
+            "ended": {"ending": "blocked", "step": "build"}});
+        let text = restatement_text(None, Some(&ended));
+        assert!(
+            text.contains("has stopped (blocked at step build)") && text.contains("End here"),
+            "{text}"
+        );
+        // No step open and no policy: the hook cannot say what is allowed.
+        let idle = json!({"runbook": "release", "steps": []});
+        assert!(restatement_text(None, Some(&idle)).contains("cannot read its policy"));
+    }
+
+    /// Only a deny gets a restatement to offer.
+    #[test]
+    fn only_a_deny_is_restated() {
+        let args = Args::parse(["--policy".to_string(), "/nonexistent/policy".into()]).unwrap();
+        for decision in [Decision::Allow, Decision::Ask] {
+            let verdict = Verdict {
+                decision,
+                rule_id: "r".into(),
+                reason: "why".into(),
+            };
+            assert_eq!(restatement(&args, &verdict, None), None);
+        }
+        let denied = Verdict::fail_closed("no");
+        assert!(restatement(&args, &denied, None).is_some());
+    }
+}
