@@ -58,18 +58,27 @@ both_claude!(
             run.expect_decision(&id, "deny", RULE);
             let result = mock.expect_result(&id);
             assert!(result.is_error, "{result:?}");
-            assert!(result.text.contains(&format!("(rule {RULE})")), "{result:?}");
+            assert!(
+                result.text.contains(&format!("(rule {RULE})")),
+                "{result:?}"
+            );
             if turn < 2 {
                 assert!(!result.text.contains(RESTATED), "call {turn}: {result:?}");
                 continue;
             }
             for told in [
-                format!("StepProof has denied {} calls under rule {RULE} in this session", turn + 1),
+                format!(
+                    "StepProof has denied {} calls under rule {RULE} in this session",
+                    turn + 1
+                ),
                 "What is allowed now: profile 'ci'".to_string(),
                 "shell commands allowed without asking:".to_string(),
                 "To go on: use an allowed alternative".to_string(),
             ] {
-                assert!(result.text.contains(&told), "call {turn}: {told:?} in {result:?}");
+                assert!(
+                    result.text.contains(&told),
+                    "call {turn}: {told:?} in {result:?}"
+                );
             }
             assert!(!result.text.contains("exit 121"), "{result:?}");
         }
@@ -126,61 +135,69 @@ both_claude!(
 // Under --ci, with `denial_loop_after = 2`: the second denial restates, the fourth says the run
 // ends and the run is ended (exit 121, status `denial-loop`) before the model's remaining
 // retries; both stages are recorded.
-both_claude!(a_ci_run_that_keeps_looping_is_ended_with_121, |w: &World| {
-    let mock = Mock::start(w, script(SPELLINGS.len()));
-    let profile = profile(w, &mock, true, "[hook]\ndenial_loop_after = 2\n");
-    let run = run_claude_as(
-        w,
-        &Launch {
-            run_args: &["--ci"],
-            ..Launch::default()
-        },
-        &profile,
-        &[],
-    );
-    assert_eq!(run.status.code(), Some(121), "{}", run.describe());
-    assert!(
-        run.stderr.contains("under rule net-tools-unattended")
-            && run.stderr.contains("exit 121"),
-        "{}",
-        run.describe()
-    );
-    assert_eq!(run.status_file["status"], "denial-loop", "{}", run.status_file);
-    assert_eq!(run.status_file["rule_id"], RULE, "{}", run.status_file);
-    assert_eq!(run.status_file["denials"], 4, "{}", run.status_file);
-    let restated = mock.expect_result(&call_id(None, 1));
-    assert!(
-        restated.text.contains("StepProof has denied 2 calls") && !restated.text.contains("exit 121"),
-        "{restated:?}"
-    );
-    let stages: Vec<(&str, u64, bool)> = run
-        .records("denial-loop")
-        .iter()
-        .map(|r| {
-            (
-                r["stage"].as_str().unwrap(),
-                r["denials"].as_u64().unwrap(),
-                r["stop"].as_bool().unwrap(),
-            )
-        })
-        .collect();
-    assert_eq!(stages, [("restated", 2, false), ("stopped", 4, true)]);
-    // The run ended at the fourth denial: the model's fifth and sixth spellings never came.
-    for turn in 4..SPELLINGS.len() {
-        assert!(
-            mock.tool_result(&call_id(None, turn)).is_none(),
-            "call {turn} was answered after the stop"
+both_claude!(
+    a_ci_run_that_keeps_looping_is_ended_with_121,
+    |w: &World| {
+        let mock = Mock::start(w, script(SPELLINGS.len()));
+        let profile = profile(w, &mock, true, "[hook]\ndenial_loop_after = 2\n");
+        let run = run_claude_as(
+            w,
+            &Launch {
+                run_args: &["--ci"],
+                ..Launch::default()
+            },
+            &profile,
+            &[],
         );
-    }
-    assert!(
-        !run.decisions()
+        assert_eq!(run.status.code(), Some(121), "{}", run.describe());
+        assert!(
+            run.stderr.contains("under rule net-tools-unattended")
+                && run.stderr.contains("exit 121"),
+            "{}",
+            run.describe()
+        );
+        assert_eq!(
+            run.status_file["status"], "denial-loop",
+            "{}",
+            run.status_file
+        );
+        assert_eq!(run.status_file["rule_id"], RULE, "{}", run.status_file);
+        assert_eq!(run.status_file["denials"], 4, "{}", run.status_file);
+        let restated = mock.expect_result(&call_id(None, 1));
+        assert!(
+            restated.text.contains("StepProof has denied 2 calls")
+                && !restated.text.contains("exit 121"),
+            "{restated:?}"
+        );
+        let stages: Vec<(&str, u64, bool)> = run
+            .records("denial-loop")
             .iter()
-            .any(|d| d["tool_use_id"] == call_id(None, 5).as_str()),
-        "{:#?}",
-        run.decisions()
-    );
-    let end = run.records("run-end");
-    assert_eq!(end.len(), 1, "{}", run.describe());
-    assert_eq!(end[0]["outcome"]["status"], "denial-loop", "{:#}", end[0]);
-    assert_never_fetched(w, &mock);
-});
+            .map(|r| {
+                (
+                    r["stage"].as_str().unwrap(),
+                    r["denials"].as_u64().unwrap(),
+                    r["stop"].as_bool().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(stages, [("restated", 2, false), ("stopped", 4, true)]);
+        // The run ended at the fourth denial: the model's fifth and sixth spellings never came.
+        for turn in 4..SPELLINGS.len() {
+            assert!(
+                mock.tool_result(&call_id(None, turn)).is_none(),
+                "call {turn} was answered after the stop"
+            );
+        }
+        assert!(
+            !run.decisions()
+                .iter()
+                .any(|d| d["tool_use_id"] == call_id(None, 5).as_str()),
+            "{:#?}",
+            run.decisions()
+        );
+        let end = run.records("run-end");
+        assert_eq!(end.len(), 1, "{}", run.describe());
+        assert_eq!(end[0]["outcome"]["status"], "denial-loop", "{:#}", end[0]);
+        assert_never_fetched(w, &mock);
+    }
+);

@@ -75,7 +75,11 @@ const MAX_ANSWER: u64 = 64 << 10;
 /// Sends records, one JSON line each, within `timeout`, and returns the supervisor's answer
 /// (`None` when it is not a JSON object). The connect runs on a helper thread because std
 /// offers no connect timeout for unix sockets and a full backlog would block.
-pub fn send(socket: &Path, records: &[Value], timeout: Duration) -> Result<Option<Value>, AuditError> {
+pub fn send(
+    socket: &Path,
+    records: &[Value],
+    timeout: Duration,
+) -> Result<Option<Value>, AuditError> {
     if records.is_empty() {
         return Ok(None);
     }

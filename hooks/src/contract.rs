@@ -31,10 +31,10 @@ mod pre_tool_use;
 mod records;
 
 use context::{context, refused_hosts_notice, reorientation, runbook_dir};
-pub use denial_loop::{Restatement, restatement_text, with_supervisor_answer};
 pub use context::{
     context_text, orientation_text, prompt_reminder, read_only_context, refused_hosts_context,
 };
+pub use denial_loop::{Restatement, restatement_text, with_supervisor_answer};
 use pre_tool_use::pre_tool_use;
 pub use pre_tool_use::pre_tool_use_answer;
 use records::{base_record, evidence, observe, session_end, subagent, turn};

@@ -1389,7 +1389,10 @@ fn a_loop_in_the_supervisors_answer_restates_what_is_allowed() {
     assert_eq!((plain.code, plain.decision().as_str()), (2, "deny"));
     let plain_reason = reason_of(&plain);
     assert!(plain_reason.contains("(rule privilege)"), "{plain_reason}");
-    assert!(!plain_reason.contains("StepProof has denied"), "{plain_reason}");
+    assert!(
+        !plain_reason.contains("StepProof has denied"),
+        "{plain_reason}"
+    );
 
     let looped = serde_json::json!({"accepted": 1, "malformed": 0,
         "denial_loop": {"rule_id": "privilege", "denials": 3, "after": 3, "stop": false}});

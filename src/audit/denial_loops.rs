@@ -104,7 +104,8 @@ impl DenialLoops {
         };
         let loops = DenialLoops {
             after: settings.after,
-            stop_at: (settings.stop && settings.after > 0).then(|| settings.after.saturating_mul(2)),
+            stop_at: (settings.stop && settings.after > 0)
+                .then(|| settings.after.saturating_mul(2)),
             counts: HashMap::new(),
             stopped: stopped.clone(),
             wake,
@@ -242,7 +243,12 @@ mod tests {
         assert_eq!(seen[1], None);
         let third = seen[2].clone().expect("the third denial is a loop");
         assert_eq!(
-            (third.denials, third.stage, third.stop, third.rule_id.as_str()),
+            (
+                third.denials,
+                third.stage,
+                third.stop,
+                third.rule_id.as_str()
+            ),
             (3, "restated", false, "net-tools")
         );
         let fourth = seen[3].clone().expect("and so is the fourth");
@@ -344,7 +350,10 @@ mod tests {
         let (mut loops, _watch) = counter(1, false);
         let long = "x".repeat(10 * MAX_KEY);
         let seen = loops.seen(&deny(&long, &long, "x")).unwrap();
-        assert_eq!((seen.session_id.len(), seen.rule_id.len()), (MAX_KEY, MAX_KEY));
+        assert_eq!(
+            (seen.session_id.len(), seen.rule_id.len()),
+            (MAX_KEY, MAX_KEY)
+        );
         for n in 0..MAX_PAIRS + 10 {
             loops.seen(&deny(&format!("s{n}"), "r", "x"));
         }

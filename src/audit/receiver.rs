@@ -692,7 +692,8 @@ impl Receiver {
         if !connection.received_any {
             self.count(|c| c.empty += 1);
         }
-        let mut answer = json!({ "accepted": connection.accepted, "malformed": connection.malformed });
+        let mut answer =
+            json!({ "accepted": connection.accepted, "malformed": connection.malformed });
         if let Some(seen) = connection.denial_loop {
             answer["denial_loop"] = seen;
         }

@@ -225,10 +225,7 @@ fn runbook_outcome(run: &Run<'_, '_>, outcome: &mut Outcome) {
 
 /// `--ci`: a loop of denials that ended the run early (121), unless the runbook's own outcome
 /// already says more (a stopped runbook denies every call, and its 117 or 116 is the cause).
-fn denial_loop_outcome(
-    stop: Option<crate::audit::denial_loops::LoopStop>,
-    outcome: &mut Outcome,
-) {
+fn denial_loop_outcome(stop: Option<crate::audit::denial_loops::LoopStop>, outcome: &mut Outcome) {
     let Some(stop) = stop else {
         return;
     };
