@@ -4,10 +4,13 @@
 //! profile allows and how to go on. The model retrying a refused call in new spellings has read
 //! the reason once already: what it lacks is the way out, not the refusal.
 //!
-//! Claude Code 2.1.328 gives the model a PreToolUse deny's reason as the call's `tool_result`
-//! (tests/claude_denial_loop.rs shows it arriving), so the restatement rides on the deny itself;
-//! the decision is never changed, only its reason made longer, and without the supervisor's
-//! answer the deny stands as it was.
+//! Which part of the answer reaches the model, tried on Claude Code 2.1.328 with a hook that
+//! denies: `permissionDecisionReason` becomes the call's `tool_result` ("PreToolUse:Bash hook
+//! error: …"), also when the hook exits 2 — its stderr is then not shown; a PreToolUse
+//! `additionalContext` arrives too, but as a separate "hook additional context" message apart
+//! from the call. So the restatement rides on the reason, next to the refusal it explains
+//! (tests/claude_denial_loop.rs shows it arriving). The decision is never changed, only its
+//! reason made longer, and without the supervisor's answer the deny stands as it was.
 
 use super::context::{open_steps_of, read_runbook_state, runbook_dir, str_of};
 use super::pre_tool_use::pre_tool_use_answer;
