@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 
 /// At most this many (session, rule) pairs are counted; a pair first seen beyond it is not
 /// (the records are the agent's to invent, so the map must stay bounded).
-const MAX_PAIRS: usize = 4096;
+pub const MAX_PAIRS: usize = 4096;
 /// A session id or rule id is counted by at most this many bytes of it.
 const MAX_KEY: usize = 256;
 

@@ -627,6 +627,9 @@ impl Receiver {
     /// A deny that is one of a loop: the answer to its connection says so, and its stage is
     /// recorded (the first restatement and the `--ci` stop; the denials between are only
     /// answered). The decision's own record is `decision_seq` (null when it was over budget).
+    /// Not charged to the budget of what the agent causes, so that the stop is never lost: at
+    /// most two records a (session, rule) pair, and the pairs counted are capped
+    /// (`denial_loops::MAX_PAIRS`).
     fn record_loop(
         &mut self,
         index: usize,
@@ -651,7 +654,7 @@ impl Receiver {
                 }),
             );
         }
-        if seen.stop && seen.stage == "stopped" {
+        if seen.stage == "stopped" {
             tracing::warn!(
                 rule = %seen.rule_id,
                 denials = seen.denials,
