@@ -20,6 +20,10 @@ pub enum ExitCode {
     /// Refused before anything ran: a bad profile or flag, or a command the profile forbids.
     /// Retrying the same invocation gives the same answer.
     Refused = 120,
+    /// `--ci`: the hook kept denying calls under one rule in one session (twice the profile's
+    /// `denial_loop_after`, after the denials had restated what is allowed): the run was ended
+    /// rather than let it spend its budget on denied calls.
+    DenialLoop = 121,
     /// `--fail-on-deny`: the command finished, but the hook denied at least one call.
     Denied = 122,
     /// The command finished, but the sweep found what the host would act on (quarantined).
@@ -37,12 +41,13 @@ pub enum ExitCode {
 
 impl ExitCode {
     /// Every code, in order.
-    pub const ALL: [ExitCode; 11] = [
+    pub const ALL: [ExitCode; 12] = [
         ExitCode::RunbookAbandoned,
         ExitCode::EvidenceFailed,
         ExitCode::AuditIncomplete,
         ExitCode::SweepIncomplete,
         ExitCode::Refused,
+        ExitCode::DenialLoop,
         ExitCode::Denied,
         ExitCode::Tampering,
         ExitCode::TimedOut,

@@ -601,6 +601,13 @@ struct Served {
 }
 
 fn serve(expected: &Path) -> Served {
+    serve_with(expected, None)
+}
+
+fn serve_with(
+    expected: &Path,
+    loops: Option<stepproof::audit::denial_loops::DenialLoops>,
+) -> Served {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("hook.sock");
     let log = dir.path().join("audit.jsonl");
@@ -611,6 +618,7 @@ fn serve(expected: &Path) -> Served {
         sink.clone_handle(),
         PeerCheck::for_executable(expected).unwrap(),
         u64::MAX,
+        loops,
     );
     Served {
         _dir: dir,
@@ -659,6 +667,7 @@ fn the_listener_passes_credentials_before_anyone_can_connect() {
         sink.clone_handle(),
         PeerCheck::for_executable(Path::new("/proc/self/exe")).unwrap(),
         u64::MAX,
+        None,
     );
     let passcred =
         nix::sys::socket::getsockopt(&same, nix::sys::socket::sockopt::PassCred).unwrap();
@@ -982,5 +991,102 @@ fn the_answer_to_an_ask_is_recorded() {
     assert_eq!(
         answers,
         expected.map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()))
+    );
+}
+
+/// The receiver counts denials per session and rule as it takes them: the answer to the
+/// connection carrying the loop's denials says so (the hook lengthens the reason from it), the
+/// first restatement and the --ci stop are `denial-loop` records naming the decision's `seq`,
+/// and other sessions, rules and decisions are answered as before.
+#[test]
+fn a_loop_of_denials_is_answered_and_recorded_by_the_receiver() {
+    use stepproof::audit::denial_loops::{DenialLoops, LoopSettings};
+    let (loops, watch) = DenialLoops::new(LoopSettings {
+        after: 2,
+        stop: true,
+    });
+    let served = serve_with(Path::new("/proc/self/exe"), Some(loops));
+    let line = |session: &str, rule: &str, decision: &str, id: &str| {
+        format!(
+            "{}\n",
+            json!({ "kind": "decision", "event": "PreToolUse", "decision": decision,
+                    "session_id": session, "rule_id": rule, "tool": "Bash",
+                    "tool_use_id": id, "input": "curl x" })
+        )
+    };
+    let answer = |text: String| -> Value { serde_json::from_str(&text).unwrap() };
+    let first = answer(send_lines(
+        &served.socket,
+        line("s", "r", "deny", "t1").as_bytes(),
+    ));
+    assert_eq!(first, json!({"accepted": 1, "malformed": 0}));
+    // Another session, another rule, an allow: none of them is the loop.
+    for (session, rule, decision) in [
+        ("s2", "r", "deny"),
+        ("s", "r2", "deny"),
+        ("s", "r", "allow"),
+    ] {
+        let other = answer(send_lines(
+            &served.socket,
+            line(session, rule, decision, "t").as_bytes(),
+        ));
+        assert!(other.get("denial_loop").is_none(), "{other}");
+    }
+    let second = answer(send_lines(
+        &served.socket,
+        line("s", "r", "deny", "t2").as_bytes(),
+    ));
+    assert_eq!(
+        second["denial_loop"],
+        json!({"rule_id": "r", "denials": 2, "after": 2, "stop": false})
+    );
+    let third = answer(send_lines(
+        &served.socket,
+        line("s", "r", "deny", "t3").as_bytes(),
+    ));
+    assert_eq!(third["denial_loop"]["stop"], false);
+    // Two on one connection: the answer is the last one's, the stop.
+    let both = format!(
+        "{}{}",
+        line("s", "r", "deny", "t4"),
+        line("s", "r", "deny", "t5")
+    );
+    let fifth = answer(send_lines(&served.socket, both.as_bytes()));
+    assert_eq!(
+        fifth["denial_loop"],
+        json!({"rule_id": "r", "denials": 5, "after": 2, "stop": true})
+    );
+    served.handle.shutdown();
+    let stop = watch.stopped().expect("the stop was asked for");
+    assert_eq!((stop.rule_id.as_str(), stop.denials), ("r", 4));
+    let log = records(&served.log);
+    let loops: Vec<&Value> = log.iter().filter(|r| r["kind"] == "denial-loop").collect();
+    let seq_of = |id: &str| {
+        log.iter()
+            .find(|r| r["kind"] == "decision" && r["reported"]["tool_use_id"] == id)
+            .map(|r| r["seq"].clone())
+            .unwrap()
+    };
+    assert_eq!(loops.len(), 2, "{loops:#?}");
+    assert_eq!(
+        (
+            &loops[0]["stage"],
+            &loops[0]["denials"],
+            &loops[0]["decision_seq"]
+        ),
+        (&json!("restated"), &json!(2), &seq_of("t2"))
+    );
+    assert_eq!(
+        (
+            &loops[1]["stage"],
+            &loops[1]["stop"],
+            &loops[1]["decision_seq"]
+        ),
+        (&json!("stopped"), &json!(true), &seq_of("t4"))
+    );
+    assert!(
+        loops
+            .iter()
+            .all(|r| r["source"] == "supervisor" && r["session_id"] == "s")
     );
 }

@@ -33,6 +33,15 @@
 //! These records are *reported from inside*: the agent can run the hook binary itself, so they
 //! show what was decided, not who asked. A send that fails or takes longer than the timeout
 //! (200 ms) is dropped; it never changes a decision.
+//!
+//! # The answer
+//! The supervisor answers each connection with one JSON line: `{"accepted":N,"malformed":M}`,
+//! and `"denial_loop": {"rule_id", "denials", "after", "stop"}` when a deny in it was one of a
+//! run of denials under one rule in one session (the supervisor counts them: the hook is a new
+//! process per call, and a count kept inside would be the agent's to reset). The hook then adds
+//! to that deny's reason what the profile or the open step allows and how to go on
+//! (`contract::with_supervisor_answer`). It only ever adds to a deny: no answer, a late or a
+//! malformed one, and the deny stands as it was.
 
 use std::io::Write;
 use std::os::unix::net::UnixStream;
@@ -60,11 +69,19 @@ pub enum AuditError {
     Timeout { socket: PathBuf },
 }
 
-/// Sends records, one JSON line each, within `timeout`. The connect runs on a helper thread
-/// because std offers no connect timeout for unix sockets and a full backlog would block.
-pub fn send(socket: &Path, records: &[Value], timeout: Duration) -> Result<(), AuditError> {
+/// The most of the supervisor's answer read (it is one short line).
+const MAX_ANSWER: u64 = 64 << 10;
+
+/// Sends records, one JSON line each, within `timeout`, and returns the supervisor's answer
+/// (`None` when it is not a JSON object). The connect runs on a helper thread because std
+/// offers no connect timeout for unix sockets and a full backlog would block.
+pub fn send(
+    socket: &Path,
+    records: &[Value],
+    timeout: Duration,
+) -> Result<Option<Value>, AuditError> {
     if records.is_empty() {
-        return Ok(());
+        return Ok(None);
     }
     let mut payload = Vec::new();
     for record in records {
@@ -85,12 +102,18 @@ pub fn send(socket: &Path, records: &[Value], timeout: Duration) -> Result<(), A
             // executable through /proc/<pid>/exe) when it reads, so the hook must still exist.
             stream.shutdown(std::net::Shutdown::Write)?;
             let mut answer = Vec::new();
-            std::io::Read::read_to_end(&mut stream, &mut answer).map(drop)
+            std::io::Read::read_to_end(
+                &mut std::io::Read::take(&mut stream, MAX_ANSWER),
+                &mut answer,
+            )?;
+            Ok(serde_json::from_slice::<Value>(&answer)
+                .ok()
+                .filter(Value::is_object))
         });
         let _ = done.send(outcome);
     });
     match result.recv_timeout(timeout) {
-        Ok(Ok(())) => Ok(()),
+        Ok(Ok(answer)) => Ok(answer),
         Ok(Err(source)) => Err(AuditError::Io {
             socket: socket.to_path_buf(),
             source,

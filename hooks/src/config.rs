@@ -47,6 +47,12 @@ pub struct HookConfig {
     /// One sentence on what the profile is for, shown to the model at session start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<String>,
+    /// Denials under one rule in one session after which a denial restates what the profile
+    /// (or the open runbook step) allows and how to go on; under `--ci` twice as many end the
+    /// run (exit 121). Unset: [`DEFAULT_DENIAL_LOOP_AFTER`]; 0 switches both off. Counted by
+    /// the supervisor from the hook's records (see `stepproof::audit::denial_loops`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub denial_loop_after: Option<u32>,
     /// Ids of rules inherited through `extends` that this profile drops. Listed in the file so
     /// that a reviewer sees every loosening; an id that matches no rule is an error.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -177,7 +183,19 @@ pub struct AgentRule {
     pub types: Vec<String>,
 }
 
+/// `denial_loop_after` when a profile leaves it unset: the call, a retry, and a second retry
+/// in another spelling is a loop, not bad luck.
+pub const DEFAULT_DENIAL_LOOP_AFTER: u32 = 3;
+
+/// The largest `denial_loop_after` a profile may set.
+pub const MAX_DENIAL_LOOP_AFTER: u32 = 1000;
+
 impl HookConfig {
+    /// The effective `denial_loop_after` (0: off).
+    pub fn denial_loop_after(&self) -> u32 {
+        self.denial_loop_after.unwrap_or(DEFAULT_DENIAL_LOOP_AFTER)
+    }
+
     /// Combines a profile with the one it extends: the child's rules come after the base's,
     /// the child's scalars replace the base's where the child sets them, `disable` lists add up.
     pub fn merge(base: HookConfig, child: HookConfig) -> HookConfig {
@@ -190,6 +208,7 @@ impl HookConfig {
             unknown: child.unknown.or(base.unknown),
             unknown_tool: child.unknown_tool.or(base.unknown_tool),
             summary: child.summary.or(base.summary),
+            denial_loop_after: child.denial_loop_after.or(base.denial_loop_after),
             disable: append(base.disable, child.disable),
             bash: append(base.bash, child.bash),
             files: append(base.files, child.files),

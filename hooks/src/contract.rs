@@ -26,6 +26,7 @@ use crate::load::Needs;
 use crate::policy::{CallContext, CompiledPolicy, FORMAT_VERSION};
 
 mod context;
+mod denial_loop;
 mod pre_tool_use;
 mod records;
 
@@ -33,6 +34,7 @@ use context::{context, refused_hosts_notice, reorientation, runbook_dir};
 pub use context::{
     context_text, orientation_text, prompt_reminder, read_only_context, refused_hosts_context,
 };
+pub use denial_loop::{Restatement, restatement_text, with_supervisor_answer};
 use pre_tool_use::pre_tool_use;
 pub use pre_tool_use::pre_tool_use_answer;
 use records::{base_record, evidence, observe, session_end, subagent, turn};
@@ -231,6 +233,9 @@ pub struct Response {
     pub exit_code: i32,
     /// Audit records to send.
     pub records: Vec<Value>,
+    /// A PreToolUse deny: what its reason adds if the supervisor's answer calls it one of a
+    /// loop ([`with_supervisor_answer`]).
+    pub restatement: Option<Restatement>,
 }
 
 impl Response {
@@ -240,6 +245,7 @@ impl Response {
             stderr: String::new(),
             exit_code: 0,
             records: Vec::new(),
+            restatement: None,
         }
     }
 }
@@ -461,6 +467,7 @@ fn config_change(args: &Args, input: Option<HookInput>) -> Response {
         stderr: format!("{reason}\n"),
         exit_code: 2,
         records: vec![record],
+        restatement: None,
     }
 }
 

@@ -122,9 +122,13 @@ fn run() -> Response {
         return contract::respond(&args, fake.as_bytes());
     }
     let response = contract::respond(&args, &input);
-    if let Some(socket) = &args.audit_socket {
-        // A lost record never changes the answer; the supervisor sees the gap.
-        let _ = audit::send(socket, &response.records, audit::SEND_TIMEOUT);
+    let Some(socket) = &args.audit_socket else {
+        return response;
+    };
+    // A lost record never changes the answer; the supervisor sees the gap. Its answer may only
+    // add to a deny's reason (a loop of denials): without one the deny stands as it was.
+    match audit::send(socket, &response.records, audit::SEND_TIMEOUT) {
+        Ok(Some(answer)) => contract::with_supervisor_answer(response, &answer),
+        _ => response,
     }
-    response
 }

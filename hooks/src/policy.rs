@@ -75,6 +75,11 @@ pub enum PolicyError {
     /// The workspace or home is not an absolute path.
     #[error("the {what} `{path}` must be an absolute path")]
     RelativeContext { what: &'static str, path: String },
+    /// `denial_loop_after` past its bound.
+    #[error(
+        "`denial_loop_after` is {value}: at most {max} (0 switches the restatement and the --ci stop off)"
+    )]
+    DenialLoopAfter { value: u32, max: u32 },
 }
 
 /// A rule's identity as the compiled policy keeps it.
@@ -218,6 +223,14 @@ pub struct CompiledPolicy {
 
 /// Compiles a `[hook]` section for one run.
 pub fn compile(config: &HookConfig, context: &Context) -> Result<CompiledPolicy, PolicyError> {
+    if let Some(value) = config.denial_loop_after
+        && value > crate::config::MAX_DENIAL_LOOP_AFTER
+    {
+        return Err(PolicyError::DenialLoopAfter {
+            value,
+            max: crate::config::MAX_DENIAL_LOOP_AFTER,
+        });
+    }
     let workspace = absolute_string(&context.workspace, "workspace")?;
     let home = absolute_string(&context.home, "home directory")?;
     let disabled: BTreeSet<&str> = config.disable.iter().map(String::as_str).collect();

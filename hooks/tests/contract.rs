@@ -1308,3 +1308,143 @@ fn session_end_is_recorded_with_its_reason() {
     assert_eq!(records[1]["reason"], "clear");
     assert_eq!(records[1]["ends_session"], false);
 }
+
+/// A supervisor that reads each of `connections` hook connections to its end and answers with
+/// `answer` (`None`: it never answers, holding the connection for `hold`).
+fn supervisor_answering(
+    listener: UnixListener,
+    connections: usize,
+    answer: Option<Value>,
+    hold: Duration,
+) -> std::thread::JoinHandle<Vec<Value>> {
+    std::thread::spawn(move || {
+        let mut records = Vec::new();
+        for _ in 0..connections {
+            let (mut stream, _) = listener.accept().expect("accept");
+            let mut text = String::new();
+            stream.read_to_string(&mut text).expect("read records");
+            records.extend(
+                text.lines()
+                    .map(|l| serde_json::from_str::<Value>(l).expect("record is JSON")),
+            );
+            match &answer {
+                Some(answer) => {
+                    let _ = stream.write_all(format!("{answer}\n").as_bytes());
+                }
+                None => std::thread::sleep(hold),
+            }
+        }
+        records
+    })
+}
+
+/// The hook run against a supervisor answering `answer`: its output and what it reported.
+fn run_against(setup: &Setup, fixture: &str, answer: Option<Value>) -> (Run, Vec<Value>) {
+    let socket = setup.dir.path().join(format!(
+        "s-{}.sock",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    let listener = UnixListener::bind(&socket).expect("bind");
+    let supervisor = supervisor_answering(listener, 1, answer, Duration::from_secs(2));
+    let policy = setup.policy.to_str().expect("utf8");
+    let r = run(
+        &[
+            "--policy",
+            policy,
+            "--audit-socket",
+            socket.to_str().expect("utf8"),
+        ],
+        &setup.fixture(fixture),
+    );
+    (r, supervisor.join().expect("supervisor"))
+}
+
+/// The reason the model reads, from the JSON answer, and that stderr says the same.
+#[track_caller]
+fn reason_of(r: &Run) -> String {
+    let reason = r.json()["hookSpecificOutput"]["permissionDecisionReason"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    if r.code == 2 {
+        assert_eq!(r.stderr.trim_end(), reason, "stderr and JSON disagree");
+    }
+    reason
+}
+
+// The supervisor's answer naming a loop makes the deny's reason longer: the count, what the
+// profile allows and how to go on, after the rule's own reason. The decision, the exit code and
+// the record sent are the same as without it.
+#[test]
+fn a_loop_in_the_supervisors_answer_restates_what_is_allowed() {
+    let setup = Setup::new("ci");
+    let (plain, plain_records) = run_against(
+        &setup,
+        "pre_bash_deny.json",
+        Some(serde_json::json!({"accepted": 1, "malformed": 0})),
+    );
+    assert_eq!((plain.code, plain.decision().as_str()), (2, "deny"));
+    let plain_reason = reason_of(&plain);
+    assert!(plain_reason.contains("(rule privilege)"), "{plain_reason}");
+    assert!(
+        !plain_reason.contains("StepProof has denied"),
+        "{plain_reason}"
+    );
+
+    let looped = serde_json::json!({"accepted": 1, "malformed": 0,
+        "denial_loop": {"rule_id": "privilege", "denials": 3, "after": 3, "stop": false}});
+    let (r, records) = run_against(&setup, "pre_bash_deny.json", Some(looped));
+    assert_eq!((r.code, r.decision().as_str()), (2, "deny"));
+    let reason = reason_of(&r);
+    assert!(reason.starts_with(&plain_reason), "{reason}");
+    for told in [
+        "StepProof has denied 3 calls under rule privilege in this session",
+        "What is allowed now: profile 'ci'",
+        "shell commands allowed without asking:",
+        "To go on: use an allowed alternative, or stop and tell the user",
+    ] {
+        assert!(reason.contains(told), "{told:?} missing from {reason}");
+    }
+    assert!(!reason.contains("--ci run"), "{reason}");
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0]["reason"], plain_records[0]["reason"]);
+
+    let stopping = serde_json::json!({"accepted": 1, "malformed": 0,
+        "denial_loop": {"rule_id": "privilege", "denials": 6, "after": 3, "stop": true}});
+    let (r, _) = run_against(&setup, "pre_bash_deny.json", Some(stopping));
+    let reason = reason_of(&r);
+    assert!(
+        reason.contains("denied 6 calls") && reason.contains("ends it now (exit 121)"),
+        "{reason}"
+    );
+}
+
+// Fail closed: a supervisor that does not answer in time, or answers nonsense, leaves the deny
+// exactly as it was; and an answer naming a loop never touches a call that was allowed.
+#[test]
+fn without_the_supervisors_answer_the_deny_stands_and_an_allow_is_never_changed() {
+    let setup = Setup::new("ci");
+    let (plain, _) = run_against(&setup, "pre_bash_deny.json", None);
+    assert_eq!((plain.code, plain.decision().as_str()), (2, "deny"));
+    let reason = reason_of(&plain);
+    assert!(
+        reason.contains("(rule privilege)") && !reason.contains("StepProof has denied"),
+        "{reason}"
+    );
+    let looped = serde_json::json!({
+        "denial_loop": {"rule_id": "x", "denials": 9, "after": 3, "stop": true}});
+    for garbage in [
+        serde_json::json!("denial_loop"),
+        serde_json::json!({"denial_loop": "stop"}),
+        serde_json::json!([looped.clone()]),
+    ] {
+        let (r, _) = run_against(&setup, "pre_bash_deny.json", Some(garbage.clone()));
+        assert_eq!((r.code, reason_of(&r)), (2, reason.clone()), "{garbage}");
+    }
+    let (allowed, _) = run_against(&setup, "pre_bash_allow.json", Some(looped));
+    assert_eq!((allowed.code, allowed.decision().as_str()), (0, "allow"));
+    assert!(!reason_of(&allowed).contains("StepProof has denied"));
+}

@@ -321,3 +321,36 @@ fn every_refusal_says_why_and_what_to_do_instead() {
         );
     }
 }
+
+// `denial_loop_after`: unset is the default (3), a child's value wins over its base's, 0 is
+// off, and past 1000 the section does not compile.
+#[test]
+fn denial_loop_after_is_merged_defaulted_and_bounded() {
+    assert_eq!(parse("[hook]").denial_loop_after(), 3);
+    let base = parse("[hook]\ndenial_loop_after = 5");
+    assert_eq!(
+        HookConfig::merge(base.clone(), parse("[hook]")).denial_loop_after(),
+        5
+    );
+    let child = HookConfig::merge(base, parse("[hook]\ndenial_loop_after = 0"));
+    assert_eq!(child.denial_loop_after(), 0);
+    assert!(compile(&child, &common::context("t")).is_ok());
+    assert!(
+        compile(
+            &parse("[hook]\ndenial_loop_after = 1000"),
+            &common::context("t")
+        )
+        .is_ok()
+    );
+    assert_eq!(
+        compile(
+            &parse("[hook]\ndenial_loop_after = 1001"),
+            &common::context("t")
+        )
+        .err(),
+        Some(PolicyError::DenialLoopAfter {
+            value: 1001,
+            max: 1000
+        })
+    );
+}

@@ -46,6 +46,7 @@ pub const STATE_DIR: &str = ".local/state/stepproof";
 pub mod caused;
 pub mod chain;
 pub mod command;
+pub mod denial_loops;
 pub mod export;
 pub mod export_config;
 pub mod export_fields;

@@ -22,8 +22,11 @@
 //! [`MAX_LINE`] bytes), shut down the write side and read until end of file before exiting. At
 //! end of file the receiver answers `{"accepted":N,"malformed":M}\n` and closes; a refused peer
 //! gets `{"refused":"…"}\n`. Waiting for that answer keeps the hook alive while its lines are
-//! checked.
+//! checked. When a deny among the lines is one of a loop of denials under one rule (counted by
+//! [`DenialLoops`]), the answer adds `"denial_loop": {…}` (the last such deny's), which the hook
+//! turns into a longer reason.
 
+use crate::audit::denial_loops::DenialLoops;
 use crate::audit::sink::AuditSink;
 use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
@@ -186,12 +189,14 @@ impl ReceiverHandle {
 /// that pass `peer_check` are written to `sink` as `source: "sandbox"`; refused senders are
 /// recorded as `kind: "refused-peer"` by the supervisor. Both are charged to the run's budget
 /// of what the agent causes (`audit::caused`); when the sink has none yet, `inside_max_bytes`
-/// sets one (bytes only).
+/// sets one (bytes only). With `loops`, every deny is counted and a loop recorded and answered
+/// (see [`crate::audit::denial_loops`]).
 pub fn serve_hook_socket(
     listener: UnixListener,
     sink: AuditSink,
     peer_check: PeerCheck,
     inside_max_bytes: u64,
+    loops: Option<DenialLoops>,
 ) -> ReceiverHandle {
     // Before anyone can connect through what this returns: a connection made while the listener
     // lacked SO_PASSCRED gets a socket without it, and what the peer wrote between the accept and
@@ -223,6 +228,7 @@ pub fn serve_hook_socket(
         buf: vec![0; MAX_LINE + 1],
         over_cap: 0,
         asks: AskAnswers::default(),
+        loops,
     };
     let thread = std::thread::Builder::new()
         .name("hook-receiver".into())
@@ -255,6 +261,7 @@ struct Receiver {
     /// Well-formed lines over the run's budget of what the agent causes (`audit::caused`).
     over_cap: u64,
     asks: AskAnswers,
+    loops: Option<DenialLoops>,
 }
 
 /// What became of the calls the hook answered `ask`: the person's answer is not reported to any
@@ -331,6 +338,8 @@ struct Connection {
     accepted: u64,
     malformed: u64,
     last_activity: Instant,
+    /// A deny on this connection was one of a loop: what the answer says of it.
+    denial_loop: Option<Value>,
 }
 
 /// What reading a connection came to.
@@ -447,6 +456,7 @@ impl Receiver {
                     accepted: 0,
                     malformed: 0,
                     last_activity: Instant::now(),
+                    denial_loop: None,
                 }),
                 Err(refusal) => self.refuse(&stream, refusal),
             }
@@ -578,6 +588,9 @@ impl Receiver {
             return;
         };
         let kind = reported_kind(&object);
+        // Counted whether or not the record fits the run's budget: the hook did deny.
+        let looped = self.loops.as_mut().and_then(|loops| loops.seen(&object));
+        let tool_use_id = object.get("tool_use_id").cloned();
         let body = Map::from_iter([
             (
                 "peer".to_string(),
@@ -585,7 +598,12 @@ impl Receiver {
             ),
             ("reported".to_string(), Value::Object(object)),
         ]);
-        match self.sink.append_caused("sandbox", &kind, &body) {
+        let appended = self.sink.append_caused("sandbox", &kind, &body);
+        if let Some(seen) = looped {
+            let seq = appended.as_ref().ok().copied().flatten();
+            self.record_loop(index, seen, seq, tool_use_id);
+        }
+        match appended {
             Ok(Some(seq)) => {
                 if let Some(Value::Object(object)) = body.get("reported") {
                     let settled = self.asks.follow(seq, object);
@@ -604,6 +622,51 @@ impl Receiver {
             }
             Err(e) => tracing::warn!("hook receiver: writing the audit log: {e}"),
         }
+    }
+
+    /// A deny that is one of a loop: the answer to its connection says so, and its stage is
+    /// recorded (the first restatement and the `--ci` stop; the denials between are only
+    /// answered). The decision's own record is `decision_seq` (null when it was over budget).
+    /// Not charged to the budget of what the agent causes, so that the stop is never lost: at
+    /// most two records a (session, rule) pair, and the pairs counted are capped
+    /// (`denial_loops::MAX_PAIRS`).
+    fn record_loop(
+        &mut self,
+        index: usize,
+        seen: crate::audit::denial_loops::LoopSeen,
+        decision_seq: Option<u64>,
+        tool_use_id: Option<Value>,
+    ) {
+        if seen.stage != "repeated" {
+            self.sink.record(
+                "supervisor",
+                "denial-loop",
+                &json!({
+                    "session_id": seen.session_id,
+                    "rule_id": seen.rule_id,
+                    "tool": seen.tool,
+                    "tool_use_id": tool_use_id,
+                    "denials": seen.denials,
+                    "after": seen.after,
+                    "stop": seen.stop,
+                    "stage": seen.stage,
+                    "decision_seq": decision_seq,
+                }),
+            );
+        }
+        if seen.stage == "stopped" {
+            tracing::warn!(
+                rule = %seen.rule_id,
+                denials = seen.denials,
+                "denial loop: ending the --ci run"
+            );
+        }
+        self.connections[index].denial_loop = Some(json!({
+            "rule_id": seen.rule_id,
+            "denials": seen.denials,
+            "after": seen.after,
+            "stop": seen.stop,
+        }));
     }
 
     /// An `ask-answer` record for each ask settled.
@@ -632,10 +695,12 @@ impl Receiver {
         if !connection.received_any {
             self.count(|c| c.empty += 1);
         }
-        reply(
-            &connection.stream,
-            &json!({ "accepted": connection.accepted, "malformed": connection.malformed }),
-        );
+        let mut answer =
+            json!({ "accepted": connection.accepted, "malformed": connection.malformed });
+        if let Some(seen) = connection.denial_loop {
+            answer["denial_loop"] = seen;
+        }
+        reply(&connection.stream, &answer);
     }
 
     fn close_idle(&mut self) {

@@ -247,6 +247,22 @@ pub fn summarize(source: &str, kind: &str, record: &Map<String, Value>) -> Strin
             s(record, "stage"),
             s(record, "reason")
         ),
+        ("supervisor", "denial-loop") => format!(
+            "LOOP rule {} denied {} calls in session {} ({}{})",
+            s(record, "rule_id"),
+            s(record, "denials"),
+            s(record, "session_id"),
+            if record.get("stage").and_then(Value::as_str) == Some("stopped") {
+                "the --ci run was ended"
+            } else {
+                "later denials restate what is allowed"
+            },
+            record
+                .get("decision_seq")
+                .and_then(Value::as_u64)
+                .map(|seq| format!("; decision {seq}"))
+                .unwrap_or_default()
+        ),
         ("sandbox", kind) => {
             let reported = record
                 .get("reported")
@@ -701,6 +717,24 @@ mod tests {
                         "allowed": false, "rule": "not in the allow-list", "error": null })
             ),
             "CONNECT evil.example:443 DENIED (not in the allow-list)"
+        );
+        assert_eq!(
+            summary(
+                "supervisor",
+                "denial-loop",
+                json!({ "rule_id": "net-tools", "denials": 3, "session_id": "s1",
+                        "stage": "restated", "decision_seq": 12, "stop": false })
+            ),
+            "LOOP rule net-tools denied 3 calls in session s1 (later denials restate what is allowed; decision 12)"
+        );
+        assert_eq!(
+            summary(
+                "supervisor",
+                "denial-loop",
+                json!({ "rule_id": "r", "denials": 6, "session_id": "s1", "stage": "stopped",
+                        "decision_seq": null })
+            ),
+            "LOOP rule r denied 6 calls in session s1 (the --ci run was ended)"
         );
         assert_eq!(
             summary(

@@ -270,7 +270,7 @@ pub(super) fn runbook_dir(policy: &Path) -> Option<PathBuf> {
 
 /// The runbook's read-only `state.json` in `dir`; `None` when it cannot be read as JSON (an
 /// observer then says nothing of the runbook rather than something wrong).
-fn read_runbook_state(dir: &Path) -> Option<Value> {
+pub(super) fn read_runbook_state(dir: &Path) -> Option<Value> {
     let file = std::fs::File::open(dir.join("state.json")).ok()?;
     let mut bytes = Vec::new();
     file.take(MAX_STATE_BYTES).read_to_end(&mut bytes).ok()?;
@@ -279,12 +279,12 @@ fn read_runbook_state(dir: &Path) -> Option<Value> {
         .filter(Value::is_object)
 }
 
-fn str_of<'a>(value: &'a Value, key: &str) -> &'a str {
+pub(super) fn str_of<'a>(value: &'a Value, key: &str) -> &'a str {
     value.get(key).and_then(Value::as_str).unwrap_or("")
 }
 
 /// The state's steps that are open, in runbook order.
-fn open_steps_of(state: &Value) -> Vec<&Value> {
+pub(super) fn open_steps_of(state: &Value) -> Vec<&Value> {
     state
         .get("steps")
         .and_then(Value::as_array)

@@ -64,6 +64,9 @@ pub(super) fn pre_tool_use(args: &Args, input: Result<HookInput, String>) -> Res
             record["input_truncated"] = json!(true);
         }
         response.records.push(record);
+        // Written now, while the policy is loaded; used only if the supervisor's answer calls
+        // this deny one of a loop.
+        response.restatement = super::denial_loop::restatement(args, &verdict, policy.as_ref());
     }
     // The process exits right after answering: freeing thousands of small allocations of a
     // large policy is measurable and buys nothing.
@@ -211,5 +214,6 @@ pub fn pre_tool_use_answer(verdict: &Verdict) -> Response {
         },
         exit_code: if deny { 2 } else { 0 },
         records: Vec::new(),
+        restatement: None,
     }
 }

@@ -58,6 +58,7 @@ pub(super) fn end_of_run(
     } = held;
     let way_out = way_out(&run, &mut result, &owed, outputs);
     runbook_outcome(&run, &mut result.outcome);
+    denial_loop_outcome(result.denial_loop.take(), &mut result.outcome);
     not_found_hint(&run, &mut result.outcome);
     what_the_limits_did(&run, limits, &result.outcome, outputs);
     take_back_sessions(&run, &result.outcome, outputs);
@@ -219,6 +220,29 @@ fn runbook_outcome(run: &Run<'_, '_>, outcome: &mut Outcome) {
                 open,
             }
         }
+    });
+}
+
+/// `--ci`: a loop of denials that ended the run early (121), unless the runbook's own outcome
+/// already says more (a stopped runbook denies every call, and its 117 or 116 is the cause).
+fn denial_loop_outcome(stop: Option<crate::audit::denial_loops::LoopStop>, outcome: &mut Outcome) {
+    let Some(stop) = stop else {
+        return;
+    };
+    if !matches!(outcome, Outcome::Exited { .. } | Outcome::Signaled { .. }) {
+        return;
+    }
+    let code = crate::exit::ExitCode::DenialLoop.code();
+    crate::say!(
+        "stepproof-run: the hook denied {} calls under rule {} in one session, after restating what is allowed: the run was ended (--ci, exit {code}; the audit log's denial-loop records say which)",
+        stop.denials,
+        stop.rule_id
+    );
+    rewrap(outcome, |command| Outcome::DenialLoop {
+        exit_code: code,
+        command,
+        rule_id: stop.rule_id,
+        denials: stop.denials,
     });
 }
 

@@ -486,6 +486,13 @@ fn launch(
         cgroup: limits.cgroup.as_ref(),
         gateway: made.gateway.take(),
         runbook: runbook_run,
+        // Loops of denials restate what is allowed; under --ci they end the run (121).
+        denial_loops: known.profile.hook.as_ref().map(|hook| {
+            crate::audit::denial_loops::LoopSettings {
+                after: hook.denial_loop_after(),
+                stop: args.ci,
+            }
+        }),
     };
     launch_unless_ended(made, audit, &options)
 }
@@ -508,6 +515,7 @@ fn launch_unless_ended(
                 report: None,
                 hook_records: None,
                 moved_during_run: Vec::new(),
+                denial_loop: None,
             }
         }
         None => start::run(&made.plan, &made.command, audit, options),

@@ -95,6 +95,14 @@ pub enum Outcome {
         command: Box<Outcome>,
         step: String,
     },
+    /// `--ci`: a loop of denials under one rule in one session ended the run (121, whatever
+    /// the command's own code was; see `audit::denial_loops`).
+    DenialLoop {
+        exit_code: i32,
+        command: Box<Outcome>,
+        rule_id: String,
+        denials: u32,
+    },
     /// The runbook was abandoned before its last step (a step's `on_fail = "abandon"`, or the
     /// command ended with steps open): 116.
     Abandoned {
@@ -127,6 +135,7 @@ impl Outcome {
             | Outcome::Terminated { exit_code, .. }
             | Outcome::Denied { exit_code, .. }
             | Outcome::EvidenceFailed { exit_code, .. }
+            | Outcome::DenialLoop { exit_code, .. }
             | Outcome::Abandoned { exit_code, .. } => *exit_code,
         }
     }

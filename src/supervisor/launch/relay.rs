@@ -122,6 +122,11 @@ pub(crate) struct Relay<'t> {
     /// supervisor's own work in flight stops first, so that nothing it froze stands between
     /// the sandbox and its kill.
     on_ending: Option<Box<dyn FnOnce() + 't>>,
+    /// Readable when the supervisor itself asks the run to end (a `--ci` loop of denials,
+    /// `audit::denial_loops`): then it ends as at the deadline, SIGTERM and the grace.
+    stop_request: Option<std::os::unix::net::UnixStream>,
+    /// The run is ending because the supervisor asked.
+    ended_on_request: bool,
 }
 
 /// How long a command has between SIGTERM and SIGKILL when `--timeout` or a signal from outside
@@ -170,7 +175,39 @@ impl<'t> Relay<'t> {
             all_gone: false,
             watcher,
             on_ending,
+            stop_request: None,
+            ended_on_request: false,
         }
+    }
+
+    /// The run also ends when `request` becomes readable (see `stop_request`).
+    pub(crate) fn ended_on_request(
+        mut self,
+        request: Option<std::os::unix::net::UnixStream>,
+    ) -> Relay<'t> {
+        self.stop_request = request;
+        self
+    }
+
+    /// The supervisor asked the run to end: as at the deadline, SIGTERM to the command and the
+    /// whole sandbox killed after the grace. The outcome stays the command's; who asked wraps it.
+    fn end_on_request(&mut self) {
+        // A byte is the request; end of file is only the asker gone (a run without a receiver
+        // drops it at the launch), which asks nothing.
+        let asked = self.stop_request.take().is_some_and(|mut request| {
+            let mut byte = [0u8; 1];
+            matches!(io::Read::read(&mut request, &mut byte), Ok(1))
+        });
+        if !asked || self.ending() {
+            return;
+        }
+        tracing::debug!("the supervisor ends the run");
+        let now = std::time::Instant::now();
+        self.begin_end();
+        self.ended_on_request = true;
+        self.asked_to_stop_at.get_or_insert(now);
+        self.kill_at = Some(now + GRACE);
+        let _ = kill(self.child, Signal::SIGTERM);
     }
 
     /// The run starts to end: what was asked to happen then, once.
@@ -220,6 +257,10 @@ impl<'t> Relay<'t> {
                 fds.push(PollFd::new(stdin.as_fd(), PollFlags::POLLIN));
                 fds.len() - 1
             });
+            let request_idx = self.stop_request.as_ref().map(|r| {
+                fds.push(PollFd::new(r.as_fd(), PollFlags::POLLIN));
+                fds.len() - 1
+            });
             let master_idx = self.master.as_ref().map(|m| {
                 let mut events = PollFlags::POLLIN;
                 if !self.pending_input.is_empty() {
@@ -249,7 +290,11 @@ impl<'t> Relay<'t> {
                 ready(stdin_idx),
                 ready(master_idx),
             );
+            let stop_requested = ready(request_idx);
             drop(fds);
+            if stop_requested {
+                self.end_on_request();
+            }
             self.check_timers();
             if let Some(watcher) = self.watcher.as_mut() {
                 watcher.tick();
@@ -294,9 +339,10 @@ impl<'t> Relay<'t> {
         (self.outcome(), enforcement, moved)
     }
 
-    /// Whether the run is already ending (timed out, or ended from outside).
+    /// Whether the run is already ending (timed out, ended from outside or on the supervisor's
+    /// request).
     fn ending(&self) -> bool {
-        self.timed_out || self.ended_by.is_some()
+        self.timed_out || self.ended_by.is_some() || self.ended_on_request
     }
 
     /// Time left until the next timer (the deadline; the kill after the grace period; the

@@ -67,6 +67,8 @@ pub struct RunResult {
     pub hook_records: Option<crate::audit::ReceiverCounts>,
     /// What the watcher moved to the quarantine while the run was on.
     pub moved_during_run: Vec<crate::supervisor::way_out::sweep::Finding>,
+    /// The loop of denials that ended a `--ci` run early, if one did.
+    pub denial_loop: Option<crate::audit::denial_loops::LoopStop>,
 }
 
 /// Runs `command` in the sandbox the plan describes and reports how it ended. Never panics on
@@ -93,6 +95,8 @@ pub struct RunOptions<'a> {
     pub runbook: Option<&'a crate::supervisor::runbook::engine::RunbookRun>,
     /// A model verifier run: the `verifier` agent definition for its config directory.
     pub verifier_agent: Option<&'a str>,
+    /// How the hook's receiver treats loops of denials (an agent's run with a hook).
+    pub denial_loops: Option<crate::audit::denial_loops::LoopSettings>,
 }
 
 pub fn run(
@@ -113,6 +117,7 @@ pub fn run(
             report: None,
             hook_records: None,
             moved_during_run: Vec::new(),
+            denial_loop: None,
         },
     }
 }
@@ -143,10 +148,15 @@ fn launch(run: Launch<'_>) -> Result<RunResult, LaunchError> {
     // From here on a step that fails may only be meeting the init's own failure (a channel it
     // closed on its way out): what it reported first is the cause to name.
     let cause = |e: LaunchError| first_cause(e, &init.ours.status);
-    // The hook's records, then the runbook's sockets and the watcher: threads only from here on
-    // (nothing more is cloned from this process's memory).
+    // The hook's records (with the count of denials that loop), then the runbook's sockets and
+    // the watcher: threads only from here on (nothing more is cloned from this process's memory).
+    let (loops, mut loop_watch) = run
+        .options
+        .denial_loops
+        .map(crate::audit::denial_loops::DenialLoops::new)
+        .unzip();
     services.receiver = run
-        .serve_hook_records(prepared.hook_listener)
+        .serve_hook_records(prepared.hook_listener, loops)
         .map_err(cause)?;
     services.runbook = run.options.runbook.map(|runbook| runbook.serve());
     let watcher = run.start_watcher();
@@ -170,13 +180,15 @@ fn launch(run: Launch<'_>) -> Result<RunResult, LaunchError> {
         .map_err(cause)?;
     let terminal = take_terminal(init.ours.terminal.take(), &stdin).map_err(cause)?;
     // The relay, until the run is over.
-    let relay = run.relay(
-        init.child,
-        init.signal_fd,
-        (init.ours.status, init.ours.lifeline),
-        terminal,
-        watcher,
-    );
+    let relay = run
+        .relay(
+            init.child,
+            init.signal_fd,
+            (init.ours.status, init.ours.lifeline),
+            terminal,
+            watcher,
+        )
+        .ended_on_request(loop_watch.as_mut().and_then(|w| w.stop_request.take()));
     let (outcome, enforcement, moved_during_run) = relay.run();
     // Afterwards the services stop, their records written (see `Services::stop` for the
     // order), and what was enforced is reported. Nothing of the login comes back from inside:
@@ -187,6 +199,7 @@ fn launch(run: Launch<'_>) -> Result<RunResult, LaunchError> {
         report: Some(AssuranceReport::new(run.plan, seccomp_report, enforcement)),
         hook_records,
         moved_during_run,
+        denial_loop: loop_watch.and_then(|w| w.stopped()),
     })
 }
 
@@ -507,6 +520,7 @@ impl<'a> Launch<'a> {
     fn serve_hook_records(
         self,
         listener: Option<std::os::unix::net::UnixListener>,
+        loops: Option<crate::audit::denial_loops::DenialLoops>,
     ) -> Result<Option<crate::audit::ReceiverHandle>, LaunchError> {
         let receiver = match (listener, self.audit, &self.plan.agent) {
             (Some(listener), Some(audit), Some(state)) => {
@@ -523,6 +537,7 @@ impl<'a> Launch<'a> {
                     audit.clone_handle(),
                     check,
                     self.options.inside_max_bytes,
+                    loops,
                 ))
             }
             _ => None,
