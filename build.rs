@@ -25,4 +25,37 @@ fn main() {
     );
     std::fs::write(out.join("builtin_profiles.rs"), code).expect("writing builtin_profiles.rs");
     println!("cargo:rerun-if-changed=build.rs");
+    commit();
+}
+
+/// The commit built, for `--version`: `STEPPROOF_COMMIT` when the builder sets it (a source
+/// tarball has no repository), else git's `HEAD`, else "unknown". Rebuilt when `HEAD` moves.
+fn commit() {
+    println!("cargo:rerun-if-env-changed=STEPPROOF_COMMIT");
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .filter(|s| !s.is_empty())
+    };
+    let commit = std::env::var("STEPPROOF_COMMIT")
+        .ok()
+        .filter(|c| !c.trim().is_empty())
+        .or_else(|| git(&["rev-parse", "--short=12", "HEAD"]))
+        .unwrap_or_else(|| "unknown".to_string());
+    for dir in [
+        git(&["rev-parse", "--git-dir"]),
+        git(&["rev-parse", "--git-common-dir"]),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        println!("cargo:rerun-if-changed={dir}/HEAD");
+        println!("cargo:rerun-if-changed={dir}/refs/heads");
+        println!("cargo:rerun-if-changed={dir}/packed-refs");
+    }
+    println!("cargo:rustc-env=STEPPROOF_COMMIT={commit}");
 }

@@ -44,6 +44,14 @@ macro_rules! out_part {
     }};
 }
 
+/// `--version`: the package version and the commit it was built from (`build.rs`).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("STEPPROOF_COMMIT"),
+    ")"
+);
+
 pub mod audit;
 pub mod cli;
 pub mod exit;

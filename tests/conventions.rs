@@ -141,3 +141,114 @@ both!(
         );
     }
 );
+
+#[test]
+fn both_binaries_say_their_version_with_the_commit() {
+    for program in [STEPPROOF, support::RUN] {
+        let out = Command::new(program).arg("--version").output().unwrap();
+        let said = String::from_utf8_lossy(&out.stdout);
+        let name = Path::new(program).file_name().unwrap().to_string_lossy();
+        let rest = said
+            .strip_prefix(&format!("{name} {} (commit ", env!("CARGO_PKG_VERSION")))
+            .and_then(|r| r.strip_suffix(")\n"))
+            .unwrap_or_else(|| panic!("{said}"));
+        // A checkout names its commit; a build from a tarball says so.
+        assert!(
+            rest == "unknown" || rest.len() == 12 && rest.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{said}"
+        );
+    }
+}
+
+#[test]
+fn doctor_says_seccomp_in_words() {
+    let out = Command::new(STEPPROOF).arg("doctor").output().unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    let line = said
+        .lines()
+        .find(|l| l.contains("seccomp"))
+        .unwrap_or_else(|| panic!("{said}"));
+    assert!(!line.contains("Seccomp:") && !line.contains('\t'), "{line}");
+    assert!(line.contains("filter"), "{line}");
+}
+
+// What the caller chose is refused with 120 and a sentence saying what to choose instead; 125
+// stays for what the host lacks.
+both!(the_callers_mistakes_are_refused_with_120, |w: &World| {
+    // A workspace inside a hidden path: the command could not even enter it.
+    let hidden = w.home.join(".ssh/proj");
+    fs::create_dir_all(&hidden).unwrap();
+    support::chown_tree(&w.home.join(".ssh"), w.owner);
+    let out = w
+        .command(&["--workspace", hidden.to_str().unwrap()], &["true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(120), "{}", describe(&out));
+    assert!(
+        text(&out).contains("which the profile hides from the sandbox (secret)")
+            && text(&out).contains("choose a project directory"),
+        "{}",
+        describe(&out)
+    );
+    // A missing runbook.
+    let out = w
+        .command(&["--runbook", "no-such-runbook.toml"], &["true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(120), "{}", describe(&out));
+    // A read_only entry that does not exist, placed at its line and column.
+    let profile = w.base.join("missing-path.toml");
+    fs::write(
+        &profile,
+        "extends = \"default\"\n[filesystem]\nread_only = [\n  \"~/no-such-tool\",\n]\n",
+    )
+    .unwrap();
+    let out = w
+        .command(&["--profile", profile.to_str().unwrap()], &["true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(120), "{}", describe(&out));
+    assert!(
+        text(&out).contains(&format!(
+            "{}:4:3: filesystem.read_only \"~/no-such-tool\": ",
+            profile.display()
+        )) && text(&out).contains("does not exist here"),
+        "{}",
+        describe(&out)
+    );
+    // A path with a newline stays on one line.
+    let out = w
+        .command(&["--workspace", "/etc/two\nlines"], &["true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(120), "{}", describe(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.lines().any(|l| l.contains("/etc/two\\nlines")),
+        "{}",
+        describe(&out)
+    );
+});
+
+both!(state_list_answers_scripts_in_json, |w: &World| {
+    // A run of the default profile keeps the workspace's state.
+    let out = w.command(&[], &["true"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let program = match w.who {
+        Who::Root => std::path::PathBuf::from(STEPPROOF),
+        Who::User => w.run_binary().with_file_name("stepproof"),
+    };
+    let mut cmd = w.as_owner(&program);
+    cmd.args(["state", "list", "--json"]);
+    w.clean_env(&mut cmd);
+    let out = cmd.output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let row = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["workspace"] == w.workspace.to_str().unwrap())
+        .unwrap_or_else(|| panic!("{}", describe(&out)));
+    assert!(row["bytes"].is_u64() && row["last_used"].is_i64(), "{row}");
+});

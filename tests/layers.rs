@@ -183,7 +183,12 @@ const HOOK_ROOMS: &[Room] = &[
     Room {
         path: "policy",
         owns: "a profile's `[hook]` compiled into the policy the hook loads, and tool calls judged with it",
-        may_import: &["shell", "config", "pattern", "decision"],
+        may_import: &["shell", "config", "disposable", "pattern", "decision"],
+    },
+    Room {
+        path: "disposable",
+        owns: "which trees may be removed without asking: known build output the repository ignores (its ignore files read, never git run), or below the private /tmp",
+        may_import: &["pattern"],
     },
     Room {
         path: "shell",

@@ -328,9 +328,13 @@ fn the_deb_installs_into_a_scratch_root_and_works_from_there() {
 
     let stepproof = usr.join("bin/stepproof");
     let out = Command::new(&stepproof).arg("--version").output().unwrap();
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout),
-        format!("stepproof {version}\n")
+    // The version with the commit it was built from.
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.starts_with(&format!("stepproof {version} (commit "))
+            && said.ends_with(")\n")
+            && !said.contains("(commit unknown)"),
+        "{said}"
     );
 
     // The man page renders (man, else groff; else at least its roff structure).

@@ -42,6 +42,26 @@ pub fn path(p: &Path) -> Cow<'_, str> {
     }
 }
 
+/// The path on one line, for messages: as [`path`], with control characters (a newline, a
+/// tab, an escape) written as `\n`, `\t`, `\u{1b}`, so a name cannot break or fake a line.
+pub fn one_line(p: &Path) -> Cow<'_, str> {
+    let text = path(p);
+    if !text.chars().any(char::is_control) {
+        return text;
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
 fn escape(mut bytes: &[u8]) -> String {
     let mut out = String::with_capacity(bytes.len() + 8);
     while !bytes.is_empty() {
@@ -98,6 +118,14 @@ pub fn printable(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn one_line_keeps_a_path_on_one_line() {
+        let p = std::path::Path::new("/tmp/a\nb\tc\u{1b}[2Jd");
+        assert_eq!(super::one_line(p), "/tmp/a\\nb\\tc\\u{1b}[2Jd");
+        assert_eq!(super::one_line(std::path::Path::new("/tmp/ok")), "/tmp/ok");
+    }
+
     use super::*;
     use std::ffi::OsStr;
 

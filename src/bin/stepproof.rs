@@ -10,7 +10,7 @@ use stepproof::exit::ExitCode;
 #[derive(Parser, Debug)]
 #[command(
     name = "stepproof",
-    version,
+    version = stepproof::VERSION,
     after_help = "Examples:\n  stepproof explain                            # the built-in default profile, here\n  stepproof explain --profile profiles/ci.toml --json\n  stepproof runbook check examples/runbooks/fix-bug.toml\n  stepproof doctor"
 )]
 struct Args {

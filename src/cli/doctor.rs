@@ -165,18 +165,13 @@ pub fn run_checks() -> Vec<Check> {
             Err(e) => format!("unavailable: {e} (needs Linux 5.13+ with `lsm=landlock,…` on the kernel command line)"),
         },
     });
-    let seccomp = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Seccomp:"))
-                .map(str::to_string)
-        });
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let (available, detail) = seccomp_in_words(&status);
     checks.push(Check {
         feature: "seccomp",
-        available: seccomp.is_some(),
+        available,
         required_by_default: true,
-        detail: seccomp.unwrap_or_else(|| "the kernel was built without CONFIG_SECCOMP".into()),
+        detail,
     });
     let uid = nix::unistd::getuid().as_raw();
     let (idmap_ok, idmap_detail) = if uid == 0 {
@@ -322,4 +317,63 @@ pub fn work_owed() -> Vec<WorkOwed> {
             what: o.describe(),
         })
         .collect()
+}
+
+/// What `/proc/self/status` says of seccomp, in words: whether StepProof can install its
+/// filter here (the kernel has seccomp, and this process is not in strict mode).
+fn seccomp_in_words(status: &str) -> (bool, String) {
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(|v| v.trim().to_string())
+    };
+    match field("Seccomp:").as_deref() {
+        None => (
+            false,
+            "the kernel was built without seccomp (CONFIG_SECCOMP): StepProof cannot filter system calls here".into(),
+        ),
+        Some("0") => (
+            true,
+            "the kernel filters system calls; this process runs unfiltered, so StepProof installs its own filter".into(),
+        ),
+        Some("2") => {
+            let filters = field("Seccomp_filters:").unwrap_or_else(|| "some".into());
+            (
+                true,
+                format!(
+                    "the kernel filters system calls; this process already runs under {filters} filter(s) (a container's or a parent sandbox's): StepProof adds its own on top, and the strictest answer wins"
+                ),
+            )
+        }
+        Some("1") => (
+            false,
+            "this process runs in seccomp strict mode (only read, write, exit): nothing can be started here".into(),
+        ),
+        Some(other) => (
+            false,
+            format!("seccomp reports a mode this version does not know ({other})"),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod seccomp_words {
+    use super::seccomp_in_words;
+
+    #[test]
+    fn each_mode_is_said_in_words() {
+        assert!(
+            seccomp_in_words("Name:\tx\nSeccomp:\t0\n")
+                .1
+                .contains("runs unfiltered")
+        );
+        let (ok, said) = seccomp_in_words("Seccomp:\t2\nSeccomp_filters:\t3\n");
+        assert!(ok && said.contains("3 filter(s)"), "{said}");
+        assert!(!seccomp_in_words("Seccomp:\t1\n").0);
+        assert!(!seccomp_in_words("Name:\tx\n").0);
+        for status in ["Seccomp:\t0\n", "Seccomp:\t2\n", "Seccomp:\t1\n", ""] {
+            assert!(!seccomp_in_words(status).1.contains('\t'));
+        }
+    }
 }

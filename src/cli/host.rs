@@ -16,7 +16,7 @@ pub enum HostError {
     /// A runbook that does not read or does not check against the profile.
     #[error("{0}")]
     Runbook(String),
-    #[error("{what} {path}: {source}")]
+    #[error("{what} {}: {source}", crate::audit::text::one_line(path))]
     Io {
         what: &'static str,
         path: PathBuf,

@@ -25,7 +25,12 @@ pub enum StateCommand {
         workspace: Option<PathBuf>,
     },
     /// Every workspace with kept state: its path, size, and when a run last used it.
-    List,
+    List {
+        /// Machine-readable output: an array of `{workspace, bytes, last_used}` (`last_used`:
+        /// seconds since the epoch, or null).
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// The workspace as a run would name it (canonical); one that is gone is taken as written.
@@ -85,7 +90,7 @@ pub fn run_command(command: StateCommand) -> i32 {
                 crate::exit::ExitCode::Refused.code()
             }
         },
-        StateCommand::List => list(&home()),
+        StateCommand::List { json } => list(&home(), json),
     }
 }
 
@@ -222,7 +227,7 @@ fn rm(home: &Path, workspace: &Path) -> i32 {
     }
 }
 
-fn list(home: &Path) -> i32 {
+fn list(home: &Path, json: bool) -> i32 {
     let root = home.join(crate::audit::STATE_DIR).join("sessions");
     let mut rows = Vec::new();
     for entry in std::fs::read_dir(&root).into_iter().flatten().flatten() {
@@ -248,6 +253,23 @@ fn list(home: &Path) -> i32 {
         rows.push((workspace, size, used));
     }
     rows.sort();
+    if json {
+        let value: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|(workspace, size, used)| {
+                serde_json::json!({
+                    "workspace": workspace,
+                    "bytes": size,
+                    "last_used": used.map(|(secs, _)| secs),
+                })
+            })
+            .collect();
+        crate::out!(
+            "{}",
+            serde_json::to_string_pretty(&value).unwrap_or_default()
+        );
+        return 0;
+    }
     if rows.is_empty() {
         crate::out!("no workspace has kept state");
     }

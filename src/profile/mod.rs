@@ -604,6 +604,28 @@ impl Profile {
         })
     }
 
+    /// Where a file of the chain lists `value` under `keys` (`filesystem.read_only`), as
+    /// `file:line:column` of the entry; `None` when no file that can be read again spells it
+    /// (a built-in's entry, or a file changed since).
+    pub fn where_listed(&self, keys: &[&str], value: &str) -> Option<String> {
+        self.files.iter().find_map(|file| {
+            let text = crate::regular_file::read_to_string(&file.path, MAX_PROFILE_BYTES).ok()?;
+            let at = locate_setting(&text, keys, Some(value))?;
+            // The key alone is not the entry: only a spelled value places it.
+            let spelled = [format!("\"{value}\""), format!("'{value}'")];
+            spelled
+                .iter()
+                .any(|q| text[at..].starts_with(q.as_str()))
+                .then(|| {
+                    let (line, column) = line_column(&text, at);
+                    format!(
+                        "{}:{line}:{column}",
+                        crate::audit::text::one_line(&file.path)
+                    )
+                })
+        })
+    }
+
     /// `sha256:` of the canonical JSON of the requested policy: the profile serialized field by
     /// field (in declaration order; every list in the order the profile gives it), streamed into
     /// the hash without building a JSON tree (this runs before every launch).

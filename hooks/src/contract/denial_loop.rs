@@ -13,7 +13,7 @@
 //! reason made longer, and without the supervisor's answer the deny stands as it was.
 
 use super::context::{open_steps_of, read_runbook_state, runbook_dir, str_of};
-use super::pre_tool_use::pre_tool_use_answer;
+use super::pre_tool_use_answer;
 use super::{Args, Response};
 use crate::decision::{Decision, Verdict};
 use crate::policy::CompiledPolicy;

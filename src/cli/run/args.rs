@@ -19,7 +19,7 @@ use std::path::PathBuf;
 #[derive(Parser, Debug)]
 #[command(
     name = "stepproof-run",
-    version,
+    version = crate::VERSION,
     after_help = "Examples:\n  stepproof-run -- claude                      # interactive, at the terminal\n  stepproof-run --profile profiles/ci.toml -- claude -p \"fix the tests\"\n  stepproof-run --workspace ~/src/app -- cargo test"
 )]
 pub struct Args {

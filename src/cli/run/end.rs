@@ -464,7 +464,7 @@ fn say_the_head(audit: &AuditSink, outcome: &mut Outcome, outputs: &mut Outputs)
         None => {
             crate::say!(
                 "stepproof-run: audit log {} head {}",
-                audit.path().display(),
+                crate::audit::text::one_line(audit.path()),
                 audit.head_hash()
             );
             // For a caller that keeps the log (a CI job's artifact) and its head together.

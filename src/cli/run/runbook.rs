@@ -70,12 +70,13 @@ pub(super) fn runbook_run(
     .map(Some)
 }
 
-/// Reads and checks the runbook against the profile: errors stop the launch with 125.
+/// Reads and checks the runbook against the profile: a runbook that is missing, unreadable or
+/// wrong is the caller's to fix, refused (120) before anything is made.
 pub(super) fn load_runbook(
     path: &std::path::Path,
     profile: &Profile,
 ) -> Result<LoadedRunbook, Failure> {
-    host::load_runbook(path, profile).map_err(Failure::host)
+    host::load_runbook(path, profile).map_err(Failure::refused)
 }
 
 /// The runbook's run: its directory and sockets (the plan binds them inside with the

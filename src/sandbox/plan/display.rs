@@ -38,16 +38,7 @@ impl std::fmt::Display for MountOp {
                 )
             }
             MountOp::HideDir { dst, reason } | MountOp::HideFile { dst, reason } => {
-                let why = match reason {
-                    HideReason::Secret => "secret",
-                    HideReason::CredentialName => "name looks like a secret",
-                    HideReason::EnvFile => "project .env file",
-                    HideReason::OtherProject => "other project",
-                    HideReason::UnixSocket => "unix socket",
-                    HideReason::EvidenceInput => "not an input of the evidence",
-                    HideReason::StepProofState => "StepProof's state",
-                };
-                write!(f, "--   hidden    {} ({why})", dst.display())
+                write!(f, "--   hidden    {} ({reason})", dst.display())
             }
             MountOp::ReadOnlyInPlace { path } => write!(f, "ro   protect   {}", path.display()),
             MountOp::PinInPlace { path } => write!(f, "pin  in place  {}", path.display()),
@@ -111,5 +102,20 @@ impl std::fmt::Display for MountOp {
             ),
             MountOp::ReadOnlyRoot => write!(f, "ro   root      / (rebuilt, read-only)"),
         }
+    }
+}
+
+impl std::fmt::Display for HideReason {
+    /// Why a path is hidden, in the words `explain` prints.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            HideReason::Secret => "secret",
+            HideReason::CredentialName => "name looks like a secret",
+            HideReason::EnvFile => "project .env file",
+            HideReason::OtherProject => "other project",
+            HideReason::UnixSocket => "unix socket",
+            HideReason::EvidenceInput => "not an input of the evidence",
+            HideReason::StepProofState => "StepProof's state",
+        })
     }
 }

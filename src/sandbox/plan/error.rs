@@ -15,7 +15,7 @@ use std::path::PathBuf;
 pub enum PlanError {
     /// Environment: the file system answered with an error (a link that cannot be read, a
     /// `filesystem.writable` or `filesystem.read_only` path this host lacks).
-    #[error("{what} {path}: {source}")]
+    #[error("{what} {}: {source}", crate::audit::text::one_line(path))]
     Io {
         what: &'static str,
         path: PathBuf,
@@ -30,7 +30,10 @@ pub enum PlanError {
     NotUtf8ForHook { what: &'static str, path: PathBuf },
     /// Configuration: `--workspace` (or the current directory) cannot be the one directory the
     /// run writes.
-    #[error("--workspace {path}: {reason}; choose a project directory")]
+    #[error(
+        "--workspace {}: {reason}; choose a project directory",
+        crate::audit::text::one_line(path)
+    )]
     WorkspaceRefused {
         path: PathBuf,
         reason: WorkspaceRefusal,
@@ -136,6 +139,20 @@ pub enum PlanError {
         "invoked as root on a host without user namespaces: the command would run as uid 0; refused unless process.allow_root_fallback = true"
     )]
     RootWithoutUserNamespaces,
+    /// Configuration: a `filesystem.read_only` or `filesystem.writable` entry names a path
+    /// that does not exist (a typo, or a tool this host does not have): placed at the profile's
+    /// line where it is a file's.
+    #[error(
+        "{}{key} \"{spelled}\": {} does not exist here; create it, correct the entry, or remove it",
+        at.as_ref().map(|at| format!("{at}: ")).unwrap_or_default(),
+        crate::audit::text::one_line(path)
+    )]
+    NoSuchPath {
+        key: &'static str,
+        spelled: String,
+        path: PathBuf,
+        at: Option<String>,
+    },
     /// Environment: a runbook's state and client are bound under the agent's layer
     /// (`/run/stepproof`), which this plan does not have (no hook, or no namespaces).
     #[error(
@@ -155,6 +172,11 @@ pub enum WorkspaceRefusal {
     UnderSystemDirectory { dir: PathBuf },
     #[error("it holds or is inside StepProof's own state {state} (audit logs, quarantine)")]
     StepProofState { state: PathBuf },
+    #[error(
+        "it is inside {}, which the profile hides from the sandbox ({why}); the command could not even enter it",
+        crate::audit::text::path(hidden)
+    )]
+    UnderHidden { hidden: PathBuf, why: String },
 }
 
 impl PlanError {
@@ -171,7 +193,8 @@ impl PlanError {
             | PlanError::BudgetRaisedFromWorkspace { .. }
             | PlanError::LoginPathsFromWorkspace { .. }
             | PlanError::HookPolicy { .. }
-            | PlanError::CredentialsFromWorkspace { .. } => true,
+            | PlanError::CredentialsFromWorkspace { .. }
+            | PlanError::NoSuchPath { .. } => true,
             PlanError::LandlockRule { source, .. } | PlanError::LandlockGrant { source, .. } => {
                 matches!(
                     source,

@@ -579,13 +579,13 @@ fn plan_with<S: IsolationStrategy>(
     let workspace_mode = view.workspace(&scope)?;
     for spec in &profile.filesystem.writable {
         view.show(
-            &existing(resolve(spec), "filesystem.writable")?,
+            &existing(profile, spec, resolve(spec), "writable")?,
             Access::ReadWrite,
         )?;
     }
     for spec in &profile.filesystem.read_only {
         view.show(
-            &existing(resolve(spec), "filesystem.read_only")?,
+            &existing(profile, spec, resolve(spec), "read_only")?,
             Access::ReadOnly,
         )?;
     }
@@ -653,6 +653,16 @@ fn plan_with<S: IsolationStrategy>(
         {
             hidden.insert(target, HideReason::Secret);
         }
+    }
+    // A workspace the view would hide could not even be entered: the caller's to choose again.
+    if let Some((path, reason)) = hidden.iter().find(|(h, _)| workspace.starts_with(h)) {
+        return Err(PlanError::WorkspaceRefused {
+            path: workspace.clone(),
+            reason: WorkspaceRefusal::UnderHidden {
+                hidden: path.clone(),
+                why: reason.to_string(),
+            },
+        });
     }
     view.hide(hidden)?;
     // What must not be changed: persistence paths, the repositories' .git, the profile.
@@ -914,15 +924,37 @@ pub(crate) fn writable_binds(mounts: &[MountOp]) -> Vec<PathBuf> {
         .collect()
 }
 
-pub(crate) fn existing(path: PathBuf, key: &str) -> Result<PathBuf, PlanError> {
-    path.canonicalize().map_err(|source| PlanError::Io {
-        what: if key == "filesystem.writable" {
-            "filesystem.writable: resolving"
-        } else {
-            "filesystem.read_only: resolving"
-        },
-        path,
-        source,
+/// A `filesystem.<key>` entry's path, canonical; one that does not exist is the profile's to
+/// fix, placed at its line ([`PlanError::NoSuchPath`]).
+pub(crate) fn existing(
+    profile: &Profile,
+    spec: &crate::profile::PathSpec,
+    path: PathBuf,
+    key: &'static str,
+) -> Result<PathBuf, PlanError> {
+    path.canonicalize().map_err(|source| {
+        if source.kind() == std::io::ErrorKind::NotFound {
+            let spelled = String::from(spec.clone());
+            return PlanError::NoSuchPath {
+                key: if key == "writable" {
+                    "filesystem.writable"
+                } else {
+                    "filesystem.read_only"
+                },
+                at: profile.where_listed(&["filesystem", key], &spelled),
+                spelled,
+                path,
+            };
+        }
+        PlanError::Io {
+            what: if key == "writable" {
+                "filesystem.writable: resolving"
+            } else {
+                "filesystem.read_only: resolving"
+            },
+            path,
+            source,
+        }
     })
 }
 

@@ -758,7 +758,7 @@ fn take_terminal(
 }
 
 /// What to do without a model login, said before Claude Code says "Not logged in".
-pub const NOT_LOGGED_IN: &str = "no model login found (no claude.ai login in ~/.claude/.credentials.json, no ANTHROPIC_API_KEY, no CLAUDE_CODE_OAUTH_TOKEN). Log in once, outside the sandbox, with `stepproof login` (it runs `claude /login` on this machine; the login stays in ~/.claude and StepProof adds it at the boundary), or set ANTHROPIC_API_KEY in your environment.";
+pub const NOT_LOGGED_IN: &str = "no model login found (no claude.ai login in ~/.claude/.credentials.json, no ANTHROPIC_API_KEY, no CLAUDE_CODE_OAUTH_TOKEN). Log in once, outside the sandbox, with `stepproof login` (it runs `claude auth login` on this machine; the login stays in ~/.claude and StepProof adds it at the boundary), or set ANTHROPIC_API_KEY in your environment.";
 
 /// Identity modes in words, for reports.
 pub fn describe_identity(plan: &SandboxPlan) -> String {
