@@ -1284,6 +1284,69 @@ fn only_the_runbook_client_itself_is_allowed_past_the_step() {
     }
 }
 
+// The supervisor's `stepproof` beside the policy is vouched for like a system program: the
+// profile's `runbook-check` allows `stepproof runbook check` through it, under every built-in
+// profile, and nothing else of it (a copy elsewhere is the agent's, and allow rules do not vouch
+// for it).
+#[test]
+fn the_supervisors_stepproof_may_check_a_runbook_and_nothing_more() {
+    for (profile, otherwise) in [("ci", "deny"), ("strict", "deny"), ("default", "ask")] {
+        let setup = Setup::new(profile);
+        let policy = setup.policy.to_str().expect("utf8");
+        let client = setup.dir.path().join("stepproof");
+        let client = client.to_str().expect("utf8");
+        let bash = |command: &str| {
+            let input = serde_json::json!({
+                "hook_event_name": "PreToolUse", "session_id": "s", "cwd": setup.workspace(),
+                "tool_name": "Bash", "tool_input": {"command": command}, "tool_use_id": "t",
+            });
+            let r = run(&["--policy", policy], input.to_string().as_bytes());
+            let out = r.json();
+            (
+                out["hookSpecificOutput"]["permissionDecision"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                out["hookSpecificOutput"]["permissionDecisionReason"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            )
+        };
+        for allowed in [
+            format!("{client} runbook check runbooks/fix.toml"),
+            format!("{client} runbook check --profile /etc/p.toml runbooks/fix.toml"),
+            format!(
+                "cd {} && {client} runbook check a.toml",
+                setup.workspace().display()
+            ),
+        ] {
+            let (decision, reason) = bash(&allowed);
+            assert_eq!(decision, "allow", "{profile}: {allowed}: {reason}");
+            // (An allowed line's reason names its first allowed command's rule.)
+            assert!(
+                allowed.starts_with("cd ") || reason.contains("(rule runbook-check)"),
+                "{reason}"
+            );
+        }
+        for other in [
+            format!("{client} runbook explain runbooks/fix.toml"),
+            format!("{client} runbook schema"),
+            format!("{client} approve run gate"),
+            format!("{client} runbook check a.toml; {client} runbook explain a.toml"),
+            format!(
+                "{}/stepproof runbook check a.toml",
+                setup.workspace().display()
+            ),
+            "./stepproof runbook check a.toml".to_string(),
+        ] {
+            let (decision, reason) = bash(&other);
+            assert_eq!(decision, otherwise, "{profile}: {other}: {reason}");
+            assert!(!reason.contains("rule runbook-check"), "{other}: {reason}");
+        }
+    }
+}
+
 // SessionEnd is recorded with its reason; a `/clear` is not an end.
 #[test]
 fn session_end_is_recorded_with_its_reason() {

@@ -3,6 +3,7 @@
 //! errors, the JSON Schema), `check` (everything that can be known before a run) and `explain`
 //! (the document a reviewer reads, with the runbook's hash). Running one is the supervisor's.
 
+pub mod author;
 pub mod chat;
 pub mod check;
 pub mod client;

@@ -13,6 +13,10 @@ pub const CONTROL_DIR: &str = "/run/stepproof";
 pub const HOOK_BINARY: &str = "/run/stepproof/stepproof-hook";
 pub const POLICY_FILE: &str = "/run/stepproof/policy";
 pub const AUDIT_SOCKET: &str = "/run/stepproof/audit.sock";
+/// StepProof's own `stepproof` (the host's, beside the hook binary), read-only in every agent
+/// run: the runbook client in a run with a runbook, and `stepproof runbook check` for the
+/// `runbook-author` agent in any run (see `runbook::chat::RUNBOOK_CHECK_COMMAND`).
+pub const CLIENT_BINARY: &str = "/run/stepproof/stepproof";
 /// The supervisor's notices to the hook (read-only inside): `refused-hosts`, one line per host
 /// the proxy refused, `<unix ms>\t<host>\t<the profile key that would allow it>`.
 pub const NOTICES_DIR: &str = "/run/stepproof/notices";
@@ -635,9 +639,16 @@ pub fn plan_agent(
         seeding: facts.session_seeding.clone(),
         shipped: crate::runbook::chat::AGENTS
             .iter()
-            .map(|(path, _)| path.to_string())
+            .map(|path| path.to_string())
             .collect(),
     };
+    let client = Some(hook_binary.with_file_name("stepproof"))
+        .filter(|client| client.is_file())
+        .map(|src| MountOp::FromSupervisor {
+            src,
+            dst: CLIENT_BINARY.into(),
+            access: Access::ReadOnly,
+        });
     let mounts: Vec<MountOp> = [
         // The managed settings Claude Code reads are StepProof's and the host's sanitized
         // drop-ins, nothing else: nothing in a profile's view of /etc can change them.
@@ -655,7 +666,7 @@ pub fn plan_agent(
             contents: policy,
         },
         MountOp::FromSupervisor {
-            src: hook_binary,
+            src: hook_binary.clone(),
             dst: HOOK_BINARY.into(),
             access: Access::ReadOnly,
         },
@@ -669,6 +680,12 @@ pub fn plan_agent(
             dst: NOTICES_DIR.into(),
             access: Access::ReadOnly,
         },
+    ]
+    .into_iter()
+    // The client beside the hook, when it is installed there (without it the hook still works,
+    // and `runbook-author` says it cannot check).
+    .chain(client)
+    .chain([
         MountOp::SealReadOnly {
             dst: CONTROL_DIR.into(),
         },
@@ -677,8 +694,7 @@ pub fn plan_agent(
             dst: CONFIG_DIR.into(),
             access: Access::ReadWrite,
         },
-    ]
-    .into_iter()
+    ])
     // What Claude Code sources before every command, read-only (the supervisor made them),
     // and the agents and commands StepProof ships (nothing the agent writes there is read as
     // one of them: a worker cannot give itself a `verifier`).
