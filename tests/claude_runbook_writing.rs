@@ -143,3 +143,73 @@ both_claude!(
         );
     }
 );
+
+const FOLLOWED: &str = r#"id = "followed"
+title = "A runbook being followed"
+owner = "tests"
+
+[[steps]]
+id = "notes"
+title = "Write the notes"
+instructions = "Write notes.md"
+[[steps.evidence]]
+files_exist = { paths = ["notes.md"] }
+"#;
+
+// Inside a run, the runbook being followed is read-only: Claude Code's Write, Edit and a shell
+// append to it are denied by the hook (rule held-read-only) with a reason naming the file and
+// the runbook — not the raw `EBUSY: resource busy or locked, rename …` the Write tool's rename
+// over the bind-mounted file gave — and the file is unchanged.
+both_claude!(
+    writing_the_runbook_inside_is_denied_in_words,
+    |w: &World| {
+        let file = w.workspace.join("runbook.toml");
+        fs::write(&file, FOLLOWED).unwrap();
+        chown_tree(&w.workspace, w.owner);
+        let mock = Mock::start(
+            w,
+            json!([
+                tool(
+                    "Write",
+                    json!({"file_path": file, "content": "id = \"mine\"\n"})
+                ),
+                tool(
+                    "Edit",
+                    json!({"file_path": file, "old_string": "Write notes.md", "new_string": "Nothing to do"})
+                ),
+                bash("echo '# more' >> runbook.toml"),
+                text("fin")
+            ]),
+        );
+        let run = run_claude_as(
+            w,
+            &Launch {
+                run_args: &["--runbook", "runbook.toml", "--runbook-fresh"],
+                ..Launch::default()
+            },
+            &profile(w, &mock, true, ""),
+            &[],
+        );
+        for turn in 0..3 {
+            let id = call_id(None, turn);
+            run.expect_decision(&id, "deny", "held-read-only");
+            let result = mock.expect_result(&id);
+            assert!(
+                result.is_error
+                    && result.text.contains(&format!(
+                        "{} is read-only for the whole run",
+                        file.display()
+                    ))
+                    && result
+                        .text
+                        .contains("While runbook 'followed' runs, its file cannot change")
+                    && !result.text.contains("EBUSY"),
+                "turn {turn}: {result:?}\n{}",
+                run.describe()
+            );
+        }
+        assert_eq!(fs::read_to_string(&file).unwrap(), FOLLOWED);
+        // The run ended with its step open, as any such run does.
+        assert_eq!(run.status.code(), Some(116), "{}", run.describe());
+    }
+);

@@ -26,6 +26,7 @@ use crate::load::Needs;
 use crate::policy::{CallContext, CompiledPolicy, FORMAT_VERSION};
 
 mod context;
+mod held_read_only;
 mod pre_tool_use;
 mod records;
 
@@ -33,6 +34,7 @@ use context::{context, refused_hosts_notice, reorientation, runbook_dir};
 pub use context::{
     context_text, orientation_text, prompt_reminder, read_only_context, refused_hosts_context,
 };
+pub use held_read_only::{READ_ONLY_NOTICE, RULE_HELD_READ_ONLY};
 use pre_tool_use::pre_tool_use;
 pub use pre_tool_use::pre_tool_use_answer;
 use records::{base_record, evidence, observe, session_end, subagent, turn};

@@ -1347,6 +1347,131 @@ fn the_supervisors_stepproof_may_check_a_runbook_and_nothing_more() {
     }
 }
 
+// A write to what the supervisor lists as held read-only (its notices beside the policy) is
+// denied naming the path and the running runbook, by every file tool and by a shell write the
+// hook can see, through a relative path or a link too; a write elsewhere, and a read, are
+// judged as before. Inputs as Claude Code 2.1.328 sends them.
+#[test]
+fn writes_to_what_the_run_holds_read_only_are_denied_in_words() {
+    let setup = Setup::new("ci");
+    let policy = setup.policy.to_str().expect("utf8");
+    let ws = setup.workspace();
+    let runbook = ws.join("runbook.toml");
+    std::fs::write(&runbook, "id = \"schema-migration\"\n").expect("runbook");
+    std::fs::create_dir_all(ws.join("held")).expect("held dir");
+    std::os::unix::fs::symlink(&runbook, ws.join("link.toml")).expect("link");
+    let notices = setup.dir.path().join("notices");
+    std::fs::create_dir_all(&notices).expect("notices");
+    std::fs::write(
+        notices.join("read-only"),
+        format!("{}\n{}\n", runbook.display(), ws.join("held").display()),
+    )
+    .expect("list");
+    let call = |tool: &str, input: serde_json::Value| {
+        let input = serde_json::json!({
+            "session_id": "s", "transcript_path": "/tmp/t.jsonl", "cwd": ws,
+            "permission_mode": "bypassPermissions", "hook_event_name": "PreToolUse",
+            "tool_name": tool, "tool_input": input, "tool_use_id": "toolu_1",
+        });
+        let r = run(&["--policy", policy], input.to_string().as_bytes());
+        let out = r.json();
+        (
+            out["hookSpecificOutput"]["permissionDecision"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            out["hookSpecificOutput"]["permissionDecisionReason"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            r.code,
+        )
+    };
+    let file = runbook.to_str().expect("utf8");
+    let denied = [
+        (
+            "Write",
+            serde_json::json!({"file_path": file, "content": "x"}),
+        ),
+        (
+            "Edit",
+            serde_json::json!({"file_path": file, "old_string": "a", "new_string": "b"}),
+        ),
+        (
+            "MultiEdit",
+            serde_json::json!({"file_path": file, "edits": [{"old_string": "a", "new_string": "b"}]}),
+        ),
+        (
+            "NotebookEdit",
+            serde_json::json!({"notebook_path": file, "new_source": "x"}),
+        ),
+        (
+            "Write",
+            serde_json::json!({"file_path": ws.join("link.toml"), "content": "x"}),
+        ),
+        (
+            "Bash",
+            serde_json::json!({"command": "echo x >> runbook.toml"}),
+        ),
+        (
+            "Bash",
+            serde_json::json!({"command": "cp other.toml runbook.toml"}),
+        ),
+        (
+            "Bash",
+            serde_json::json!({"command": "sed -i s/a/b/ ./runbook.toml"}),
+        ),
+    ];
+    for (tool, input) in &denied {
+        let (decision, reason, code) = call(tool, input.clone());
+        assert_eq!(
+            (decision.as_str(), code),
+            ("deny", 2),
+            "{tool} {input}: {reason}"
+        );
+        assert!(
+            reason.contains(&format!("{file} is read-only for the whole run"))
+                && reason.contains("(rule held-read-only)")
+                && !reason.contains("While runbook"),
+            "{tool} {input}: {reason}"
+        );
+    }
+    // Below a held directory; and with a runbook running, the reason names it.
+    write_runbook_state(&setup);
+    let (decision, reason, _) = call(
+        "Write",
+        serde_json::json!({"file_path": ws.join("held/notes.md"), "content": "x"}),
+    );
+    assert_eq!(decision, "deny", "{reason}");
+    assert!(
+        reason.contains("is inside") && reason.contains("/held,"),
+        "{reason}"
+    );
+    let (_, reason, _) = call(
+        "Write",
+        serde_json::json!({"file_path": file, "content": "x"}),
+    );
+    assert!(
+        reason.contains("While runbook 'schema-migration' runs, its file cannot change"),
+        "{reason}"
+    );
+    for (tool, input) in [
+        (
+            "Write",
+            serde_json::json!({"file_path": ws.join("src/new.rs"), "content": "x"}),
+        ),
+        ("Read", serde_json::json!({"file_path": file})),
+        ("Bash", serde_json::json!({"command": "cat runbook.toml"})),
+        (
+            "Bash",
+            serde_json::json!({"command": "echo x > runbook.toml.new"}),
+        ),
+    ] {
+        let (decision, reason, _) = call(tool, input.clone());
+        assert_eq!(decision, "allow", "{tool} {input}: {reason}");
+    }
+}
+
 // SessionEnd is recorded with its reason; a `/clear` is not an end.
 #[test]
 fn session_end_is_recorded_with_its_reason() {

@@ -36,20 +36,31 @@ pub(super) fn pre_tool_use(args: &Args, input: Result<HookInput, String>) -> Res
                 None,
                 input,
             ),
-            Ok(policy) => (
-                runbook_client_call(&args.policy, &input, needs.effects.as_deref()).unwrap_or_else(
-                    || {
+            Ok(policy) => {
+                let verdict = runbook_client_call(&args.policy, &input, needs.effects.as_deref())
+                    .unwrap_or_else(|| {
                         narrow_by_steps(
                             &args.policy,
                             evaluate_analysed(&policy, &input, needs.effects.as_deref()),
                             &input,
                             &needs,
                         )
-                    },
-                ),
-                Some(policy),
-                input,
-            ),
+                    });
+                // A write the policy would let through to what the run holds read-only fails
+                // in the kernel; denied here instead, in words (an earlier denial stands).
+                let verdict = match args.policy.parent() {
+                    Some(control) if verdict.decision != Decision::Deny => {
+                        super::held_read_only::held_read_only(
+                            control,
+                            &input,
+                            needs.effects.as_deref(),
+                        )
+                        .unwrap_or(verdict)
+                    }
+                    _ => verdict,
+                };
+                (verdict, Some(policy), input)
+            }
         },
     };
     let mut response = pre_tool_use_answer(&verdict);
