@@ -341,6 +341,13 @@ pub fn respond(args: &Args, stdin: &[u8]) -> Response {
     match event.as_str() {
         "PreToolUse" => pre_tool_use(args, input),
         "ConfigChange" => config_change(args, input.ok()),
+        // Claude Code 2.1.328, with its hooks in managed settings (as StepProof registers them),
+        // follows a failed call's PostToolUseFailure with a PostToolUse for the same call whose
+        // `tool_response` is only the error text again (`"Error: Exit code 1\n…"`): the
+        // failure was recorded, with its exit status and the text's digest, and its context
+        // given, by the first; a second record (`exit null`) and a second context would make
+        // one call look like two.
+        "PostToolUse" if input.as_ref().is_ok_and(records::echoes_a_failure) => Response::silent(),
         "PostToolUse" | "PostToolUseFailure" => {
             let context = input.as_ref().ok().and_then(|input| {
                 let parts: Vec<String> = [

@@ -346,6 +346,51 @@ fn a_failures_error_text_is_recorded_as_a_digest() {
     assert_eq!(records[0]["error_sha256"], digest, "{text}");
 }
 
+// Claude Code 2.1.328 follows a failed call's PostToolUseFailure with a PostToolUse whose
+// result is only the error text again (its hooks in managed settings, as StepProof registers
+// them): that echo is neither recorded nor answered, so one call is one evidence record. An MCP
+// tool's text result that happens to read "Error: …" is still recorded, as is every success.
+#[test]
+fn the_echo_of_a_failure_is_not_a_second_record() {
+    let setup = Setup::new("default");
+    let socket = setup.dir.path().join("audit.sock");
+    let listener = UnixListener::bind(&socket).expect("bind");
+    let collector = collect_records(listener, 2);
+    let args = |event: &'static str| {
+        vec![
+            "--policy".to_string(),
+            setup.policy.to_str().expect("utf8").to_string(),
+            "--audit-socket".to_string(),
+            socket.to_str().expect("utf8").to_string(),
+            "--event".to_string(),
+            event.to_string(),
+        ]
+    };
+    let post = args("PostToolUse");
+    let post: Vec<&str> = post.iter().map(String::as_str).collect();
+    let echo = run(&post, &setup.fixture("post_failure_echo.json"));
+    assert_eq!(
+        (echo.code, echo.stdout.as_str()),
+        (0, ""),
+        "{}",
+        echo.stderr
+    );
+    let mcp = serde_json::json!({
+        "hook_event_name": "PostToolUse", "session_id": "s", "cwd": setup.workspace(),
+        "tool_name": "mcp__notes__read", "tool_input": {}, "tool_use_id": "t2",
+        "tool_response": "Error: is what the note says",
+    });
+    assert_eq!(run(&post, mcp.to_string().as_bytes()).code, 0);
+    assert_eq!(run(&post, &setup.fixture("post_bash.json")).code, 0);
+    let records = collector.join().expect("collector");
+    let tools: Vec<&str> = records
+        .iter()
+        .map(|r| r["tool"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(tools, ["mcp__notes__read", "Bash"], "{records:#?}");
+    assert_eq!(records[1]["tool_use_id"], "toolu_01ABCdef");
+}
+
 fn assert_fail_closed(r: &Run, what: &str) {
     assert_eq!(r.code, 2, "{what}: exit code");
     assert_eq!(r.decision(), "deny", "{what}");
