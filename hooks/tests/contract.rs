@@ -202,9 +202,17 @@ fn the_session_context_names_the_profile_and_what_runs_freely() {
         &stepproof_hook::load::Needs::minimal(),
     )
     .expect("policy");
-    let text = stepproof_hook::contract::context_text(&policy);
+    let text = stepproof_hook::contract::context_text(&policy, true);
     assert!(
         text.contains("StepProof") && text.contains("'default'") && text.contains("git"),
+        "{text}"
+    );
+    // Without a shell (a verifier's tools), no shell commands are listed.
+    let text = stepproof_hook::contract::context_text(&policy, false);
+    assert!(
+        text.contains("'default'")
+            && !text.contains("Shell commands")
+            && !text.contains("git status"),
         "{text}"
     );
 }

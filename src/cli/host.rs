@@ -106,6 +106,7 @@ pub fn gather_facts(workspace: Option<&Path>, probe_idmap: bool) -> Result<HostF
         claude_managed_dir: PathBuf::from(crate::sandbox::plan::agent_layer::MANAGED_DIR),
         runbook: false,
         single_turn: false,
+        shell_tool: true,
         session_seeding: crate::sandbox::plan::agent_layer::SessionSeeding::Every,
     })
 }

@@ -149,6 +149,61 @@ pub fn single_turn(command: &[std::ffi::OsString]) -> bool {
     print && !input_format
 }
 
+/// Whether `command` leaves Claude Code its Bash tool: not when it is Claude Code given a
+/// `--tools` list without `Bash` (a model verifier's `--tools Read,Grep,Glob`), or `Bash` itself
+/// in `--disallowedTools`. Any other command (a shell may start `claude` any way) keeps it.
+pub fn offers_bash(command: &[std::ffi::OsString]) -> bool {
+    if !command_is_claude(command) {
+        return true;
+    }
+    let Ok(claude) = after_env_prefix(command) else {
+        return true;
+    };
+    let args: Vec<String> = claude
+        .iter()
+        .skip(1)
+        .take_while(|a| *a != "--")
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    // `--tools A,B`, `--tools A B`, `--tools=A,B`: the names given to the option (a prompt
+    // taken for names only adds names: the shell is then described, the safe side).
+    let listed = |option: &str| -> Option<Vec<String>> {
+        let prefix = format!("{option}=");
+        let mut names: Option<Vec<String>> = None;
+        for (i, arg) in args.iter().enumerate() {
+            let values: Vec<&str> = if let Some(value) = arg.strip_prefix(&prefix) {
+                vec![value]
+            } else if arg == option {
+                args[i + 1..]
+                    .iter()
+                    .take_while(|a| !a.starts_with('-'))
+                    .map(String::as_str)
+                    .collect()
+            } else {
+                continue;
+            };
+            names.get_or_insert_with(Vec::new).extend(
+                values
+                    .iter()
+                    .flat_map(|v| v.split([',', ' ']))
+                    .filter(|n| !n.is_empty())
+                    .map(str::to_string),
+            );
+        }
+        names
+    };
+    let allowed = match listed("--tools") {
+        None => true,
+        Some(names) => names.iter().any(|n| n == "Bash" || n == "default"),
+    };
+    let refused = listed("--disallowedTools")
+        .into_iter()
+        .chain(listed("--disallowed-tools"))
+        .flatten()
+        .any(|n| n == "Bash");
+    allowed && !refused
+}
+
 /// Whether `command` is Claude Code going on from a kept session: `--continue`, `--resume`
 /// (with or without an id), `--from-pr`, `--fork-session`, `--session-id`, their `=` forms, or
 /// a cluster of short options holding `c` or `r` (`-pc`). Anything not UTF-8 counts as one.
@@ -624,7 +679,7 @@ pub fn plan_agent(
     let merged = merge_managed(&ours, &host.documents);
     let mut managed_files = vec![(PathBuf::from(MANAGED_FILE), settings)];
     managed_files.extend(host.files);
-    managed_memory(&mut managed_files, &policy);
+    managed_memory(&mut managed_files, &policy, facts.shell_tool);
     let state = AgentState {
         run_dir: facts.run_dir.clone(),
         config_dir: facts.run_dir.join("claude-config"),
@@ -729,14 +784,14 @@ pub const MANAGED_MEMORY: &str = "CLAUDE.md";
 
 /// Where the session runs and what it may do, told to the model once per session in the managed
 /// `CLAUDE.md` (after the host's own, when the host has one), instead of with every prompt.
-fn managed_memory(files: &mut Vec<(PathBuf, String)>, policy: &[u8]) {
+fn managed_memory(files: &mut Vec<(PathBuf, String)>, policy: &[u8], shell: bool) {
     let Ok(policy) = stepproof_hook::load::parse(policy, &stepproof_hook::load::Needs::minimal())
     else {
         return;
     };
     let ours = format!(
         "# StepProof\n\n{}\n",
-        stepproof_hook::contract::context_text(&policy)
+        stepproof_hook::contract::context_text(&policy, shell)
     );
     match files
         .iter_mut()

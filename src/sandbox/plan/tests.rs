@@ -25,6 +25,7 @@ pub(super) fn facts(home: &Path, ws: &Path, uid: u32) -> HostFacts {
         claude_managed_dir: PathBuf::from("/nonexistent/claude-code"),
         runbook: false,
         single_turn: false,
+        shell_tool: true,
         session_seeding: agent_layer::SessionSeeding::Every,
     }
 }

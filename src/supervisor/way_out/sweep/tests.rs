@@ -115,6 +115,7 @@ impl Fixture {
             claude_managed_dir: PathBuf::from("/nonexistent/claude-code"),
             runbook: false,
             single_turn: false,
+            shell_tool: true,
             session_seeding: crate::sandbox::plan::agent_layer::SessionSeeding::Every,
         };
         let mut plan = crate::sandbox::plan::build_plan(&self.profile, &facts).unwrap();
@@ -668,6 +669,7 @@ fn sweep_cost_on_200k_entries() {
         claude_managed_dir: PathBuf::from("/nonexistent/claude-code"),
         runbook: false,
         single_turn: false,
+        shell_tool: true,
         session_seeding: crate::sandbox::plan::agent_layer::SessionSeeding::Every,
     };
     let plan = crate::sandbox::plan::build_plan(&profile, &facts).unwrap();
