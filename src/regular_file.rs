@@ -129,7 +129,12 @@ mod tests {
         std::fs::write(&file, b"\xff").unwrap();
         assert_eq!(
             read_to_string(&file, 5).unwrap_err().to_string(),
-            "is not UTF-8 text"
+            "is not UTF-8 text (line 1, column 1: the first byte that is not)"
+        );
+        std::fs::write(&file, b"ab\ncd\xffe").unwrap();
+        assert_eq!(
+            read_to_string(&file, 50).unwrap_err().to_string(),
+            "is not UTF-8 text (line 2, column 3: the first byte that is not)"
         );
     }
 }

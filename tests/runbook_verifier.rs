@@ -126,6 +126,13 @@ fn assert_verifier_requests(mock: &Mock, model: &str) {
         for tool in WRITING {
             assert!(!tools.iter().any(|t| t == tool), "{tool} in {tools:?}");
         }
+        // The managed CLAUDE.md reached it, without the shell commands it cannot run.
+        let body = request["body"].to_string();
+        assert!(
+            body.contains("This session runs under StepProof")
+                && !body.contains("Shell commands allowed without asking"),
+            "{body}"
+        );
         let first = request["body"]["messages"][0].to_string();
         assert!(
             first.contains("code.txt says fixed")

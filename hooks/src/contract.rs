@@ -27,6 +27,7 @@ use crate::policy::{CallContext, CompiledPolicy, FORMAT_VERSION};
 
 mod context;
 mod denial_loop;
+mod held_read_only;
 mod pre_tool_use;
 mod records;
 
@@ -35,6 +36,7 @@ pub use context::{
     context_text, orientation_text, prompt_reminder, read_only_context, refused_hosts_context,
 };
 pub use denial_loop::{Restatement, restatement_text, with_supervisor_answer};
+pub use held_read_only::{READ_ONLY_NOTICE, RULE_HELD_READ_ONLY};
 use pre_tool_use::pre_tool_use;
 pub use pre_tool_use::pre_tool_use_answer;
 use records::{base_record, evidence, observe, session_end, subagent, turn};
@@ -349,6 +351,13 @@ pub fn respond(args: &Args, stdin: &[u8]) -> Response {
     match event.as_str() {
         "PreToolUse" => pre_tool_use(args, input),
         "ConfigChange" => config_change(args, input.ok()),
+        // Claude Code 2.1.328, with its hooks in managed settings (as StepProof registers them),
+        // follows a failed call's PostToolUseFailure with a PostToolUse for the same call whose
+        // `tool_response` is only the error text again (`"Error: Exit code 1\n…"`): the
+        // failure was recorded, with its exit status and the text's digest, and its context
+        // given, by the first; a second record (`exit null`) and a second context would make
+        // one call look like two.
+        "PostToolUse" if input.as_ref().is_ok_and(records::echoes_a_failure) => Response::silent(),
         "PostToolUse" | "PostToolUseFailure" => {
             let context = input.as_ref().ok().and_then(|input| {
                 let parts: Vec<String> = [

@@ -202,9 +202,17 @@ fn the_session_context_names_the_profile_and_what_runs_freely() {
         &stepproof_hook::load::Needs::minimal(),
     )
     .expect("policy");
-    let text = stepproof_hook::contract::context_text(&policy);
+    let text = stepproof_hook::contract::context_text(&policy, true);
     assert!(
         text.contains("StepProof") && text.contains("'default'") && text.contains("git"),
+        "{text}"
+    );
+    // Without a shell (a verifier's tools), no shell commands are listed.
+    let text = stepproof_hook::contract::context_text(&policy, false);
+    assert!(
+        text.contains("'default'")
+            && !text.contains("Shell commands")
+            && !text.contains("git status"),
         "{text}"
     );
 }
@@ -344,6 +352,51 @@ fn a_failures_error_text_is_recorded_as_a_digest() {
         .map(|b| format!("{b:02x}"))
         .collect();
     assert_eq!(records[0]["error_sha256"], digest, "{text}");
+}
+
+// Claude Code 2.1.328 follows a failed call's PostToolUseFailure with a PostToolUse whose
+// result is only the error text again (its hooks in managed settings, as StepProof registers
+// them): that echo is neither recorded nor answered, so one call is one evidence record. An MCP
+// tool's text result that happens to read "Error: …" is still recorded, as is every success.
+#[test]
+fn the_echo_of_a_failure_is_not_a_second_record() {
+    let setup = Setup::new("default");
+    let socket = setup.dir.path().join("audit.sock");
+    let listener = UnixListener::bind(&socket).expect("bind");
+    let collector = collect_records(listener, 2);
+    let args = |event: &'static str| {
+        vec![
+            "--policy".to_string(),
+            setup.policy.to_str().expect("utf8").to_string(),
+            "--audit-socket".to_string(),
+            socket.to_str().expect("utf8").to_string(),
+            "--event".to_string(),
+            event.to_string(),
+        ]
+    };
+    let post = args("PostToolUse");
+    let post: Vec<&str> = post.iter().map(String::as_str).collect();
+    let echo = run(&post, &setup.fixture("post_failure_echo.json"));
+    assert_eq!(
+        (echo.code, echo.stdout.as_str()),
+        (0, ""),
+        "{}",
+        echo.stderr
+    );
+    let mcp = serde_json::json!({
+        "hook_event_name": "PostToolUse", "session_id": "s", "cwd": setup.workspace(),
+        "tool_name": "mcp__notes__read", "tool_input": {}, "tool_use_id": "t2",
+        "tool_response": "Error: is what the note says",
+    });
+    assert_eq!(run(&post, mcp.to_string().as_bytes()).code, 0);
+    assert_eq!(run(&post, &setup.fixture("post_bash.json")).code, 0);
+    let records = collector.join().expect("collector");
+    let tools: Vec<&str> = records
+        .iter()
+        .map(|r| r["tool"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(tools, ["mcp__notes__read", "Bash"], "{records:#?}");
+    assert_eq!(records[1]["tool_use_id"], "toolu_01ABCdef");
 }
 
 fn assert_fail_closed(r: &Run, what: &str) {
@@ -1281,6 +1334,194 @@ fn only_the_runbook_client_itself_is_allowed_past_the_step() {
             !reason.contains("rule runbook-client"),
             "{refused}: {decision} {reason}"
         );
+    }
+}
+
+// The supervisor's `stepproof` beside the policy is vouched for like a system program: the
+// profile's `runbook-check` allows `stepproof runbook check` through it, under every built-in
+// profile, and nothing else of it (a copy elsewhere is the agent's, and allow rules do not vouch
+// for it).
+#[test]
+fn the_supervisors_stepproof_may_check_a_runbook_and_nothing_more() {
+    for (profile, otherwise) in [("ci", "deny"), ("strict", "deny"), ("default", "ask")] {
+        let setup = Setup::new(profile);
+        let policy = setup.policy.to_str().expect("utf8");
+        let client = setup.dir.path().join("stepproof");
+        let client = client.to_str().expect("utf8");
+        let bash = |command: &str| {
+            let input = serde_json::json!({
+                "hook_event_name": "PreToolUse", "session_id": "s", "cwd": setup.workspace(),
+                "tool_name": "Bash", "tool_input": {"command": command}, "tool_use_id": "t",
+            });
+            let r = run(&["--policy", policy], input.to_string().as_bytes());
+            let out = r.json();
+            (
+                out["hookSpecificOutput"]["permissionDecision"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                out["hookSpecificOutput"]["permissionDecisionReason"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            )
+        };
+        for allowed in [
+            format!("{client} runbook check runbooks/fix.toml"),
+            format!("{client} runbook check --profile /etc/p.toml runbooks/fix.toml"),
+            format!(
+                "cd {} && {client} runbook check a.toml",
+                setup.workspace().display()
+            ),
+        ] {
+            let (decision, reason) = bash(&allowed);
+            assert_eq!(decision, "allow", "{profile}: {allowed}: {reason}");
+            // (An allowed line's reason names its first allowed command's rule.)
+            assert!(
+                allowed.starts_with("cd ") || reason.contains("(rule runbook-check)"),
+                "{reason}"
+            );
+        }
+        for other in [
+            format!("{client} runbook explain runbooks/fix.toml"),
+            format!("{client} runbook schema"),
+            format!("{client} approve run gate"),
+            format!("{client} runbook check a.toml; {client} runbook explain a.toml"),
+            format!(
+                "{}/stepproof runbook check a.toml",
+                setup.workspace().display()
+            ),
+            "./stepproof runbook check a.toml".to_string(),
+        ] {
+            let (decision, reason) = bash(&other);
+            assert_eq!(decision, otherwise, "{profile}: {other}: {reason}");
+            assert!(!reason.contains("rule runbook-check"), "{other}: {reason}");
+        }
+    }
+}
+
+// A write to what the supervisor lists as held read-only (its notices beside the policy) is
+// denied naming the path and the running runbook, by every file tool and by a shell write the
+// hook can see, through a relative path or a link too; a write elsewhere, and a read, are
+// judged as before. Inputs as Claude Code 2.1.328 sends them.
+#[test]
+fn writes_to_what_the_run_holds_read_only_are_denied_in_words() {
+    let setup = Setup::new("ci");
+    let policy = setup.policy.to_str().expect("utf8");
+    let ws = setup.workspace();
+    let runbook = ws.join("runbook.toml");
+    std::fs::write(&runbook, "id = \"schema-migration\"\n").expect("runbook");
+    std::fs::create_dir_all(ws.join("held")).expect("held dir");
+    std::os::unix::fs::symlink(&runbook, ws.join("link.toml")).expect("link");
+    let notices = setup.dir.path().join("notices");
+    std::fs::create_dir_all(&notices).expect("notices");
+    std::fs::write(
+        notices.join("read-only"),
+        format!("{}\n{}\n", runbook.display(), ws.join("held").display()),
+    )
+    .expect("list");
+    let call = |tool: &str, input: serde_json::Value| {
+        let input = serde_json::json!({
+            "session_id": "s", "transcript_path": "/tmp/t.jsonl", "cwd": ws,
+            "permission_mode": "bypassPermissions", "hook_event_name": "PreToolUse",
+            "tool_name": tool, "tool_input": input, "tool_use_id": "toolu_1",
+        });
+        let r = run(&["--policy", policy], input.to_string().as_bytes());
+        let out = r.json();
+        (
+            out["hookSpecificOutput"]["permissionDecision"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            out["hookSpecificOutput"]["permissionDecisionReason"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            r.code,
+        )
+    };
+    let file = runbook.to_str().expect("utf8");
+    let denied = [
+        (
+            "Write",
+            serde_json::json!({"file_path": file, "content": "x"}),
+        ),
+        (
+            "Edit",
+            serde_json::json!({"file_path": file, "old_string": "a", "new_string": "b"}),
+        ),
+        (
+            "MultiEdit",
+            serde_json::json!({"file_path": file, "edits": [{"old_string": "a", "new_string": "b"}]}),
+        ),
+        (
+            "NotebookEdit",
+            serde_json::json!({"notebook_path": file, "new_source": "x"}),
+        ),
+        (
+            "Write",
+            serde_json::json!({"file_path": ws.join("link.toml"), "content": "x"}),
+        ),
+        (
+            "Bash",
+            serde_json::json!({"command": "echo x >> runbook.toml"}),
+        ),
+        (
+            "Bash",
+            serde_json::json!({"command": "cp other.toml runbook.toml"}),
+        ),
+        (
+            "Bash",
+            serde_json::json!({"command": "sed -i s/a/b/ ./runbook.toml"}),
+        ),
+    ];
+    for (tool, input) in &denied {
+        let (decision, reason, code) = call(tool, input.clone());
+        assert_eq!(
+            (decision.as_str(), code),
+            ("deny", 2),
+            "{tool} {input}: {reason}"
+        );
+        assert!(
+            reason.contains(&format!("{file} is read-only for the whole run"))
+                && reason.contains("(rule held-read-only)")
+                && !reason.contains("While runbook"),
+            "{tool} {input}: {reason}"
+        );
+    }
+    // Below a held directory; and with a runbook running, the reason names it.
+    write_runbook_state(&setup);
+    let (decision, reason, _) = call(
+        "Write",
+        serde_json::json!({"file_path": ws.join("held/notes.md"), "content": "x"}),
+    );
+    assert_eq!(decision, "deny", "{reason}");
+    assert!(
+        reason.contains("is inside") && reason.contains("/held,"),
+        "{reason}"
+    );
+    let (_, reason, _) = call(
+        "Write",
+        serde_json::json!({"file_path": file, "content": "x"}),
+    );
+    assert!(
+        reason.contains("While runbook 'schema-migration' runs, its file cannot change"),
+        "{reason}"
+    );
+    for (tool, input) in [
+        (
+            "Write",
+            serde_json::json!({"file_path": ws.join("src/new.rs"), "content": "x"}),
+        ),
+        ("Read", serde_json::json!({"file_path": file})),
+        ("Bash", serde_json::json!({"command": "cat runbook.toml"})),
+        (
+            "Bash",
+            serde_json::json!({"command": "echo x > runbook.toml.new"}),
+        ),
+    ] {
+        let (decision, reason, _) = call(tool, input.clone());
+        assert_eq!(decision, "allow", "{tool} {input}: {reason}");
     }
 }
 

@@ -111,6 +111,7 @@ pub fn gather_facts(workspace: Option<&Path>, probe_idmap: bool) -> Result<HostF
         selftest_probe: None,
         fresh: crate::sandbox::plan::run_kind::Fresh::default(),
         single_turn: false,
+        shell_tool: true,
         session_seeding: crate::sandbox::plan::agent_layer::SessionSeeding::Every,
     })
 }

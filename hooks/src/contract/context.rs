@@ -215,8 +215,9 @@ fn pre_compact(input: &HookInput, state: Option<&Value>) -> Response {
 }
 
 /// What the model is told once per session (the supervisor writes it into the managed
-/// `CLAUDE.md`): where it runs and what it may do.
-pub fn context_text(policy: &CompiledPolicy) -> String {
+/// `CLAUDE.md`): where it runs and what it may do — the shell commands allowed without asking
+/// only when the run gives it a shell (`shell`: Claude Code's Bash tool; a verifier has none).
+pub fn context_text(policy: &CompiledPolicy, shell: bool) -> String {
     let mut text = format!(
         "This session runs under StepProof, profile '{}': a Linux sandbox plus a hook that checks every tool call.",
         policy.profile
@@ -225,9 +226,23 @@ pub fn context_text(policy: &CompiledPolicy) -> String {
         text.push(' ');
         text.push_str(&policy.summary);
     }
+    text.push_str(&format!(" Workspace: {}.", policy.workspace));
+    if !shell {
+        text.push_str(&format!(
+            " Anything else is {}.",
+            match policy.default {
+                Decision::Allow => "allowed",
+                Decision::Ask => "asked about",
+                Decision::Deny => "denied",
+            }
+        ));
+        text.push_str(
+            " A denial names its rule; do not try to get around it, ask the user instead.",
+        );
+        return text;
+    }
     text.push_str(&format!(
-        " Workspace: {}. Shell commands allowed without asking: {}.",
-        policy.workspace,
+        " Shell commands allowed without asking: {}.",
         policy.allowed_summary()
     ));
     text.push_str(&format!(

@@ -13,10 +13,13 @@ use serde_json::json;
 use std::path::Path;
 
 pub(super) fn pre_tool_use(args: &Args, input: Result<HookInput, String>) -> Response {
-    let needs = input
+    let mut needs = input
         .as_ref()
         .map(needs_of)
         .unwrap_or_else(|_| Needs::minimal());
+    if let (Some(effects), Some(control)) = (needs.effects.as_mut(), args.policy.parent()) {
+        vouch_for_the_client(control, effects);
+    }
     let (verdict, policy, input) = match input {
         Err(why) => (
             Verdict::fail_closed(format!(
@@ -33,20 +36,31 @@ pub(super) fn pre_tool_use(args: &Args, input: Result<HookInput, String>) -> Res
                 None,
                 input,
             ),
-            Ok(policy) => (
-                runbook_client_call(&args.policy, &input, needs.effects.as_deref()).unwrap_or_else(
-                    || {
+            Ok(policy) => {
+                let verdict = runbook_client_call(&args.policy, &input, needs.effects.as_deref())
+                    .unwrap_or_else(|| {
                         narrow_by_steps(
                             &args.policy,
                             evaluate_analysed(&policy, &input, needs.effects.as_deref()),
                             &input,
                             &needs,
                         )
-                    },
-                ),
-                Some(policy),
-                input,
-            ),
+                    });
+                // A write the policy would let through to what the run holds read-only fails
+                // in the kernel; denied here instead, in words (an earlier denial stands).
+                let verdict = match args.policy.parent() {
+                    Some(control) if verdict.decision != Decision::Deny => {
+                        super::held_read_only::held_read_only(
+                            control,
+                            &input,
+                            needs.effects.as_deref(),
+                        )
+                        .unwrap_or(verdict)
+                    }
+                    _ => verdict,
+                };
+                (verdict, Some(policy), input)
+            }
         },
     };
     let mut response = pre_tool_use_answer(&verdict);
@@ -123,6 +137,23 @@ fn runbook_client_call(
             asked.join("`, `stepproof step ")
         ),
     })
+}
+
+/// StepProof's own `stepproof` beside the policy (bound there read-only by the supervisor, as
+/// the policy is) is the supervisor's program, not one the agent wrote: allow rules vouch for
+/// it as for a program in the system's directories, so that the profile's `runbook-check`
+/// (`stepproof runbook check *`) covers `/run/stepproof/stepproof runbook check FILE`. What
+/// the profile says of its other subcommands is unchanged (no allow rule names them).
+fn vouch_for_the_client(control: &Path, effects: &mut [crate::shell::Effect]) {
+    let client = control.join(RUNBOOK_CLIENT_NAME);
+    for effect in effects {
+        if let crate::shell::Effect::Exec(call) = effect
+            && call.untrusted_path
+            && crate::pattern::normalize(Path::new(&call.program)).as_deref() == client.to_str()
+        {
+            call.untrusted_path = false;
+        }
+    }
 }
 
 /// The profile's verdict narrowed by every open runbook step's policy (none when the run has

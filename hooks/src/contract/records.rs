@@ -39,6 +39,20 @@ fn failure_record(event: &str, why: &str, policy: Option<&CompiledPolicy>) -> Va
     record
 }
 
+/// Whether a PostToolUse is Claude Code's echo of a failure already reported by
+/// PostToolUseFailure: a built-in tool (whose result is an object when it succeeds) answered
+/// with a string that is Claude Code's rendering of an error. An MCP tool's result may be any
+/// text, so its calls are never taken for an echo.
+pub(super) fn echoes_a_failure(input: &HookInput) -> bool {
+    let builtin = input
+        .tool_name
+        .as_deref()
+        .is_some_and(|t| !t.is_empty() && !t.starts_with("mcp__"));
+    builtin
+        && input.error.is_none()
+        && matches!(&input.tool_response, Some(Value::String(text)) if text.starts_with("Error: "))
+}
+
 /// PostToolUse / PostToolUseFailure evidence.
 pub(super) fn evidence(event: &str, input: &HookInput, policy: Option<&CompiledPolicy>) -> Value {
     let mut record = base_record("evidence", event, input, policy);

@@ -256,6 +256,7 @@ fn know(args: &Request) -> Result<Known<'_>, Failure> {
         caches: args.ci || args.selftest,
     };
     facts.single_turn = crate::sandbox::plan::agent_layer::single_turn(&args.command);
+    facts.shell_tool = crate::sandbox::plan::agent_layer::offers_bash(&args.command);
     facts.session_seeding = crate::sandbox::plan::agent_layer::session_seeding(&args.command);
     // The home is shown read-only and holds StepProof's run directories: one that is not
     // there is a mistake in the caller's environment, not something to create.

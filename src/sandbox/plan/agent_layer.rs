@@ -13,6 +13,10 @@ pub const CONTROL_DIR: &str = "/run/stepproof";
 pub const HOOK_BINARY: &str = "/run/stepproof/stepproof-hook";
 pub const POLICY_FILE: &str = "/run/stepproof/policy";
 pub const AUDIT_SOCKET: &str = "/run/stepproof/audit.sock";
+/// StepProof's own `stepproof` (the host's, beside the hook binary), read-only in every agent
+/// run: the runbook client in a run with a runbook, and `stepproof runbook check` for the
+/// `runbook-author` agent in any run (see `runbook::chat::RUNBOOK_CHECK_COMMAND`).
+pub const CLIENT_BINARY: &str = "/run/stepproof/stepproof";
 /// The supervisor's notices to the hook (read-only inside): `refused-hosts`, one line per host
 /// the proxy refused, `<unix ms>\t<host>\t<the profile key that would allow it>`.
 pub const NOTICES_DIR: &str = "/run/stepproof/notices";
@@ -143,6 +147,61 @@ pub fn single_turn(command: &[std::ffi::OsString]) -> bool {
             .is_none_or(|a| a == "--input-format" || a.starts_with("--input-format="))
     });
     print && !input_format
+}
+
+/// Whether `command` leaves Claude Code its Bash tool: not when it is Claude Code given a
+/// `--tools` list without `Bash` (a model verifier's `--tools Read,Grep,Glob`), or `Bash` itself
+/// in `--disallowedTools`. Any other command (a shell may start `claude` any way) keeps it.
+pub fn offers_bash(command: &[std::ffi::OsString]) -> bool {
+    if !command_is_claude(command) {
+        return true;
+    }
+    let Ok(claude) = after_env_prefix(command) else {
+        return true;
+    };
+    let args: Vec<String> = claude
+        .iter()
+        .skip(1)
+        .take_while(|a| *a != "--")
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    // `--tools A,B`, `--tools A B`, `--tools=A,B`: the names given to the option (a prompt
+    // taken for names only adds names: the shell is then described, the safe side).
+    let listed = |option: &str| -> Option<Vec<String>> {
+        let prefix = format!("{option}=");
+        let mut names: Option<Vec<String>> = None;
+        for (i, arg) in args.iter().enumerate() {
+            let values: Vec<&str> = if let Some(value) = arg.strip_prefix(&prefix) {
+                vec![value]
+            } else if arg == option {
+                args[i + 1..]
+                    .iter()
+                    .take_while(|a| !a.starts_with('-'))
+                    .map(String::as_str)
+                    .collect()
+            } else {
+                continue;
+            };
+            names.get_or_insert_with(Vec::new).extend(
+                values
+                    .iter()
+                    .flat_map(|v| v.split([',', ' ']))
+                    .filter(|n| !n.is_empty())
+                    .map(str::to_string),
+            );
+        }
+        names
+    };
+    let allowed = match listed("--tools") {
+        None => true,
+        Some(names) => names.iter().any(|n| n == "Bash" || n == "default"),
+    };
+    let refused = listed("--disallowedTools")
+        .into_iter()
+        .chain(listed("--disallowed-tools"))
+        .flatten()
+        .any(|n| n == "Bash");
+    allowed && !refused
 }
 
 /// Whether `command` is Claude Code going on from a kept session: `--continue`, `--resume`
@@ -620,7 +679,7 @@ pub fn plan_agent(
     let merged = merge_managed(&ours, &host.documents);
     let mut managed_files = vec![(PathBuf::from(MANAGED_FILE), settings)];
     managed_files.extend(host.files);
-    managed_memory(&mut managed_files, &policy);
+    managed_memory(&mut managed_files, &policy, facts.shell_tool);
     let state = AgentState {
         run_dir: facts.run_dir.clone(),
         config_dir: facts.run_dir.join("claude-config"),
@@ -633,9 +692,16 @@ pub fn plan_agent(
         seeding: facts.session_seeding.clone(),
         shipped: crate::runbook::chat::AGENTS
             .iter()
-            .map(|(path, _)| path.to_string())
+            .map(|path| path.to_string())
             .collect(),
     };
+    let client = Some(hook_binary.with_file_name("stepproof"))
+        .filter(|client| client.is_file())
+        .map(|src| MountOp::FromSupervisor {
+            src,
+            dst: CLIENT_BINARY.into(),
+            access: Access::ReadOnly,
+        });
     let mounts: Vec<MountOp> = [
         // The managed settings Claude Code reads are StepProof's and the host's sanitized
         // drop-ins, nothing else: nothing in a profile's view of /etc can change them.
@@ -653,7 +719,7 @@ pub fn plan_agent(
             contents: policy,
         },
         MountOp::FromSupervisor {
-            src: hook_binary,
+            src: hook_binary.clone(),
             dst: HOOK_BINARY.into(),
             access: Access::ReadOnly,
         },
@@ -667,6 +733,12 @@ pub fn plan_agent(
             dst: NOTICES_DIR.into(),
             access: Access::ReadOnly,
         },
+    ]
+    .into_iter()
+    // The client beside the hook, when it is installed there (without it the hook still works,
+    // and `runbook-author` says it cannot check).
+    .chain(client)
+    .chain([
         MountOp::SealReadOnly {
             dst: CONTROL_DIR.into(),
         },
@@ -675,8 +747,7 @@ pub fn plan_agent(
             dst: CONFIG_DIR.into(),
             access: Access::ReadWrite,
         },
-    ]
-    .into_iter()
+    ])
     // What Claude Code sources before every command, read-only (the supervisor made them),
     // and the agents and commands StepProof ships (nothing the agent writes there is read as
     // one of them: a worker cannot give itself a `verifier`).
@@ -711,14 +782,14 @@ pub const MANAGED_MEMORY: &str = "CLAUDE.md";
 
 /// Where the session runs and what it may do, told to the model once per session in the managed
 /// `CLAUDE.md` (after the host's own, when the host has one), instead of with every prompt.
-fn managed_memory(files: &mut Vec<(PathBuf, String)>, policy: &[u8]) {
+fn managed_memory(files: &mut Vec<(PathBuf, String)>, policy: &[u8], shell: bool) {
     let Ok(policy) = stepproof_hook::load::parse(policy, &stepproof_hook::load::Needs::minimal())
     else {
         return;
     };
     let ours = format!(
         "# StepProof\n\n{}\n",
-        stepproof_hook::contract::context_text(&policy)
+        stepproof_hook::contract::context_text(&policy, shell)
     );
     match files
         .iter_mut()

@@ -79,6 +79,9 @@ pub struct HostFacts {
     /// The command is Claude Code taking one prompt (`claude -p PROMPT`): its one turn is the
     /// run's start record (see `agent_layer::single_turn`).
     pub single_turn: bool,
+    /// The command leaves Claude Code its Bash tool (`agent_layer::offers_bash`): the managed
+    /// `CLAUDE.md` lists the shell commands allowed only then.
+    pub shell_tool: bool,
     /// Which kept sessions the agent's config directory is seeded with
     /// (`agent_layer::session_seeding`).
     pub session_seeding: agent_layer::SessionSeeding,

@@ -7,7 +7,7 @@
 //! `stepproof explain --runbook FILE` and `--selftest` print the view the launch makes, and no
 //! code outside `plan/` edits a plan.
 
-use crate::sandbox::plan::agent_layer::CONTROL_DIR;
+use crate::sandbox::plan::agent_layer::{CLIENT_BINARY, CONTROL_DIR};
 use crate::sandbox::plan::{Access, HostFacts, Isolation, MountOp, PlanError, SandboxPlan};
 use std::path::{Path, PathBuf};
 
@@ -88,21 +88,23 @@ fn runbook_view(
         .iter()
         .position(|op| matches!(op, MountOp::SealReadOnly { dst } if dst == Path::new(CONTROL_DIR)))
         .ok_or(PlanError::RunbookWithoutAgentLayer)?;
-    plan.mounts.splice(
-        seal..seal,
-        [
-            MountOp::FromSupervisor {
-                src: crate::runbook::client::state_dir(run_dir),
-                dst: crate::runbook::client::RUNBOOK_DIR.into(),
-                access: Access::ReadOnly,
-            },
-            MountOp::FromSupervisor {
-                src: runbook.client.clone(),
-                dst: Path::new(CONTROL_DIR).join("stepproof"),
-                access: Access::ReadOnly,
-            },
-        ],
+    let mut ops = vec![MountOp::FromSupervisor {
+        src: crate::runbook::client::state_dir(run_dir),
+        dst: crate::runbook::client::RUNBOOK_DIR.into(),
+        access: Access::ReadOnly,
+    }];
+    // The agent's layer binds the client already where it is installed beside the hook.
+    let client_bound = plan.mounts.iter().any(
+        |op| matches!(op, MountOp::FromSupervisor { dst, .. } if dst == Path::new(CLIENT_BINARY)),
     );
+    if !client_bound {
+        ops.push(MountOp::FromSupervisor {
+            src: runbook.client.clone(),
+            dst: CLIENT_BINARY.into(),
+            access: Access::ReadOnly,
+        });
+    }
+    plan.mounts.splice(seal..seal, ops);
     if let Some(agent) = plan.agent.as_mut() {
         agent.shipped.extend(
             crate::runbook::chat::COMMANDS

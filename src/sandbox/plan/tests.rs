@@ -27,6 +27,7 @@ pub(super) fn facts(home: &Path, ws: &Path, uid: u32) -> HostFacts {
         selftest_probe: None,
         fresh: crate::sandbox::plan::run_kind::Fresh::default(),
         single_turn: false,
+        shell_tool: true,
         session_seeding: agent_layer::SessionSeeding::Every,
     }
 }
@@ -576,12 +577,13 @@ fn plan_errors_keep_their_messages_and_say_what_kind_they_are() {
     let mut missing = profile.clone();
     missing.filesystem.read_only = vec![crate::profile::PathSpec::parse("~/absent").unwrap()];
     let err = build_plan(&missing, &facts(&home, &ws, 1234)).unwrap_err();
+    // A path the profile names that is not there is the profile's to fix.
     assert!(
-        matches!(&err, PlanError::Io { path, source, .. }
-            if *path == home.join("absent") && source.raw_os_error() == Some(libc::ENOENT)),
+        matches!(&err, PlanError::NoSuchPath { path, spelled, .. }
+            if *path == home.join("absent") && spelled == "~/absent"),
         "{err}"
     );
-    assert!(!err.is_configuration());
+    assert!(err.is_configuration());
 
     let mut no_idmap = facts(&home, &ws, 0);
     no_idmap.idmapped_mounts = false;

@@ -111,6 +111,13 @@ pub fn prepare(
         .map_err(fail("creating", &notices))?;
     fs::set_permissions(&notices, fs::Permissions::from_mode(0o755))
         .map_err(fail("chmod", &notices))?;
+    // What the plan holds read-only in place, for the hook to deny writes to in words.
+    let held = crate::supervisor::agent::held_read_only::notice_path(&notices);
+    write_private(
+        &held,
+        super::held_read_only::listing(&plan.mounts).as_bytes(),
+    )?;
+    fs::set_permissions(&held, fs::Permissions::from_mode(0o644)).map_err(fail("chmod", &held))?;
     crate::supervisor::agent::session_state::seed(state);
     // Empty, and read-only inside (the plan binds them so): nothing in them runs before a
     // command.

@@ -4,5 +4,6 @@
 
 pub mod caches;
 pub mod config_dir;
+pub mod held_read_only;
 pub mod housekeeping;
 pub mod session_state;

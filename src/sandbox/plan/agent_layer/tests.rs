@@ -102,6 +102,59 @@ fn a_single_turn_is_recognised() {
     }
 }
 
+/// The managed CLAUDE.md lists the shell commands allowed without asking only to a run that has
+/// Claude Code's Bash tool: a `--tools` list without it (a verifier's), or Bash disallowed,
+/// leaves the section out; anything else (another program, a shell) keeps it.
+#[test]
+fn the_shell_section_only_where_bash_is_offered() {
+    let argv = |a: &[&str]| a.iter().map(std::ffi::OsString::from).collect::<Vec<_>>();
+    for without in [
+        &["claude", "-p", "--tools", "Read,Grep,Glob", "x"][..],
+        &["claude", "-p", "--tools=Read,Grep", "x"],
+        &[
+            "claude", "-p", "--tools", "Read", "Grep", "--model", "m", "x",
+        ],
+        &["claude", "-p", "--tools", "", "x"],
+        &[
+            "env",
+            "A=1",
+            "claude",
+            "--disallowedTools",
+            "Bash,WebFetch",
+            "-p",
+            "x",
+        ],
+        &["claude", "--disallowed-tools", "Bash"],
+    ] {
+        assert!(!offers_bash(&argv(without)), "{without:?}");
+    }
+    for with in [
+        &["claude"][..],
+        &["claude", "-p", "x"],
+        &["claude", "--tools", "Read,Bash"],
+        &["claude", "--tools", "default"],
+        &["claude", "--disallowedTools", "Bash(rm:*)"],
+        &["sh", "-c", "claude --tools Read"],
+        &["claude", "-p", "x", "--", "--tools", "Read"],
+    ] {
+        assert!(offers_bash(&argv(with)), "{with:?}");
+    }
+    let profile = crate::profile::Profile::builtin_default().unwrap();
+    let policy = compiled_policy(&profile, Path::new("/home/u"), Path::new("/home/u/ws")).unwrap();
+    for (shell, listed) in [(true, true), (false, false)] {
+        let mut files = Vec::new();
+        managed_memory(&mut files, &policy, shell);
+        let memory = &files[0].1;
+        assert!(memory.contains("Workspace: /home/u/ws."), "{memory}");
+        assert_eq!(
+            memory.contains("Shell commands allowed without asking"),
+            listed,
+            "{memory}"
+        );
+        assert_eq!(memory.contains("piping into sh"), listed, "{memory}");
+    }
+}
+
 #[test]
 fn managed_settings_register_every_event_and_gates_fail_closed() {
     let mut extra = serde_json::Map::new();
@@ -310,7 +363,7 @@ fn host_managed_settings_are_kept_in_order_without_owned_keys() {
     let profile = crate::profile::Profile::builtin_default().unwrap();
     let policy = compiled_policy(&profile, Path::new("/home/u"), Path::new("/home/u/ws")).unwrap();
     let mut files = host.files.clone();
-    managed_memory(&mut files, &policy);
+    managed_memory(&mut files, &policy, true);
     let memory = &files
         .iter()
         .find(|(p, _)| p == Path::new(MANAGED_MEMORY))
@@ -323,7 +376,7 @@ fn host_managed_settings_are_kept_in_order_without_owned_keys() {
         "{memory}"
     );
     let mut alone = Vec::new();
-    managed_memory(&mut alone, &policy);
+    managed_memory(&mut alone, &policy, true);
     assert!(alone[0].1.starts_with("# StepProof\n"), "{alone:?}");
     let org: serde_json::Value = serde_json::from_str(&host.files[2].1).unwrap();
     assert_eq!(

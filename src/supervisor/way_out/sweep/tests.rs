@@ -117,6 +117,7 @@ impl Fixture {
             selftest_probe: None,
             fresh: crate::sandbox::plan::run_kind::Fresh::default(),
             single_turn: false,
+            shell_tool: true,
             session_seeding: crate::sandbox::plan::agent_layer::SessionSeeding::Every,
         };
         let mut plan = crate::sandbox::plan::build_plan(&self.profile, &facts).unwrap();
@@ -672,6 +673,7 @@ fn sweep_cost_on_200k_entries() {
         selftest_probe: None,
         fresh: crate::sandbox::plan::run_kind::Fresh::default(),
         single_turn: false,
+        shell_tool: true,
         session_seeding: crate::sandbox::plan::agent_layer::SessionSeeding::Every,
     };
     let plan = crate::sandbox::plan::build_plan(&profile, &facts).unwrap();
