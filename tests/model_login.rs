@@ -546,8 +546,9 @@ both_claude!(two_runs_never_spend_one_refresh_token, |w: &World| {
     assert_store_refreshed(w, &w.home.join(".claude/.credentials.json"), &suffix);
 });
 
-// No login at all: StepProof says what to do before Claude Code says "Not logged in"; only for
-// Claude Code as the command.
+// No login at all: StepProof stops before Claude Code starts (its `/login` cannot work
+// inside), with the one line that works, exit 120; never for `claude --version`, `--help` or
+// `mcp`, nor for another command.
 both_claude!(without_a_login_stepproof_says_how_to_log_in, |w: &World| {
     let tls = test_tls(w);
     let mock = Mock::start_tls(w, json!([text("fin")]), &tls);
@@ -566,32 +567,33 @@ both_claude!(without_a_login_stepproof_says_how_to_log_in, |w: &World| {
         &model_profile(w),
         &[],
     );
-    let ours = run
-        .stderr
-        .find("stepproof login")
-        .unwrap_or_else(|| panic!("{}", run.describe()));
+    assert_eq!(run.status.code(), Some(120), "{}", run.describe());
     assert!(
-        run.stderr.contains("no model login found"),
+        run.stderr.contains("no model login found") && run.stderr.contains("`stepproof login`"),
         "{}",
         run.describe()
     );
     let theirs = format!("{}{}", run.stdout, run.stderr);
-    assert!(theirs.contains("Not logged in"), "{}", run.describe());
-    if let Some(at) = run.stderr.find("Not logged in") {
-        assert!(ours < at, "{}", run.describe());
-    }
+    assert!(!theirs.contains("Not logged in"), "{}", run.describe());
     assert!(mock.messages_requests().is_empty());
-    // Another command: not a word about logging in.
-    let out = w
-        .command(&["--profile", &model_profile(w)], &["/bin/true"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", describe(&out));
-    assert!(
-        !String::from_utf8_lossy(&out.stderr).contains("stepproof login"),
-        "{}",
-        describe(&out)
-    );
+    // What needs no login runs, without a word about logging in.
+    for args in [
+        &["claude", "--version"][..],
+        &["claude", "--help"],
+        &["claude", "mcp", "list"],
+        &["/bin/true"],
+    ] {
+        let out = w
+            .command(&["--profile", &model_profile(w)], args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {}", describe(&out));
+        assert!(
+            !String::from_utf8_lossy(&out.stderr).contains("stepproof login"),
+            "{args:?}: {}",
+            describe(&out)
+        );
+    }
 });
 
 // `stepproof login` runs Claude Code's own login on the host, arguments passed on, its exit

@@ -1124,11 +1124,14 @@ fn median_run(args: &[&str], input: &[u8], n: usize) -> Duration {
     times[n / 2]
 }
 
-// Observers must answer in under 2 ms (RUNBOOKS.md, "Speed"). Whole-process times of this
-// (debug) build include the spawn, so what is asserted is what the runbook adds: each
-// observer with a runbook against the same call without one.
+// Observers must answer in under 2 ms (RUNBOOKS.md, "Speed"): that budget is measured by the
+// benchmark (`scripts/bench-hook.sh`, the static build, ratios against a baseline in the same
+// run), not here — a debug build on a loaded machine moves by more than the budget. What this
+// asserts is only that a runbook adds no pathological cost to an observer (a walk, a wait, a
+// read of something large: tens of milliseconds), each observer with a runbook against the same
+// call without one.
 #[test]
-fn runbook_observers_add_well_under_two_milliseconds() {
+fn runbook_observers_add_no_pathological_cost() {
     let setup = Setup::new("default");
     let policy = setup.policy.to_str().expect("utf8");
     let args = ["--policy", policy];
@@ -1149,7 +1152,7 @@ fn runbook_observers_add_well_under_two_milliseconds() {
         let with = median_run(&args, input, 41);
         eprintln!("{event}: {with:?} with a runbook, {without:?} without (median of 41 runs)");
         assert!(
-            with < without + Duration::from_millis(2),
+            with < without + Duration::from_millis(20),
             "{event}: {with:?} with a runbook, {without:?} without"
         );
     }

@@ -9,6 +9,7 @@ pub mod logging;
 pub mod manual;
 pub mod probes;
 pub mod profiles;
+pub mod recap;
 pub mod repair;
 pub mod run;
 pub mod selftest;

@@ -148,6 +148,13 @@ fn show(home: &Path, workspace: &Path, json: bool) -> i32 {
         return 0;
     }
     crate::out!("workspace: {}", workspace.display());
+    // The last run's line, as the run said it at its end.
+    if let Some(recap) =
+        crate::cli::recap::last_run_of(&crate::audit::owed::runs_dir(home), workspace)
+            .and_then(|log| crate::cli::recap::Recap::of(&log))
+    {
+        crate::out!("last run:  {}", recap.line(true));
+    }
     for what in &owed {
         crate::out!("WORK OWED: {what}");
     }

@@ -77,6 +77,7 @@ pub(super) fn end_of_run(
             finish_export(exporter, outputs);
         }
         say_the_head(audit, &mut result.outcome, outputs);
+        say_the_recap(&run, audit);
     }
     // Without a log, the sweep was the end.
     discharge(owed.marker.take());
@@ -455,6 +456,18 @@ fn record_the_end(
         }),
     );
     audit.sync();
+}
+
+/// The last screen's line: what was denied and asked, where the record is, how to go on (see
+/// [`crate::cli::recap`]). Not for the self-test, whose record is its probes'.
+fn say_the_recap(run: &Run<'_, '_>, audit: &AuditSink) {
+    if run.known.args.selftest {
+        return;
+    }
+    if let Some(recap) = crate::cli::recap::Recap::of(audit.path()) {
+        let claude = crate::sandbox::plan::agent_layer::command_is_claude(run.command);
+        crate::say!("stepproof-run: {}", recap.line(claude));
+    }
 }
 
 /// The log's head (a truncated log is detectable with `stepproof audit verify --head`), or

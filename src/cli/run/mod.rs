@@ -309,24 +309,25 @@ struct Planned {
 /// drop-in; then what would switch the hook off is refused.
 fn plan_the_view(known: &Known<'_>, audit: Option<&AuditSink>) -> Result<Planned, Failure> {
     let args = known.args;
-    // The run's directory, before the plan: StepProof's state is a directory the plan hides.
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&known.facts.run_dir)
-        .map_err(|e| {
-            Failure::host(format!(
-                "creating the run's directory {}: {e}",
-                known.facts.run_dir.display()
-            ))
-        })?;
     let mut plan = host::plan_for(&known.profile, &known.facts).map_err(plan_failure)?;
     // What the plan names, made now (and removed when this goes, whatever happens next).
     let scratch = start::ScratchDir::create(&plan).map_err(|e| Failure::host(e.to_string()))?;
     tracing::debug!("scratch made");
     let gateway = start::prepare_gateway(&plan).map_err(Failure::host)?;
     tracing::debug!("gateway prepared");
+    // No login Claude Code could use: said now, in the one line that works, before Claude
+    // Code's screen would cover it with a `/login` that cannot work inside.
+    if let Some((_, login)) = &gateway
+        && login.is_none()
+        && plan.agent.is_some()
+        && !args.selftest
+        && args.verifier_agent.is_none()
+        && crate::sandbox::plan::agent_layer::command_is_claude(&args.command)
+        && crate::sandbox::plan::agent_layer::claude_needs_a_login(&args.command)
+        && !crate::sandbox::plan::agent_layer::uses_a_cloud_provider(&known.facts.env)
+    {
+        return Err(Failure::refused(start::NOT_LOGGED_IN.to_string()));
+    }
     if let (Some((_, login)), Some(audit)) = (&gateway, audit) {
         start::record_login_refreshes(login, audit);
     }

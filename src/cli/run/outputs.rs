@@ -140,7 +140,33 @@ pub(super) fn audit_log_outside_the_run(known: &Known<'_>) -> Result<(), Failure
 /// (hook reports, connections, model requests, runbook requests), in the log and the export
 /// alike.
 pub(super) fn open_records(known: &Known<'_>) -> Result<Option<AuditSink>, Failure> {
+    // The run's directory, before the plan (StepProof's state is a directory the plan hides).
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&known.facts.run_dir)
+        .map_err(|e| {
+            Failure::host(format!(
+                "creating the run's directory {}: {e}",
+                known.facts.run_dir.display()
+            ))
+        })?;
     let audit = open_audit_log(known.args, &known.facts.home).map_err(audit_failure)?;
+    // A log put elsewhere is named in the run's directory: a later run of a runbook continues
+    // from it, and `stepproof state show` finds the workspace's last run through it.
+    if known.args.audit_log.is_some()
+        && let Some(audit) = &audit
+        && let Err(e) = crate::supervisor::runbook::continuation::record_log_elsewhere(
+            &known.facts.run_dir,
+            audit.path(),
+        )
+    {
+        crate::say!(
+            "stepproof-run: WARNING: naming the audit log {} in the run's directory: {e}; a later run of a runbook cannot continue this one",
+            crate::audit::text::one_line(audit.path())
+        );
+    }
     if let Some(audit) = &audit {
         audit.limit_caused(
             known.profile.audit.inside_max_mib << 20,

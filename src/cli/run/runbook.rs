@@ -135,19 +135,6 @@ pub(super) fn prepare_runbook(
         continued,
     )
     .map_err(|e| Failure::host(format!("--runbook: {e}")))?;
-    // A log put elsewhere is named in the run's directory, so a later run continues from it.
-    if args.audit_log.is_some()
-        && let Some(audit) = audit
-        && let Err(e) = crate::supervisor::runbook::continuation::record_log_elsewhere(
-            &facts.run_dir,
-            audit.path(),
-        )
-    {
-        crate::say!(
-            "stepproof-run: WARNING: naming the audit log {} in the run's directory: {e}; a later run of this runbook cannot continue this one",
-            audit.path().display()
-        );
-    }
     Ok(run)
 }
 

@@ -585,6 +585,36 @@ pub fn command_is_claude(argv: &[std::ffi::OsString]) -> bool {
         .is_some_and(|p| p == "claude" || p == "claude.exe")
 }
 
+/// Whether Claude Code, run as `argv`, needs a model login: not to print its version or help,
+/// nor for the subcommands that manage its own set-up (`mcp`, `config`, `doctor`, `update`,
+/// `install`, `plugin`).
+pub fn claude_needs_a_login(argv: &[std::ffi::OsString]) -> bool {
+    const WITHOUT_A_LOGIN: &[&str] = &["mcp", "config", "doctor", "update", "install", "plugin"];
+    let Ok(rest) = after_env_prefix(argv) else {
+        return false;
+    };
+    let args = rest.get(1..).unwrap_or_default();
+    let asks_only = args
+        .iter()
+        .any(|a| matches!(a.to_str(), Some("--version" | "-v" | "--help" | "-h")));
+    let subcommand = args
+        .iter()
+        .filter_map(|a| a.to_str())
+        .find(|a| !a.starts_with('-'));
+    !asks_only && !subcommand.is_some_and(|s| WITHOUT_A_LOGIN.contains(&s))
+}
+
+/// Whether the caller's environment sends Claude Code to a cloud provider's model service
+/// (Bedrock, Vertex AI, Foundry), whose login is the provider's, not one StepProof reads.
+pub fn uses_a_cloud_provider(env: &[(String, String)]) -> bool {
+    env.iter().any(|(name, value)| {
+        matches!(
+            name.as_str(),
+            "CLAUDE_CODE_USE_BEDROCK" | "CLAUDE_CODE_USE_VERTEX" | "CLAUDE_CODE_USE_FOUNDRY"
+        ) && !matches!(value.trim(), "" | "0" | "false")
+    })
+}
+
 fn base_name(arg: &std::ffi::OsString) -> String {
     Path::new(arg)
         .file_name()

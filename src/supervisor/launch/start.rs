@@ -287,10 +287,6 @@ impl<'a> Launch<'a> {
             .map(|(_, login)| login.placeholder().clone())
             .unwrap_or_default();
         if let Some((_, login)) = &gateway {
-            if login.is_none() && crate::sandbox::plan::agent_layer::command_is_claude(self.command)
-            {
-                crate::say!("stepproof-run: {}", NOT_LOGGED_IN);
-            }
             if let Some(audit) = self.audit {
                 audit.record(
                     "supervisor",
@@ -758,7 +754,7 @@ fn take_terminal(
 }
 
 /// What to do without a model login, said before Claude Code says "Not logged in".
-pub const NOT_LOGGED_IN: &str = "no model login found (no claude.ai login in ~/.claude/.credentials.json, no ANTHROPIC_API_KEY, no CLAUDE_CODE_OAUTH_TOKEN). Log in once, outside the sandbox, with `stepproof login` (it runs `claude auth login` on this machine; the login stays in ~/.claude and StepProof adds it at the boundary), or set ANTHROPIC_API_KEY in your environment.";
+pub const NOT_LOGGED_IN: &str = "no model login found (no claude.ai login in ~/.claude/.credentials.json, no ANTHROPIC_API_KEY, ANTHROPIC_AUTH_TOKEN or CLAUDE_CODE_OAUTH_TOKEN, no cloud provider): Claude Code is not started, because its own /login cannot work inside. Log in once, outside the sandbox, with `stepproof login` (it runs `claude auth login` on this machine; the login stays in ~/.claude and StepProof adds it at the boundary), or set ANTHROPIC_API_KEY in your environment.";
 
 /// Identity modes in words, for reports.
 pub fn describe_identity(plan: &SandboxPlan) -> String {

@@ -95,7 +95,7 @@ pub fn record_log_elsewhere(run_dir: &Path, log: &Path) -> std::io::Result<()> {
 
 /// A run directory's audit log: `audit.jsonl` in it, or the log its [`LOG_ELSEWHERE`] names
 /// (an absolute path to a regular file); never through a link.
-fn run_log(dir: &Path) -> Option<PathBuf> {
+pub fn run_log(dir: &Path) -> Option<PathBuf> {
     let is_file = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file());
     let own = dir.join("audit.jsonl");
     if is_file(&own) {
