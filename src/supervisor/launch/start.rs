@@ -286,17 +286,15 @@ impl<'a> Launch<'a> {
             .as_ref()
             .map(|(_, login)| login.placeholder().clone())
             .unwrap_or_default();
-        if let Some((_, login)) = &gateway {
-            if let Some(audit) = self.audit {
-                audit.record(
-                    "supervisor",
-                    "model-login",
-                    &serde_json::json!({
-                        "login": login.describe(),
-                        "placeholder": placeholder.env.as_ref().map(|(n, _)| n.as_str()).or(placeholder.credentials.as_ref().map(|_| ".credentials.json")),
-                    }),
-                );
-            }
+        if let (Some((_, login)), Some(audit)) = (&gateway, self.audit) {
+            audit.record(
+                "supervisor",
+                "model-login",
+                &serde_json::json!({
+                    "login": login.describe(),
+                    "placeholder": placeholder.env.as_ref().map(|(n, _)| n.as_str()).or(placeholder.credentials.as_ref().map(|_| ".credentials.json")),
+                }),
+            );
         }
         Ok(Login {
             gateway,
