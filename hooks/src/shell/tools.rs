@@ -598,7 +598,9 @@ impl Walker<'_> {
                     modes.insert(*mode);
                 } else if RISKY
                     .iter()
-                    .any(|r| r.starts_with(option) && option.len() > 2)
+                    // tar takes any unambiguous abbreviation: `--rs=/bin/sh` is
+                    // `--rsh-command`, `--rm` `--rmt-command`, `--vo` `--volno-file`.
+                    .any(|r| r.starts_with(option) && option.len() >= 2)
                 {
                     risky = true;
                 } else if option == "file" {
