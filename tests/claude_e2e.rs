@@ -636,8 +636,10 @@ both_claude!(
         assert!(run.status.success(), "{}", run.describe());
         // The real login on every request, before and after the rewrite inside.
         assert_bearer(&mock, "sk-ant-oat01-first-login", false);
+        // The line writes a file: the rule that lets it write names it, not `inspect` (the
+        // printf and echo only read; issue 49).
         for turn in 0..3 {
-            run.expect_decision(&call_id(None, turn), "allow", "inspect");
+            run.expect_decision(&call_id(None, turn), "allow", "test-config-dir");
             assert!(!mock.expect_result(&call_id(None, turn)).is_error);
         }
         let listing = mock.expect_result(&call_id(None, 3)).text;

@@ -499,6 +499,8 @@ struct Finding {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Source {
     Rule(u32),
+    /// A rule marked `changes_nothing` (its reason says reading changes nothing).
+    Reading(u32),
     Default,
     Unknown,
     UnknownTool,
@@ -506,22 +508,52 @@ enum Source {
     FailClosed,
 }
 
-/// Keeps the most restrictive finding; the first one on a tie.
+/// Keeps the most restrictive finding; on a tie, the one that says most about the line, then
+/// the first.
 #[derive(Default)]
 struct Judgement {
     worst: Option<Finding>,
+    /// The line writes or removes a file (a redirection, `rm`, `sed -i`, …): a reading rule's
+    /// reason would not be true of it.
+    line_changes: bool,
 }
 
 impl Judgement {
     fn add(&mut self, finding: Finding) {
-        match &self.worst {
-            // A line that only assigns says the least about the call: any other finding of
-            // the same weight names it better.
-            Some(w)
-                if w.decision > finding.decision
-                    || (w.decision == finding.decision && w.rule != Source::NothingRuns) => {}
-            _ => self.worst = Some(finding),
+        let keep = self.worst.as_ref().is_some_and(|w| {
+            w.decision > finding.decision
+                || (w.decision == finding.decision
+                    && self.telling(w.rule) >= self.telling(finding.rule))
+        });
+        if !keep {
+            self.worst = Some(finding);
         }
+    }
+
+    /// How much a finding says about the line, among findings of the same decision. A line
+    /// that only assigns says least. A reading rule's reason ("reading … changes nothing") is
+    /// true of its own command only: in `ls | tee out.txt` or `echo x > out.txt` the line
+    /// writes, so the rule that allowed the writing names the call (issue 49).
+    fn telling(&self, source: Source) -> u8 {
+        match source {
+            Source::NothingRuns => 0,
+            Source::Reading(_) if self.line_changes => 1,
+            _ => 2,
+        }
+    }
+}
+
+/// Whether an effect writes or removes a file (output to the terminal's streams or to
+/// `/dev/null` is none).
+fn changes_a_file(effect: &Effect) -> bool {
+    match effect {
+        Effect::Exec(inv) => inv.changes.is_some(),
+        Effect::Write(path) => !matches!(
+            path.as_str(),
+            "/dev/null" | "/dev/stdout" | "/dev/stderr" | "/dev/tty"
+        ),
+        Effect::ComputedWrite(_) => true,
+        Effect::Read(_) | Effect::Unknown(_) => false,
     }
 }
 
@@ -765,6 +797,7 @@ impl CompiledPolicy {
                 &owned
             }
         };
+        judgement.line_changes = effects.iter().any(changes_a_file);
         let surroundings = Surroundings {
             cwd,
             tmpdir,
@@ -903,7 +936,11 @@ impl CompiledPolicy {
         match self.rules.get(rule as usize) {
             Some(r) => Finding {
                 decision: r.decision,
-                rule: Source::Rule(rule),
+                rule: if r.changes_nothing {
+                    Source::Reading(rule)
+                } else {
+                    Source::Rule(rule)
+                },
                 subject: subject.to_string(),
                 detail: None,
             },
@@ -937,7 +974,7 @@ impl CompiledPolicy {
             format!(" '{}'", finding.subject)
         };
         let (rule_id, reason) = match finding.rule {
-            Source::Rule(index) => {
+            Source::Rule(index) | Source::Reading(index) => {
                 let rule = &self.rules[index as usize];
                 (
                     rule.id.clone(),

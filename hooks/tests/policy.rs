@@ -354,3 +354,112 @@ fn denial_loop_after_is_merged_defaulted_and_bounded() {
         })
     );
 }
+
+/// Issue 49's named cases, each with its decision, rule and the words its reason must (and must
+/// not) hold, in checkouts as a developer has them: `ignoring` ignores the usual build output
+/// (and `.env`, `/data`, which are ignored but not disposable), `plain` ignores nothing, `linked`
+/// ignores `dist` but `dist` is a symlink to the sources.
+#[test]
+fn issue_49_cases_get_their_decision_and_a_true_reason() {
+    use stepproof_hook::policy::{CallContext, Context};
+    let scratch = tempfile::tempdir().expect("a scratch directory");
+    let base = scratch.path().canonicalize().expect("canonical scratch");
+    let repository = |name: &str, ignore: &str| {
+        let root = base.join(name);
+        std::fs::create_dir_all(root.join(".git/info")).expect("create .git");
+        std::fs::write(root.join(".gitignore"), ignore).expect("write .gitignore");
+        for dir in ["src", "target/debug/incremental", "data"] {
+            std::fs::create_dir_all(root.join(dir)).expect("create a directory");
+        }
+        root
+    };
+    let usual = "/target\ndist/\nbuild/\nnode_modules/\n.env\n/data\n";
+    let ignoring = repository("ignoring", usual);
+    std::fs::create_dir_all(ignoring.join("dist")).expect("create dist");
+    let plain = repository("plain", "");
+    std::fs::create_dir_all(plain.join("dist")).expect("create dist");
+    let linked = repository("linked", "dist\n");
+    std::os::unix::fs::symlink(linked.join("src"), linked.join("dist")).expect("link dist");
+    let policy = |profile: &str, root: &std::path::Path| {
+        compile(
+            &common::builtin_config(profile),
+            &Context {
+                workspace: root.to_path_buf(),
+                home: common::HOME.into(),
+                profile_name: profile.into(),
+            },
+        )
+        .expect("the profile compiles")
+    };
+    let policies = [
+        ("default", "ignoring", policy("default", &ignoring)),
+        ("ci", "ignoring", policy("ci", &ignoring)),
+        ("default", "plain", policy("default", &plain)),
+        ("default", "linked", policy("default", &linked)),
+    ];
+    // (profile, checkout, command, decision, rule, words the reason holds, words it must not)
+    let reading = ["changes nothing"];
+    #[rustfmt::skip]
+    let rows: &[(&str, &str, &str, Decision, &str, &[&str], &[&str])] = &[
+        // Reasons that said "reading" of commands that remove or write.
+        ("ci", "ignoring", "find . -delete", Decision::Allow, "workspace-files", &["removing files"], &reading),
+        ("default", "ignoring", "git branch -d feature", Decision::Allow, "git-work", &["branching", "deletes only merged branches"], &reading),
+        ("default", "ignoring", "find . -fprint /tmp/out", Decision::Allow, "workspace-files", &["allowed where the file rules allow writing"], &reading),
+        // Dropping work asks, naming what would be lost.
+        ("default", "ignoring", "git checkout -f main", Decision::Ask, "discard-changes", &["uncommitted changes", "cannot bring back"], &[]),
+        ("default", "ignoring", "git checkout -tf main", Decision::Ask, "discard-changes", &["uncommitted changes", "cannot bring back"], &[]),
+        ("default", "ignoring", "git checkout --force main", Decision::Ask, "discard-changes", &["uncommitted changes", "cannot bring back"], &[]),
+        ("default", "ignoring", "git switch -f main", Decision::Ask, "discard-changes", &["uncommitted changes", "cannot bring back"], &[]),
+        ("default", "ignoring", "git switch --discard-changes main", Decision::Ask, "discard-changes", &["uncommitted changes", "cannot bring back"], &[]),
+        ("default", "ignoring", "git reset --merge", Decision::Ask, "discard-staged", &["staged changes", "cannot bring back"], &[]),
+        // The ordinary commands: allowed in default.
+        ("default", "ignoring", "rm -rf /tmp/build", Decision::Allow, "workspace-files", &["removing files"], &reading),
+        ("default", "ignoring", "rm -rf \"$TMPDIR/x\"", Decision::Allow, "workspace-files", &["removing files"], &reading),
+        ("default", "ignoring", "rm -rf dist", Decision::Allow, "workspace-files", &["removing files"], &reading),
+        ("default", "ignoring", "rm -rf target/debug/incremental", Decision::Allow, "workspace-files", &["removing files"], &reading),
+        ("default", "ignoring", "tar -tf a.tar", Decision::Allow, "inspect", &["listing files"], &[]),
+        ("default", "ignoring", "tar -tzf dist.tar.gz", Decision::Allow, "inspect", &["listing files"], &[]),
+        ("default", "ignoring", "git --help", Decision::Allow, "git-inspect", &["changes nothing"], &[]),
+        ("default", "ignoring", "git help reset", Decision::Allow, "git-inspect", &["changes nothing"], &[]),
+        ("default", "ignoring", "git submodule status", Decision::Allow, "git-inspect", &["changes nothing"], &[]),
+        ("default", "ignoring", "npm list --depth=0", Decision::Allow, "package-inspect", &["listing packages"], &[]),
+        // Removal that is not disposable is asked.
+        ("default", "plain", "rm -rf dist", Decision::Ask, "remove-tree", &["directory tree", "uncommitted work"], &[]),
+        ("default", "ignoring", "rm -rf dist/../src", Decision::Ask, "remove-tree", &["directory tree"], &[]),
+        // A symlinked `dist`: `rm -rf dist` removes the link alone (checked with coreutils 9:
+        // the sources stay), `rm -rf dist/` and `dist/*` empty the sources through it.
+        ("default", "linked", "rm -rf dist", Decision::Allow, "workspace-files", &["removing files"], &reading),
+        ("default", "linked", "rm -rf dist/", Decision::Ask, "remove-tree", &["directory tree"], &[]),
+        ("default", "linked", "rm -rf dist/*", Decision::Ask, "remove-tree", &["directory tree"], &[]),
+        ("default", "linked", "rm -rf dist/.", Decision::Ask, "remove-tree", &["directory tree"], &[]),
+        ("default", "linked", "find -L dist -delete", Decision::Ask, "remove-tree", &["directory tree"], &[]),
+        ("default", "linked", "find -H dist -delete", Decision::Ask, "remove-tree", &["directory tree"], &[]),
+        ("default", "ignoring", "find -L dist -delete", Decision::Ask, "remove-tree", &["directory tree"], &[]),
+        ("default", "ignoring", "find dist -follow -delete", Decision::Ask, "remove-tree", &["directory tree"], &[]),
+        ("default", "ignoring", "rm -rf .env", Decision::Ask, "remove-tree", &["directory tree"], &[]),
+        ("default", "ignoring", "rm -rf data", Decision::Ask, "remove-tree", &["directory tree"], &[]),
+        ("default", "ignoring", "ln -s src dist2 && rm -rf dist", Decision::Ask, "remove-tree", &["directory tree"], &[]),
+    ];
+    let mut failures = Vec::new();
+    for (profile, checkout, command, decision, rule, holds, lacks) in rows {
+        let (_, _, policy) = policies
+            .iter()
+            .find(|(p, c, _)| p == profile && c == checkout)
+            .expect("a policy for the row");
+        let call = CallContext {
+            cwd: Some(&policy.workspace),
+            effects: None,
+        };
+        let verdict =
+            policy.check_with_tmpdir("Bash", &json!({ "command": command }), &call, Some("/tmp"));
+        let reason_ok = holds.iter().all(|w| verdict.reason.contains(w))
+            && !lacks.iter().any(|w| verdict.reason.contains(w));
+        if verdict.decision != *decision || verdict.rule_id != *rule || !reason_ok {
+            failures.push(format!(
+                "[{profile}, {checkout}] `{command}`: expected {decision} ({rule}) saying {holds:?} and not {lacks:?}, got {}",
+                render_check(&verdict)
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
