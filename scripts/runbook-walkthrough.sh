@@ -1,10 +1,10 @@
 #!/bin/sh
-# Regenerates the README's runbook walk-through ("A whole session"): one session of the real
+# Regenerates the runbook walk-through of docs/runbooks.md ("A whole session"): one session of the real
 # Claude Code under `stepproof-run --runbook` against the mock Messages API
 # (scripts/mock-anthropic.py), as root. Writes what the agent and the person saw — the
 # orientation, a refused call, a failed and a passed completion, the verifier's records, the
 # run's stderr, `stepproof audit show` and the job summary — to DIR (default
-# ./runbook-walkthrough), one file each, to be trimmed into README.md.
+# ./runbook-walkthrough), one file each, to be trimmed into docs/runbooks.md.
 #
 #     sudo scripts/runbook-walkthrough.sh [DIR]
 set -eu

@@ -1,7 +1,7 @@
-//! StepProof's own exit codes: one table, read by both binaries, the init and the README (a test
-//! reads both). Any other code is the command's own.
+//! StepProof's own exit codes: one table, read by both binaries, the init and
+//! `docs/exit-codes.md` (a test reads both). Any other code is the command's own.
 
-/// StepProof's own exit codes: one table, the README's "Exit codes" (a test reads both). Any
+/// StepProof's own exit codes: one table, `docs/exit-codes.md` (a test reads both). Any
 /// other code is the command's own. A CI system tells "do not retry" (`Refused`: the profile, the
 /// flags or the command ask for something StepProof will not do) from "infrastructure"
 /// (`HostFailure`: this host lacks what the profile requires, or set-up failed).
@@ -73,15 +73,15 @@ impl ExitCode {
 mod tests {
     use super::*;
 
-    /// The README's exit-code table is this enum: every reserved code is in both, with the
-    /// same number, and nothing else in the 116–127 range is claimed by either.
+    /// The exit-code table of `docs/exit-codes.md` is this enum: every reserved code is in
+    /// both, with the same number, and nothing else in the 116–127 range is claimed by either.
     #[test]
-    fn the_readme_table_is_the_enum() {
-        let readme = include_str!("../README.md");
-        let section = readme
-            .split("## Exit codes of `stepproof-run`")
+    fn the_docs_table_is_the_enum() {
+        let page = include_str!("../docs/exit-codes.md");
+        let section = page
+            .split("# Exit codes of `stepproof-run`")
             .nth(1)
-            .expect("README has the exit-code section");
+            .expect("docs/exit-codes.md has the exit-code section");
         let table: Vec<i32> = section
             .lines()
             .skip_while(|l| !l.starts_with('|'))
@@ -91,7 +91,7 @@ mod tests {
         let ours: Vec<i32> = ExitCode::ALL.iter().map(|c| c.code()).collect();
         assert_eq!(
             table, ours,
-            "README's exit-code table against ExitCode::ALL"
+            "docs/exit-codes.md's table against ExitCode::ALL"
         );
         let mut sorted = ours.clone();
         sorted.sort();

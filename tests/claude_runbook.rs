@@ -623,9 +623,9 @@ both_claude!(
     }
 );
 
-// ---- The README's walk-through ----
+// ---- The walk-through of docs/runbooks.md ----
 
-/// The walk-through's runbook (README, "A whole session").
+/// The walk-through's runbook (docs/runbooks.md, "A whole session").
 const WALKTHROUGH_RUNBOOK: &str = r#"id = "fix-greeting"
 title = "Fix the greeting"
 owner = "docs-team"
@@ -648,12 +648,12 @@ command = { run = ["grep", "-qx", "Hello, world", "greeting.txt"] }
 verifier = { tier = 2 }
 "#;
 
-/// One whole session for the README (`scripts/runbook-walkthrough.sh` runs it): the real Claude
+/// One whole session for docs/runbooks.md (`scripts/runbook-walkthrough.sh` runs it): the real Claude
 /// Code against the mock, a refused call, a failed and a passed `/step-complete`, a verifier's
 /// verdict, and the summaries. Writes what it saw to `$STEPPROOF_WALKTHROUGH_OUT` (a directory)
 /// or prints it. Ignored by default: it documents, the tests above hold the behaviour.
 #[test]
-#[ignore = "regenerates the README's walk-through: scripts/runbook-walkthrough.sh"]
+#[ignore = "regenerates the walk-through of docs/runbooks.md: scripts/runbook-walkthrough.sh"]
 fn walkthrough() {
     let Some(w) = world(Who::Root) else {
         return;

@@ -3,7 +3,7 @@
 //!
 //! * **Rooms.** A room is a module and every file under it that no smaller room claims
 //!   (`supervisor::net` holds `supervisor/net/*.rs`). The table below gives each room one line
-//!   of what it owns and the rooms it may import; the README's module map is generated from it
+//!   of what it owns and the rooms it may import; the module map of docs/architecture.md is generated from it
 //!   (`STEPPROOF_WRITE_MODULE_MAP=1 cargo test --test layers` rewrites it) and checked against it.
 //!   The table itself must be a ladder (a room that may import another, directly or through
 //!   others, may not be imported by it) and say no more than the code (a permission no import
@@ -930,7 +930,7 @@ fn nothing_outside_the_plan_edits_a_plan() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The module map in the README
+// The module map in docs/architecture.md
 
 const MAP_START: &str = "<!-- module map: generated from tests/layers.rs; STEPPROOF_WRITE_MODULE_MAP=1 cargo test --test layers rewrites it -->";
 const MAP_END: &str = "<!-- end of module map -->";
@@ -989,10 +989,10 @@ fn module_map() -> String {
 
 #[test]
 fn the_readme_module_map_is_the_table() {
-    let path = manifest().join("README.md");
+    let path = manifest().join("docs/architecture.md");
     let readme = fs::read_to_string(&path).unwrap();
     let (Some(start), Some(end)) = (readme.find(MAP_START), readme.find(MAP_END)) else {
-        panic!("README.md has no module map between `{MAP_START}` and `{MAP_END}`");
+        panic!("docs/architecture.md has no module map between `{MAP_START}` and `{MAP_END}`");
     };
     let current = &readme[start..end + MAP_END.len()];
     let wanted = module_map();
@@ -1009,7 +1009,7 @@ fn the_readme_module_map_is_the_table() {
         return;
     }
     panic!(
-        "README.md's module map is not the table of tests/layers.rs; rewrite it with \
+        "docs/architecture.md's module map is not the table of tests/layers.rs; rewrite it with \
          STEPPROOF_WRITE_MODULE_MAP=1 cargo test --test layers. Wanted:\n{wanted}"
     );
 }

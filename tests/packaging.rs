@@ -214,6 +214,9 @@ fn the_tarball_holds_this_builds_programs_pages_completions_and_profiles() {
         "share/fish/vendor_completions.d/stepproof-run.fish",
         "share/fish/vendor_completions.d/stepproof.fish",
         "share/doc/stepproof/README.md",
+        // The README's links lead into docs/, shipped beside it.
+        "docs/exit-codes.md",
+        "share/doc/stepproof/docs/profiles.md",
     ] {
         assert!(tree.join(file).is_file(), "the tarball lacks {file}");
     }
