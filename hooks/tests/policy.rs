@@ -398,9 +398,10 @@ fn issue_49_cases_get_their_decision_and_a_true_reason() {
         ("default", "linked", policy("default", &linked)),
     ];
     // (profile, checkout, command, decision, rule, words the reason holds, words it must not)
+    type Row<'a> = (&'a str, &'a str, &'a str, Decision, &'a str, &'a [&'a str], &'a [&'a str]);
     let reading = ["changes nothing"];
     #[rustfmt::skip]
-    let rows: &[(&str, &str, &str, Decision, &str, &[&str], &[&str])] = &[
+    let rows: &[Row] = &[
         // Reasons that said "reading" of commands that remove or write.
         ("ci", "ignoring", "find . -delete", Decision::Allow, "workspace-files", &["removing files"], &reading),
         ("default", "ignoring", "git branch -d feature", Decision::Allow, "git-work", &["branching", "deletes only merged branches"], &reading),
