@@ -398,7 +398,15 @@ fn issue_49_cases_get_their_decision_and_a_true_reason() {
         ("default", "linked", policy("default", &linked)),
     ];
     // (profile, checkout, command, decision, rule, words the reason holds, words it must not)
-    type Row<'a> = (&'a str, &'a str, &'a str, Decision, &'a str, &'a [&'a str], &'a [&'a str]);
+    type Row<'a> = (
+        &'a str,
+        &'a str,
+        &'a str,
+        Decision,
+        &'a str,
+        &'a [&'a str],
+        &'a [&'a str],
+    );
     let reading = ["changes nothing"];
     #[rustfmt::skip]
     let rows: &[Row] = &[
