@@ -252,3 +252,27 @@ both!(state_list_answers_scripts_in_json, |w: &World| {
         .unwrap_or_else(|| panic!("{}", describe(&out)));
     assert!(row["bytes"].is_u64() && row["last_used"].is_i64(), "{row}");
 });
+
+// No silent refusals: what Claude Code reaches for in the background even with
+// CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC (its updater, the official plugin marketplace) is
+// switched off by its own variable, so nothing is refused that nobody asked for.
+both!(
+    claude_codes_background_hosts_are_switched_off_by_name,
+    |w: &World| {
+        for profile in ["default", "ci", "strict"] {
+            let out = w
+                .command(&["--profile", profile], &["env"])
+                .output()
+                .unwrap();
+            assert_eq!(out.status.code(), Some(0), "{}", describe(&out));
+            let env = String::from_utf8_lossy(&out.stdout);
+            for set in [
+                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1",
+                "DISABLE_AUTOUPDATER=1",
+                "CLAUDE_CODE_DISABLE_OFFICIAL_MARKETPLACE_AUTOINSTALL=1",
+            ] {
+                assert!(env.lines().any(|l| l == set), "{profile}: {set}\n{env}");
+            }
+        }
+    }
+);
