@@ -1,5 +1,7 @@
 //! Tests of profiles: loading, `extends`, validation with file and line, the policy hash.
 
+use super::load::builtin_source;
+use super::parse::parse_toml;
 use super::*;
 
 fn load_text(text: &str) -> Result<Profile, ProfileError> {

@@ -1,7 +1,15 @@
 //! Tests of the kept session data: seeding a run's config directory and taking its files back.
 
+use super::taking_back::{newest_lines_within, remove_settled};
 use super::*;
+use crate::sandbox::plan::agent_layer::{AgentState, SEED_NEWEST, SessionSeeding};
+use crate::sys::beneath::{self, DIR_LISTING};
+use sha2::{Digest, Sha256};
+use std::fs::{self, File};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
 
 fn root(path: &Path) -> OwnedFd {
     beneath::open_root(path, DIR_LISTING).unwrap()

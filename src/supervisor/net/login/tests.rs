@@ -1,6 +1,7 @@
 //! Tests of the model login: finding the user's login, the placeholder, refreshing and spending the host login by the rule.
 
 use super::*;
+use std::fs;
 
 #[test]
 fn only_this_runs_placeholder_is_admitted() {
