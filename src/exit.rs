@@ -20,6 +20,10 @@ pub enum ExitCode {
     /// Refused before anything ran: a bad profile or flag, or a command the profile forbids.
     /// Retrying the same invocation gives the same answer.
     Refused = 120,
+    /// `--runbook`: the command ended while a step waited for a person's approval (not yet
+    /// answered, denied, out of time, or impossible in `--ci` without `--approve`); a later run
+    /// continues it.
+    ApprovalMissing = 121,
     /// `--fail-on-deny`: the command finished, but the hook denied at least one call.
     Denied = 122,
     /// The command finished, but the sweep found what the host would act on (quarantined).
@@ -37,12 +41,13 @@ pub enum ExitCode {
 
 impl ExitCode {
     /// Every code, in order.
-    pub const ALL: [ExitCode; 11] = [
+    pub const ALL: [ExitCode; 12] = [
         ExitCode::RunbookAbandoned,
         ExitCode::EvidenceFailed,
         ExitCode::AuditIncomplete,
         ExitCode::SweepIncomplete,
         ExitCode::Refused,
+        ExitCode::ApprovalMissing,
         ExitCode::Denied,
         ExitCode::Tampering,
         ExitCode::TimedOut,

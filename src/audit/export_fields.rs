@@ -401,6 +401,7 @@ pub const FIELDS: &[(&str, &str, Ship)] = &[
     ("runbook-continued", "state[].step", S),
     // runbook-ended
     ("runbook-ended", "ending", S),
+    ("runbook-ended", "missing", S),
     ("runbook-ended", "not_passed[]", S),
     ("runbook-ended", "runbook", S),
     ("runbook-ended", "step", S),
@@ -488,6 +489,12 @@ pub const FIELDS: &[(&str, &str, Ship)] = &[
     ("runbook-step-interrupted", "attempt", S),
     ("runbook-step-interrupted", "step", S),
     ("runbook-step-interrupted", "why", C),
+    // runbook-step-not-approved
+    ("runbook-step-not-approved", "attempt", S),
+    ("runbook-step-not-approved", "attempt_counted", S),
+    ("runbook-step-not-approved", "attempts_left", S),
+    ("runbook-step-not-approved", "missing", S),
+    ("runbook-step-not-approved", "step", S),
     // runbook-step-opened
     ("runbook-step-opened", "allows", C),
     ("runbook-step-opened", "baseline", W),

@@ -197,6 +197,11 @@ impl StepTable {
                     row.duration_ms = row.opened_ms.zip(ts).map(|(a, b)| b.saturating_sub(a));
                 }
             }
+            // Only a person's approval was missing: the attempt was given back.
+            "runbook-step-not-approved" => {
+                row.attempts = attempt.saturating_sub(1);
+                row.status = format!("not approved ({})", text(&record["missing"]));
+            }
             "runbook-step-void" => {
                 row.status = "VOID".into();
                 row.void = Some(text(&record["why"]));

@@ -35,6 +35,7 @@ mod complete;
 mod freeze;
 mod invariants;
 mod item;
+mod not_approved;
 mod opening;
 mod serve;
 mod state;
@@ -105,6 +106,8 @@ struct StepState {
     /// why not), and when it opened among the run's openings.
     snapshot: Result<Arc<step_open::Snapshot>, String>,
     opened_seq: u64,
+    /// Its approval was asked and not given (until the step passes): the run's ending says so.
+    approval_missing: Option<not_approved::Missing>,
 }
 
 /// Baselines up to this many files go into the `runbook-step-opened` record (so that a
@@ -122,6 +125,10 @@ pub enum Ending {
         step: String,
         requested: Option<String>,
     },
+    /// The agent exited while a step's only missing evidence was a person's approval: asked and
+    /// not yet answered, denied, out of time, or impossible in `--ci` (121). A later run
+    /// continues it.
+    ApprovalMissing { step: String, missing: String },
 }
 
 /// What running evidence needs beyond the runbook.
@@ -307,6 +314,7 @@ impl RunbookRun {
                 passed_here: false,
                 snapshot: Err("the step has not opened in this run".into()),
                 opened_seq: 0,
+                approval_missing: None,
             })
             .collect();
         let store = runbook
@@ -388,10 +396,10 @@ impl RunbookRun {
                 engine.completed = true;
                 return None;
             }
-            None => Ending::Abandoned {
+            None => engine.approval_ending().unwrap_or(Ending::Abandoned {
                 step: open[0].clone(),
                 requested: None,
-            },
+            }),
         };
         if let Ending::Abandoned { step, requested } = &ending {
             // The supervisor's own account, whatever the agent's SessionEnd said (that record
@@ -427,8 +435,10 @@ impl RunbookRun {
                 "ending": match &ending {
                     Ending::Blocked { .. } => "evidence-failed",
                     Ending::Abandoned { .. } => "abandoned",
+                    Ending::ApprovalMissing { .. } => "approval-missing",
                 },
-                "step": match &ending { Ending::Blocked { step } | Ending::Abandoned { step, .. } => step },
+                "step": match &ending { Ending::Blocked { step } | Ending::Abandoned { step, .. } | Ending::ApprovalMissing { step, .. } => step },
+                "missing": match &ending { Ending::ApprovalMissing { missing, .. } => Some(missing), _ => None },
                 "not_passed": open,
             }),
         );
@@ -571,6 +581,8 @@ impl Engine {
                 match ending {
                     Ending::Blocked { step } => format!("step {step}'s evidence did not hold"),
                     Ending::Abandoned { step, .. } => format!("abandoned at step {step}"),
+                    Ending::ApprovalMissing { step, .. } =>
+                        format!("step {step} waits for approval"),
                 }
             );
             self.record_inside(

@@ -176,6 +176,12 @@ pub(super) fn complete(
                     verifier.tier
                 ),
             ),
+            // A person is not asked about work whose own evidence did not hold.
+            None if item.approval.is_some() && !failures.is_empty() => (
+                false,
+                json!({ "kind": "approval", "approvers": item.approval.as_ref().map(|a| &a.approvers), "answer": null, "not_run": "other evidence of this attempt did not hold" }),
+                "approval: not asked, the other evidence did not hold".to_string(),
+            ),
             None => {
                 let checked = check_item(
                     engine,
@@ -190,6 +196,9 @@ pub(super) fn complete(
                     // Who said yes, in the agent's answer (a denial says why among the failures).
                     let from = checked.1["from"].as_str().unwrap_or("a person");
                     verdicts.push(match checked.1["approver"].as_str() {
+                        _ if checked.1["pre_approved"] == true => {
+                            "approval: pre-approved (--approve)".to_string()
+                        }
                         Some(who) => format!("approval: approved by {who} (from {from})"),
                         None => format!("approval: approved (from {from})"),
                     });
@@ -230,6 +239,7 @@ pub(super) fn complete(
     if failures.is_empty() {
         e.steps[index].status = Status::Passed;
         e.steps[index].passed_here = true;
+        e.steps[index].approval_missing = None;
         e.steps[index].last_verdict = Some("passed".into());
         let covered = covered(
             &step,
@@ -307,6 +317,10 @@ pub(super) fn complete(
             ),
             state: Some(e.state_json()),
         };
+    }
+    // Only a person's approval missing: not the work's failure, and not its attempt.
+    if let Some(answer) = e.not_approved(index, &step, attempt, &gathered, &failures) {
+        return answer;
     }
     let left = step.attempts().saturating_sub(attempt);
     let why = failures.join("\n");

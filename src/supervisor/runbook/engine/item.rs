@@ -283,7 +283,8 @@ pub(super) fn check_item(
         }
         let deadline = Instant::now() + Duration::from_secs(approval.deadline.seconds);
         {
-            let e = lock();
+            let mut e = lock();
+            e.steps[index].approval_missing = Some(super::not_approved::Missing::Pending);
             e.record(
                 "runbook-approval-requested",
                 json!({ "step": step.id, "approvers": approval.approvers, "deadline": approval.deadline.render() }),

@@ -19,6 +19,7 @@ impl Engine {
             "ended": self.ending.as_ref().map(|e| match e {
                 Ending::Blocked { step } => json!({ "ending": "evidence-failed", "step": step }),
                 Ending::Abandoned { step, requested } => json!({ "ending": "abandoned", "step": step, "requested": requested }),
+                Ending::ApprovalMissing { step, missing } => json!({ "ending": "approval-missing", "step": step, "missing": missing }),
             }),
             "steps": self.runbook.steps.iter().zip(&self.steps).map(|(step, s)| json!({
                 "id": step.id,
@@ -93,7 +94,9 @@ impl Engine {
         if let Some(ending) = &self.ending {
             // The run stops: a policy with no rule and a deny default, named for the step.
             let step = match ending {
-                Ending::Blocked { step } | Ending::Abandoned { step, .. } => step,
+                Ending::Blocked { step }
+                | Ending::Abandoned { step, .. }
+                | Ending::ApprovalMissing { step, .. } => step,
             };
             let config = stepproof_hook::config::HookConfig {
                 default: Some(stepproof_hook::Decision::Deny),
