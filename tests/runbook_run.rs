@@ -111,7 +111,7 @@ echo tampered >> runbook.toml; echo "runbook-write=$?"
 test -e evidence-wrote.txt; echo "evidence-wrote=$?"
 echo new > notes/a.md
 $S step complete --step notes; echo "complete-3=$?"
-$S step complete --step gate; echo "complete-4=$?"
+$S step complete --step gate --wait; echo "complete-4=$?"
 "#
     )
 }
@@ -289,7 +289,7 @@ both!(a_runbook_runs_step_by_step, |w: &World| {
 /// The agent asks for the gate's approval again (twice more): what a missing approval costs.
 fn asking_again() -> String {
     format!(
-        "{}$S step complete --step gate; echo \"complete-5=$?\"\n$S step complete --step gate; echo \"complete-6=$?\"\n$S step status\n",
+        "{}$S step complete --step gate --wait; echo \"complete-5=$?\"\n$S step complete --step gate --wait; echo \"complete-6=$?\"\n$S step status\n",
         agent_script()
     )
 }

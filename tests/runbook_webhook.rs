@@ -69,7 +69,7 @@ EOF
     );
     for step in steps {
         script.push_str(&format!(
-            "$S step complete --step {step}; echo \"complete-{step}=$?\"\n"
+            "$S step complete --step {step} --wait; echo \"complete-{step}=$?\"\n"
         ));
     }
     script

@@ -475,6 +475,9 @@ pub const FIELDS: &[(&str, &str, Ship)] = &[
     ("runbook-evidence-named", "budget", S),
     ("runbook-evidence-named", "files[].path", W),
     ("runbook-evidence-named", "files[].sha256", S),
+    // runbook-notice
+    ("runbook-notice", "passed", S),
+    ("runbook-notice", "seq", S),
     // runbook-request-refused
     ("runbook-request-refused", "message", W),
     ("runbook-request-refused", "why", W),

@@ -173,7 +173,10 @@ impl StepTable {
                         Some(who) => format!("at the webhook by {who}"),
                         None => "at the webhook".to_string(),
                     },
-                    _ => "at a host terminal".to_string(),
+                    _ => match record["approver"].as_str() {
+                        Some(who) => format!("at a host terminal by {who}"),
+                        None => "at a host terminal".to_string(),
+                    },
                 };
                 row.approvals.push(if record["approved"] == true {
                     format!("approved {from}")
@@ -386,7 +389,8 @@ fn duration(ms: u64) -> String {
     }
 }
 
-fn evidence_text(r: &Value) -> String {
+/// One evidence record in words (`body_kind`: its item's kind, as in the log).
+pub(crate) fn evidence_text(r: &Value) -> String {
     let held = if r["held"] == true {
         "held"
     } else {

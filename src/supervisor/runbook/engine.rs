@@ -29,6 +29,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 mod approval;
+mod brief;
 mod check_files;
 mod command;
 mod complete;
@@ -40,6 +41,7 @@ mod opening;
 mod serve;
 mod state;
 mod verify;
+mod waiting;
 
 #[cfg(test)]
 mod tests;
@@ -186,6 +188,8 @@ struct Engine {
     /// The servers have stopped: a request still in flight past their deadline writes no
     /// record and publishes nothing (the run's end records come after them, never between).
     closed: bool,
+    /// Verdicts published as notices (`approval-notice`) after a request was answered "waiting".
+    notices: u64,
 }
 
 /// An answer (approved, or denied with a reason) and what its record says of it.
@@ -202,6 +206,8 @@ struct Approvals {
     closing: Arc<AtomicBool>,
     /// What the run's walks over the evidence's files have spent in all.
     spent: files::RunSpend,
+    /// The request of the completion being checked, told when its approval wait begins.
+    listener: Mutex<Option<waiting::Listener>>,
 }
 
 impl Approvals {
@@ -321,7 +327,8 @@ impl RunbookRun {
             .steps
             .iter()
             .flat_map(|s| &s.evidence)
-            .any(|e| e.verifier.is_some())
+            // A person asked to approve is shown the step's diff too.
+            .any(|e| e.verifier.is_some() || e.approval.is_some())
             .then(|| Arc::new(Mutex::new(step_open::Store::new(run_dir, &approvals.spent))));
         let engine = Engine {
             runbook,
@@ -340,6 +347,7 @@ impl RunbookRun {
             continued,
             store,
             openings: 0,
+            notices: 0,
         };
         Ok(RunbookRun {
             engine: Arc::new(Mutex::new(engine)),

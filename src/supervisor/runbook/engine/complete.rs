@@ -142,10 +142,11 @@ pub(super) fn complete(
         }
     }
     let mut thaw = held.is_some();
+    // A person last: shown the verifier's verdict with the rest, and not asked when it failed.
     for (n, item) in other_items
         .into_iter()
-        .chain(approval_items)
         .chain(verifier_items)
+        .chain(approval_items)
     {
         if thaw
             && item.command.is_none()
@@ -183,6 +184,17 @@ pub(super) fn complete(
                 "approval: not asked, the other evidence did not hold".to_string(),
             ),
             None => {
+                // What the person is shown while asked (`stepproof approvals`).
+                let briefed = item.approval.is_some() && super::brief::asks_a_person(engine, &step);
+                if briefed {
+                    super::brief::write_brief(
+                        engine,
+                        approvals,
+                        run_id,
+                        (index, &step, attempt),
+                        (&gathered, &outputs),
+                    );
+                }
                 let checked = check_item(
                     engine,
                     approvals,
@@ -192,6 +204,9 @@ pub(super) fn complete(
                     invariants.as_ref(),
                     held.as_ref(),
                 );
+                if briefed {
+                    super::brief::remove_brief(engine, step.id.as_str());
+                }
                 if checked.0 && checked.1["kind"] == "approval" {
                     // Who said yes, in the agent's answer (a denial says why among the failures).
                     let from = checked.1["from"].as_str().unwrap_or("a person");

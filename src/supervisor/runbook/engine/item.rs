@@ -285,6 +285,7 @@ pub(super) fn check_item(
         {
             let mut e = lock();
             e.steps[index].approval_missing = Some(super::not_approved::Missing::Pending);
+            let _ = e.publish();
             e.record(
                 "runbook-approval-requested",
                 json!({ "step": step.id, "approvers": approval.approvers, "deadline": approval.deadline.render() }),
@@ -303,6 +304,12 @@ pub(super) fn check_item(
                 .unwrap_or_default()
         );
         *approvals.waiting.lock().unwrap_or_else(|e| e.into_inner()) = Some(step.id.to_string());
+        // The agent's request is answered now; the verdict reaches it as a notice.
+        approvals.began_waiting(
+            step.id.as_str(),
+            &approval.approvers,
+            &approval.deadline.render(),
+        );
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let mut asking = None;
         if let Some(webhook) = webhook {

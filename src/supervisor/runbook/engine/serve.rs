@@ -2,7 +2,7 @@
 //! each served on threads of their own, and how the servers stop.
 
 use super::approval::serve_approval;
-use super::complete::complete;
+use super::waiting::complete_or_wait;
 use super::{
     Approvals, Engine, RunbookRun, SHUTDOWN_WAIT, STEP_CLIENTS_MAX, Serving, peer, read_request,
     refused, reply,
@@ -150,7 +150,7 @@ impl Serving {
 pub(super) fn serve_step(
     engine: &Arc<Mutex<Engine>>,
     approvals: &Arc<Approvals>,
-    completing: &Mutex<()>,
+    completing: &Arc<Mutex<()>>,
     run_id: &str,
     stream: UnixStream,
 ) {
@@ -260,17 +260,15 @@ pub(super) fn serve_step(
                 state: None,
             }
         }
-        StepRequest::Complete { step, note } => match completing.try_lock() {
-            Ok(_one) => complete(engine, approvals, run_id, step.as_deref(), note, who),
-            Err(_) => {
-                let why = "a completion is being checked already: wait for its answer (`step status` answers meanwhile), then ask again if it did not pass";
-                lock().record_inside(
-                    "runbook-complete-refused",
-                    json!({ "step": step, "why": why, "peer": who }),
-                );
-                refused(why)
-            }
-        },
+        // On a thread of its own: answered at once when it waits for a person.
+        StepRequest::Complete { step, note, wait } => complete_or_wait(
+            engine,
+            approvals,
+            completing,
+            run_id,
+            (step, note, wait),
+            who,
+        ),
         StepRequest::Abandon { reason } => lock().abandon(reason, who),
     };
     reply(&stream, &answer);

@@ -34,6 +34,7 @@ impl Engine {
                 "protects": step.protected_paths().into_iter().map(|p| p.glob).collect::<Vec<_>>(),
                 "denied_words": crate::runbook::policy::denied_words(step),
                 "last_verdict": s.last_verdict,
+                "approval": s.approval_missing.as_ref().map(super::not_approved::Missing::word),
             })).collect::<Vec<_>>(),
         })
     }
@@ -57,6 +58,9 @@ impl Engine {
                 s.attempts,
                 step.attempts()
             ));
+            if s.approval_missing == Some(super::not_approved::Missing::Pending) {
+                out.push_str("           waiting for a person's approval: you will be told the answer on your next tool call or prompt\n");
+            }
             if s.status == Status::Open {
                 for line in step.instructions.trim().lines() {
                     out.push_str(&format!("           {line}\n"));
