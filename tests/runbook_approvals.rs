@@ -5,6 +5,9 @@
 
 mod support;
 
+#[path = "support/webhook.rs"]
+mod webhook;
+
 use std::fs;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -86,14 +89,41 @@ fn run_and_answer(w: &World, verb: Option<&str>) -> (String, String, i32, PathBu
     run_inspect_answer(w, verb, &|_, _| {})
 }
 
+/// `run_and_answer` with `env` added to `stepproof-run`'s environment.
+fn run_and_answer_with(
+    w: &World,
+    verb: Option<&str>,
+    env: &[(&str, &str)],
+) -> (String, String, i32, PathBuf, Duration) {
+    ENV.with(|e| {
+        *e.borrow_mut() = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    });
+    let out = run_inspect_answer(w, verb, &|_, _| {});
+    ENV.with(|e| e.borrow_mut().clear());
+    out
+}
+
+thread_local! {
+    /// Extra environment for the next run (see [`run_and_answer_with`]).
+    static ENV: std::cell::RefCell<Vec<(String, String)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// `run_and_answer`, calling `inspect(w, run_id)` while the approval waits, before answering.
 fn run_inspect_answer(
     w: &World,
     verb: Option<&str>,
     inspect: &dyn Fn(&World, &str),
 ) -> (String, String, i32, PathBuf, Duration) {
-    let mut child = w
-        .command(&["--runbook", "runbook.toml"], &["/bin/sh", "agent.sh"])
+    let mut command = w.command(&["--runbook", "runbook.toml"], &["/bin/sh", "agent.sh"]);
+    ENV.with(|e| {
+        for (k, v) in e.borrow().iter() {
+            command.env(k, v);
+        }
+    });
+    let mut child = command
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -405,3 +435,133 @@ both!(
         );
     }
 );
+
+// When a person is asked, the chat's incoming webhook (an HTTPS stand-in on the host's loopback,
+// named in stepproof-run's environment) gets a summary: in Slack's shape, the allow-list only
+// (run, step, deadline, counts, the commands), no file name; in the generic shape with the
+// operator's opt-ins, the changed files too. A webhook that fails is recorded and said; the
+// approval is asked and the run completes regardless. An http:// URL is refused before anything
+// runs (120).
+both!(a_pending_approval_is_announced, |w: &World| {
+    let chat = webhook::Webhook::start(
+        &w.base.join("chat"),
+        "0123456789abcdef0123456789abcdef-notify",
+        Box::new(|_, _, _| webhook::Reply::Pending),
+    );
+    let ca = chat.ca.display().to_string();
+    let slack = chat.url.replace("/hook", "/notify/slack");
+    setup(w, "1h", &waiting_agent());
+    let (text, said, code, log, _) = run_and_answer_with(
+        w,
+        Some("approve"),
+        &[
+            ("STEPPROOF_TEST_ONWARD_CA", &ca),
+            ("STEPPROOF_APPROVAL_NOTIFY_URL", &slack),
+            ("STEPPROOF_APPROVAL_NOTIFY_FORMAT", "slack"),
+        ],
+    );
+    assert_eq!(code, 0, "{text}\n{said}");
+    let posts: Vec<webhook::Seen> = chat
+        .seen()
+        .into_iter()
+        .filter(|s| s.method == "POST" && s.path == "/notify/slack")
+        .collect();
+    assert_eq!(posts.len(), 1, "{said}");
+    let body: serde_json::Value = serde_json::from_slice(&posts[0].body).unwrap();
+    // The run's id as the terminal printed it.
+    let at = said.find("`stepproof approve ").unwrap();
+    let run_id = said[at..].split(' ').nth(2).unwrap().to_string();
+    let message = body["text"].as_str().unwrap();
+    eprintln!("--- the Slack post ---\n{body}");
+    assert!(
+        message.starts_with("StepProof: step gate of run ")
+            && message.contains("waits for approval (deadline 1h). Evidence: 1 of 1 item(s) held; 1 file(s) changed; verifier: -.")
+            && message.contains("`stepproof approve ")
+            && !message.contains("code.txt"),
+        "{body}"
+    );
+    assert!(
+        message.contains(&format!("step gate of run {run_id} "))
+            && message.contains(&format!("`stepproof approve {run_id} gate`")),
+        "{body}"
+    );
+    let records = support::records_in(&log);
+    let posted = records
+        .iter()
+        .find(|r| r["kind"] == "runbook-notification")
+        .unwrap();
+    assert_eq!(posted["status"], 200, "{posted}");
+    assert_eq!(posted["format"], "slack", "{posted}");
+
+    // Generic, with file names opted in; and a second, failing URL is only recorded.
+    let generic = chat.url.replace("/hook", "/notify/generic");
+    setup(w, "1h", &waiting_agent());
+    fs::write(w.workspace.join("code.txt"), "broken\n").unwrap();
+    let (text, said, code, _, _) = run_and_answer_with(
+        w,
+        Some("approve"),
+        &[
+            ("STEPPROOF_TEST_ONWARD_CA", &ca),
+            ("STEPPROOF_APPROVAL_NOTIFY_URL", &generic),
+            ("STEPPROOF_APPROVAL_NOTIFY_INCLUDE", "files,reasons"),
+        ],
+    );
+    assert_eq!(code, 0, "{text}\n{said}");
+    let post = chat
+        .seen()
+        .into_iter()
+        .find(|s| s.method == "POST" && s.path == "/notify/generic")
+        .unwrap();
+    let body: serde_json::Value = serde_json::from_slice(&post.body).unwrap();
+    eprintln!("--- the generic post ---\n{body}");
+    assert_eq!(body["type"], "stepproof.approval.pending", "{body}");
+    assert_eq!(body["step"], "gate", "{body}");
+    assert_eq!(body["counts"]["evidence_items"], 1, "{body}");
+    assert_eq!(body["counts"]["evidence_held"], 1, "{body}");
+    assert_eq!(body["reasons"], serde_json::json!([]), "{body}");
+    assert!(
+        body["approve"]
+            .as_str()
+            .unwrap()
+            .starts_with("stepproof approve "),
+        "{body}"
+    );
+
+    let failing = chat.url.replace("/hook", "/missing");
+    setup(w, "1h", &waiting_agent());
+    let (text, said, code, log, _) = run_and_answer_with(
+        w,
+        Some("approve"),
+        &[
+            ("STEPPROOF_TEST_ONWARD_CA", &ca),
+            ("STEPPROOF_APPROVAL_NOTIFY_URL", &failing),
+            ("STEPPROOF_APPROVAL_NOTIFY_FORMAT", "discord"),
+        ],
+    );
+    assert_eq!(code, 0, "{text}\n{said}");
+    assert!(
+        said.contains(
+            "of step gate's approval failed: answered HTTP 404 (the approval is asked regardless)"
+        ),
+        "{said}"
+    );
+    let records = support::records_in(&log);
+    let posted = records
+        .iter()
+        .find(|r| r["kind"] == "runbook-notification")
+        .unwrap();
+    assert_eq!(posted["status"], 404, "{posted}");
+
+    // http:// is refused before anything runs.
+    let out = w
+        .command(&["--runbook", "runbook.toml"], &["/bin/sh", "agent.sh"])
+        .env("STEPPROOF_APPROVAL_NOTIFY_URL", "http://127.0.0.1:9/notify")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(120), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("a notification webhook must be https://"),
+        "{}",
+        describe(&out)
+    );
+});

@@ -478,6 +478,14 @@ pub const FIELDS: &[(&str, &str, Ship)] = &[
     // runbook-notice
     ("runbook-notice", "passed", S),
     ("runbook-notice", "seq", S),
+    // runbook-notification
+    ("runbook-notification", "bytes", S),
+    ("runbook-notification", "duration_ms", S),
+    ("runbook-notification", "error", C),
+    ("runbook-notification", "format", S),
+    ("runbook-notification", "host", S),
+    ("runbook-notification", "status", S),
+    ("runbook-notification", "step", S),
     // runbook-request-refused
     ("runbook-request-refused", "message", W),
     ("runbook-request-refused", "why", W),

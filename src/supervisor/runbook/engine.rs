@@ -159,6 +159,8 @@ pub struct EvidenceContext {
     pub deadline: Option<Instant>,
     /// The approval webhook (from outside the workspace), asked beside the host terminal.
     pub approval_webhook: Option<Arc<crate::supervisor::runbook::webhook::Webhook>>,
+    /// Where a pending approval is announced (from outside the workspace), if anywhere.
+    pub notify: Option<Arc<crate::supervisor::runbook::notify::Notifier>>,
     /// What one walk over the evidence's files may cost (the profile's `[runbook]`).
     pub budget: Budget,
 }

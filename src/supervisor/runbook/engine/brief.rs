@@ -119,6 +119,12 @@ pub(super) fn write_brief(
             })
         })
         .collect();
+    // The changed files' names the items recorded (a notification posts them only if asked).
+    let changed_files: Vec<Value> = gathered
+        .iter()
+        .filter(|r| r["kind"] == "files_changed")
+        .flat_map(|r| r["changed"].as_array().cloned().unwrap_or_default())
+        .collect();
     let brief = json!({
         "run": run_id,
         "run_dir": context.run_dir,
@@ -137,9 +143,14 @@ pub(super) fn write_brief(
         "evidence": evidence,
         "verifier": verifier,
         "diff": diff,
+        "changed_files": changed_files,
     });
     if let Err(why) = write_private(&brief_path(&context.run_dir, step.id.as_str()), &brief) {
         crate::say!("stepproof-run: runbook: writing what the approver is shown: {why}");
+    }
+    // People are told something waits (a summary by allow-list), on a thread of its own.
+    if let Some(notify) = &context.notify {
+        notify.post(brief);
     }
 }
 
