@@ -264,6 +264,7 @@ pub const FIELDS: &[(&str, &str, Ship)] = &[
     ("run-end", "outcome.findings[].path", W),
     ("run-end", "outcome.findings[].quarantined_to", W),
     ("run-end", "outcome.message", C),
+    ("run-end", "outcome.missing", S),
     ("run-end", "outcome.open[]", S),
     ("run-end", "outcome.signal", S),
     ("run-end", "outcome.signal_name", S),
@@ -476,8 +477,8 @@ pub const FIELDS: &[(&str, &str, Ship)] = &[
     ("runbook-evidence-named", "files[].path", W),
     ("runbook-evidence-named", "files[].sha256", S),
     // runbook-notice
+    ("runbook-notice", "notice", S),
     ("runbook-notice", "passed", S),
-    ("runbook-notice", "seq", S),
     // runbook-notification
     ("runbook-notification", "bytes", S),
     ("runbook-notification", "duration_ms", S),

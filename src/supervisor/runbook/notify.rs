@@ -173,82 +173,13 @@ impl Notifier {
         self
     }
 
-    /// What the start record says: the host, the shape and the opt-ins (never the URL's path:
-    /// a chat webhook's path is its credential).
-    pub fn describe(&self) -> Value {
-        json!({
-            "host": self.target.host,
-            "format": self.format.name(),
-            "files": self.files,
-            "reasons": self.reasons,
-        })
-    }
-
-    /// What is posted for `brief` (the approver's brief; see `engine::brief`), in this
-    /// notifier's shape: the allow-list, and the opt-ins.
+    /// What is posted for `brief`, in this notifier's shape (see [`payload`]).
     pub fn payload(&self, brief: &Value) -> Value {
-        let evidence = brief["evidence"].as_array().cloned().unwrap_or_default();
-        let held = evidence.iter().filter(|e| e["held"] == true).count();
-        let verifier = brief["verifier"]
-            .as_array()
-            .and_then(|v| v.first())
-            .map(|v| v["verdict"].clone())
-            .unwrap_or(Value::Null);
-        let mut generic = json!({
-            "type": "stepproof.approval.pending",
-            "version": 1,
-            "run": brief["run"],
-            "step": brief["step"],
-            "attempt": brief["attempt"],
-            "deadline": brief["deadline"],
-            "deadline_at_ms": brief["deadline_at_ms"],
-            "counts": {
-                "evidence_items": evidence.len(),
-                "evidence_held": held,
-                "files_changed": brief["diff"]["files_changed"],
-            },
-            "verifier": verifier,
-            "approve": brief["approve"],
-            "deny": brief["deny"],
-            "details": "stepproof approvals (on the host)",
-        });
-        if self.files {
-            generic["files"] = json!(
-                brief["changed_files"]
-                    .as_array()
-                    .map(|f| f.iter().take(FILES_POSTED_MAX).cloned().collect::<Vec<_>>())
-                    .unwrap_or_default()
-            );
-        }
-        if self.reasons {
-            generic["reasons"] = brief["verifier"]
-                .as_array()
-                .and_then(|v| v.first())
-                .map(|v| v["reasons"].clone())
-                .unwrap_or(json!([]));
-        }
-        if self.format == Format::Generic {
-            return generic;
-        }
-        let text = chat_text(&generic);
-        match self.format {
-            Format::Slack => json!({ "text": text }),
-            Format::Discord => json!({ "content": text, "allowed_mentions": { "parse": [] } }),
-            _ => json!({
-                "type": "message",
-                "attachments": [{
-                    "contentType": "application/vnd.microsoft.card.adaptive",
-                    "content": {
-                        "$schema": "http://adaptivecards.io/schemas/adaptive-card.json",
-                        "type": "AdaptiveCard",
-                        "version": "1.4",
-                        "body": [{ "type": "TextBlock", "text": text, "wrap": true }],
-                    },
-                }],
-            }),
-        }
+        payload(self.format, (self.files, self.reasons), brief)
     }
+}
 
+impl Notifier {
     /// Posts `brief`'s summary on a thread of its own; the outcome is recorded and, on failure,
     /// said on the terminal.
     pub fn post(self: &Arc<Self>, brief: Value) {
@@ -305,6 +236,71 @@ impl Notifier {
     }
 }
 
+/// What is posted for `brief` (the approver's brief; see `engine::brief`) in `format`: the
+/// allow-list, and the opt-ins (`files`, `reasons`).
+pub fn payload(format: Format, (files, reasons): (bool, bool), brief: &Value) -> Value {
+    let evidence = brief["evidence"].as_array().cloned().unwrap_or_default();
+    let held = evidence.iter().filter(|e| e["held"] == true).count();
+    let verifier = brief["verifier"]
+        .as_array()
+        .and_then(|v| v.first())
+        .map(|v| v["verdict"].clone())
+        .unwrap_or(Value::Null);
+    let mut generic = json!({
+        "type": "stepproof.approval.pending",
+        "version": 1,
+        "run": brief["run"],
+        "step": brief["step"],
+        "attempt": brief["attempt"],
+        "deadline": brief["deadline"],
+        "deadline_at_ms": brief["deadline_at_ms"],
+        "counts": {
+            "evidence_items": evidence.len(),
+            "evidence_held": held,
+            "files_changed": brief["diff"]["files_changed"],
+        },
+        "verifier": verifier,
+        "approve": brief["approve"],
+        "deny": brief["deny"],
+        "details": "stepproof approvals (on the host)",
+    });
+    if files {
+        generic["files"] = json!(
+            brief["changed_files"]
+                .as_array()
+                .map(|f| f.iter().take(FILES_POSTED_MAX).cloned().collect::<Vec<_>>())
+                .unwrap_or_default()
+        );
+    }
+    if reasons {
+        generic["reasons"] = brief["verifier"]
+            .as_array()
+            .and_then(|v| v.first())
+            .map(|v| v["reasons"].clone())
+            .unwrap_or(json!([]));
+    }
+    if format == Format::Generic {
+        return generic;
+    }
+    let text = chat_text(&generic);
+    match format {
+        Format::Slack => json!({ "text": text }),
+        Format::Discord => json!({ "content": text, "allowed_mentions": { "parse": [] } }),
+        _ => json!({
+            "type": "message",
+            "attachments": [{
+                "contentType": "application/vnd.microsoft.card.adaptive",
+                "content": {
+                    "$schema": "http://adaptivecards.io/schemas/adaptive-card.json",
+                    "type": "AdaptiveCard",
+                    "version": "1.4",
+                    "body": [{ "type": "TextBlock", "text": text, "wrap": true }],
+                },
+            }],
+        }),
+    }
+}
+
 /// The chat message's text, from the generic payload (what it allows, in words).
 fn chat_text(generic: &Value) -> String {
     let s = |v: &Value| match v {
@@ -341,4 +337,74 @@ fn chat_text(generic: &Value) -> String {
         s(&generic["deny"])
     ));
     text.chars().take(TEXT_MAX_CHARS).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn brief() -> Value {
+        json!({
+            "run": "1-2", "step": "ship", "attempt": 1, "deadline": "4h", "deadline_at_ms": 5,
+            "evidence": [{"held": true}, {"held": true}],
+            "verifier": [{"verdict": "pass", "reasons": ["the test covers the bug"]}],
+            "diff": {"files_changed": 3, "text": "+secret-ish line"},
+            "changed_files": ["src/a.rs", "src/b.rs"],
+            "approve": "stepproof approve 1-2 ship", "deny": "stepproof deny 1-2 ship --reason …",
+            "workspace": "/home/alice/private-project",
+        })
+    }
+
+    // The allow-list: ids, counts, verdict word, commands; no diff, no workspace, no file name
+    // or reason unless opted in.
+    #[test]
+    fn only_the_allow_list_leaves_unless_opted_in() {
+        let plain = payload(Format::Generic, (false, false), &brief());
+        assert_eq!(
+            plain,
+            json!({
+                "type": "stepproof.approval.pending", "version": 1, "run": "1-2", "step": "ship",
+                "attempt": 1, "deadline": "4h", "deadline_at_ms": 5,
+                "counts": {"evidence_items": 2, "evidence_held": 2, "files_changed": 3},
+                "verifier": "pass", "approve": "stepproof approve 1-2 ship",
+                "deny": "stepproof deny 1-2 ship --reason …",
+                "details": "stepproof approvals (on the host)",
+            })
+        );
+        let opted = payload(Format::Generic, (true, true), &brief());
+        assert_eq!(opted["files"], json!(["src/a.rs", "src/b.rs"]));
+        assert_eq!(opted["reasons"], json!(["the test covers the bug"]));
+        for format in [Format::Slack, Format::Discord, Format::Teams] {
+            let text = payload(format, (false, false), &brief()).to_string();
+            assert!(
+                !text.contains("src/a.rs") && !text.contains("covers") && !text.contains("alice"),
+                "{text}"
+            );
+        }
+    }
+
+    // The shapes Slack, Discord and Teams (Workflows) incoming webhooks take.
+    #[test]
+    fn each_chat_gets_its_own_shape() {
+        let slack = payload(Format::Slack, (false, false), &brief());
+        let text = slack["text"].as_str().unwrap();
+        assert!(
+            text.starts_with("StepProof: step ship of run 1-2 waits for approval (deadline 4h). Evidence: 2 of 2 item(s) held; 3 file(s) changed; verifier: pass.")
+                && text.contains("`stepproof approve 1-2 ship`"),
+            "{text}"
+        );
+        let discord = payload(Format::Discord, (false, false), &brief());
+        assert_eq!(discord["content"], slack["text"]);
+        assert_eq!(discord["allowed_mentions"]["parse"], json!([]));
+        let teams = payload(Format::Teams, (false, false), &brief());
+        assert_eq!(teams["type"], "message");
+        let card = &teams["attachments"][0];
+        assert_eq!(
+            card["contentType"],
+            "application/vnd.microsoft.card.adaptive"
+        );
+        assert_eq!(card["content"]["type"], "AdaptiveCard");
+        assert_eq!(card["content"]["body"][0]["text"], slack["text"]);
+        assert!(Format::parse("webex").is_err());
+    }
 }

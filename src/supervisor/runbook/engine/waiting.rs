@@ -202,7 +202,7 @@ impl Engine {
         });
         self.record(
             "runbook-notice",
-            json!({ "seq": self.notices, "passed": answer.ok }),
+            json!({ "notice": self.notices, "passed": answer.ok }),
         );
         if self.closed {
             return;
