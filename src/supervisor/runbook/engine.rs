@@ -210,6 +210,9 @@ struct Approvals {
     spent: files::RunSpend,
     /// The request of the completion being checked, told when its approval wait begins.
     listener: Mutex<Option<waiting::Listener>>,
+    /// Completions being checked on threads of their own (the end of the run waits for them
+    /// as for the requests in flight).
+    checking: std::sync::atomic::AtomicUsize,
 }
 
 impl Approvals {

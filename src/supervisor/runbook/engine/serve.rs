@@ -126,12 +126,17 @@ impl Serving {
             let _ = thread.join();
         }
         let deadline = Instant::now() + SHUTDOWN_WAIT;
-        while self.in_flight.load(std::sync::atomic::Ordering::SeqCst) > 0
-            && Instant::now() < deadline
-        {
+        let busy = || {
+            self.in_flight.load(std::sync::atomic::Ordering::SeqCst)
+                + self
+                    .approvals
+                    .checking
+                    .load(std::sync::atomic::Ordering::SeqCst)
+        };
+        while busy() > 0 && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
         }
-        let left = self.in_flight.load(std::sync::atomic::Ordering::SeqCst);
+        let left = busy();
         let mut engine = self.engine.lock().unwrap_or_else(|e| e.into_inner());
         if left > 0 {
             engine.record(

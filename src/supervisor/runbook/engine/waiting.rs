@@ -74,6 +74,10 @@ pub(super) fn complete_or_wait(
         Arc::clone(&listener),
     );
     let (step_t, who_t) = (step.clone(), who.clone());
+    // Counted until the verdict: the end of the run waits for it (bounded) before closing.
+    approvals
+        .checking
+        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     let spawned = std::thread::Builder::new()
         .name("stepproof-complete".into())
         .spawn(move || {
@@ -87,6 +91,7 @@ pub(super) fn complete_or_wait(
                     None => Some(said),
                 }
             };
+            let _counted = Uncount(&approvals_t.checking);
             let Ok(_one) = completing_t.try_lock() else {
                 let _ = say(Said::Busy);
                 return;
@@ -116,6 +121,9 @@ pub(super) fn complete_or_wait(
             }
         });
     if spawned.is_err() {
+        approvals
+            .checking
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
         return refused("the supervisor could not start a thread to check the completion");
     }
     // `--wait`: the approval's start is not an answer; the verdict is.
@@ -212,5 +220,14 @@ impl Engine {
         {
             crate::say!("stepproof-run: runbook: writing the approval notice: {why}");
         }
+    }
+}
+
+/// Takes a completion off the count when its thread ends, however it ends.
+struct Uncount<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl Drop for Uncount<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     }
 }
