@@ -54,6 +54,8 @@ fn setup(w: &World, deadline: &str, script: &str) {
     .unwrap();
     fs::write(w.workspace.join("code.txt"), "broken\n").unwrap();
     fs::write(w.workspace.join("agent.sh"), script).unwrap();
+    // The agent's "I have my answer" of an earlier run in this workspace.
+    let _ = fs::remove_file(w.workspace.join("asked.txt"));
     support::chown_tree(&w.workspace, w.owner);
 }
 
@@ -157,6 +159,10 @@ fn run_inspect_answer(
             }
             let out = cmd.output().unwrap();
             assert!(out.status.success(), "{verb}: {}", describe(&out));
+            said.push_str(&format!(
+                "$ stepproof {verb} {run_id} gate\n{}",
+                String::from_utf8_lossy(&out.stdout)
+            ));
         }
     }
     let out = child.wait_with_output().unwrap();
@@ -404,6 +410,7 @@ both!(
             eprintln!("--- stepproof approvals, as a person reads it ---\n{text}");
         };
         let (text, said, code, log, _) = run_inspect_answer(w, Some("approve"), &inspect);
+        eprintln!("--- the terminal ---\n{said}");
         assert_eq!(code, 0, "{text}\n{said}");
         verify(&log);
         // Answered: nothing waits any more.

@@ -1,9 +1,10 @@
 //! The supervisor's verdict on a completion that waited for a person: `step complete` was
-//! answered "waiting for approval" at once, and the verdict came later. The supervisor writes it
-//! to `approval-notice` beside the runbook's `state.json` (read-only inside, numbered); the hook
-//! adds it to the agent's context on the next tool call or prompt, once per session (a marker
-//! beside the orientation's holds the last number told). Without a session marker (no
-//! `CLAUDE_CONFIG_DIR`) it is told on every call: repeated beats never told.
+//! answered "waiting for approval" at once, and the verdict came later. The supervisor writes
+//! it to `approval-notice` beside the runbook's `state.json` (read-only inside; named by run
+//! and number, the last replacing the one before); the hook adds it to the agent's context on
+//! the next tool call or prompt, once per session (a marker beside the orientation's holds the
+//! last one told). Without a session marker (no `CLAUDE_CONFIG_DIR`) it is told on every call:
+//! repeated beats never told.
 
 use super::{Args, HookInput, runbook_dir};
 use serde_json::Value;
@@ -30,7 +31,11 @@ pub(super) fn approval_notice(args: &Args, input: &HookInput) -> Option<String> 
     let mut bytes = Vec::new();
     file.take(MAX_NOTICE_BYTES).read_to_end(&mut bytes).ok()?;
     let notice: Value = serde_json::from_slice(&bytes).ok()?;
-    let seq = notice.get("seq").and_then(Value::as_u64)?;
+    // The run and the notice's number in it: told once per session, whichever run it is.
+    let id = notice
+        .get("id")
+        .and_then(Value::as_str)
+        .filter(|id| !id.is_empty() && id.len() <= 128)?;
     let text = notice.get("text").and_then(Value::as_str)?.to_string();
     let Some(marker) =
         super::oriented::marker(input.session_id.as_ref()).map(|m| m.with_extension("notice"))
@@ -44,10 +49,10 @@ pub(super) fn approval_notice(args: &Args, input: &HookInput) -> Option<String> 
         .ok()
         .and_then(|f| {
             let mut s = String::new();
-            f.take(64).read_to_string(&mut s).ok()?;
-            s.trim().parse::<u64>().ok()
+            f.take(256).read_to_string(&mut s).ok()?;
+            Some(s)
         });
-    if told.is_some_and(|t| t >= seq) {
+    if told.as_deref() == Some(id) {
         return None;
     }
     if let Some(dir) = marker.parent() {
@@ -61,7 +66,7 @@ pub(super) fn approval_notice(args: &Args, input: &HookInput) -> Option<String> 
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(&marker)
     {
-        let _ = f.write_all(seq.to_string().as_bytes());
+        let _ = f.write_all(id.as_bytes());
     }
     Some(text)
 }

@@ -203,8 +203,15 @@ impl Engine {
     /// (one notice, numbered, replacing the last) and on the record.
     pub(super) fn notify(&mut self, answer: &Answer) {
         self.notices += 1;
+        // Named by run and number: a session resumed in a later run is told that run's notice.
+        let run = self
+            .context
+            .run_dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         let notice = json!({
-            "seq": self.notices,
+            "id": format!("{run}/{}", self.notices),
             "passed": answer.ok,
             "text": format!("StepProof: the approval you were waiting for has been answered.\n{}", answer.message.trim_end()),
         });
