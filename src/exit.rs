@@ -7,6 +7,10 @@
 /// (`HostFailure`: this host lacks what the profile requires, or set-up failed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum ExitCode {
+    /// `--runbook`: the command ended while a step waited for a person's approval (not yet
+    /// answered, denied, out of time, or impossible in `--ci` without `--approve`); a later run
+    /// continues it.
+    ApprovalMissing = 115,
     /// `--runbook`: the runbook was abandoned before its last step.
     RunbookAbandoned = 116,
     /// `--runbook`: a step's evidence did not hold and no attempt was left.
@@ -41,7 +45,8 @@ pub enum ExitCode {
 
 impl ExitCode {
     /// Every code, in order.
-    pub const ALL: [ExitCode; 12] = [
+    pub const ALL: [ExitCode; 13] = [
+        ExitCode::ApprovalMissing,
         ExitCode::RunbookAbandoned,
         ExitCode::EvidenceFailed,
         ExitCode::AuditIncomplete,
@@ -74,7 +79,7 @@ mod tests {
     use super::*;
 
     /// The exit-code table of `docs/exit-codes.md` is this enum: every reserved code is in
-    /// both, with the same number, and nothing else in the 116–127 range is claimed by either.
+    /// both, with the same number, and nothing else in the 115–127 range is claimed by either.
     #[test]
     fn the_docs_table_is_the_enum() {
         let page = include_str!("../docs/exit-codes.md");

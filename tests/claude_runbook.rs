@@ -468,10 +468,11 @@ mod webhook;
 
 const HOOK_KEY: &str = "0123456789abcdef0123456789abcdef-e2e-key";
 
-// The worker asks for completion of an approval step from the chat; the supervisor asks the
-// webhook (an HTTPS stand-in on the host's loopback), whose signed approval is counted, and the
-// model reads the pass — naming the approver — in its tool result. The model never had the URL
-// or the key.
+// The worker asks for completion of an approval step; the supervisor asks the webhook (an HTTPS
+// stand-in on the host's loopback) and answers the tool call at once: "waiting for approval"
+// (Claude Code's Bash timeout never meets an approval's deadline). The signed approval is
+// counted, and the model reads the pass — naming the approver — in the context of its next tool
+// call. The model never had the URL or the key.
 both_claude!(a_webhook_approval_reaches_the_model, |w: &World| {
     fs::write(
         w.workspace.join("runbook.toml"),
@@ -503,7 +504,12 @@ approval = { approvers = "the release manager", deadline = "1m" }
     );
     let mock = Mock::start(
         w,
-        json!([bash(&format!("{CLIENT} step complete")), text("fin")]),
+        json!([
+            bash(&format!("{CLIENT} step complete")),
+            bash(&format!("{CLIENT} step status")),
+            bash(&format!("{CLIENT} step status")),
+            text("fin")
+        ]),
     );
     let ca = hook.ca.display().to_string();
     let key = key.display().to_string();
@@ -525,14 +531,24 @@ approval = { approvers = "the release manager", deadline = "1m" }
     run.expect_decision(&call_id(None, 0), "allow", "runbook-client");
     let result = mock.expect_result(&call_id(None, 0));
     assert!(
-        !result.is_error
-            && result.text.contains("step ship passed")
-            && result
-                .text
-                .contains("approval: approved by alice@example.com (from webhook)"),
+        result.text.contains(
+            "step ship: its other evidence held; waiting for approval by the release manager (deadline 1m). You will be told the answer on your next tool call or prompt"
+        ),
         "{result:?}\n{}",
         run.describe()
     );
+    // The verdict reached the model once, in a later tool call's context.
+    let everything = mock.raw();
+    assert!(
+        everything.contains("the approval you were waiting for has been answered."),
+        "{everything}\n{}",
+        run.describe()
+    );
+    let told = mock.requests().iter().skip(2).any(|r| {
+        r.to_string()
+            .contains("approval: approved by alice@example.com (from webhook)")
+    });
+    assert!(told, "{everything}");
     // One signed request to the stand-in, for this step; its answer counted.
     let requests = hook.requests();
     assert_eq!(requests.len(), 1, "{requests:?}");
@@ -550,11 +566,81 @@ approval = { approvers = "the release manager", deadline = "1m" }
         run.describe()
     );
     // What the model read: neither the URL nor the key.
-    let everything = mock.raw();
     assert!(
         !everything.contains(&hook.url) && !everything.contains(HOOK_KEY),
         "the webhook's URL or key reached the model"
     );
+});
+
+// A `claude -p` turn that ends while its approval is pending (nobody answers the webhook): the
+// model was answered "waiting" at once and told to end its turn; the run ends at once with its
+// stated outcome (115, approval missing), not at the approval's hour-long deadline.
+both_claude!(a_turn_that_ends_while_waiting_exits_115, |w: &World| {
+    fs::write(
+        w.workspace.join("runbook.toml"),
+        r#"id = "gated"
+title = "A person says yes"
+owner = "tests"
+
+[[steps]]
+id = "ship"
+title = "Ship it"
+instructions = "Ask for the release manager's approval"
+on_fail = "block"
+[[steps.evidence]]
+approval = { approvers = "the release manager", deadline = "1h" }
+"#,
+    )
+    .unwrap();
+    let key = w.home.join("work-notes/hook.txt");
+    fs::create_dir_all(key.parent().unwrap()).unwrap();
+    fs::write(&key, format!("{HOOK_KEY}\n")).unwrap();
+    chown_tree(&w.home, w.owner);
+    chown_tree(&w.workspace, w.owner);
+    let hook = webhook::Webhook::start(
+        &w.base.join("hook"),
+        HOOK_KEY,
+        Box::new(|_, _, _| webhook::Reply::Pending),
+    );
+    let mock = Mock::start(
+        w,
+        json!([
+            bash(&format!("{CLIENT} step complete")),
+            text("The step waits for the release manager's approval.")
+        ]),
+    );
+    let ca = hook.ca.display().to_string();
+    let key = key.display().to_string();
+    let started = std::time::Instant::now();
+    let run = run_claude_as(
+        w,
+        &Launch {
+            run_args: &["--runbook", "runbook.toml", "--runbook-fresh"],
+            env: &[
+                ("STEPPROOF_TEST_ONWARD_CA", &ca),
+                ("STEPPROOF_APPROVAL_WEBHOOK", &hook.url),
+                ("STEPPROOF_APPROVAL_HMAC_KEY_FILE", &key),
+            ],
+            ..Launch::default()
+        },
+        &profile(w, &mock, true, ""),
+        &[],
+    );
+    assert_eq!(run.status.code(), Some(115), "{}", run.describe());
+    assert!(started.elapsed().as_secs() < 120, "{}", run.describe());
+    let result = mock.expect_result(&call_id(None, 0));
+    assert!(
+        result
+            .text
+            .contains("waiting for approval by the release manager (deadline 1h)")
+            && result
+                .text
+                .contains("No other step is open: end your turn now"),
+        "{result:?}"
+    );
+    let ended = run.records("runbook-ended");
+    assert_eq!(ended[0]["ending"], "approval-missing", "{}", run.describe());
+    assert_eq!(ended[0]["missing"], "pending", "{}", run.describe());
 });
 
 // `/step-evidence FILE` in the chat: Claude Code expands StepProof's command with the file, the

@@ -83,7 +83,7 @@ const ROOT_ROOMS: &[Room] = &[
     },
     Room {
         path: "supervisor::runbook",
-        owns: "the runbook engine: the steps' state machine and its servers, evidence, model verifiers, continuing an interrupted run, approvals by webhook",
+        owns: "the runbook engine: the steps' state machine and its servers, evidence, model verifiers, continuing an interrupted run, approvals by webhook, the approver's brief and notifications",
         may_import: &[
             "supervisor::net",
             "profile",
@@ -91,6 +91,7 @@ const ROOT_ROOMS: &[Room] = &[
             "audit",
             "http",
             "sys",
+            "exit",
             "regular_file",
         ],
     },

@@ -111,7 +111,7 @@ echo tampered >> runbook.toml; echo "runbook-write=$?"
 test -e evidence-wrote.txt; echo "evidence-wrote=$?"
 echo new > notes/a.md
 $S step complete --step notes; echo "complete-3=$?"
-$S step complete --step gate; echo "complete-4=$?"
+$S step complete --step gate --wait; echo "complete-4=$?"
 "#
     )
 }
@@ -205,8 +205,13 @@ both!(a_runbook_runs_step_by_step, |w: &World| {
     assert!(text.contains("evidence-wrote=1"), "{all}");
     assert!(!w.workspace.join("evidence-wrote.txt").exists());
     assert!(text.contains("complete-3=0"), "{all}");
-    // Pre-approved in CI, recorded.
+    // Pre-approved in CI, recorded, and the agent reads it as a pre-approval (nobody was asked).
     assert!(text.contains("complete-4=0"), "{all}");
+    assert!(
+        text.contains("approval: pre-approved (--approve)")
+            && !text.contains("approval: approved (from"),
+        "{all}"
+    );
     assert_eq!(out.status.code(), Some(0), "{all}");
     let stderr = String::from_utf8_lossy(&out.stderr);
     let log = support::audit_log_named(&stderr);
@@ -281,21 +286,103 @@ both!(a_runbook_runs_step_by_step, |w: &World| {
     }
 });
 
+/// The agent asks for the gate's approval again (twice more): what a missing approval costs.
+fn asking_again() -> String {
+    format!(
+        "{}$S step complete --step gate --wait; echo \"complete-5=$?\"\n$S step complete --step gate --wait; echo \"complete-6=$?\"\n$S step status\n",
+        agent_script()
+    )
+}
+
+/// The gate step's records: no `runbook-step-failed`, one `runbook-step-not-approved` per ask,
+/// each with the attempt given back; the run ends with the approval missing.
+fn no_attempt_spent(log: &Path, asks: usize, missing: &str) {
+    let records = records(log);
+    let of = |kind: &str| -> Vec<&serde_json::Value> {
+        records
+            .iter()
+            .filter(|r| r["kind"] == kind && r["step"] == "gate")
+            .collect()
+    };
+    assert!(of("runbook-step-failed").is_empty(), "{records:?}");
+    let not_approved = of("runbook-step-not-approved");
+    assert_eq!(not_approved.len(), asks, "{not_approved:?}");
+    for r in &not_approved {
+        assert_eq!(r["attempt"], 1, "{r}");
+        assert_eq!(r["attempt_counted"], false, "{r}");
+        assert_eq!(r["missing"], missing, "{r}");
+    }
+    let ended = records
+        .iter()
+        .find(|r| r["kind"] == "runbook-ended")
+        .unwrap();
+    assert_eq!(ended["ending"], "approval-missing", "{ended}");
+    assert_eq!(ended["missing"], missing, "{ended}");
+}
+
+// In --ci without --approve nobody can approve: the completion says so, uses no attempt (the
+// step has one: on_fail = "block"), asking again gets the same answer, and the run ends with
+// the approval missing (115), the step open for a run with --approve to continue.
 both!(ci_denies_an_approval_without_pre_approval, |w: &World| {
-    setup(w, "1h", &agent_script());
+    setup(w, "1h", &asking_again());
     let out = run(w, &["--ci"]);
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(text.contains("complete-4=1"), "{}", describe(&out));
-    assert!(text.contains("denied in --ci"), "{}", describe(&out));
-    assert_eq!(out.status.code(), Some(117), "{}", describe(&out));
-    verify(&support::audit_log_named(&String::from_utf8_lossy(
-        &out.stderr,
-    )));
+    let all = describe(&out);
+    for n in 4..=6 {
+        assert!(text.contains(&format!("complete-{n}=1")), "{all}");
+    }
+    assert_eq!(
+        text.matches("step gate NOT approved: no person can approve it in this run: it runs with --ci and without `--approve gate`").count(),
+        3,
+        "{all}"
+    );
+    assert!(
+        text.contains(
+            "This did not use an attempt (attempts are for fixing the work): 1 of 1 left."
+        ) && text.contains("Asking again will not help, and changing the work will not either.")
+            && text.contains("No other step is open: end your turn")
+            && text.contains("a run started with `--approve gate` continues from here"),
+        "{all}"
+    );
+    assert!(!text.contains("No attempt is left"), "{all}");
+    assert!(text.contains("OPEN     gate"), "{all}");
+    assert_eq!(out.status.code(), Some(115), "{all}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("step gate waits for a person's approval (impossible)")
+            && stderr.contains("with `--approve gate` in --ci"),
+        "{all}"
+    );
+    let log = support::audit_log_named(&stderr);
+    verify(&log);
+    no_attempt_spent(&log, 3, "impossible");
+    // The summary and the timeline say it too.
+    let shown = std::process::Command::new(STEPPROOF)
+        .args(["audit", "show"])
+        .arg(&log)
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&shown.stdout).into_owned();
+    assert!(
+        shown.contains("NOT approved (impossible): the attempt not counted, 1 attempt(s) left")
+            && shown.contains("ended: approval-missing")
+            && shown.contains("not approved (impossible)"),
+        "{shown}"
+    );
 });
 
 /// Runs the agent without --ci and answers the approval from outside (or not at all).
 fn approval_run(w: &World, deadline: &str, answer: Option<&str>) -> (String, i32, PathBuf) {
-    setup(w, deadline, &agent_script());
+    approval_run_with(w, deadline, answer, &agent_script())
+}
+
+fn approval_run_with(
+    w: &World,
+    deadline: &str,
+    answer: Option<&str>,
+    script: &str,
+) -> (String, i32, PathBuf) {
+    setup(w, deadline, script);
     let mut child = w
         .command(&["--runbook", "runbook.toml"], &["/bin/sh", "agent.sh"])
         .stdout(Stdio::piped())
@@ -341,12 +428,40 @@ both!(approval_waits_for_a_person_outside, |w: &World| {
     );
 });
 
+// No answer before the deadline: not approved, no attempt spent; asking again asks again.
 both!(a_deadline_denies_an_approval, |w: &World| {
-    let (text, code, log) = approval_run(w, "2s", None);
-    assert!(text.contains("complete-4=1"), "{text}");
-    assert!(text.contains("no answer before the deadline"), "{text}");
-    assert_eq!(code, 117, "{text}");
+    let (text, code, log) = approval_run_with(w, "2s", None, &asking_again());
+    for n in 4..=6 {
+        assert!(text.contains(&format!("complete-{n}=1")), "{text}");
+    }
+    assert_eq!(
+        text.matches("step gate NOT approved: no answer before the deadline (2s).")
+            .count(),
+        3,
+        "{text}"
+    );
+    assert!(
+        text.contains("Changing the work will not help; asking again asks the tester again, with a new deadline."),
+        "{text}"
+    );
+    assert_eq!(code, 115, "{text}");
     verify(&log);
+    no_attempt_spent(&log, 3, "deadline");
+});
+
+// A person's denial: its reason reaches the agent, no attempt is spent, and the run ends with
+// the approval missing.
+both!(a_denial_spends_no_attempt, |w: &World| {
+    let (text, code, log) = approval_run(w, "1h", Some("deny"));
+    assert!(text.contains("complete-4=1"), "{text}");
+    assert!(
+        text.contains("step gate NOT approved: the tester denied it: not today.")
+            && text.contains("If the reason asks for a change, make it and ask again"),
+        "{text}"
+    );
+    assert_eq!(code, 115, "{text}");
+    verify(&log);
+    no_attempt_spent(&log, 1, "denied");
 });
 
 both!(modelless_verifiers_and_errors_stop_launch, |w: &World| {

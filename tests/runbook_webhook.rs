@@ -69,7 +69,7 @@ EOF
     );
     for step in steps {
         script.push_str(&format!(
-            "$S step complete --step {step}; echo \"complete-{step}=$?\"\n"
+            "$S step complete --step {step} --wait; echo \"complete-{step}=$?\"\n"
         ));
     }
     script
@@ -259,9 +259,15 @@ both!(a_webhook_denial_denies_with_its_reason, |w: &World| {
     let out = with_key(w, &hook, &[]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let all = describe(&out);
-    assert_eq!(out.status.code(), Some(117), "{all}");
+    // Only the approval is missing: the attempt is not spent, the step stays open, and the
+    // run ends with the approval missing (115), not stopped.
+    assert_eq!(out.status.code(), Some(115), "{all}");
     assert!(text.contains("complete-gate=1"), "{all}");
-    assert!(text.contains("approval: denied: not today"), "{all}");
+    assert!(
+        text.contains("step gate NOT approved: the tester denied it: not today")
+            && text.contains("This did not use an attempt"),
+        "{all}"
+    );
     agent_was_kept_out(&text, &all);
     let records = records(&out);
     let approvals = of_kind(&records, "runbook-approval");
@@ -298,7 +304,7 @@ both!(no_answer_before_the_deadline_denies, |w: &World| {
     .unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let all = describe(&out);
-    assert_eq!(out.status.code(), Some(117), "{all}");
+    assert_eq!(out.status.code(), Some(115), "{all}");
     assert!(text.contains("complete-gate=1"), "{all}");
     assert!(text.contains("no answer before the deadline (3s)"), "{all}");
     assert!(started.elapsed() >= std::time::Duration::from_secs(3));
@@ -358,7 +364,7 @@ both!(a_replayed_answer_is_refused, |w: &World| {
     assert!(text.contains("complete-first=0"), "{all}");
     assert!(text.contains("complete-gate=1"), "{all}");
     assert!(text.contains("no answer before the deadline"), "{all}");
-    assert_eq!(out.status.code(), Some(117), "{all}");
+    assert_eq!(out.status.code(), Some(115), "{all}");
     let requests = hook.requests();
     assert_eq!(requests.len(), 2, "{requests:?}");
     assert_ne!(requests[0]["nonce"], requests[1]["nonce"]);
@@ -395,7 +401,7 @@ both!(an_answer_signed_with_another_key_is_refused, |w: &World| {
     let out = with_key(w, &hook, &[]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let all = describe(&out);
-    assert_eq!(out.status.code(), Some(117), "{all}");
+    assert_eq!(out.status.code(), Some(115), "{all}");
     assert!(text.contains("complete-gate=1"), "{all}");
     let records = records(&out);
     let refused = of_kind(&records, "runbook-approval-refused");
@@ -642,8 +648,9 @@ both!(the_end_of_the_run_ends_an_approval_wait, |w: &World| {
         .output()
         .unwrap();
     let all = describe(&out);
-    // Not a denial: the step stays open, and the run is abandoned (a later run continues it).
-    assert_eq!(out.status.code(), Some(116), "{all}");
+    // Not a denial: the step stays open, and the run ends with its approval pending (115; a
+    // later run continues it), the attempt given back.
+    assert_eq!(out.status.code(), Some(115), "{all}");
     assert!(started.elapsed().as_secs() < 30, "{all}");
     let records = records(&out);
     let evidence = of_kind(&records, "runbook-evidence");
@@ -651,6 +658,13 @@ both!(the_end_of_the_run_ends_an_approval_wait, |w: &World| {
     assert_eq!(evidence[0]["held"], false, "{evidence:?}");
     assert_eq!(of_kind(&records, "runbook-step-interrupted").len(), 1);
     assert!(of_kind(&records, "runbook-step-failed").is_empty());
+    let not_approved = of_kind(&records, "runbook-step-not-approved");
+    assert_eq!(not_approved.len(), 1, "{not_approved:?}");
+    assert_eq!(not_approved[0]["missing"], "pending");
+    assert_eq!(
+        of_kind(&records, "runbook-ended")[0]["ending"],
+        "approval-missing"
+    );
     // The command itself timed out (its outcome is inside the runbook's).
     let run_end = of_kind(&records, "run-end");
     assert!(

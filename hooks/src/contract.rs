@@ -25,6 +25,8 @@ use crate::decision::{Decision, Verdict};
 use crate::load::Needs;
 use crate::policy::{CallContext, CompiledPolicy, FORMAT_VERSION};
 
+mod approval_notice;
+pub use approval_notice::NOTICE_FILE as APPROVAL_NOTICE_FILE;
 mod context;
 mod denial_loop;
 mod held_read_only;
@@ -362,6 +364,7 @@ pub fn respond(args: &Args, stdin: &[u8]) -> Response {
             let context = input.as_ref().ok().and_then(|input| {
                 let parts: Vec<String> = [
                     reorientation(args, input),
+                    approval_notice::approval_notice(args, input),
                     read_only_context(input),
                     refused_hosts_notice(input),
                 ]

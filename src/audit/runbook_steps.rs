@@ -173,7 +173,10 @@ impl StepTable {
                         Some(who) => format!("at the webhook by {who}"),
                         None => "at the webhook".to_string(),
                     },
-                    _ => "at a host terminal".to_string(),
+                    _ => match record["approver"].as_str() {
+                        Some(who) => format!("at a host terminal by {who}"),
+                        None => "at a host terminal".to_string(),
+                    },
                 };
                 row.approvals.push(if record["approved"] == true {
                     format!("approved {from}")
@@ -196,6 +199,11 @@ impl StepTable {
                     row.verdict_ms = ts;
                     row.duration_ms = row.opened_ms.zip(ts).map(|(a, b)| b.saturating_sub(a));
                 }
+            }
+            // Only a person's approval was missing: the attempt was given back.
+            "runbook-step-not-approved" => {
+                row.attempts = attempt.saturating_sub(1);
+                row.status = format!("not approved ({})", text(&record["missing"]));
             }
             "runbook-step-void" => {
                 row.status = "VOID".into();
@@ -381,7 +389,8 @@ fn duration(ms: u64) -> String {
     }
 }
 
-fn evidence_text(r: &Value) -> String {
+/// One evidence record in words (`body_kind`: its item's kind, as in the log).
+pub(crate) fn evidence_text(r: &Value) -> String {
     let held = if r["held"] == true {
         "held"
     } else {

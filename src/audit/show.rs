@@ -415,6 +415,11 @@ fn runbook_summary(kind: &str, record: &Map<String, Value>) -> String {
                 String::new()
             }
         )),
+        "runbook-step-not-approved" => parts.push(format!(
+            "NOT approved ({}): the attempt not counted, {} attempt(s) left",
+            s("missing"),
+            s("attempts_left")
+        )),
         "runbook-step-passed" => parts.push(format!(
             "passed, {}",
             crate::audit::runbook_steps::covered_text(

@@ -134,6 +134,16 @@ enum Command {
     /// At a host terminal: approve a runbook step waiting for approval in run RUN (the run's
     /// directory name under ~/.local/state/stepproof/runs/, printed by the run).
     Approve { run: String, step: String },
+    /// At a host terminal: every runbook approval waiting on this host (your runs; as root,
+    /// everyone's), newest first, with what the step did — its diff, each evidence item's
+    /// verdict and output tail, the verifier's verdict — and the approve/deny commands. DIR: look
+    /// under a state directory, its runs/, or one run's directory instead.
+    Approvals {
+        dir: Option<std::path::PathBuf>,
+        /// One JSON object: `pending` (the briefs, newest first) and `stale`.
+        #[arg(long)]
+        json: bool,
+    },
     /// At a host terminal: deny a runbook step waiting for approval in run RUN.
     Deny {
         run: String,
@@ -273,11 +283,25 @@ fn main() {
         Command::Step { action } => stepproof::runbook::client::run_step_command(action),
         Command::Approve { run, step } => approval(
             &run,
-            &stepproof::runbook::client::ApprovalRequest::Approve { step },
+            &stepproof::runbook::client::ApprovalRequest::Approve {
+                step,
+                sudo_user: stepproof::runbook::client::sudo_user(),
+            },
         ),
+        Command::Approvals { dir, json } => match host::gather_facts(None, false) {
+            Ok(facts) => stepproof::cli::approvals::run(dir.as_deref(), &facts.home, json),
+            Err(e) => {
+                stepproof::say!("stepproof: {e}");
+                2
+            }
+        },
         Command::Deny { run, step, reason } => approval(
             &run,
-            &stepproof::runbook::client::ApprovalRequest::Deny { step, reason },
+            &stepproof::runbook::client::ApprovalRequest::Deny {
+                step,
+                reason,
+                sudo_user: stepproof::runbook::client::sudo_user(),
+            },
         ),
         Command::ProbeAll {
             agent,

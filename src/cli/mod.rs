@@ -1,6 +1,7 @@
 //! The edge: what each command of `stepproof-run` and `stepproof` does, in order, from the
 //! caller's side. May import every room below it; nothing imports it but the binaries.
 
+pub mod approvals;
 pub mod ci;
 pub mod doctor;
 pub mod explain;

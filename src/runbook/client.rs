@@ -37,6 +37,10 @@ pub enum StepRequest {
         step: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         note: Option<String>,
+        /// Hold the answer until the verdict, a person's approval included (a script's way;
+        /// an agent is answered "waiting" at once and told the verdict later).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        wait: bool,
     },
     /// Point the supervisor at files as evidence (recorded; the supervisor hashes them itself).
     Evidence { files: Vec<String> },
@@ -54,12 +58,25 @@ pub enum StepRequest {
 pub enum ApprovalRequest {
     Approve {
         step: String,
+        /// `SUDO_USER` of the approving terminal: who is behind a root peer (the supervisor
+        /// takes it only from root, who could claim anything anyway).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        sudo_user: Option<String>,
     },
     Deny {
         step: String,
         #[serde(default)]
         reason: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        sudo_user: Option<String>,
     },
+}
+
+/// `SUDO_USER` of this process, when set (sent with an approval; see [`ApprovalRequest`]).
+pub fn sudo_user() -> Option<String> {
+    std::env::var("SUDO_USER")
+        .ok()
+        .filter(|u| !u.is_empty() && u.len() <= 64)
 }
 
 /// The supervisor's answer.
@@ -105,6 +122,11 @@ pub enum StepCommand {
         /// A note for the record.
         #[arg(long)]
         note: Option<String>,
+        /// When the step needs a person's approval, wait for the answer (by default the
+        /// supervisor answers "waiting for approval" at once and tells the verdict on the next
+        /// tool call or prompt).
+        #[arg(long)]
+        wait: bool,
     },
     /// Name files as evidence (recorded; the supervisor judges them by its own hashes).
     Evidence {
@@ -124,7 +146,7 @@ pub enum StepCommand {
 pub fn run_step_command(command: StepCommand) -> i32 {
     let request = match command {
         StepCommand::Status => StepRequest::Status {},
-        StepCommand::Complete { step, note } => StepRequest::Complete { step, note },
+        StepCommand::Complete { step, note, wait } => StepRequest::Complete { step, note, wait },
         StepCommand::Evidence { files } => StepRequest::Evidence { files },
         StepCommand::Abandon { reason } => StepRequest::Abandon { reason },
     };
@@ -203,7 +225,8 @@ mod tests {
             serde_json::from_str::<StepRequest>(r#"{"op":"complete","note":"x"}"#).unwrap(),
             StepRequest::Complete {
                 step: None,
-                note: Some("x".into())
+                note: Some("x".into()),
+                wait: false,
             }
         );
     }

@@ -179,6 +179,14 @@ pub(super) fn context(args: &Args, event: &str, input: Result<HookInput, String>
         }
         _ => Some(orientation_text(state)),
     });
+    // A verdict that came while the agent waited, told once on the next prompt.
+    let notice = (event == "UserPromptSubmit")
+        .then(|| super::approval_notice::approval_notice(args, &input))
+        .flatten();
+    let runbook = match (notice, runbook) {
+        (Some(notice), Some(text)) => Some(format!("{notice}\n\n{text}")),
+        (notice, text) => notice.or(text),
+    };
     let Some(text) = runbook else {
         return Response::silent();
     };
@@ -337,7 +345,9 @@ pub fn orientation_text(state: &Value) -> String {
             "\n\nOpen step '{}': {} (attempt {} of {}).",
             str_of(step, "id"),
             str_of(step, "title"),
-            step.get("attempts").and_then(Value::as_u64).unwrap_or(0) + 1,
+            // An attempt waiting for a person is still the current one.
+            step.get("attempts").and_then(Value::as_u64).unwrap_or(0)
+                + u64::from(str_of(step, "approval") != "pending"),
             step.get("max_attempts")
                 .and_then(Value::as_u64)
                 .unwrap_or(1),
@@ -367,6 +377,7 @@ pub fn orientation_text(state: &Value) -> String {
             "\nWhile it is open it allows {}.",
             str_of(step, "allows")
         ));
+        text.extend(super::approval_notice::waiting_line(step));
     }
     if let Some(steps) = state.get("steps").and_then(Value::as_array) {
         let standing: Vec<String> = steps

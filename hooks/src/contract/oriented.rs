@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 /// The markers' directory under `CLAUDE_CONFIG_DIR`.
 pub const DIR: &str = "stepproof-oriented";
 
-fn marker(session: Option<&Value>) -> Option<PathBuf> {
+pub(super) fn marker(session: Option<&Value>) -> Option<PathBuf> {
     let session = session?.as_str()?;
     if session.is_empty()
         || session.len() > 128

@@ -232,6 +232,7 @@ pub const FIELDS: &[(&str, &str, Ship)] = &[
     ("run-end", "outcome.findings[].path", W),
     ("run-end", "outcome.findings[].quarantined_to", W),
     ("run-end", "outcome.message", C),
+    ("run-end", "outcome.missing", S),
     ("run-end", "outcome.open[]", S),
     ("run-end", "outcome.rule_id", S),
     ("run-end", "outcome.signal", S),
@@ -370,6 +371,7 @@ pub const FIELDS: &[(&str, &str, Ship)] = &[
     ("runbook-continued", "state[].step", S),
     // runbook-ended
     ("runbook-ended", "ending", S),
+    ("runbook-ended", "missing", S),
     ("runbook-ended", "not_passed[]", S),
     ("runbook-ended", "runbook", S),
     ("runbook-ended", "step", S),
@@ -443,6 +445,17 @@ pub const FIELDS: &[(&str, &str, Ship)] = &[
     ("runbook-evidence-named", "budget", S),
     ("runbook-evidence-named", "files[].path", W),
     ("runbook-evidence-named", "files[].sha256", S),
+    // runbook-notice
+    ("runbook-notice", "notice", S),
+    ("runbook-notice", "passed", S),
+    // runbook-notification
+    ("runbook-notification", "bytes", S),
+    ("runbook-notification", "duration_ms", S),
+    ("runbook-notification", "error", C),
+    ("runbook-notification", "format", S),
+    ("runbook-notification", "host", S),
+    ("runbook-notification", "status", S),
+    ("runbook-notification", "step", S),
     // runbook-request-refused
     ("runbook-request-refused", "message", W),
     ("runbook-request-refused", "why", W),
@@ -457,6 +470,12 @@ pub const FIELDS: &[(&str, &str, Ship)] = &[
     ("runbook-step-interrupted", "attempt", S),
     ("runbook-step-interrupted", "step", S),
     ("runbook-step-interrupted", "why", C),
+    // runbook-step-not-approved
+    ("runbook-step-not-approved", "attempt", S),
+    ("runbook-step-not-approved", "attempt_counted", S),
+    ("runbook-step-not-approved", "attempts_left", S),
+    ("runbook-step-not-approved", "missing", S),
+    ("runbook-step-not-approved", "step", S),
     // runbook-step-opened
     ("runbook-step-opened", "allows", C),
     ("runbook-step-opened", "baseline", W),

@@ -221,6 +221,23 @@ fn runbook_outcome(run: &Run<'_, '_>, outcome: &mut Outcome) {
                 open,
             }
         }
+        crate::supervisor::runbook::engine::Ending::ApprovalMissing { step, missing } => {
+            crate::say!(
+                "stepproof-run: runbook: step {step} waits for a person's approval ({missing}); the step stays open (exit {}; a later run of the same runbook and workspace continues it{})",
+                crate::exit::ExitCode::ApprovalMissing.code(),
+                if missing == "impossible" {
+                    format!(", with `--approve {step}` in --ci")
+                } else {
+                    String::new()
+                }
+            );
+            Outcome::ApprovalMissing {
+                exit_code: crate::exit::ExitCode::ApprovalMissing.code(),
+                command,
+                step,
+                missing,
+            }
+        }
     });
 }
 

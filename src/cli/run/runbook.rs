@@ -56,6 +56,11 @@ pub(super) fn runbook_run(
     let Some(loaded) = &known.runbook else {
         return Ok(None);
     };
+    // Where a pending approval is announced: named outside the workspace, out of the agent's
+    // reach (refused before anything runs otherwise).
+    let notify = crate::supervisor::runbook::notify::prepare(&known.profile, &known.facts.env)
+        .map_err(Failure::refused)?
+        .map(|n| std::sync::Arc::new(n.with_audit(audit)));
     prepare_runbook(
         known.args,
         loaded,
@@ -64,7 +69,7 @@ pub(super) fn runbook_run(
         audit,
         limits.cgroup.as_ref(),
         limits.no_freezer.clone(),
-        approval_webhook.clone(),
+        (approval_webhook.clone(), notify),
         crate::supervisor::runbook::files::Budget::from_profile(&known.profile.runbook),
     )
     .map(Some)
@@ -90,7 +95,10 @@ pub(super) fn prepare_runbook(
     audit: Option<&AuditSink>,
     cgroup: Option<&crate::supervisor::launch::cgroup::RunCgroup>,
     no_freezer: Option<String>,
-    approval_webhook: Option<std::sync::Arc<crate::supervisor::runbook::webhook::Webhook>>,
+    (approval_webhook, notify): (
+        Option<std::sync::Arc<crate::supervisor::runbook::webhook::Webhook>>,
+        Option<std::sync::Arc<crate::supervisor::runbook::notify::Notifier>>,
+    ),
     budget: crate::supervisor::runbook::files::Budget,
 ) -> Result<crate::supervisor::runbook::engine::RunbookRun, Failure> {
     let exe = std::env::current_exe()
@@ -130,6 +138,7 @@ pub(super) fn prepare_runbook(
             // The run's own --timeout, from about now: model verifiers count inside it.
             deadline: args.timeout.map(|t| std::time::Instant::now() + t),
             approval_webhook,
+            notify,
             budget,
         },
         continued,

@@ -111,6 +111,16 @@ pub enum Outcome {
         /// The steps not passed.
         open: Vec<String>,
     },
+    /// The command ended while a step's only missing evidence was a person's approval (asked
+    /// and not answered, denied, out of time, or impossible in `--ci`): 115. A later run
+    /// continues it.
+    ApprovalMissing {
+        exit_code: i32,
+        command: Box<Outcome>,
+        step: String,
+        /// `pending`, `denied`, `deadline` or `impossible`.
+        missing: String,
+    },
 }
 
 pub const EXIT_DENIED: i32 = ExitCode::Denied.code();
@@ -136,7 +146,8 @@ impl Outcome {
             | Outcome::Denied { exit_code, .. }
             | Outcome::EvidenceFailed { exit_code, .. }
             | Outcome::DenialLoop { exit_code, .. }
-            | Outcome::Abandoned { exit_code, .. } => *exit_code,
+            | Outcome::Abandoned { exit_code, .. }
+            | Outcome::ApprovalMissing { exit_code, .. } => *exit_code,
         }
     }
 

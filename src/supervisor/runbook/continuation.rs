@@ -318,6 +318,15 @@ fn apply(scan: &mut Scan, kind: &str, record: &Value, step_ids: &[String]) {
             s.was_open = true;
             s.last_verdict = Some("void".into());
         }
+        // Only a person's approval was missing: that attempt was given back.
+        ("runbook-step-not-approved", Some(i)) => {
+            let s = &mut scan.steps[i];
+            s.attempts = attempt.unwrap_or(1).saturating_sub(1);
+            s.last_verdict = Some(format!(
+                "not approved ({})",
+                record["missing"].as_str().unwrap_or("unknown")
+            ));
+        }
         ("runbook-step-failed", Some(i)) => {
             let s = &mut scan.steps[i];
             s.attempts = s.attempts.max(attempt.unwrap_or(0));

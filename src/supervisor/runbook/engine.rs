@@ -29,16 +29,19 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 mod approval;
+mod brief;
 mod check_files;
 mod command;
 mod complete;
 mod freeze;
 mod invariants;
 mod item;
+mod not_approved;
 mod opening;
 mod serve;
 mod state;
 mod verify;
+mod waiting;
 
 #[cfg(test)]
 mod tests;
@@ -105,6 +108,8 @@ struct StepState {
     /// why not), and when it opened among the run's openings.
     snapshot: Result<Arc<step_open::Snapshot>, String>,
     opened_seq: u64,
+    /// Its approval was asked and not given (until the step passes): the run's ending says so.
+    approval_missing: Option<not_approved::Missing>,
 }
 
 /// Baselines up to this many files go into the `runbook-step-opened` record (so that a
@@ -122,6 +127,10 @@ pub enum Ending {
         step: String,
         requested: Option<String>,
     },
+    /// The agent exited while a step's only missing evidence was a person's approval: asked and
+    /// not yet answered, denied, out of time, or impossible in `--ci` (115). A later run
+    /// continues it.
+    ApprovalMissing { step: String, missing: String },
 }
 
 /// What running evidence needs beyond the runbook.
@@ -150,6 +159,8 @@ pub struct EvidenceContext {
     pub deadline: Option<Instant>,
     /// The approval webhook (from outside the workspace), asked beside the host terminal.
     pub approval_webhook: Option<Arc<crate::supervisor::runbook::webhook::Webhook>>,
+    /// Where a pending approval is announced (from outside the workspace), if anywhere.
+    pub notify: Option<Arc<crate::supervisor::runbook::notify::Notifier>>,
     /// What one walk over the evidence's files may cost (the profile's `[runbook]`).
     pub budget: Budget,
 }
@@ -179,6 +190,8 @@ struct Engine {
     /// The servers have stopped: a request still in flight past their deadline writes no
     /// record and publishes nothing (the run's end records come after them, never between).
     closed: bool,
+    /// Verdicts published as notices (`approval-notice`) after a request was answered "waiting".
+    notices: u64,
 }
 
 /// An answer (approved, or denied with a reason) and what its record says of it.
@@ -195,6 +208,11 @@ struct Approvals {
     closing: Arc<AtomicBool>,
     /// What the run's walks over the evidence's files have spent in all.
     spent: files::RunSpend,
+    /// The request of the completion being checked, told when its approval wait begins.
+    listener: Mutex<Option<waiting::Listener>>,
+    /// Completions being checked on threads of their own (the end of the run waits for them
+    /// as for the requests in flight).
+    checking: std::sync::atomic::AtomicUsize,
 }
 
 impl Approvals {
@@ -307,13 +325,15 @@ impl RunbookRun {
                 passed_here: false,
                 snapshot: Err("the step has not opened in this run".into()),
                 opened_seq: 0,
+                approval_missing: None,
             })
             .collect();
         let store = runbook
             .steps
             .iter()
             .flat_map(|s| &s.evidence)
-            .any(|e| e.verifier.is_some())
+            // A person asked to approve is shown the step's diff too.
+            .any(|e| e.verifier.is_some() || e.approval.is_some())
             .then(|| Arc::new(Mutex::new(step_open::Store::new(run_dir, &approvals.spent))));
         let engine = Engine {
             runbook,
@@ -332,6 +352,7 @@ impl RunbookRun {
             continued,
             store,
             openings: 0,
+            notices: 0,
         };
         Ok(RunbookRun {
             engine: Arc::new(Mutex::new(engine)),
@@ -388,10 +409,10 @@ impl RunbookRun {
                 engine.completed = true;
                 return None;
             }
-            None => Ending::Abandoned {
+            None => engine.approval_ending().unwrap_or(Ending::Abandoned {
                 step: open[0].clone(),
                 requested: None,
-            },
+            }),
         };
         if let Ending::Abandoned { step, requested } = &ending {
             // The supervisor's own account, whatever the agent's SessionEnd said (that record
@@ -427,8 +448,10 @@ impl RunbookRun {
                 "ending": match &ending {
                     Ending::Blocked { .. } => "evidence-failed",
                     Ending::Abandoned { .. } => "abandoned",
+                    Ending::ApprovalMissing { .. } => "approval-missing",
                 },
-                "step": match &ending { Ending::Blocked { step } | Ending::Abandoned { step, .. } => step },
+                "step": match &ending { Ending::Blocked { step } | Ending::Abandoned { step, .. } | Ending::ApprovalMissing { step, .. } => step },
+                "missing": match &ending { Ending::ApprovalMissing { missing, .. } => Some(missing), _ => None },
                 "not_passed": open,
             }),
         );
@@ -571,6 +594,8 @@ impl Engine {
                 match ending {
                     Ending::Blocked { step } => format!("step {step}'s evidence did not hold"),
                     Ending::Abandoned { step, .. } => format!("abandoned at step {step}"),
+                    Ending::ApprovalMissing { step, .. } =>
+                        format!("step {step} waits for approval"),
                 }
             );
             self.record_inside(

@@ -62,10 +62,15 @@ pub(super) fn serve_approval(
             return;
         }
     };
-    let (step, answer) = match &request {
-        ApprovalRequest::Approve { step } => (step.clone(), Ok(())),
-        ApprovalRequest::Deny { step, reason } => (step.clone(), Err(reason.clone())),
+    let (step, answer, sudo_user) = match &request {
+        ApprovalRequest::Approve { step, sudo_user } => (step.clone(), Ok(()), sudo_user),
+        ApprovalRequest::Deny {
+            step,
+            reason,
+            sudo_user,
+        } => (step.clone(), Err(reason.clone()), sudo_user),
     };
+    let approver = approver_name(&who, sudo_user.as_deref());
     let waiting = approvals
         .waiting
         .lock()
@@ -87,7 +92,7 @@ pub(super) fn serve_approval(
         approvals,
         &step,
         answer,
-        json!({ "from": "host terminal", "peer": who }),
+        json!({ "from": "host terminal", "peer": who, "approver": approver }),
         None,
     );
     if !counted {
@@ -110,4 +115,26 @@ pub(super) fn serve_approval(
             state: None,
         },
     );
+}
+
+/// Who answered at a host terminal, by name: the login name behind the peer's uid (the password
+/// database), and for root the `SUDO_USER` its terminal gave (`alice (sudo)`). `None` when the
+/// peer's credentials could not be read.
+fn approver_name(peer: &Value, sudo_user: Option<&str>) -> Option<String> {
+    let uid = peer["uid"].as_u64().and_then(|u| u32::try_from(u).ok())?;
+    let login = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+        .ok()
+        .flatten()
+        .map_or_else(|| format!("uid {uid}"), |u| u.name);
+    Some(match sudo_user {
+        Some(by)
+            if uid == 0
+                && by
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) =>
+        {
+            format!("{by} (sudo)")
+        }
+        _ => login,
+    })
 }

@@ -71,6 +71,17 @@ pub(super) fn complete(
     if approvals.closing.load(std::sync::atomic::Ordering::SeqCst) {
         return interrupted(e, &attempt);
     }
+    // Only a person's approval missing: not the work's failure, and not its attempt.
+    let mut e = e;
+    if let Some(answer) = e.not_approved(
+        attempt.index,
+        &attempt.step,
+        attempt.number,
+        &gathered.records,
+        &gathered.failures,
+    ) {
+        return answer;
+    }
     failed(e, &attempt, &gathered)
 }
 
@@ -277,9 +288,10 @@ fn judge_definitions(
     }
 }
 
-/// The step's own items in their order: the supervisor's evidence first, approvals after it
-/// (a person is asked with the agent thawed), model verifiers last, each given what was
-/// gathered (and not started when that already failed: nothing a model says could pass).
+/// The step's own items in their order: the supervisor's evidence first, model verifiers after
+/// it (not started when that already failed: nothing a model says could pass), a person last —
+/// shown the verifier's verdict with the rest, asked with the agent thawed, and not asked when
+/// the work's own evidence did not hold.
 fn judge_items(
     engine: &Arc<Mutex<Engine>>,
     approvals: &Arc<Approvals>,
@@ -299,8 +311,8 @@ fn judge_items(
         .partition(|(_, item)| item.approval.is_some());
     for (n, item) in other_items
         .into_iter()
-        .chain(approval_items)
         .chain(verifier_items)
+        .chain(approval_items)
     {
         frozen.thaw_before(item);
         let result = match &item.verifier {
@@ -323,10 +335,31 @@ fn judge_items(
                     verifier.tier
                 ),
             ),
+            // A person is not asked about work whose own evidence did not hold.
+            None if item.approval.is_some() && !gathered.failures.is_empty() => (
+                false,
+                json!({ "kind": "approval", "approvers": item.approval.as_ref().map(|a| &a.approvers), "answer": null, "not_run": "other evidence of this attempt did not hold" }),
+                "approval: not asked, the other evidence did not hold".to_string(),
+            ),
             None => {
                 let at = (attempt.index, &attempt.step, n);
                 let held = frozen.held.as_ref();
+                // What the person is shown while asked (`stepproof approvals`).
+                let briefed =
+                    item.approval.is_some() && super::brief::asks_a_person(engine, &attempt.step);
+                if briefed {
+                    super::brief::write_brief(
+                        engine,
+                        approvals,
+                        run_id,
+                        (attempt.index, &attempt.step, attempt.number),
+                        (&gathered.records, &gathered.outputs),
+                    );
+                }
                 let checked = check_item(engine, approvals, run_id, at, item, invariants, held);
+                if briefed {
+                    super::brief::remove_brief(engine, attempt.step.id.as_str());
+                }
                 if let Some(said) = approved_by(&checked) {
                     gathered.verdicts.push(said);
                 }
@@ -345,6 +378,7 @@ fn approved_by((held, record, _): &(bool, Value, String)) -> Option<String> {
     }
     let from = record["from"].as_str().unwrap_or("a person");
     Some(match record["approver"].as_str() {
+        _ if record["pre_approved"] == true => "approval: pre-approved (--approve)".to_string(),
         Some(who) => format!("approval: approved by {who} (from {from})"),
         None => format!("approval: approved (from {from})"),
     })
@@ -362,6 +396,7 @@ fn passed(
     let (index, step) = (attempt.index, &attempt.step);
     e.steps[index].status = Status::Passed;
     e.steps[index].passed_here = true;
+    e.steps[index].approval_missing = None;
     e.steps[index].last_verdict = Some("passed".into());
     let covered = covered(
         step,

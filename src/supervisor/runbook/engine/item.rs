@@ -61,7 +61,7 @@ pub(super) fn check_item(
         return command_item(engine, approvals, step, command, (invariants, held));
     }
     if let Some(approval) = &item.approval {
-        return approval_item(engine, approvals, run_id, step, approval);
+        return approval_item(engine, approvals, run_id, (index, step), approval);
     }
     (
         false,
@@ -385,7 +385,7 @@ fn approval_item(
     engine: &Arc<Mutex<Engine>>,
     approvals: &Arc<Approvals>,
     run_id: &str,
-    step: &Step,
+    (index, step): (usize, &Step),
     approval: &ApprovalEvidence,
 ) -> Judged {
     let (ci, pre, webhook) = {
@@ -407,8 +407,14 @@ fn approval_item(
         );
     }
     let deadline = Instant::now() + Duration::from_secs(approval.deadline.seconds);
-    announce_approval(engine, run_id, step, approval, webhook.as_ref());
+    announce_approval(engine, index, run_id, step, approval, webhook.as_ref());
     *approvals.waiting.lock().unwrap_or_else(|e| e.into_inner()) = Some(step.id.to_string());
+    // The agent's request is answered now; the verdict reaches it as a notice.
+    approvals.began_waiting(
+        step.id.as_str(),
+        &approval.approvers,
+        &approval.deadline.render(),
+    );
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let asking = webhook
         .map(|webhook| ask_webhook(engine, approvals, (run_id, step, approval), webhook, &stop));
@@ -421,16 +427,20 @@ fn approval_item(
     approval_verdict(approvals, approval, answer)
 }
 
-/// The request recorded and said at the host's terminal, with the commands that answer it.
+/// The request recorded (the step marked as waiting for a person) and said at the host's
+/// terminal, with the commands that answer it.
 fn announce_approval(
     engine: &Mutex<Engine>,
+    index: usize,
     run_id: &str,
     step: &Step,
     approval: &ApprovalEvidence,
     webhook: Option<&Arc<Webhook>>,
 ) {
     {
-        let e = lock(engine);
+        let mut e = lock(engine);
+        e.steps[index].approval_missing = Some(super::not_approved::Missing::Pending);
+        let _ = e.publish();
         e.record(
             "runbook-approval-requested",
             json!({ "step": step.id, "approvers": approval.approvers, "deadline": approval.deadline.render() }),

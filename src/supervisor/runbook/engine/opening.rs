@@ -280,7 +280,7 @@ pub(super) fn take_opening(
     // Last, so the steps' own walks are not slowed by it; it reads every `.gitignore` of
     // what git would see, which the rules then keep.
     let snapshot = match store {
-        None => Err("no verifier rests on this step".to_string()),
+        None => Err("no verifier or approval rests on this step".to_string()),
         Some(store) => store
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -327,14 +327,14 @@ pub(super) fn rests_on(runbook: &Runbook, index: usize) -> Vec<usize> {
     found
 }
 
-/// Whether a verifier's diff may start at step `index`'s opening (a step with a verifier
-/// rests on it).
+/// Whether a verifier's diff, or the diff a person asked to approve is shown, may start at step
+/// `index`'s opening (a step with a verifier or an approval rests on it).
 pub(super) fn verifier_rests_on(runbook: &Runbook, index: usize) -> bool {
     (0..runbook.steps.len()).any(|j| {
         runbook.steps[j]
             .evidence
             .iter()
-            .any(|e| e.verifier.is_some())
+            .any(|e| e.verifier.is_some() || e.approval.is_some())
             && rests_on(runbook, j).contains(&index)
     })
 }

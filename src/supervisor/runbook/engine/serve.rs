@@ -2,7 +2,7 @@
 //! each served on threads of their own, and how the servers stop.
 
 use super::approval::serve_approval;
-use super::complete::complete;
+use super::waiting::complete_or_wait;
 use super::{
     Approvals, Engine, RunbookRun, SHUTDOWN_WAIT, STEP_CLIENTS_MAX, Serving, peer, read_request,
     refused, reply,
@@ -126,12 +126,17 @@ impl Serving {
             let _ = thread.join();
         }
         let deadline = Instant::now() + SHUTDOWN_WAIT;
-        while self.in_flight.load(std::sync::atomic::Ordering::SeqCst) > 0
-            && Instant::now() < deadline
-        {
+        let busy = || {
+            self.in_flight.load(std::sync::atomic::Ordering::SeqCst)
+                + self
+                    .approvals
+                    .checking
+                    .load(std::sync::atomic::Ordering::SeqCst)
+        };
+        while busy() > 0 && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
         }
-        let left = self.in_flight.load(std::sync::atomic::Ordering::SeqCst);
+        let left = busy();
         let mut engine = self.engine.lock().unwrap_or_else(|e| e.into_inner());
         if left > 0 {
             engine.record(
@@ -150,7 +155,7 @@ impl Serving {
 pub(super) fn serve_step(
     engine: &Arc<Mutex<Engine>>,
     approvals: &Arc<Approvals>,
-    completing: &Mutex<()>,
+    completing: &Arc<Mutex<()>>,
     run_id: &str,
     stream: UnixStream,
 ) {
@@ -260,17 +265,15 @@ pub(super) fn serve_step(
                 state: None,
             }
         }
-        StepRequest::Complete { step, note } => match completing.try_lock() {
-            Ok(_one) => complete(engine, approvals, run_id, step.as_deref(), note, who),
-            Err(_) => {
-                let why = "a completion is being checked already: wait for its answer (`step status` answers meanwhile), then ask again if it did not pass";
-                lock().record_inside(
-                    "runbook-complete-refused",
-                    json!({ "step": step, "why": why, "peer": who }),
-                );
-                refused(why)
-            }
-        },
+        // On a thread of its own: answered at once when it waits for a person.
+        StepRequest::Complete { step, note, wait } => complete_or_wait(
+            engine,
+            approvals,
+            completing,
+            run_id,
+            (step, note, wait),
+            who,
+        ),
         StepRequest::Abandon { reason } => lock().abandon(reason, who),
     };
     reply(&stream, &answer);

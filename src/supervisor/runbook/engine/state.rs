@@ -19,6 +19,7 @@ impl Engine {
             "ended": self.ending.as_ref().map(|e| match e {
                 Ending::Blocked { step } => json!({ "ending": "evidence-failed", "step": step }),
                 Ending::Abandoned { step, requested } => json!({ "ending": "abandoned", "step": step, "requested": requested }),
+                Ending::ApprovalMissing { step, missing } => json!({ "ending": "approval-missing", "step": step, "missing": missing }),
             }),
             "steps": self.runbook.steps.iter().zip(&self.steps).map(|(step, s)| json!({
                 "id": step.id,
@@ -33,6 +34,7 @@ impl Engine {
                 "protects": step.protected_paths().into_iter().map(|p| p.glob).collect::<Vec<_>>(),
                 "denied_words": crate::runbook::policy::denied_words(step),
                 "last_verdict": s.last_verdict,
+                "approval": s.approval_missing.as_ref().map(super::not_approved::Missing::word),
             })).collect::<Vec<_>>(),
         })
     }
@@ -56,6 +58,9 @@ impl Engine {
                 s.attempts,
                 step.attempts()
             ));
+            if s.approval_missing == Some(super::not_approved::Missing::Pending) {
+                out.push_str("           waiting for a person's approval: you will be told the answer on your next tool call or prompt\n");
+            }
             if s.status == Status::Open {
                 for line in step.instructions.trim().lines() {
                     out.push_str(&format!("           {line}\n"));
@@ -93,7 +98,9 @@ impl Engine {
         if let Some(ending) = &self.ending {
             // The run stops: a policy with no rule and a deny default, named for the step.
             let step = match ending {
-                Ending::Blocked { step } | Ending::Abandoned { step, .. } => step,
+                Ending::Blocked { step }
+                | Ending::Abandoned { step, .. }
+                | Ending::ApprovalMissing { step, .. } => step,
             };
             let config = stepproof_hook::config::HookConfig {
                 default: Some(stepproof_hook::Decision::Deny),
