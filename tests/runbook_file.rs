@@ -620,7 +620,10 @@ fn an_unreadable_runbook_is_a_clear_error() {
             "is not a regular file (a directory)",
         ),
         (fifo, "is not a regular file (a FIFO)"),
-        (binary, "is not UTF-8 text"),
+        (
+            binary,
+            "is not UTF-8 text (line 1, column 1: the first byte that is not)",
+        ),
     ] {
         let started = std::time::Instant::now();
         let out = stepproof(&["runbook", "check", path.to_str().unwrap()]);
