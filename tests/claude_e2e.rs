@@ -143,8 +143,16 @@ both_claude!(
         );
         let run = run_claude(w, &profile(w, &mock, true, HOME_WRITES), &[]);
         assert!(run.status.success(), "{}", run.describe());
+        // A line that writes is never vouched for by a reading rule: allowed by the rule that
+        // lets the write (test-home-writes, or write-scratch: the test's home is under /tmp).
         let id = call_id(None, 0);
-        run.expect_decision(&id, "allow", "inspect");
+        assert_eq!(run.decision(&id)["decision"], "allow", "{}", run.describe());
+        assert!(
+            ["test-home-writes", "write-scratch"]
+                .contains(&run.decision(&id)["rule_id"].as_str().unwrap_or_default()),
+            "{}",
+            run.describe()
+        );
         let result = mock.expect_result(&id);
         assert!(
             result.is_error && result.text.contains("Read-only file system"),
@@ -192,7 +200,7 @@ both_claude!(
         );
         let run = run_claude(w, &profile(w, &mock, true, CLAUDE_DIR_WRITES), &[]);
         run.expect_decision(&call_id(None, 0), "allow", "write-workspace");
-        run.expect_decision(&call_id(None, 3), "allow", "inspect");
+        run.expect_decision(&call_id(None, 3), "allow", "write-workspace");
         // The Write may fail when the watcher moves the new file while Claude Code is still
         // writing or reading it back (a 20 ms tick): either way the hook stays (below).
         let write = mock.expect_result(&call_id(None, 0));
