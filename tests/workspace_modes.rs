@@ -301,8 +301,9 @@ fn explain_shows_the_workspace_overlay() {
     assert!(stdout.contains("rw   overlay   "), "{stdout}");
 }
 
-/// The hook's answer is not what keeps "no writes" on `strict`: with a rule that lets the
-/// hook allow `sort -o` (the built-in strict judges it a write and denies it), the write it makes
+/// The hook's answer is not what keeps "no writes" on `strict`: with rules that let the hook
+/// allow `sort -o` (the built-in strict judges it a write and denies it; its reading rules never
+/// vouch for a line that writes), the write it makes
 /// with the real Claude Code (2.1.328) succeeds inside, is read back by the next command, and
 /// never reaches the checkout.
 fn strict_hook_allowed_write_stays_in_the_overlay(w: &World) {
@@ -319,7 +320,7 @@ fn strict_hook_allowed_write_stays_in_the_overlay(w: &World) {
             text("fin")
         ]),
     );
-    let allow_write = "[[hook.files]]\nid = \"test-workspace-write\"\nreason = \"the test lets one write through to reach the overlay\"\ndecision = \"allow\"\naccess = \"write\"\npaths = [\"names.txt\"]\n";
+    let allow_write = "[[hook.files]]\nid = \"test-workspace-write\"\nreason = \"the test lets one write through to reach the overlay\"\ndecision = \"allow\"\naccess = \"write\"\npaths = [\"names.txt\"]\n[[hook.bash]]\nid = \"test-sort\"\nreason = \"the test lets sort write through to reach the overlay\"\ndecision = \"allow\"\ncommands = [\"sort *\"]\n";
     let path = profile(w, &mock, true, allow_write);
     let text = fs::read_to_string(&path)
         .unwrap()
@@ -327,7 +328,7 @@ fn strict_hook_allowed_write_stays_in_the_overlay(w: &World) {
     fs::write(&path, text).unwrap();
     let run = run_claude(w, &path, &[]);
     assert!(run.status.success(), "{}", run.describe());
-    run.expect_decision(&call_id(None, 0), "allow", "strict-inspect");
+    run.expect_decision(&call_id(None, 0), "allow", "test-sort");
     assert!(!mock.expect_result(&call_id(None, 0)).is_error);
     let read = mock.expect_result(&call_id(None, 1));
     assert!(read.text.contains("a\nb"), "{read:?}");
