@@ -4,8 +4,9 @@
 //! with: claude --resume <id>" fails outside). `stepproof state show` prints the same for the
 //! workspace's last run.
 //!
-//! Read from the run's own audit log, which the profile's audit budget bounds; at most
-//! [`MAX_BYTES`] of it is read, and a recap of a longer log says it counted only so far.
+//! Read from the run's own audit log, which the profile's audit budget bounds; at most its last
+//! [`MAX_BYTES`] are read (several runs may append to one `--audit-log`; the last is at its
+//! end), and a recap of a longer log says it counted only so far.
 
 use crate::audit::chain::{LogLine, for_each_line};
 use serde_json::Value;
@@ -23,20 +24,26 @@ pub struct Recap {
     pub asked: u64,
     /// The last session Claude Code reported (its `session_id`), to resume.
     pub session: Option<String>,
-    /// The log was longer than [`MAX_BYTES`]: the counts are of its first part.
+    /// The log was longer than [`MAX_BYTES`]: the counts are of its last part.
     pub partial: bool,
 }
 
 impl Recap {
     /// The recap of the last run in the log at `log` (from its last `run-start`).
     pub fn of(log: &Path) -> Option<Recap> {
-        let file = std::fs::File::open(log).ok()?;
+        use std::io::Seek;
+        let mut file = std::fs::File::open(log).ok()?;
         let size = file.metadata().map(|m| m.len()).unwrap_or(0);
         let mut recap = Recap {
             log: log.to_path_buf(),
             partial: size > MAX_BYTES,
             ..Recap::default()
         };
+        // Several runs may append to one log: the last run is at its end, so a long log is read
+        // from its last MAX_BYTES (the line cut there does not parse and is passed over).
+        if recap.partial {
+            file.seek(std::io::SeekFrom::Start(size - MAX_BYTES)).ok()?;
+        }
         let reader = std::io::BufReader::new(file.take(MAX_BYTES));
         let _ = for_each_line(reader, |line| {
             let (LogLine::Terminated(bytes) | LogLine::CutShort(bytes)) = line else {
@@ -90,7 +97,7 @@ impl Recap {
             calls(self.denied),
             calls(self.asked),
             if self.partial {
-                " (counted in the log's first 256 MiB)"
+                " (counted in the log's last 256 MiB)"
             } else {
                 ""
             }
@@ -206,5 +213,37 @@ mod tests {
             Some(runs.join("150-7/audit.jsonl"))
         );
         assert_eq!(last_run_of(&runs, Path::new("/none")), None);
+    }
+
+    #[test]
+    fn a_long_log_is_recapped_from_its_end() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("audit.jsonl");
+        let mut file = std::fs::File::create(&log).unwrap();
+        writeln!(file, r#"{{"source":"supervisor","kind":"run-start"}}"#).unwrap();
+        writeln!(
+            file,
+            r#"{{"source":"sandbox","kind":"decision","reported":{{"decision":"deny"}}}}"#
+        )
+        .unwrap();
+        // Sparse: an earlier run's bytes, more than a recap reads.
+        file.set_len(MAX_BYTES + 4096).unwrap();
+        let mut file = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+        writeln!(file).unwrap();
+        writeln!(file, r#"{{"source":"supervisor","kind":"run-start"}}"#).unwrap();
+        writeln!(
+            file,
+            r#"{{"source":"sandbox","kind":"decision","reported":{{"decision":"ask"}}}}"#
+        )
+        .unwrap();
+        let recap = Recap::of(&log).unwrap();
+        assert!(recap.partial);
+        assert_eq!((recap.denied, recap.asked), (0, 1));
+        assert!(
+            recap
+                .line(false)
+                .contains("(counted in the log's last 256 MiB)")
+        );
     }
 }
