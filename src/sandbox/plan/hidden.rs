@@ -43,6 +43,8 @@ pub(super) fn hidden_paths(
             .keys()
             .any(|h: &PathBuf| state.starts_with(h) && *h != state)
         {
+            // What a profile hides inside it is hidden with it (no mount point in the stand-in).
+            hidden.retain(|h, _| !(h.starts_with(&state) && *h != state));
             hidden.insert(state, HideReason::StepProofState);
         }
     }

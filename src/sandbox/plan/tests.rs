@@ -594,3 +594,41 @@ fn plan_errors_keep_their_messages_and_say_what_kind_they_are() {
     assert!(matches!(err, PlanError::NoUserNamespaces));
     assert!(!err.is_configuration());
 }
+
+/// StepProof's state is hidden whole, whether or not it exists yet and whatever the profile
+/// lists inside it (one stand-in; nothing mounted into it).
+#[test]
+fn stepproof_state_is_hidden_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().canonicalize().unwrap();
+    let ws = home.join("src/proj");
+    fs::create_dir_all(&ws).unwrap();
+    let state = home.join(".local/state/stepproof");
+    fs::create_dir_all(state.join("runs")).unwrap();
+    let file = dir.path().join("p.toml");
+    fs::write(
+        &file,
+        "extends = \"default\"\n[filesystem]\nhidden = [\"~/.local/state/stepproof/runs\"]\n",
+    )
+    .unwrap();
+    let profile = Profile::load(Some(&file)).unwrap();
+    let plan = build_plan(&profile, &facts(&home, &ws, 1234)).unwrap();
+    let hidden: Vec<&PathBuf> = plan
+        .mounts
+        .iter()
+        .filter_map(|m| match m {
+            MountOp::HideDir { dst, .. } | MountOp::HideFile { dst, .. }
+                if dst.starts_with(&state) =>
+            {
+                Some(dst)
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(hidden, [&state]);
+    // Not there yet: hidden all the same, as a directory (the run makes it before it plans).
+    fs::remove_dir_all(&state).unwrap();
+    let plan = build_plan(&profile, &facts(&home, &ws, 1234)).unwrap();
+    assert!(plan.mounts.iter().any(|m| matches!(m,
+        MountOp::HideDir { dst, reason: HideReason::StepProofState } if *dst == state)));
+}
