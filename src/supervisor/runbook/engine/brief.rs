@@ -55,15 +55,7 @@ pub(super) fn write_brief(
     };
     // The same walk a verifier's diff takes, outside the engine's lock and within its budget.
     let diff = match (base, store) {
-        (Ok(base), Some(store)) => store
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .diff(
-                &context.workspace,
-                &context.budget,
-                &approvals.closing,
-                &base,
-            )
+        (Ok(base), Some(store)) => super::opening::diff_since(&store, &context, &approvals.closing, &base)
             .map(|d| {
                 let (text, masked) = crate::supervisor::runbook::masking::mask(&d.text);
                 let shown = first_bytes(&text, BRIEF_DIFF_MAX);

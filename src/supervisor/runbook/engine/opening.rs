@@ -344,3 +344,20 @@ pub(super) fn never() -> &'static AtomicBool {
     static NEVER: AtomicBool = AtomicBool::new(false);
     &NEVER
 }
+
+/// The workspace's diff since `base` in the run's content store: the one walk a verifier's
+/// prompt and a person's brief both take, outside the engine's lock, within the run's budget
+/// and stopped when the run closes.
+pub(super) fn diff_since(
+    store: &std::sync::Mutex<crate::supervisor::runbook::step_open::Store>,
+    context: &super::EvidenceContext,
+    closing: &std::sync::atomic::AtomicBool,
+    base: &crate::supervisor::runbook::step_open::Snapshot,
+) -> Result<crate::supervisor::runbook::step_open::Diff, Exceeded> {
+    store.lock().unwrap_or_else(|e| e.into_inner()).diff(
+        &context.workspace,
+        &context.budget,
+        closing,
+        base,
+    )
+}

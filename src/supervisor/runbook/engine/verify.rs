@@ -40,22 +40,16 @@ pub(super) fn check_verifier(
     // workspace.
     let frozen = freeze(&context.cgroup_dirs, true, context.no_freezer.as_deref());
     let diff = match (base, store) {
-        (Ok(base), Some(store)) => store
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .diff(
-                &context.workspace,
-                &context.budget,
-                &approvals.closing,
-                &base,
-            )
-            .map(|diff| (base.step.clone(), diff))
-            .map_err(|e| {
-                format!(
-                    "the walk of the workspace did not finish ({})",
-                    e.sentence()
-                )
-            }),
+        (Ok(base), Some(store)) => {
+            super::opening::diff_since(&store, &context, &approvals.closing, &base)
+                .map(|diff| (base.step.clone(), diff))
+                .map_err(|e| {
+                    format!(
+                        "the walk of the workspace did not finish ({})",
+                        e.sentence()
+                    )
+                })
+        }
         (Err(why), _) => Err(why),
         (_, None) => Err("the runbook's openings were not kept".into()),
     };
